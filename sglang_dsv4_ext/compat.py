@@ -1,0 +1,191 @@
+"""The one table of every SGLang target the extension hooks, with its expected signature.
+
+Activation checks this table against the installed SGLang with :mod:`inspect` *before*
+anything is patched. A missing target or a signature that differs from the one we were
+written against refuses activation, naming the target and the difference: we never
+half-patch a drifted SGLang. CPU tests assert the table against the installed SGLang, so an
+upstream drift fails CI rather than an operator's server.
+
+Signatures are normalised to parameter names, kinds and default values (annotations are
+ignored; they change often and do not affect how we call or wrap a target).
+"""
+
+from __future__ import annotations
+
+import inspect
+import pkgutil
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Optional
+
+# SGLang releases this table was written and tested against. Another version refuses to
+# activate unless SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=1; drifted signatures never patch.
+TESTED_SGLANG_VERSIONS = ("0.5.23",)
+
+_MP = "sglang.srt.mem_cache.deepseek_v4_memory_pool"
+_POOL = f"{_MP}.DeepSeekV4TokenToKVPool"
+_SUB = f"{_MP}.DeepSeekV4IndexerPool"
+_CONF = "sglang.srt.model_executor.pool_configurator.DSV4PoolConfigurator"
+_ASM = "sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler"
+_HOST = "sglang.srt.mem_cache.memory_pool_host"
+_CTRL = "sglang.srt.managers.cache_controller.LayerDoneCounter"
+_PGR = "sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner"
+_IDX = "sglang.srt.layers.attention.dsv4.indexer"
+_CMP = "sglang.srt.layers.attention.dsv4.compressor_v2.CompressorBackendMixin"
+
+# Features a target serves; doctor reports a target as skipped-by-config when its feature
+# is off in the configuration in force (the hook stays installed and passes through, since
+# switches are decided per call, never at import).
+ALWAYS = "always"  # budget==allocation (fp4 on CUDA included), sizing self-check
+BF16 = "bf16"  # SGLANG_DSV4_INDEX_K_DTYPE=bf16
+GATE = "gate"  # SGLANG_DSV4_INDEX_K_GATE=auto|strict
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str  # dotted path, as HookRegistry resolves it
+    signature: str  # normalised expected signature, see normalised_signature()
+    area: str  # the patch module that hooks it (sglang_dsv4_ext.patches.<area>)
+    feature: str  # ALWAYS | BF16 | GATE
+    why: str
+
+
+TARGETS: List[Target] = [
+    # --- sizing: one source of truth for index-K bytes per token (code map A.1, C.2) ---
+    Target(f"{_MP}.get_dsv4_indexer_bytes_per_token", "(index_head_dim, use_fp4_indexer)",
+           "sizing", ALWAYS, "bytes per index-K token for pool and configurator (bf16: 256, fp4 on CUDA: 68)"),
+    Target(f"{_CONF}.__init__", "(self, kvc)",
+           "sizing", ALWAYS, "record what the configurator budgeted, for the startup self-check"),
+    # --- pool: bf16 indexer storage and the startup self-check (A.2, A.3, B.5) ---
+    Target(f"{_POOL}._make_indexer_pool",
+           "(self, size, page_size, dtype, index_head_dim, layer_num, device, enable_memory_saver, "
+           "force_fp4=False, global_page_size=None, index_k_page8=False)",
+           "pool", BF16, "return the bf16 indexer pool (one [pages, 64*256] buffer per c4 layer)"),
+    Target(f"{_POOL}.__init__",
+           "(self, max_num_reqs, swa_size, c4_size, c128_size, c4_state_pool_size, c128_state_pool_size, "
+           "page_size, swa_page_size, dtype, c4_state_dtype, c128_state_dtype, qk_nope_head_dim, "
+           "qk_rope_head_dim, indexer_head_dim, layer_num, device, enable_memory_saver, compression_ratios, "
+           "sliding_window=128, start_layer=None, end_layer=None, enable_hisparse=False, "
+           "online_mtp_max_draft_tokens=0, num_req_slots=None, unified_fp8=None, kv_source_layers=(), "
+           "full_size=None, is_draft_worker=False, kv_layout=<KVLayout.V4: 'v4'>, compressed_kv_layout=None)",
+           "pool", ALWAYS, "self-check allocation == budget; link sub-pools to the gate"),
+    # --- PD: the handshake layout string carries the index-K dtype (E) ---
+    Target(f"{_POOL}.pd_kv_layout", "(self)",
+           "pd", BF16, "append the index-K dtype so SGLang's own layout-mismatch check refuses bf16/fp8 pairs"),
+    # --- HiCache: bf16 region page-aligned only; L3 keys carry the dtype (D.1, D.2) ---
+    Target(f"{_ASM}._dsv4_indexer_regions", "(kvcache, page_size)",
+           "hicache", BF16, "bf16 index-K host region is page_aligned_only (token-granular kernel is 584-B main-KV only)"),
+    Target(f"{_ASM}.build_deepseek_v4_hicache_stack",
+           "(*, params, kvcache, load_cache_event, storage_backend, host_swa_evict_fn=None, "
+           "device_swa_evict_fn=None, host_c128_evict_fn=None, prefetch_threshold=256, model_name=None, "
+           "storage_backend_extra_config=None, enable_storage_metrics=False, layer_mappings=None)",
+           "hicache", BF16, "scope in which the L3 anchor pool is tagged with the index-K dtype"),
+    Target(f"{_HOST}.LogicalHostPool.__init__", "(self, size, page_size, layout='layer_first')",
+           "hicache", BF16, "tag storage_format_tag of the DSV4 anchor so L3 keys differ for bf16"),
+    # --- gate: no reader sees index-K before its HiCache load landed (A.3, D.3-D.5) ---
+    Target(f"{_POOL}.wait_layer_transfer", "(self, layer_id)",
+           "gate", GATE, "record waits; wait one layer ahead during breakable prefill-graph replay (R3)"),
+    Target(f"{_POOL}.get_index_k_with_scale_buffer", "(self, layer_id)", "gate", GATE, "probed top-level reader"),
+    Target(f"{_POOL}.get_index_k_scale_buffer",
+           "(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len)", "gate", GATE,
+           "probed top-level reader"),
+    Target(f"{_POOL}.get_index_k_fp4_payload_buffer", "(self, layer_id)", "gate", GATE, "probed top-level reader"),
+    Target(f"{_POOL}.get_index_k_fp4_scale_buffer", "(self, layer_id)", "gate", GATE, "probed top-level reader"),
+    Target(f"{_POOL}.get_low_ratio_index_k_dequant", "(self, layer_id, slots=None)", "gate", GATE,
+           "probed top-level reader"),
+    Target(f"{_POOL}.get_low_ratio_index_k_fp4", "(self, layer_id, slots)", "gate", GATE, "probed top-level reader"),
+    Target(f"{_SUB}.get_index_k_with_scale_buffer", "(self, layer_id)", "gate", GATE, "sub-pool reader (R1)"),
+    Target(f"{_SUB}.get_index_k_scale_buffer",
+           "(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len)", "gate", GATE,
+           "sub-pool reader (R1)"),
+    Target(f"{_SUB}.get_index_k_fp4_payload_buffer", "(self, layer_id)", "gate", GATE, "sub-pool reader (R1)"),
+    Target(f"{_SUB}.get_index_k_fp4_scale_buffer", "(self, layer_id)", "gate", GATE, "sub-pool reader (R1)"),
+    Target(f"{_SUB}.get_index_k_fp4", "(self, layer_id, slots)", "gate", GATE, "sub-pool reader (R1)"),
+    Target(f"{_SUB}.get_index_k_dequant", "(self, layer_id, slots=None)", "gate", GATE, "sub-pool reader (R1)"),
+    Target(f"{_CTRL}.set_consumer", "(self, index)", "gate", GATE, "a new consumer batch: forget recorded waits"),
+    Target(f"{_CTRL}.wait_until", "(self, threshold)", "gate", GATE, "record which layers were waited for"),
+    Target(f"{_PGR}._wait_for_layer_loads", "(self)", "gate", GATE,
+           "breakable/piecewise replay: wait for the first layer before replay (R3)"),
+    Target(f"{_PGR}.execute", "(self, forward_batch, **kwargs)", "gate", GATE,
+           "scope of a prefill-graph replay: pool waits one layer ahead inside it (R3)"),
+]
+
+TARGETS_BY_PATH: Dict[str, Target] = {t.path: t for t in TARGETS}
+
+
+def _format_default(value) -> str:
+    return repr(value)
+
+
+def normalised_signature(fn: Callable) -> str:
+    """Parameter names, kinds and defaults of ``fn`` as one string, annotations dropped."""
+    sig = inspect.signature(fn)
+    out: List[str] = []
+    star_seen = False
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            out.append("*" + p.name)
+            star_seen = True
+            continue
+        if p.kind is p.VAR_KEYWORD:
+            out.append("**" + p.name)
+            continue
+        if p.kind is p.KEYWORD_ONLY and not star_seen:
+            out.append("*")
+            star_seen = True
+        text = p.name
+        if p.default is not p.empty:
+            text += "=" + _format_default(p.default)
+        out.append(text)
+    return "(" + ", ".join(out) + ")"
+
+
+def resolve(path: str):
+    """Return ``(owner, attribute_name, current_value)`` for a dotted target path."""
+    owner_path, _, attr = path.rpartition(".")
+    owner = pkgutil.resolve_name(owner_path)
+    return owner, attr, getattr(owner, attr)
+
+
+def unwrap_to_original(fn: Callable) -> Callable:
+    """Follow ``__wrapped__`` (HookRegistry and functools keep it) to the original function."""
+    seen = set()
+    while hasattr(fn, "__wrapped__") and id(fn) not in seen:
+        seen.add(id(fn))
+        fn = fn.__wrapped__
+    return fn
+
+
+@dataclass(frozen=True)
+class Drift:
+    target: str
+    expected: str
+    actual: Optional[str]  # None: the target is missing
+    detail: str
+
+    def describe(self) -> str:
+        if self.actual is None:
+            return f"{self.target}: missing ({self.detail})"
+        return f"{self.target}: signature drifted: expected {self.expected}, found {self.actual}"
+
+
+def check_targets(targets: Optional[Iterable[Target]] = None) -> List[Drift]:
+    """Compare every target with the installed SGLang; return the drifts (empty: all match).
+
+    The comparison is made on the original function (through ``__wrapped__``), so a target
+    that is already hooked, by us or by another plugin, is still judged by what SGLang ships.
+    """
+    drifts: List[Drift] = []
+    for target in TARGETS if targets is None else targets:
+        try:
+            _, _, current = resolve(target.path)
+        except (ImportError, AttributeError, ValueError) as exc:
+            drifts.append(Drift(target.path, target.signature, None, f"{type(exc).__name__}: {exc}"))
+            continue
+        try:
+            actual = normalised_signature(unwrap_to_original(current))
+        except (TypeError, ValueError) as exc:
+            drifts.append(Drift(target.path, target.signature, None, f"not inspectable: {exc}"))
+            continue
+        if actual != target.signature:
+            drifts.append(Drift(target.path, target.signature, actual, "signature differs"))
+    return drifts

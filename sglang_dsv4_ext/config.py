@@ -1,0 +1,114 @@
+"""The extension's one typed configuration, read from the environment.
+
+Why the environment: SGLang builds pools, the configurator, HiCache and PD inside the
+scheduler subprocess, which inherits the parent's environment but none of its Python
+state. Every process therefore reads the same variables; nothing is decided at import
+time. Call :func:`load_config` where a decision is needed (activation, pool creation,
+a hook call), never at module import.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Mapping, Optional
+
+ENV_KILL_SWITCH = "SGLANG_DSV4_EXT"
+ENV_INDEX_K_DTYPE = "SGLANG_DSV4_INDEX_K_DTYPE"
+ENV_BF16_ALIAS = "SGLANG_DSV4_BF16_INDEX_K"  # the seed fork's switch, kept as an alias
+ENV_GATE = "SGLANG_DSV4_INDEX_K_GATE"
+ENV_ALLOW_UNTESTED = "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG"
+
+INDEX_K_DTYPES = ("fp8", "bf16", "fp4")
+GATE_MODES = ("auto", "strict", "off")
+_KILL_SWITCH_VALUES = {"0": False, "1": True}
+_BOOL_VALUES = {"0": False, "1": True}
+
+
+class ConfigError(ValueError):
+    """An environment variable holds a value the extension does not accept."""
+
+
+def _allowed(values) -> str:
+    return ", ".join(repr(v) for v in values)
+
+
+def _read_choice(env: Mapping[str, str], name: str, choices, default: str) -> str:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ConfigError(f"{name}={raw!r} is not valid; allowed values: {_allowed(choices)}")
+    return value
+
+
+def _read_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip()
+    if value not in _BOOL_VALUES:
+        raise ConfigError(f"{name}={raw!r} is not valid; allowed values: {_allowed(_BOOL_VALUES)}")
+    return _BOOL_VALUES[value]
+
+
+@dataclass(frozen=True)
+class ExtConfig:
+    """What the operator asked for in this process."""
+
+    enabled: bool = True
+    index_k_dtype: str = "fp8"  # fp8 (stock) | bf16 (ours) | fp4 (SGLang's own fp4 indexer)
+    gate: str = "auto"  # auto | strict | off
+    allow_untested_sglang: bool = False
+
+    @property
+    def bf16_index_k(self) -> bool:
+        return self.enabled and self.index_k_dtype == "bf16"
+
+    @property
+    def gate_enabled(self) -> bool:
+        return self.enabled and self.gate != "off"
+
+    def to_env(self) -> dict:
+        """The variables that reproduce this configuration in a child process."""
+        return {
+            ENV_KILL_SWITCH: "1" if self.enabled else "0",
+            ENV_INDEX_K_DTYPE: self.index_k_dtype,
+            ENV_GATE: self.gate,
+        }
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def load_config(environ: Optional[Mapping[str, str]] = None) -> ExtConfig:
+    """Read and validate the configuration; raise :class:`ConfigError` naming the variable."""
+    env = os.environ if environ is None else environ
+    enabled = _read_bool(env, ENV_KILL_SWITCH, True)
+    dtype = _read_choice(env, ENV_INDEX_K_DTYPE, INDEX_K_DTYPES, "")
+    alias = _read_bool(env, ENV_BF16_ALIAS, False) if env.get(ENV_BF16_ALIAS) is not None else None
+    if alias is not None:
+        if alias and dtype not in ("", "bf16"):
+            raise ConfigError(
+                f"{ENV_BF16_ALIAS}=1 (alias for bf16) contradicts {ENV_INDEX_K_DTYPE}={dtype!r}; "
+                f"set one of them"
+            )
+        if not alias and dtype == "bf16":
+            raise ConfigError(
+                f"{ENV_BF16_ALIAS}=0 contradicts {ENV_INDEX_K_DTYPE}='bf16'; set one of them"
+            )
+        if alias:
+            dtype = "bf16"
+    return ExtConfig(
+        enabled=enabled,
+        index_k_dtype=dtype or "fp8",
+        gate=_read_choice(env, ENV_GATE, GATE_MODES, "auto"),
+        allow_untested_sglang=_read_bool(env, ENV_ALLOW_UNTESTED, False),
+    )
+
+
+def kill_switch_set(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """True when the operator turned the extension off; tolerant of other invalid values."""
+    env = os.environ if environ is None else environ
+    return (env.get(ENV_KILL_SWITCH) or "").strip() == "0"

@@ -1,0 +1,167 @@
+"""DeepSeek-V4 model description and SGLang's real DSV4 pool machinery, runnable on CPU.
+
+Used by ``sglang-dsv4 plan`` and by the tests: it publishes a CPU server-args context
+(SGLang's runtime context, as SGLang's own test kit does), builds the kv-cache
+configurator object that ``DSV4PoolConfigurator`` and ``KVCacheConfigurator._build_dsv4_kv_pool``
+read (a duck-typed stand-in; both SGLang methods run unmodified on it), and runs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import types
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+BUNDLED_CONFIG = "deepseek-v4-flash-config.json"
+PAGE_SIZE = 256  # DSV4's full page (paged SWA requires 256)
+
+
+@dataclass(frozen=True)
+class Dsv4Model:
+    """The architecture fields that size DSV4's KV pools."""
+
+    name: str
+    num_hidden_layers: int
+    compress_ratios: List[int]  # one per layer, plus the MTP slot(s) at the end
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    index_head_dim: int
+    window_size: int
+    context_len: int
+    kv_source_layer_ids: List[int] = field(default_factory=list)
+
+    def layer_counts(self, start: int = 0, end: Optional[int] = None) -> dict:
+        stage = self.compress_ratios[start : self.num_hidden_layers if end is None else end]
+        return {ratio: stage.count(ratio) for ratio in sorted(set(stage))}
+
+
+def load_model(path: Optional[str] = None) -> Dsv4Model:
+    """Load a HF-style DSV4 ``config.json``; default: the bundled DeepSeek-V4-Flash config."""
+    if path is None:
+        text = resources.files("sglang_dsv4_ext.data").joinpath(BUNDLED_CONFIG).read_text()
+        name = "DeepSeek-V4-Flash (bundled config)"
+    else:
+        config_path = Path(path)
+        if config_path.is_dir():
+            config_path = config_path / "config.json"
+        if not config_path.is_file():
+            raise FileNotFoundError(f"model config {path!r}: no such file (expected a config.json or its directory)")
+        text = config_path.read_text()
+        name = str(config_path)
+    raw = json.loads(text)
+    missing = [k for k in ("num_hidden_layers", "compress_ratios") if k not in raw]
+    if missing:
+        raise ValueError(f"model config {name}: missing {', '.join(missing)} (not a DeepSeek-V4 config?)")
+    if len(raw["compress_ratios"]) < raw["num_hidden_layers"]:
+        raise ValueError(
+            f"model config {name}: compress_ratios has {len(raw['compress_ratios'])} entries for "
+            f"{raw['num_hidden_layers']} layers"
+        )
+    return Dsv4Model(
+        name=name,
+        num_hidden_layers=int(raw["num_hidden_layers"]),
+        compress_ratios=[int(r) for r in raw["compress_ratios"]],
+        qk_nope_head_dim=int(raw.get("qk_nope_head_dim", 448)),
+        qk_rope_head_dim=int(raw.get("qk_rope_head_dim", 64)),
+        index_head_dim=int(raw.get("index_head_dim", 128)),
+        window_size=int(raw.get("window_size", raw.get("sliding_window", 128))),
+        context_len=int(raw.get("max_position_embeddings", 1 << 20)),
+        kv_source_layer_ids=list(raw.get("kv_source_layer_ids", [])),
+    )
+
+
+@contextlib.contextmanager
+def cpu_server_args(**fields) -> Iterator[object]:
+    """Publish SGLang's runtime server-args context for CPU (``device="cpu"`` plus ``fields``)."""
+    from sglang.srt.runtime_context import get_context
+
+    fields.setdefault("device", "cpu")
+    fields.setdefault("page_size", PAGE_SIZE)
+    override = get_context().override_server_args(**fields)
+    server_args = override.install()
+    try:
+        yield server_args
+    finally:
+        override.restore()
+
+
+class _SpecAlgorithm:
+    def __init__(self, name: Optional[str]):
+        self.name = name
+
+    def is_none(self):
+        return self.name is None
+
+    def is_eagle(self):
+        return self.name in ("EAGLE", "EAGLE3", "NEXTN")
+
+    def is_dspark(self):
+        return False
+
+
+def kv_cache_configurator_stub(
+    model: Dsv4Model, *, start_layer: int = 0, end_layer: Optional[int] = None, speculative: Optional[str] = None,
+    is_draft_worker: bool = False,
+):
+    """The attributes of SGLang's ``KVCacheConfigurator`` that DSV4 pool sizing and building read."""
+    import torch
+
+    end = model.num_hidden_layers if end_layer is None else end_layer
+    hf_config = types.SimpleNamespace(kv_source_layer_ids=list(model.kv_source_layer_ids))
+    model_config = types.SimpleNamespace(
+        qk_nope_head_dim=model.qk_nope_head_dim,
+        qk_rope_head_dim=model.qk_rope_head_dim,
+        index_head_dim=model.index_head_dim,
+        context_len=model.context_len,
+        compress_ratios=list(model.compress_ratios),
+        hf_config=hf_config,
+        window_size=model.window_size,
+    )
+    layer_info = types.SimpleNamespace(start_layer=start_layer, end_layer=end, num_effective_layers=end - start_layer)
+    return types.SimpleNamespace(
+        kv_cache_dtype_str="auto",
+        kv_cache_dtype=torch.float8_e4m3fn,
+        model_config=model_config,
+        layer_info=layer_info,
+        pp_size=1 if (start_layer == 0 and end == model.num_hidden_layers) else 2,
+        pp_group=types.SimpleNamespace(rank_in_group=0 if start_layer == 0 else 1),
+        sliding_window_size=model.window_size,
+        page_size=PAGE_SIZE,
+        pool_page_size=PAGE_SIZE,
+        attn_dp_size=1,
+        spec_algorithm=_SpecAlgorithm(speculative),
+        is_draft_worker=is_draft_worker,
+        device="cpu",
+    )
+
+
+def make_configurator(kvc):
+    """SGLang's real ``DSV4PoolConfigurator`` on the stand-in (needs a published context)."""
+    from sglang.srt.model_executor.pool_configurator import DSV4PoolConfigurator
+
+    return DSV4PoolConfigurator(kvc)
+
+
+def build_pool(kvc, pool_config, *, max_running_requests: int = 8):
+    """Build the pool exactly as SGLang does (``KVCacheConfigurator._build_dsv4_kv_pool``)."""
+    import torch
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+
+    req_to_token_pool = types.SimpleNamespace(req_to_token=torch.zeros(max_running_requests + 1, 1))
+    return KVCacheConfigurator._build_dsv4_kv_pool(
+        kvc,
+        max_running_requests=max_running_requests,
+        full_max_total_num_tokens=pool_config.full_max_total_num_tokens,
+        swa_max_total_num_tokens=pool_config.swa_max_total_num_tokens,
+        c4_max_total_num_tokens=pool_config.c4_max_total_num_tokens,
+        c128_max_total_num_tokens=pool_config.c128_max_total_num_tokens,
+        c4_state_pool_size=pool_config.c4_state_pool_size,
+        c128_state_pool_size=pool_config.c128_state_pool_size,
+        c4_state_dtype=torch.float32,
+        c128_state_dtype=torch.float32,
+        req_to_token_pool=req_to_token_pool,
+    )
