@@ -1,0 +1,160 @@
+"""``sglang-dsv4 doctor``: what is installed, what is configured, what the extension did.
+
+Runs on a CPU-only machine. It activates the extension in its own process (exactly as
+SGLang's plugin loader would) and reports every table row's status, the index-K read
+gate's verdict per accessor, the CUDA device and which kernel backends can run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Dict, List
+
+from sglang_dsv4_ext import __version__, compat
+from sglang_dsv4_ext.config import ConfigError, kill_switch_set, load_config
+
+
+def _cuda_report() -> Dict[str, object]:
+    try:
+        import torch
+    except ImportError:
+        return {"available": False, "reason": "torch is not installed"}
+    if not torch.cuda.is_available():
+        return {"available": False, "reason": "no CUDA device visible", "torch": torch.__version__}
+    major, minor = torch.cuda.get_device_capability()
+    return {
+        "available": True,
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(),
+        "compute_capability": f"{major}.{minor}",
+    }
+
+
+def _kernel_backends(cuda: Dict[str, object]) -> Dict[str, str]:
+    backends: Dict[str, str] = {}
+    try:
+        import triton
+
+        backends["triton"] = f"installed {triton.__version__}" + (
+            "" if cuda.get("available") else " (compile-only here: no CUDA device)"
+        )
+    except ImportError:
+        backends["triton"] = "missing"
+    try:
+        import kernels_sm120  # noqa: F401
+
+        backends["kernels_sm120 (bf16 index-K)"] = "installed" + ("" if cuda.get("available") else " (no CUDA device)")
+    except ImportError as exc:
+        backends["kernels_sm120 (bf16 index-K)"] = f"missing: {exc}"
+    for name in ("deep_gemm", "tilelang", "flashinfer"):
+        try:
+            __import__(name)
+            backends[name] = "importable"
+        except Exception as exc:  # these import CUDA libraries and may fail in many ways on CPU
+            backends[name] = f"not importable ({type(exc).__name__})"
+    return backends
+
+
+def collect_report() -> Dict[str, object]:
+    from sglang_dsv4_ext import activation
+
+    report: Dict[str, object] = {"ext_version": __version__}
+    try:
+        report["sglang_version"] = activation.installed_sglang_version()
+        import sglang
+
+        report["sglang_path"] = str(getattr(sglang, "__path__", [""])[0])
+    except activation.ActivationError as exc:
+        report["sglang_version"] = None
+        report["error"] = str(exc)
+    try:
+        config = load_config()
+        report["config"] = config.as_dict()
+    except ConfigError as exc:
+        report["config"] = None
+        report["error"] = str(exc)
+        config = None
+
+    error = report.get("error")
+    if config is not None and not kill_switch_set() and report.get("sglang_version"):
+        try:
+            activation.activate()
+        except activation.ActivationError as exc:
+            error = str(exc)
+    elif kill_switch_set():
+        activation.STATE.statuses = {t.path: activation.SKIPPED_BY_CONFIG for t in compat.TARGETS}
+    state = activation.STATE
+    targets: List[Dict[str, str]] = []
+    for target in compat.TARGETS:
+        row = {
+            "target": target.path,
+            "status": state.statuses.get(target.path, activation.REFUSED),
+            "area": target.area,
+            "feature": target.feature,
+            "signature": target.signature,
+        }
+        if target.path in state.accessor_verdicts:
+            row["gate"] = state.accessor_verdicts[target.path]
+        if target.path in state.details:
+            row["detail"] = state.details[target.path]
+        targets.append(row)
+    report["activated"] = state.activated
+    report["activation_seconds"] = round(state.seconds, 3)
+    report["targets"] = targets
+    report["error"] = error
+    cuda = _cuda_report()
+    report["cuda"] = cuda
+    report["kernel_backends"] = _kernel_backends(cuda)
+    return report
+
+
+def _print_human(report: Dict[str, object]) -> None:
+    print(f"sglang-dsv4-ext {report['ext_version']}")
+    print(f"SGLang          {report.get('sglang_version')}  ({report.get('sglang_path', '?')})")
+    print(f"config          {report.get('config')}")
+    print(f"activated       {report['activated']} ({report['activation_seconds']} s)")
+    if report.get("error"):
+        print(f"error           {report['error']}")
+    print()
+    width = max(len(row["target"]) for row in report["targets"]) - len("sglang.srt.")
+    print(f"{'target':<{width}}  {'status':<17}  gate")
+    for row in report["targets"]:
+        name = row["target"].removeprefix("sglang.srt.")
+        print(f"{name:<{width}}  {row['status']:<17}  {row.get('gate', '')}")
+    print()
+    cuda = report["cuda"]
+    if cuda.get("available"):
+        print(f"CUDA            {cuda['device']} (compute capability {cuda['compute_capability']})")
+    else:
+        print(f"CUDA            none ({cuda.get('reason')})")
+    for name, status in report["kernel_backends"].items():
+        print(f"  {name:<30} {status}")
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    # Activation logs every applied hook at INFO; doctor's output is the report.
+    logging.getLogger("sglang").setLevel(logging.WARNING)
+    report = collect_report()
+    if args.json:
+        json.dump(report, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        _print_human(report)
+    return 1 if report.get("error") else 0
+
+
+def add_subparser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "doctor",
+        help="report SGLang, the configuration in force and the status of every patched target",
+        description="Activate the extension in this process as SGLang would and report: SGLang version "
+        "and path, extension version, configuration (SGLANG_DSV4_* variables), each patched target's status "
+        "(applied, not-needed, skipped-by-config, drifted, refused), the index-K gate verdict per accessor, "
+        "CUDA device and kernel backends. Exit code 1 if activation is refused.",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(func=run)

@@ -1,0 +1,201 @@
+"""``sglang-dsv4 plan``: SGLang's real DSV4 pool configurator, fp8 vs bf16 vs fp4 index-K.
+
+For a model config (default: the bundled DeepSeek-V4-Flash config) and a KV budget per
+rank, run ``DSV4PoolConfigurator.calculate_pool_sizes`` once per index-K dtype, with the
+extension active (so the budget is what a server with that dtype would use), and print
+tokens, per-pool sizes and bytes per token side by side. Nothing is allocated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+from typing import Dict, Optional
+
+from sglang_dsv4_ext import dsv4_model
+from sglang_dsv4_ext.config import ENV_INDEX_K_DTYPE, INDEX_K_DTYPES
+
+GIB = 1 << 30
+
+
+@contextlib.contextmanager
+def _index_k_dtype_env(dtype: str):
+    previous = os.environ.get(ENV_INDEX_K_DTYPE)
+    os.environ[ENV_INDEX_K_DTYPE] = dtype
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(ENV_INDEX_K_DTYPE, None)
+        else:
+            os.environ[ENV_INDEX_K_DTYPE] = previous
+
+
+def plan_one(model: dsv4_model.Dsv4Model, dtype: str, *, kv_budget_bytes: int, max_running_requests: int,
+             swa_full_tokens_ratio: Optional[float], chunked_prefill_size: int, mtp: bool,
+             start_layer: int, end_layer: int) -> Dict[str, object]:
+    from sglang.srt.mem_cache.deepseek_v4_memory_pool import _num_dsv4_physical_kv_pages
+
+    fields = dict(max_running_requests=max_running_requests, chunked_prefill_size=chunked_prefill_size)
+    if swa_full_tokens_ratio is not None:
+        # What SGLang's arg hook records when the operator passes --swa-full-tokens-ratio.
+        fields.update(swa_full_tokens_ratio=swa_full_tokens_ratio, _swa_full_tokens_ratio_explicitly_set=True)
+    if dtype == "fp4":
+        fields["enable_deepseek_v4_fp4_indexer"] = True
+    speculative = None
+    if mtp:
+        speculative = "EAGLE"
+        fields.update(speculative_algorithm="EAGLE", speculative_num_draft_tokens=2, speculative_num_steps=1,
+                      speculative_eagle_topk=1)
+    with _index_k_dtype_env(dtype), dsv4_model.cpu_server_args(**fields):
+        kvc = dsv4_model.kv_cache_configurator_stub(model, start_layer=start_layer, end_layer=end_layer,
+                                                    speculative=speculative)
+        configurator = dsv4_model.make_configurator(kvc)
+        pool = configurator.calculate_pool_sizes(kv_budget_bytes, dsv4_model.PAGE_SIZE)
+    c4_layers = configurator.num_layers(4)
+    index_page = dsv4_model.PAGE_SIZE // 4
+    c4_logical = pool.c128_max_total_num_tokens * 32  # the pool's indexer size (code map A.3)
+    index_pages = _num_dsv4_physical_kv_pages(c4_logical, index_page, dsv4_model.PAGE_SIZE)
+    index_k_bytes = c4_layers * index_pages * index_page * configurator.indexer_bytes_per_token
+    return {
+        "index_k_dtype": dtype,
+        "indexer_bytes_per_token": configurator.indexer_bytes_per_token,
+        "bytes_per_full_token": configurator.bytes_per_full_token,
+        "index_k_bytes_per_full_token": c4_layers * configurator.indexer_bytes_per_token / 4,
+        "full_tokens": pool.full_max_total_num_tokens,
+        "swa_tokens": pool.swa_max_total_num_tokens,
+        "c4_tokens": pool.c4_max_total_num_tokens,
+        "c128_tokens": pool.c128_max_total_num_tokens,
+        "c4_state_slots": pool.c4_state_pool_size,
+        "c128_state_slots": pool.c128_state_pool_size,
+        "index_k_pool_bytes": index_k_bytes,
+        "c4_index_layers": c4_layers,
+        "swa_cap_mode": configurator.swa_cap_tokens is not None,
+    }
+
+
+def build_plan(args: argparse.Namespace) -> Dict[str, object]:
+    from sglang_dsv4_ext import activation
+
+    model = dsv4_model.load_model(args.model_config)
+    end_layer = model.num_hidden_layers if args.end_layer is None else args.end_layer
+    if not 0 <= args.start_layer < end_layer <= model.num_hidden_layers:
+        raise ValueError(
+            f"--start-layer {args.start_layer} / --end-layer {end_layer}: need 0 <= start < end <= "
+            f"{model.num_hidden_layers}"
+        )
+    activation.activate()
+    budget = int(args.kv_budget_gib * GIB)
+    results = {}
+    for dtype in args.dtypes:
+        results[dtype] = plan_one(
+            model, dtype, kv_budget_bytes=budget, max_running_requests=args.max_running_requests,
+            swa_full_tokens_ratio=None if args.cap_mode else args.swa_full_tokens_ratio,
+            chunked_prefill_size=args.chunked_prefill_size, mtp=args.mtp,
+            start_layer=args.start_layer, end_layer=end_layer,
+        )
+    return {
+        "model": model.name,
+        "layers": model.layer_counts(args.start_layer, end_layer),
+        "stage": [args.start_layer, end_layer],
+        "kv_budget_bytes": budget,
+        "max_running_requests": args.max_running_requests,
+        "swa_mode": "cap" if args.cap_mode else f"ratio {args.swa_full_tokens_ratio}",
+        "mtp": args.mtp,
+        "dtypes": results,
+    }
+
+
+def _print_table(plan: Dict[str, object]) -> None:
+    dtypes = list(plan["dtypes"])
+    rows = [
+        ("index-K B/token/layer", "indexer_bytes_per_token", "{:d}"),
+        ("index-K B/full token", "index_k_bytes_per_full_token", "{:.2f}"),
+        ("bytes/full token", "bytes_per_full_token", "{:.2f}"),
+        ("full tokens", "full_tokens", "{:,}"),
+        ("SWA tokens", "swa_tokens", "{:,}"),
+        ("c4 tokens", "c4_tokens", "{:,}"),
+        ("c128 tokens", "c128_tokens", "{:,}"),
+        ("c4 state slots", "c4_state_slots", "{:,}"),
+        ("index-K pool GiB", "index_k_pool_bytes", None),
+    ]
+    layers = ", ".join(f"{count} x r{ratio}" for ratio, count in plan["layers"].items())
+    print(f"{plan['model']}: layers [{plan['stage'][0]}, {plan['stage'][1]}) = {layers}")
+    print(f"KV budget {plan['kv_budget_bytes'] / GIB:.2f} GiB per rank, max running requests "
+          f"{plan['max_running_requests']}, SWA {plan['swa_mode']}, MTP {'on' if plan['mtp'] else 'off'}")
+    print()
+    print(f"{'':<24}" + "".join(f"{d:>16}" for d in dtypes))
+    for label, key, fmt in rows:
+        cells = []
+        for d in dtypes:
+            value = plan["dtypes"][d][key]
+            cells.append(f"{value / GIB:.3f}" if fmt is None else fmt.format(value))
+        print(f"{label:<24}" + "".join(f"{c:>16}" for c in cells))
+    if "fp8" in plan["dtypes"] and len(dtypes) > 1:
+        base = plan["dtypes"]["fp8"]["full_tokens"]
+        print(f"{'tokens vs fp8':<24}" + "".join(
+            f"{plan['dtypes'][d]['full_tokens'] / base:>16.4f}" for d in dtypes))
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.getLogger("sglang").setLevel(logging.WARNING)
+    logging.getLogger("sglang_dsv4_ext").setLevel(logging.WARNING)
+    try:
+        plan = build_plan(args)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        print(f"sglang-dsv4 plan: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(plan, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print_table(plan)
+    return 0
+
+
+def _dtype_list(text: str):
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in values if v not in INDEX_K_DTYPES]
+    if bad or not values:
+        raise argparse.ArgumentTypeError(
+            f"--dtypes {text!r}: allowed values are {', '.join(INDEX_K_DTYPES)} (comma-separated)"
+        )
+    return values
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def add_subparser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="run SGLang's real DSV4 pool configurator for fp8, bf16 and fp4 index-K side by side",
+        description="Size DeepSeek-V4 KV pools with SGLang's own DSV4PoolConfigurator (CPU only, nothing "
+        "allocated) for each index-K dtype and print tokens, pool sizes and bytes per token.",
+    )
+    parser.add_argument("--model-config", default=None, metavar="PATH",
+                        help="a DeepSeek-V4 config.json (or its directory); default: bundled DeepSeek-V4-Flash")
+    parser.add_argument("--kv-budget-gib", type=_positive_float, default=12.0,
+                        help="KV-cache bytes available per rank, GiB (default 12)")
+    parser.add_argument("--max-running-requests", type=int, default=256,
+                        help="per rank; sizes the request-scoped c128 state (default 256)")
+    parser.add_argument("--swa-full-tokens-ratio", type=_positive_float, default=0.1,
+                        help="SWA tokens per full token (SGLang's --swa-full-tokens-ratio, default 0.1)")
+    parser.add_argument("--cap-mode", action="store_true",
+                        help="size SWA by SGLang's cap mode (ratio not given) instead of the ratio")
+    parser.add_argument("--chunked-prefill-size", type=int, default=8192, help="(default 8192)")
+    parser.add_argument("--mtp", action="store_true", help="MTP speculative decoding on (EAGLE, 2 draft tokens)")
+    parser.add_argument("--start-layer", type=int, default=0, help="pipeline stage start layer (default 0)")
+    parser.add_argument("--end-layer", type=int, default=None, help="pipeline stage end layer (default: all)")
+    parser.add_argument("--dtypes", type=_dtype_list, default=list(INDEX_K_DTYPES),
+                        help="comma-separated index-K dtypes to compare (default fp8,bf16,fp4)")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.set_defaults(func=run)

@@ -1,0 +1,62 @@
+"""Shared fixtures: the suite runs in ONE process against the real installed SGLang 0.5.23.
+
+- ``cpu_server_args`` (session): SGLang's runtime server-args context published for CPU,
+  as SGLang's own test kit does (pools and the configurator read it).
+- ``ext_active`` (session): the extension activated in this process through the same
+  ``activate()`` the entry point calls; hooks decide per call from the environment, so
+  tests switch features with ``monkeypatch.setenv``.
+- ``gpu`` marker: skipped here with a reason; ``tests/run_gpu_tests.sh`` runs them on the H200.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Keep the test process's own configuration explicit: nothing from the caller's shell leaks in.
+for _name in ("SGLANG_DSV4_EXT", "SGLANG_DSV4_INDEX_K_DTYPE", "SGLANG_DSV4_BF16_INDEX_K", "SGLANG_DSV4_INDEX_K_GATE",
+              "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG"):
+    os.environ.pop(_name, None)
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU: run tests/run_gpu_tests.sh on the lent H200")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cpu_server_args():
+    from sglang_dsv4_ext.dsv4_model import cpu_server_args
+
+    with cpu_server_args() as server_args:
+        yield server_args
+
+
+@pytest.fixture(scope="session")
+def ext_active(cpu_server_args):
+    from sglang_dsv4_ext import activation
+
+    return activation.activate()
+
+
+@pytest.fixture
+def index_k_dtype(monkeypatch):
+    """Set the index-K dtype for one test: ``index_k_dtype("bf16")``."""
+
+    def set_dtype(dtype: str) -> None:
+        monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", dtype)
+
+    return set_dtype
