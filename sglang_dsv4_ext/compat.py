@@ -50,6 +50,9 @@ class Target:
 
 
 TARGETS: List[Target] = [
+    # --- activation itself: SGLang's HookRegistry propagation, scoped while our hooks apply ---
+    Target("sglang.srt.plugins.hook_registry._propagate_patch", "(original, wrapped, source_module)",
+           "activation", ALWAYS, "scan only sglang.* modules for aliases of our targets (0.3 s activation budget)"),
     # --- sizing: one source of truth for index-K bytes per token (code map A.1, C.2) ---
     Target(f"{_MP}.get_dsv4_indexer_bytes_per_token", "(index_head_dim, use_fp4_indexer)",
            "sizing", ALWAYS, "bytes per index-K token for pool and configurator (bf16: 256, fp4 on CUDA: 68)"),

@@ -1,0 +1,1 @@
+"""Benchmarks that print tables (speed goals live here, never in timed tests)."""
