@@ -84,6 +84,18 @@ TARGETS: List[Target] = [
            "hicache", BF16, "scope in which the L3 anchor pool is tagged with the index-K dtype"),
     Target(f"{_HOST}.LogicalHostPool.__init__", "(self, size, page_size, layout='layer_first')",
            "hicache", BF16, "tag storage_format_tag of the DSV4 anchor so L3 keys differ for bf16"),
+    # --- indexer: the bf16 data path (B.1-B.5) ---
+    Target(f"{_CMP}.forward_indexer_compressor", "(self, x, forward_batch, layer_id, compressor)",
+           "indexer", BF16, "bf16 index-K store (norm, RoPE, Hadamard, bf16 scatter) for the c4 indexer"),
+    Target(f"{_IDX}.C4Indexer.compute_q", "(self, q_lora, positions, weight, q_lora_quant=None)",
+           "indexer", BF16, "bf16 queries (RoPE + Hadamard), weights = weight * weight_scale"),
+    Target(f"{_IDX}.C4IndexerBackendMixin.forward_c4_indexer",
+           "(self, x, q_lora, c4_indexer, forward_batch, alt_streams=None, enable_multi_stream=False, "
+           "q_lora_ready=None, skip_compressor=False, q_lora_quant=None)",
+           "indexer", BF16, "paged bf16 logits kernel feeding SGLang's own top-k"),
+    Target(f"{_IDX}.C4IndexerBackendMixin._can_use_nonpaged_indexer",
+           "(self, *, c4_indexer, forward_batch, indexer_metadata)",
+           "indexer", BF16, "non-paged (fp8 DeepGEMM) branch off for bf16"),
     # --- gate: no reader sees index-K before its HiCache load landed (A.3, D.3-D.5) ---
     Target(f"{_POOL}.wait_layer_transfer", "(self, layer_id)",
            "gate", GATE, "record waits; wait one layer ahead during breakable prefill-graph replay (R3)"),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List
 
 # Order matters only for readability of doctor output; targets are disjoint per module.
-PATCH_MODULES = ("sizing", "pool", "pd", "hicache", "gate")
+PATCH_MODULES = ("sizing", "pool", "pd", "hicache", "indexer", "gate")
 
 
 @dataclass(frozen=True)

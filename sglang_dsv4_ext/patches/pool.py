@@ -134,7 +134,7 @@ def scatter_index_k_bf16(
     if page_rows.is_cuda:
         from kernels_sm120 import dispatch
 
-        dispatch.scatter_index_k_bf16(page_rows, loc, rows, page_size=page_size)
+        dispatch.scatter_index_k_bf16(rows.to(torch.bfloat16), loc, page_rows)
         return
     flat = page_rows.view(torch.bfloat16).view(-1, index_head_dim)
     loc = loc.to(torch.long)
