@@ -87,9 +87,11 @@ def main():
     clear_env()
     activation.reset_for_tests()
     drifted = list(compat.TARGETS)
-    victim = drifted[2]
-    drifted[2] = compat.Target(victim.path, victim.signature.replace("force_fp4=False", "force_fp4=True"),
-                               victim.area, victim.feature, victim.why)
+    index = next(i for i, t in enumerate(drifted) if t.path.endswith("DeepSeekV4TokenToKVPool._make_indexer_pool"))
+    victim = drifted[index]
+    changed = victim.signature.replace("force_fp4=False", "force_fp4=True")
+    assert changed != victim.signature
+    drifted[index] = compat.Target(victim.path, changed, victim.area, victim.feature, victim.why)
     try:
         activation.activate(targets=drifted)
         result["drift"] = {"error": None}
