@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The incident's workload against a running stack: 80 concurrent agentic sessions,
+# 8 rounds each (a tool call plus an answer per round), one hour at most.
+#   ENDPOINT=http://127.0.0.1:8000 LABEL=bf16+hicache serve/repro-incident.sh
+# Extra arguments go to `sglang-dsv4 repro run` (e.g. --concurrency 16,40,80).
+set -euo pipefail
+ENDPOINT="${ENDPOINT:-http://127.0.0.1:8000}"
+LABEL="${LABEL:-run}"
+OUT="${OUT:-repro-runs/incident-${LABEL//[^A-Za-z0-9._-]/_}-$(date +%Y%m%d-%H%M%S)}"
+exec sglang-dsv4 repro run --endpoint "$ENDPOINT" --label "$LABEL" --out "$OUT" \
+  --sessions 80 --rounds 8 --concurrency 80 --max-tokens 2048 --time-limit 3600 "$@"

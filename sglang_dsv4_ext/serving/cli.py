@@ -1,0 +1,238 @@
+"""``sglang-dsv4 serve``: command line for the PD / single-server stack."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from typing import List
+
+from sglang_dsv4_ext.config import GATE_MODES, INDEX_K_DTYPES, ConfigError, load_config
+from sglang_dsv4_ext.serving.preset import (
+    HICACHE_SIZE_MESSAGE,
+    MODES,
+    ROLES,
+    PresetError,
+    StackSpec,
+    default_spec,
+    list_presets,
+    load_preset,
+)
+
+EXIT_USAGE = 2
+PLACEHOLDER_SUFFIX = ".invalid"  # reserved TLD used for node addresses in shipped presets
+
+_EPILOG = """\
+SGLang's own flags pass through untouched: after "--" for every server, or per role
+with --prefill-args/--decode-args (a quoted string; repeatable), and --router-args for
+the router. A single flag needs the "=" form: --decode-args=--enable-foo. Flags this tool controls (role, ports, HiCache, index-K, transfer backend,
+node layout, model path) are rejected there, naming the flag and what to use instead.
+Every generated command line is checked by SGLang's own argument parser first.
+
+examples:
+  sglang-dsv4 serve --list-presets
+  sglang-dsv4 serve --preset dsv4-flash-8gpu-pd-4p4d-bf16-hicache --dry-run
+  sglang-dsv4 serve --preset dsv4-flash-8gpu-pd-4p4d-bf16-hicache --model-path /models/DeepSeek-V4-Flash
+  sglang-dsv4 serve --mode single --model-path /models/DeepSeek-V4-Flash --index-k-dtype bf16 \\
+      --hicache --hicache-ratio 2 -- --tp 8 --trust-remote-code
+  # two nodes: run on each node with its rank
+  sglang-dsv4 serve --preset dsv4-flash-2node-pd-1p1d-tp8-bf16-hicache --node-hosts 10.0.0.1,10.0.0.2 --node-rank 0
+"""
+
+
+def _split(values: List[str], flag: str) -> List[str]:
+    out = []
+    for v in values or []:
+        try:
+            out += shlex.split(v)
+        except ValueError as exc:
+            raise PresetError(f"{flag} {v!r}: {exc}")
+    return out
+
+
+def add_subparser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="start a DeepSeek-V4 PD (or single-server) stack with the extension's flags",
+        description="Start a DeepSeek-V4 stack: prefill server(s), decode server(s) and SGLang's router "
+        "(PD mode), or one server (single mode), with the extension's configuration in every child; "
+        "health-check each child, tee its log, stop everything on Ctrl-C or when a child dies.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g = p.add_argument_group("stack")
+    g.add_argument("--preset", help="a shipped preset name (see --list-presets) or a path to a TOML preset")
+    g.add_argument("--list-presets", action="store_true", help="list the shipped presets and exit")
+    g.add_argument("--mode", choices=MODES, help="pd: prefill + decode + router; single: one server (default: the preset's, else pd)")
+    g.add_argument("--model-path", help="model directory or hub id (overrides the preset)")
+
+    e = p.add_argument_group("extension (reaches every child as SGLANG_DSV4_* variables)")
+    e.add_argument("--index-k-dtype", choices=INDEX_K_DTYPES, help="index-K cache dtype; fp4 also passes --enable-deepseek-v4-fp4-indexer")
+    e.add_argument("--index-k-gate", choices=GATE_MODES, help="HiCache index-K read gate mode")
+    e.add_argument("--no-extension", action="store_true", help="kill switch: SGLANG_DSV4_EXT=0 (stock SGLang behaviour)")
+
+    h = p.add_argument_group("HiCache")
+    hs = h.add_mutually_exclusive_group()
+    hs.add_argument("--hicache", dest="hicache", action="store_true", default=None, help="--enable-hierarchical-cache on the HiCache roles")
+    hs.add_argument("--no-hicache", dest="hicache", action="store_false", help="HiCache off")
+    h.add_argument("--hicache-ratio", type=float, help="host pool = device pool x ratio (SGLang's default 2.0)")
+    h.add_argument("--hicache-size", help="rejected: " + HICACHE_SIZE_MESSAGE)
+    h.add_argument("--hicache-roles", help="pd mode: comma list of roles with HiCache (default: the preset's, else prefill)")
+
+    d = p.add_argument_group("PD and nodes")
+    d.add_argument("--transfer-backend", help="--disaggregation-transfer-backend for prefill and decode (default nixl)")
+    d.add_argument("--node-rank", type=int, default=0, help="this node's index in the cluster (default 0)")
+    d.add_argument("--node-hosts", help="comma list of node addresses, index = node rank (overrides [cluster].nodes)")
+    d.add_argument("--dist-init-addr", help="HOST:PORT for the one server that spans several nodes")
+    d.add_argument("--router-host", help="router bind address (overrides [router].host)")
+    d.add_argument("--router-port", type=int, help="router port (overrides [router].port)")
+    d.add_argument("--no-router", action="store_true", help="pd mode without the router")
+    d.add_argument("--router-module", help="router entry module (default sglang_router.launch_router)")
+
+    a = p.add_argument_group("pass-through (SGLang's own flags)")
+    a.add_argument("--prefill-args", action="append", default=[], metavar="ARGS", help="flags for every prefill server, e.g. \"--tp 4\"")
+    a.add_argument("--decode-args", action="append", default=[], metavar="ARGS", help="flags for every decode server")
+    a.add_argument("--router-args", action="append", default=[], metavar="ARGS", help="flags for the router, e.g. \"--policy cache_aware\"")
+    a.add_argument("sglang_args", nargs="*", metavar="-- SGLANG_ARGS", help="flags for every server (after --)")
+
+    r = p.add_argument_group("run")
+    r.add_argument("--dry-run", action="store_true", help="print the exact commands and environment, then exit 0")
+    r.add_argument("--all-nodes", action="store_true", help="with --dry-run: print every node's commands")
+    r.add_argument("--log-dir", help="per-child logs (default serve-logs/<time>)")
+    r.add_argument("--health-timeout", type=float, default=1800.0, help="seconds each phase may wait for /health (default 1800)")
+    r.add_argument("--grace-period", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL on shutdown (default 30)")
+    r.add_argument("--quiet-logs", action="store_true", help="do not stream child output (it is still written to the log dir)")
+    r.add_argument("--python", default=sys.executable, help="interpreter for the children (default: this one)")
+    r.add_argument("--server-module", default="sglang.launch_server", help="server entry module (default sglang.launch_server)")
+    p.set_defaults(func=run)
+
+
+def spec_from_args(args) -> StackSpec:
+    """The stack: preset (or defaults) with command-line overrides applied."""
+    if args.hicache_size is not None:
+        raise PresetError(f"--hicache-size {args.hicache_size}: {HICACHE_SIZE_MESSAGE}")
+    if args.preset:
+        spec = load_preset(args.preset)
+        if args.mode and args.mode != spec.mode:
+            raise PresetError(f"--mode {args.mode} contradicts the preset's mode = {spec.mode!r} ({spec.source})")
+    else:
+        spec = default_spec(args.mode or "pd")
+        env = load_config()  # no preset: the shell's SGLANG_DSV4_* are the defaults
+        spec.ext_enabled, spec.index_k_dtype, spec.index_k_gate = env.enabled, env.index_k_dtype, env.gate
+    if args.model_path:
+        spec.model_path = args.model_path
+    if args.index_k_dtype:
+        spec.index_k_dtype = args.index_k_dtype
+    if args.index_k_gate:
+        spec.index_k_gate = args.index_k_gate
+    if args.no_extension:
+        spec.ext_enabled = False
+    if args.hicache is not None:
+        spec.hicache = args.hicache
+    if args.hicache_ratio is not None:
+        spec.hicache_ratio = args.hicache_ratio
+    if args.hicache_roles:
+        roles = [r.strip() for r in args.hicache_roles.split(",") if r.strip()]
+        bad = [r for r in roles if r not in ROLES]
+        if bad:
+            raise PresetError(f"--hicache-roles: {bad[0]!r} is not a role; allowed: {', '.join(ROLES)}")
+        spec.hicache_roles = roles
+    if args.transfer_backend:
+        spec.transfer_backend = args.transfer_backend
+    if args.node_hosts:
+        hosts = [h.strip() for h in args.node_hosts.split(",") if h.strip()]
+        if args.preset and len(spec.nodes) > 1 and len(hosts) != len(spec.nodes):
+            raise PresetError(f"--node-hosts gives {len(hosts)} addresses; the preset's cluster has {len(spec.nodes)} nodes")
+        spec.nodes = hosts
+    if args.dist_init_addr:
+        spanning = [i for i in spec.servers() if len(i.nodes) > 1]
+        if len(spanning) != 1:
+            raise PresetError(
+                f"--dist-init-addr applies to the one server that spans nodes; this stack has {len(spanning)} "
+                "such servers: set dist_init_addr per server in the preset"
+            )
+        spanning[0].dist_init_addr = args.dist_init_addr
+    if args.router_host:
+        spec.router.host = args.router_host
+    if args.router_port is not None:
+        spec.router.port = args.router_port
+    if args.no_router:
+        spec.router.enabled = False
+    if args.router_module:
+        spec.router.module = args.router_module
+    if spec.mode == "single" and (args.prefill_args or args.decode_args or args.router_args):
+        raise PresetError("--prefill-args/--decode-args/--router-args need pd mode; in single mode pass SGLang flags after --")
+    spec.role_args = {"prefill": _split(args.prefill_args, "--prefill-args"), "decode": _split(args.decode_args, "--decode-args")}
+    spec.router_extra_args = _split(args.router_args, "--router-args")
+    spec.common_args = list(spec.common_args) + list(args.sglang_args or [])
+    return spec
+
+
+def _env_notes(spec: StackSpec) -> List[str]:
+    """Say when the shell's SGLANG_DSV4_* differ from what the children will get."""
+    try:
+        env = load_config()
+    except ConfigError as exc:
+        return [f"the shell's extension environment is invalid ({exc}); children get the stack's values instead"]
+    notes = []
+    if env.index_k_dtype != spec.index_k_dtype and os.environ.get("SGLANG_DSV4_INDEX_K_DTYPE"):
+        notes.append(f"shell has SGLANG_DSV4_INDEX_K_DTYPE={env.index_k_dtype}; children get {spec.index_k_dtype}")
+    if env.gate != spec.index_k_gate and os.environ.get("SGLANG_DSV4_INDEX_K_GATE"):
+        notes.append(f"shell has SGLANG_DSV4_INDEX_K_GATE={env.gate}; children get {spec.index_k_gate}")
+    return notes
+
+
+def run(args) -> int:
+    from sglang_dsv4_ext.serving.plan import build_plan, format_plan
+    from sglang_dsv4_ext.serving.validate import CommandLineError, SGLangArgs
+
+    if args.list_presets:
+        for name in list_presets():
+            spec = load_preset(name)
+            print(f"{name:<48} {spec.description}")
+        return 0
+    try:
+        spec = spec_from_args(args)
+        sglang = SGLangArgs()
+        ranks = range(len(spec.nodes)) if (args.dry_run and args.all_nodes) else [args.node_rank]
+        plans = [build_plan(spec, rank, sglang, python=args.python, server_module=args.server_module) for rank in ranks]
+    except (PresetError, CommandLineError, ConfigError) as exc:
+        print(f"sglang-dsv4 serve: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for plan in plans:
+        plan.notes = _env_notes(spec) + plan.notes
+    if args.dry_run:
+        print("\n\n".join(format_plan(p) for p in plans))
+        return 0
+    placeholders = [h for h in spec.nodes if h.endswith(PLACEHOLDER_SUFFIX)]
+    if placeholders:
+        print(
+            f"sglang-dsv4 serve: error: node address {placeholders[0]!r} is a placeholder; pass the real "
+            "addresses with --node-hosts (or edit [cluster].nodes in a copy of the preset)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    plan = plans[0]
+    if not plan.children:
+        print(f"sglang-dsv4 serve: error: node {plan.node_rank} runs nothing in this stack", file=sys.stderr)
+        return EXIT_USAGE
+    from sglang_dsv4_ext.serving.supervise import Supervisor
+
+    log_dir = args.log_dir or os.path.join("serve-logs", time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(log_dir, exist_ok=True)
+    with open(os.path.join(log_dir, "commands.sh"), "w") as f:
+        f.write(format_plan(plan) + "\n")
+    print(format_plan(plan))
+    return Supervisor(
+        plan.children,
+        log_dir,
+        remote_health=plan.remote_health,
+        health_timeout=args.health_timeout,
+        grace_period=args.grace_period,
+        stream_logs=not args.quiet_logs,
+    ).run()
+
+
+__all__ = ["add_subparser", "run", "spec_from_args"]
