@@ -16,17 +16,22 @@ How:
   * A probe at activation drives each top-level index-K reader with a recording counter and
     reports whether the installed SGLang already waits for the right layer; only readers that
     do not wait get our wait (the rest are reported ``not-needed``, upstream-gated).
-  * Every sub-pool reader, and the raw ``index_k_with_scale_buffer`` list, are gated through
-    the parent pool (linked at pool creation): while a load is pending and the layer has not
-    been waited for, mode ``auto`` waits and logs once per call site, mode ``strict`` raises
-    naming the caller. Waits are recorded per counter (``LayerDoneCounter.wait_until`` /
-    ``set_consumer`` hooks), so a read after the wait passes untouched.
+  * Every sub-pool reader, and item access on the raw ``index_k_with_scale_buffer`` list, are
+    gated through the parent pool (linked at pool creation; each sub-pool layer maps to the
+    layer whose load carries it, the kv_source layer for V4.1's shared low-ratio layers):
+    while a load is pending and the layer has not been waited for, mode ``auto`` waits and
+    logs once per call site, mode ``strict`` raises naming the caller. Writers indexing the
+    raw list and HiCache's own host-pool transfers are not reads and pass. Waits are recorded
+    per counter (``LayerDoneCounter.wait_until`` / ``set_consumer`` hooks), so a read after
+    the wait passes untouched. The record is per counter, not per stream: a read on another
+    stream than the one that waited (code map R2) is not caught.
   * R3, "wait ahead": before a non-full prefill-graph replay with a pending load we wait for
     layer 0, and inside the replay every ``wait_layer_transfer(L)`` (issued at the eager
     attention break of layer L) also waits for L+1, the layer whose captured indexer and
     compressor replay next. Waits are GPU stream waits on SGLang's own events: the host never
     synchronises, and layer-wise overlap is kept (cost measured in ``gpu/gate_replay.py``).
-  * With no counter registered (HiCache off) every hook returns after one attribute check.
+  * With no counter registered (HiCache off) every hook returns after a weakref call and one
+    attribute check (``bench/gate_overhead.py`` measures it; no host synchronisation).
 
 Upstream status: top-level getters gated upstream (0.5.12+); sub-pool getters and the
 breakable-graph replay are not (scheduler.py carries a TODO at the consumer index).
@@ -41,7 +46,7 @@ import logging
 import sys
 import threading
 import weakref
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +189,8 @@ def _around_set_consumer(original, self, index):
 
 def _around_wait_until(original, self, threshold):
     original(self, threshold)
-    _note_wait(self, threshold)
+    if self.consumer_index >= 0:
+        _note_wait(self, threshold)
 
 
 # The pool whose waits look one layer ahead: set while a non-full prefill graph replays.
@@ -196,6 +202,8 @@ def _around_wait_layer_transfer(original, self, layer_id):
     if counter is None:  # HiCache off: the stock method would do nothing either
         return
     original(self, layer_id)
+    if counter.consumer_index < 0:
+        return  # no load pending for this batch: nothing to record or wait ahead for
     local = layer_id - self.start_layer
     _note_wait(counter, local)
     if _wait_ahead_pool.get() == id(self) and getattr(self, "_dsv4_gate_mode", "auto") != "off":
@@ -236,6 +244,13 @@ def _parent_of(sub_pool):
 
 # SGLang's (and our) index-K writers index the raw buffer list; they are not reads.
 _RAW_BUFFER_WRITERS = frozenset({"set_index_fused", "set_index_k_scale_buffer", "set_index_fp4"})
+# HiCache's host pool keeps the raw list (``_dsv4_indexer_regions`` hands it over) and indexes
+# it to copy layers in and out: that is the load itself, ordered by HiCache's own events.
+_RAW_BUFFER_TRANSFER_FILES = ("memory_pool_host.py",)
+
+
+def _raw_access_is_not_a_read(code) -> bool:
+    return code.co_name in _RAW_BUFFER_WRITERS or code.co_filename.endswith(_RAW_BUFFER_TRANSFER_FILES)
 
 
 def before_subpool_read(sub_pool, local_layer_id: int, what: str, *, raw_access: bool = False) -> None:
@@ -249,12 +264,14 @@ def before_subpool_read(sub_pool, local_layer_id: int, what: str, *, raw_access:
     mode = parent.__dict__.get("_dsv4_gate_mode", "auto")
     if mode == "off":
         return
-    global_layer = sub_pool._dsv4_gate_global_layers[local_layer_id]
+    global_layer = sub_pool._dsv4_gate_global_layers.get(local_layer_id)
+    if global_layer is None:
+        return  # not a layer of this stage: no load targets it (an out-of-range index raises on its own)
     local = global_layer - parent.start_layer
     if waited_upto(counter) >= local:
         return
-    if raw_access and sys._getframe(2).f_code.co_name in _RAW_BUFFER_WRITERS:
-        return  # a writer indexing the raw list: writes go to fresh pages (code map D.5, R4)
+    if raw_access and _raw_access_is_not_a_read(sys._getframe(2).f_code):
+        return  # a writer (fresh pages, code map D.5 R4) or HiCache's own transfer indexing the raw list
     site = _caller_site()
     message = (
         f"{what} read layer {global_layer}'s index-K through the sub-pool while its HiCache "
@@ -275,9 +292,17 @@ def _make_subpool_reader_gate(name: str) -> Callable:
     label = f"DeepSeekV4IndexerPool.{name}"
 
     def gate_subpool_reader(original, self, layer_id, *args, **kwargs):
-        if "_dsv4_gate_parent" in self.__dict__:
-            before_subpool_read(self, layer_id, label)
-        return original(self, layer_id, *args, **kwargs)
+        # Hot path with HiCache off: one dict lookup, one weakref call, one attribute.
+        ref = self.__dict__.get("_dsv4_gate_parent")
+        if ref is not None:
+            parent = ref()
+            if parent is not None:
+                counter = parent.layer_transfer_counter
+                if counter is not None and counter.consumer_index >= 0:
+                    before_subpool_read(self, layer_id, label)
+        if args or kwargs:
+            return original(self, layer_id, *args, **kwargs)
+        return original(self, layer_id)  # no re-packing: this wrapper sits on every index-K read
 
     gate_subpool_reader.__name__ = f"gate_{name}"
     return gate_subpool_reader
@@ -290,16 +315,41 @@ class GatedLayerBuffers(list):
     when no load can be pending.
     """
 
-    __slots__ = ("_sub_pool_ref",)
+    __slots__ = ("_sub_pool_ref", "_parent_ref")
 
     def __getitem__(self, key):
-        if isinstance(key, int):
+        parent = self._parent_ref()  # hot path with HiCache off: this and one attribute
+        counter = None if parent is None else parent.layer_transfer_counter
+        if counter is not None and counter.consumer_index >= 0 and isinstance(key, int):
+            n = len(self)  # slices (whole-list views for PD/HiCache setup) stay ungated
             sub_pool = self._sub_pool_ref()
-            if sub_pool is not None:
+            if sub_pool is not None and -n <= key < n:
                 before_subpool_read(
-                    sub_pool, key % len(self), "DeepSeekV4IndexerPool.index_k_with_scale_buffer[...]", raw_access=True
+                    sub_pool, key % n, "DeepSeekV4IndexerPool.index_k_with_scale_buffer[...]", raw_access=True
                 )
         return list.__getitem__(self, key)
+
+
+def loading_layers(pool) -> Dict[int, Dict[int, int]]:
+    """``{ratio: {sub-pool layer: global layer whose HiCache load carries it}}``.
+
+    That is the layer's *source*: for ratios 4/128 each sub-pool layer belongs to one layer;
+    for the V4.1 low ratios 1/2 several layers share the sub-pool layer of their kv_source
+    layer, and HiCache loads it with the source's transfer layer
+    (``hybrid_pool_assembler._dsv4_low_ratio_regions``), not with the later readers'.
+    """
+    sources = getattr(pool, "sources_by_ratio", None) or {}
+    result: Dict[int, Dict[int, int]] = {
+        ratio: {local_id: global_layer for local_id, global_layer in enumerate(layers)}
+        for ratio, layers in sources.items()
+    }
+    for global_layer, item in enumerate(getattr(pool, "layer_mapping", ()) or ()):
+        if item is None:
+            continue
+        ratio, local_id, _ = item
+        # Without sources_by_ratio (older SGLang): the first, lowest, layer is the source.
+        result.setdefault(ratio, {}).setdefault(local_id, global_layer)
+    return result
 
 
 def link_subpools(pool) -> None:
@@ -310,19 +360,15 @@ def link_subpools(pool) -> None:
     pool._dsv4_gate_mode = mode
     if mode == "off":
         return
-    global_layers: Dict[int, Dict[int, int]] = {}
-    for global_layer, item in enumerate(getattr(pool, "layer_mapping", ()) or ()):
-        if item is None:
-            continue
-        ratio, local_id, _ = item
-        global_layers.setdefault(ratio, {})[local_id] = global_layer
+    global_layers = loading_layers(pool)
     for ratio, sub_pool in getattr(pool, "index_pools", {}).items():
         sub_pool._dsv4_gate_parent = weakref.ref(pool)
         sub_pool._dsv4_gate_global_layers = global_layers.get(ratio, {})
         buffers = getattr(sub_pool, "index_k_with_scale_buffer", None)
-        if buffers is not None and not isinstance(buffers, GatedLayerBuffers):
+        if type(buffers) is list:  # SGLang's list of per-layer tensors; leave any other storage as it is
             gated = GatedLayerBuffers(buffers)
             gated._sub_pool_ref = weakref.ref(sub_pool)
+            gated._parent_ref = weakref.ref(pool)
             sub_pool.index_k_with_scale_buffer = gated
 
 
