@@ -10,8 +10,13 @@ own code, unwrapped at call time):
   * ``CompressorBackendMixin.forward_indexer_compressor`` (the class alias of
     ``forward_unified`` that the indexer calls), indexer branch: SGLang's ``compress_forward``
     (same plan and state), then :func:`kernels_sm120.store_index_k_bf16` (RMSNorm, RoPE on
-    the last 64, Hadamard, bf16 scatter) into the buffer from the *gated* top-level getter,
-    mirroring SGLang's device-agnostic ``_forward_unified_hip`` path.
+    the last 64, Hadamard, bf16 scatter) into the buffer from the *gated* top-level getter.
+    Plan decoding follows SGLang's device-agnostic ``_forward_unified_hip`` (RoPE position
+    ``seq_len - 4``, prefill slot ``out_loc[ragged_id]``); rows SGLang's CUDA store skips
+    are skipped too (slot -1): decode rows that close no 4-token group, and the invalid
+    rows (``seq_len == 0xFFFFFFFF``, ragged id 0) that pad a CUDA-graph prefill plan, which
+    would otherwise write into ``out_loc[0]``, a real slot when the batch's first token
+    closes a group.
   * ``C4Indexer.compute_q``: :func:`kernels_sm120.index_q_bf16` (RoPE + Hadamard, no
     quantization; weights = weight * weight_scale).
   * ``C4IndexerBackendMixin.forward_c4_indexer``: the paged branch with
@@ -56,7 +61,8 @@ def backend_uses_bf16_index_k(backend) -> bool:
 # --- store: the compressor's indexer branch ----------------------------------------------
 
 def _around_forward_unified(original, self, x, forward_batch, layer_id, compressor):
-    if not compressor.is_in_indexer or not backend_uses_bf16_index_k(self):
+    # Only the c4 indexer's keys live in the bf16 pool (V4.1's low-ratio pools stay fp4).
+    if not compressor.is_in_indexer or compressor.ratio != 4 or not backend_uses_bf16_index_k(self):
         return original(self, x, forward_batch, layer_id, compressor)
     if forward_batch.forward_mode.is_idle():
         return None
@@ -70,8 +76,8 @@ def store_compressed_index_k_bf16(backend, x, forward_batch, layer_id, compresso
 
     ratio = compressor.ratio
     head_dim = compressor.head_dim
-    if getattr(backend, "online_c128_mtp", None) is not None and ratio == 128:  # pragma: no cover - c4 only
-        raise Bf16IndexerUnsupported("bf16 index-K store is for the c4 indexer only")
+    if ratio != 4:
+        raise Bf16IndexerUnsupported(f"bf16 index-K store is for the c4 indexer only, got compress ratio {ratio}")
     token_to_kv_pool = backend.token_to_kv_pool
     kv_score_input = compressor.compute_kv_score(x, forward_batch)
     state_pool = compressor.get_state_pool(backend)
@@ -88,14 +94,15 @@ def store_compressed_index_k_bf16(backend, x, forward_batch, layer_id, compresso
         return
     positions = compressor_v2._extract_positions_from_plan(plan, ratio).clamp(min=0)
     plan_raw = plan[1].view(torch.int32)
+    seq_lens = plan_raw[:, 0]  # uint32 in the plan; the invalid marker 0xFFFFFFFF reads -1
     if plan.is_decode:
-        # Decode rows that do not close a 4-token group carry out_loc 0 (the reserved
-        # dummy slot); store zeros there, as SGLang's device-agnostic path does.
-        is_boundary = (plan_raw[:, 0] % ratio == 0).unsqueeze(-1)
-        kv_compressed = torch.where(is_boundary, kv_compressed, torch.zeros_like(kv_compressed))
-        out_loc_rows = out_loc
+        # A decode row that closes no 4-token group compresses nothing (its out_loc is
+        # the dummy slot 0); SGLang's CUDA store returns early for it, so skip it.
+        out_loc_rows = out_loc.masked_fill(seq_lens % ratio != 0, -1)
     else:
-        out_loc_rows = out_loc[(plan_raw[:, 1] & 0xFFFF).long()]
+        # Prefill rows address out_loc by ragged id; CUDA-graph plans are padded with
+        # invalid rows (ragged id 0) that SGLang's CUDA store skips.
+        out_loc_rows = out_loc[(plan_raw[:, 1] & 0xFFFF).long()].masked_fill(seq_lens == -1, -1)
     # The gated getter: this layer's HiCache load (if any) has landed before we write.
     cache = token_to_kv_pool.get_index_k_with_scale_buffer(layer_id)
     _kernels().store_index_k_bf16(
