@@ -105,8 +105,10 @@ def store_compressed_index_k_bf16(backend, x, forward_batch, layer_id, compresso
         out_loc_rows = out_loc[(plan_raw[:, 1] & 0xFFFF).long()].masked_fill(seq_lens == -1, -1)
     # The gated getter: this layer's HiCache load (if any) has landed before we write.
     cache = token_to_kv_pool.get_index_k_with_scale_buffer(layer_id)
+    # SGLang's JIT store casts the norm weight to the activation dtype first; match it bit for bit.
+    norm_weight = compressor.norm.weight.to(kv_compressed.dtype)
     _kernels().store_index_k_bf16(
-        kv_compressed, compressor.norm.weight, compressor.norm.variance_epsilon, compressor.freqs_cis,
+        kv_compressed, norm_weight, compressor.norm.variance_epsilon, compressor.freqs_cis,
         positions, out_loc_rows, cache,
     )
 

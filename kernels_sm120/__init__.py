@@ -1,0 +1,71 @@
+"""SM120-ready Triton kernels for DeepSeek-V4's bf16 index-K path (SM90, SM100, SM120).
+
+Importing this package touches no GPU; each call picks its launch configuration from
+the device of its tensors (``dispatch.configs_for``). All launchers are CUDA-graph
+capturable (no host syncs) and validate shapes, dtypes and layouts, raising
+``TypeError`` / ``ValueError`` that name the argument. They do not range-check values
+held on the device (slots, positions, page ids): those must be in range.
+
+Index-K cache layout (one tensor per C4 layer): 64 compressed slots per page, each a
+bf16 row of 128. Accepted as the pool's uint8 page rows ``[num_pages, 64 * 256]``, or
+bf16 ``[num_pages, 8192]`` / ``[num_pages, 64, 128]`` / ``[num_pages, 64, 1, 128]``.
+Slot ``s`` is page ``s // 64``, row ``s % 64``. Each page must be contiguous.
+
+Public functions
+----------------
+``store_index_k_bf16(kv, norm_weight, norm_eps, freqs_cis, positions, out_loc, index_k_cache)``
+    The compressor's pooled rows -> RMSNorm -> RoPE (last 64) -> Hadamard -> bf16 scatter.
+    kv          [N, 128] bf16 (fp16/fp32 accepted), last dim contiguous
+    norm_weight [128] fp32 or bf16 (SGLang's JIT store casts it to the kv dtype first)
+    norm_eps    python float
+    freqs_cis   complex64 [max_pos, 32] (SGLang's table) or fp32 [max_pos, 64]
+                (``view_as_real(...).flatten(-2)``: cos0, sin0, cos1, sin1, ...)
+    positions   [N] int32/int64: RoPE position of each row (SGLang: seq_len - 4)
+    out_loc     [N] int32/int64 slots; rows with a negative slot are skipped (their
+                position is never read, so it may be anything)
+    Returns None (writes the cache in place).
+
+``scatter_index_k_bf16(rows_bf16, out_loc, index_k_cache)``
+    rows_bf16 [N, 128] bf16 already transformed; out_loc as above. Returns None.
+
+``index_q_bf16(q, weight, weight_scale, freqs_cis, positions, num_heads=64)``
+    q         [N, H*128] or [N, H, 128] bf16 (``wq_b(q_lora)``), per-token contiguous
+    weight    [N, H] or [N, H, 1] bf16/fp16/fp32 (``weights_proj(x)``, unscaled)
+    weight_scale python float (``C4Indexer.weight_scale``)
+    positions [N] int32/int64
+    Returns (q_out [N, H, 128] bf16 after RoPE + Hadamard, weights_out [N, H] fp32 =
+    weight * weight_scale). SGLang's ``compute_q`` returns weights as [N, H, 1]:
+    ``weights_out.unsqueeze(-1)``.
+
+``paged_mqa_logits_bf16(q, index_k_cache, weights, seq_lens, page_table, max_seq_len)``
+    q          [R, H, 128] or [R, 1, H, 128] bf16
+    weights    [R, H] or [R, H, 1] fp32
+    seq_lens   [R] or [R, 1] int32/int64 compressed lengths
+    page_table [R, W] int32/int64 index-K page ids (unit column stride)
+    max_seq_len python int (SGLang: ``indexer_metadata.max_compressed_seq_len``)
+    Returns fp32 [R, max_seq_len]: sum_h relu(q[r,h].k[t]) * w[r,h] for
+    t < min(seq_lens[r], 64 * W, max_seq_len), -inf elsewhere (as SGLang's SM120 fp8
+    fallback), ready for SGLang's own top-k transforms. Row chunking stays with the
+    caller (SGLang's ``iter_row_chunks``); the kernel takes any number of rows.
+
+Also: ``reference`` (float64 references, fp8 quantize-dequantize, ``topk_set_recall``),
+``dispatch.CONFIGS`` (per-arch configurations), ``python -m kernels_sm120.aot``
+(ahead-of-time compile for sm_120a/sm_100a/sm_90a, shared memory and HMMA check) and
+``python -m kernels_sm120.bench_kernels`` (GPU correctness + bandwidth benchmark).
+"""
+
+from .dispatch import (
+    CONFIGS,
+    index_q_bf16,
+    paged_mqa_logits_bf16,
+    scatter_index_k_bf16,
+    store_index_k_bf16,
+)
+
+__all__ = [
+    "CONFIGS",
+    "index_q_bf16",
+    "paged_mqa_logits_bf16",
+    "scatter_index_k_bf16",
+    "store_index_k_bf16",
+]

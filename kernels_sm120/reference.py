@@ -1,0 +1,256 @@
+"""Torch references for the bf16 index-K kernels.
+
+Two kinds:
+  * ``*_reference``: float64, the ground truth the kernels are checked against (METHOD.md:
+    ||out - ref|| / ||ref|| with bf16 operands lands between 1e-3 and 1e-2).
+  * ``*_torch``: the vectorized bf16/fp32 torch code SGLang would run without a kernel
+    (modelled on ``fp8_paged_mqa_logits_torch_sm120`` and ``_forward_unified_hip``); the
+    benchmark's speed baseline.
+
+Plus the fp8 recall study: SGLang's index-K fp8 format quantize -> dequantize
+(per-row fp32 scale ``max(1e-4, amax) / 448``, e4m3), and ``topk_set_recall``.
+Nothing here needs a GPU or SGLang.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+
+FP8_E4M3_MAX = 448.0
+PAGE = 64
+
+
+def hadamard_matrix(n: int, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+    """Sylvester Hadamard matrix H_n (entries +-1, natural order), n a power of two."""
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"n must be a power of two, got {n}")
+    h = torch.ones((1, 1), dtype=dtype, device=device)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h
+
+
+def rope_tail_reference(x: torch.Tensor, freqs_cis: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """RoPE on the last ``2 * freqs_cis.shape[1]`` dims, pairs (2k, 2k+1) = (real, imag)."""
+    x = x.to(torch.float64).clone()
+    f = _freqs_complex128(freqs_cis)[positions.long()]  # [N, R/2]
+    rope_dim = 2 * f.shape[-1]
+    tail = x[..., -rope_dim:].reshape(*x.shape[:-1], rope_dim // 2, 2)
+    z = torch.complex(tail[..., 0], tail[..., 1])
+    while f.dim() < z.dim():
+        f = f.unsqueeze(-2)  # broadcast over heads for q [N, H, R/2]
+    z = z * f
+    x[..., -rope_dim:] = torch.stack([z.real, z.imag], -1).reshape(*x.shape[:-1], rope_dim)
+    return x
+
+
+def _freqs_complex128(freqs_cis: torch.Tensor) -> torch.Tensor:
+    if freqs_cis.is_complex():
+        return freqs_cis.to(torch.complex128)
+    pairs = freqs_cis.to(torch.float64).reshape(freqs_cis.shape[0], -1, 2)
+    return torch.complex(pairs[..., 0], pairs[..., 1])
+
+
+def index_k_transform_reference(
+    kv: torch.Tensor,
+    norm_weight: torch.Tensor,
+    norm_eps: float,
+    freqs_cis: torch.Tensor,
+    positions: torch.Tensor,
+) -> torch.Tensor:
+    """float64 [N, 128]: RMSNorm(weight, eps) -> RoPE(last 64) -> Hadamard / sqrt(128)."""
+    x = kv.to(torch.float64)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm_eps) * norm_weight.to(torch.float64)
+    x = rope_tail_reference(x, freqs_cis, positions)
+    d = x.shape[-1]
+    return x @ hadamard_matrix(d, device=x.device) * d**-0.5
+
+
+def index_k_cache_as_rows(index_k_cache: torch.Tensor) -> torch.Tensor:
+    """A bf16 index-K buffer (uint8 page rows or bf16) -> bf16 [num_pages * 64, 128] view."""
+    buf = index_k_cache.view(torch.bfloat16) if index_k_cache.dtype == torch.uint8 else index_k_cache
+    return buf.reshape(-1, 128)
+
+
+def scatter_reference(index_k_cache: torch.Tensor, rows: torch.Tensor, out_loc: torch.Tensor) -> None:
+    """cache[slot] = bf16(row) for slot >= 0, in place (slot s -> page s//64, row s%64)."""
+    flat = index_k_cache_as_rows(index_k_cache)
+    keep = out_loc >= 0
+    flat[out_loc[keep].long()] = rows[keep].to(torch.bfloat16)
+
+
+def index_q_reference(
+    q: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: float,
+    freqs_cis: torch.Tensor,
+    positions: torch.Tensor,
+    num_heads: int = 64,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """float64 (q [N, H, 128] after RoPE(last 64) + Hadamard, weights [N, H] * weight_scale)."""
+    x = q.reshape(q.shape[0], num_heads, -1).to(torch.float64)
+    x = rope_tail_reference(x, freqs_cis, positions)
+    d = x.shape[-1]
+    x = x @ hadamard_matrix(d, device=x.device) * d**-0.5
+    w = weight.reshape(q.shape[0], num_heads).to(torch.float64) * weight_scale
+    return x, w
+
+
+def paged_mqa_logits_reference(
+    q: torch.Tensor,
+    index_k_rows: torch.Tensor,
+    weights: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_table: torch.Tensor,
+    max_seq_len: int,
+) -> torch.Tensor:
+    """float64 [R, max_seq_len]; -inf at t >= min(seq_len, 64 * table width, max_seq_len).
+
+    q [R, H, 128]; index_k_rows [num_slots, 128] (``index_k_cache_as_rows``, or float64
+    keys for the exact study); weights [R, H]; seq_lens [R]; page_table [R, W].
+    """
+    rows = q.shape[0]
+    out = torch.full((rows, max_seq_len), float("-inf"), dtype=torch.float64, device=q.device)
+    width = page_table.shape[1] * PAGE
+    for r in range(rows):
+        n = max(0, min(int(seq_lens.reshape(-1)[r]), width, max_seq_len))
+        if n == 0:
+            continue
+        t = torch.arange(n, device=q.device)
+        slots = page_table[r, t // PAGE].long() * PAGE + t % PAGE
+        k = index_k_rows[slots].to(torch.float64)  # [n, 128]
+        s = torch.relu(k @ q[r].to(torch.float64).T)  # [n, H]
+        out[r, :n] = s @ weights[r].to(torch.float64)
+    return out
+
+
+def fp8_quant_dequant_rows(x: torch.Tensor) -> torch.Tensor:
+    """SGLang's index-K / index-Q fp8 format, round trip: per row (last dim) fp32 scale
+    ``max(1e-4, amax) / 448``, values e4m3 of x / scale, dequantized back to fp32."""
+    x32 = x.to(torch.float32)
+    scale = torch.clamp(x32.abs().amax(-1, keepdim=True), min=1e-4) / FP8_E4M3_MAX
+    q = (x32 * (1.0 / scale)).to(torch.float8_e4m3fn)
+    return q.to(torch.float32) * scale
+
+
+def topk_set_recall(
+    logits: torch.Tensor,
+    ref: torch.Tensor,
+    k: int = 512,
+    seq_lens: Optional[torch.Tensor] = None,
+) -> float:
+    """Mean over rows of |topk(logits) & topk(ref)| / k_r, k_r = min(k, valid columns).
+
+    Columns with ref == -inf are invalid. Rows with no more than k valid columns are
+    skipped (SGLang takes all of them without reading the logits); returns nan if every
+    row is skipped.
+    """
+    if logits.shape != ref.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and ref {tuple(ref.shape)} differ in shape")
+    recalls = []
+    for r in range(ref.shape[0]):
+        valid = torch.isfinite(ref[r]) if seq_lens is None else (
+            torch.arange(ref.shape[1], device=ref.device) < int(seq_lens.reshape(-1)[r])
+        )
+        n = int(valid.sum())
+        if n <= k:
+            continue
+        neg = torch.tensor(float("-inf"), dtype=torch.float64, device=ref.device)
+        a = torch.where(valid, logits[r].to(torch.float64), neg).topk(k).indices
+        b = torch.where(valid, ref[r].to(torch.float64), neg).topk(k).indices
+        hit = torch.isin(a, b).sum().item()
+        recalls.append(hit / k)
+    return float("nan") if not recalls else sum(recalls) / len(recalls)
+
+
+# ---------------------------------------------------------------------------
+# Torch baselines (what SGLang would run with no kernel): speed comparison only.
+# ---------------------------------------------------------------------------
+
+
+def paged_mqa_logits_torch(
+    q: torch.Tensor,
+    index_k_cache: torch.Tensor,
+    weights: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_table: torch.Tensor,
+    max_seq_len: int,
+    query_chunk: int = 1024,
+) -> torch.Tensor:
+    """``fp8_paged_mqa_logits_torch_sm120`` with bf16 keys and no k scale: gather the
+    pages, bmm, ReLU, weight, sum; -inf past each row's length; 1024-row chunks."""
+    if q.dim() == 4:
+        q = q[:, 0]
+    rows = q.shape[0]
+    if rows > query_chunk:
+        return torch.cat(
+            [
+                paged_mqa_logits_torch(
+                    q[s : s + query_chunk], index_k_cache, weights[s : s + query_chunk],
+                    seq_lens[s : s + query_chunk], page_table[s : s + query_chunk], max_seq_len,
+                    query_chunk,
+                )
+                for s in range(0, rows, query_chunk)
+            ]
+        )
+    pages = index_k_cache_as_rows(index_k_cache).view(-1, PAGE, 128)
+    max_pages = (max_seq_len + PAGE - 1) // PAGE
+    # Entries past a row's length may be padding (-1 or stale): clamp like SGLang does.
+    k = pages[page_table[:, :max_pages].long().clamp(min=0)].reshape(rows, -1, 128)
+    score = torch.bmm(k, q.transpose(1, 2))  # [R, T, H] bf16
+    score = (torch.relu(score) * weights.unsqueeze(1)).sum(dim=2)  # fp32 [R, T]
+    logits = score.new_full((rows, max_seq_len), float("-inf"))
+    width = min(score.shape[1], max_seq_len)
+    logits[:, :width] = score[:, :width]
+    positions = torch.arange(max_seq_len, device=q.device)
+    logits.masked_fill_(positions.unsqueeze(0) >= seq_lens.reshape(-1, 1), float("-inf"))
+    return logits
+
+
+def store_index_k_torch(
+    kv: torch.Tensor,
+    norm_weight: torch.Tensor,
+    norm_eps: float,
+    freqs_cis: torch.Tensor,
+    positions: torch.Tensor,
+    out_loc: torch.Tensor,
+    index_k_cache: torch.Tensor,
+    hadamard: Optional[torch.Tensor] = None,
+) -> None:
+    """fp32 torch: RMSNorm, RoPE, Hadamard (matmul), then a bf16 index scatter."""
+    x = kv.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm_eps) * norm_weight.float()
+    f = torch.view_as_real(freqs_cis[positions.long()]) if freqs_cis.is_complex() else (
+        freqs_cis[positions.long()].view(kv.shape[0], -1, 2)
+    )
+    tail = x[:, 64:].reshape(-1, 32, 2)
+    re = tail[..., 0] * f[..., 0] - tail[..., 1] * f[..., 1]
+    im = tail[..., 0] * f[..., 1] + tail[..., 1] * f[..., 0]
+    x = torch.cat([x[:, :64], torch.stack([re, im], -1).reshape(-1, 64)], 1)
+    h = hadamard if hadamard is not None else hadamard_matrix(128, torch.float32, kv.device)
+    y = (x @ h) * 128**-0.5
+    scatter_reference(index_k_cache, y, out_loc)
+
+
+def index_q_torch(
+    q: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: float,
+    freqs_cis: torch.Tensor,
+    positions: torch.Tensor,
+    num_heads: int = 64,
+    hadamard: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """fp32 torch: RoPE on the last 64, Hadamard (matmul), bf16 q; weights * scale."""
+    x = q.reshape(q.shape[0], num_heads, 128).float()
+    f = torch.view_as_real(freqs_cis[positions.long()]) if freqs_cis.is_complex() else (
+        freqs_cis[positions.long()].view(q.shape[0], -1, 2)
+    )
+    f = f.unsqueeze(1)
+    tail = x[..., 64:].reshape(q.shape[0], num_heads, 32, 2)
+    re = tail[..., 0] * f[..., 0] - tail[..., 1] * f[..., 1]
+    im = tail[..., 0] * f[..., 1] + tail[..., 1] * f[..., 0]
+    x = torch.cat([x[..., :64], torch.stack([re, im], -1).reshape(q.shape[0], num_heads, 64)], -1)
+    h = hadamard if hadamard is not None else hadamard_matrix(128, torch.float32, q.device)
+    y = ((x @ h) * 128**-0.5).to(torch.bfloat16)
+    return y, weight.reshape(q.shape[0], num_heads).float() * weight_scale

@@ -1,0 +1,55 @@
+"""Ahead-of-time compilation of every kernel for sm_120a, sm_100a and sm_90a (no GPU).
+
+Checks what only the compiler can tell on a CPU machine: each kernel's configuration for
+each architecture compiles, fits that architecture's shared memory per block (SM120:
+101376 B), and the logits kernel's SM120 SASS uses mma.sync tensor-core instructions
+(HMMA) and nothing Hopper/datacenter-Blackwell-only (wgmma HGMMA, tcgen05 UTC*MMA).
+"""
+
+import pytest
+
+from kernels_sm120 import aot
+from kernels_sm120.dispatch import SM120_MAX_SHARED_BYTES
+
+
+@pytest.fixture(scope="module")
+def results():
+    if aot.cuobjdump_path() is None:
+        pytest.fail("cuobjdump not found: Triton's NVIDIA backend ships one under triton/backends/nvidia/bin")
+    return {(r.kernel, r.arch): r for r in aot.run_aot()}
+
+
+def test_every_kernel_compiles_for_every_arch(results):
+    names = {s.name for s in aot.kernel_specs()}
+    assert len(names) == 4
+    assert set(results) == {(n, a) for n in names for a in aot.ARCHS}
+    for (name, arch), r in results.items():
+        assert r.ptx_target == f"sm_{arch}a", (name, r.ptx_target)
+        assert r.sass.strip(), f"{name} sm_{arch}a produced no SASS"
+
+
+def test_shared_memory_fits(results):
+    assert aot.MAX_SHARED_BYTES[120] == SM120_MAX_SHARED_BYTES == 101376
+    for (name, arch), r in results.items():
+        assert r.shared <= r.max_shared, f"{name} sm_{arch}a needs {r.shared} B > {r.max_shared} B"
+    for name in {n for n, _ in results}:
+        assert results[(name, 120)].shared <= 101376
+
+
+def test_logits_kernel_sm120_uses_hmma_only(results):
+    tc = results[("paged_mqa_logits_kernel", 120)].tensor_core_ops
+    assert tc["HMMA"] > 0, "the SM120 logits kernel must run on tensor cores (mma.sync -> HMMA)"
+    assert tc["HGMMA"] == 0 and tc["UTCMMA"] == 0, tc
+
+
+def test_hadamard_kernels_use_tensor_cores(results):
+    for name in ("index_k_norm_rope_hadamard_store_kernel", "index_q_rope_hadamard_kernel"):
+        tc = results[(name, 120)].tensor_core_ops
+        assert tc["HMMA"] > 0 and tc["HGMMA"] == 0 and tc["UTCMMA"] == 0, (name, tc)
+
+
+def test_cli_prints_table(capsys):
+    rc = aot.main(["--arch", "120", "--kernel", "index_k_scatter_rows_kernel"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "index_k_scatter_rows_kernel" in out and "sm_120a" in out and "101376" in out

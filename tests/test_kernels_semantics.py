@@ -1,0 +1,557 @@
+"""Semantics of the bf16 index-K kernels on CPU.
+
+Two layers:
+  1. ``kernels_sm120.reference`` (the float64 ground truth the GPU benchmark uses) against
+     independent naive loops written here from SGLang's definitions.
+  2. The Triton kernels themselves, run through Triton's interpreter on CPU tensors, against
+     the reference, plus the launchers' argument validation.
+
+The interpreter is enabled for the kernel modules only, inside this process, without
+TRITON_INTERPRET (which Triton reads when a kernel is decorated, so setting it here would
+be too late for our modules and would also turn every SGLang kernel imported elsewhere in
+the session into an interpreted one). ``interpreted_kernels`` swaps the modules'
+``@triton.jit`` functions (and Triton's own ``tl.sum``-style library functions) for
+interpreted ones and patches three interpreter gaps, restoring everything afterwards:
+  * bf16 ``tl.dot``: the interpreter stores bf16 as uint16 and multiplies the raw bits;
+  * fp32 -> bf16 casts: the interpreter truncates, GPUs round to nearest even;
+  * nested device-function calls leave triton.language.core patched.
+Nothing of our code is stubbed.
+"""
+
+import contextlib
+import math
+
+import numpy as np
+import pytest
+import torch
+import triton.language as tl
+
+from kernels_sm120 import _triton_helpers, dispatch, index_k_store, index_q, paged_mqa_logits
+from kernels_sm120 import reference as R
+
+
+# ---------------------------------------------------------------------------
+# Interpreter harness
+# ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def interpreted_kernels(*modules):
+    import triton.experimental.gluon  # noqa: F401  mangle_type imports it lazily; it must see the real stdlib
+    import triton.language.standard as tl_standard
+    import triton.runtime.interpreter as interp_mod
+    from triton.runtime.interpreter import InterpretedFunction, InterpreterBuilder, TensorHandle, _convert_float
+    from triton.runtime.jit import JITFunction
+
+    _MISSING = object()
+
+    orig_dot, orig_cast = InterpreterBuilder.create_dot, InterpreterBuilder.cast_impl
+
+    def widen_bf16(h):
+        if h.dtype.scalar == tl.bfloat16:
+            return TensorHandle(_convert_float(h.data, tl.bfloat16, tl.float32, None).view(np.float32), tl.float32)
+        return h
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return orig_dot(self, widen_bf16(a), widen_bf16(b), d, input_precision, max_num_imprecise_acc)
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            out = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.bfloat16)
+            return TensorHandle(out.view(torch.int16).numpy().view(np.uint16), tl.bfloat16)
+        return orig_cast(self, src, dst_type)
+
+    # Nested device-function calls (tl.sum from triton.language.standard) patch Triton's
+    # language objects again and never undo it. Record the value each attribute had before
+    # its first patch in this block and put every one back on exit, or later real
+    # compilations (the AOT tests) would run against the interpreter's builtins.
+    originals = {}
+    orig_set_attr = interp_mod._LangPatchScope.set_attr
+
+    def recording_set_attr(self, obj, name, value):
+        originals.setdefault((id(obj), name), (obj, name, vars(obj).get(name, _MISSING)))
+        orig_set_attr(self, obj, name, value)
+
+    saved = []
+    InterpreterBuilder.create_dot, InterpreterBuilder.cast_impl = create_dot, cast_impl
+    interp_mod._LangPatchScope.set_attr = recording_set_attr
+    try:
+        for mod in (tl, tl_standard, *modules):
+            for name, obj in list(vars(mod).items()):
+                if isinstance(obj, JITFunction):
+                    saved.append((mod, name, obj))
+                    setattr(mod, name, InterpretedFunction(obj.fn))
+        yield
+    finally:
+        interp_mod._LangPatchScope.set_attr = orig_set_attr
+        for obj, name, value in originals.values():
+            if value is _MISSING:
+                if name in vars(obj):
+                    delattr(obj, name)
+            else:
+                setattr(obj, name, value)
+        InterpreterBuilder.create_dot, InterpreterBuilder.cast_impl = orig_dot, orig_cast
+        for mod, name, obj in saved:
+            setattr(mod, name, obj)
+
+
+@pytest.fixture
+def interp():
+    with interpreted_kernels(_triton_helpers, index_k_store, index_q, paged_mqa_logits):
+        yield
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(20261130)
+
+
+def rel_err(out, ref):
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def random_freqs(gen, positions=512):
+    ang = torch.rand(positions, 32, generator=gen, dtype=torch.float64) * 2 * math.pi
+    return torch.polar(torch.ones_like(ang), ang).to(torch.complex64)
+
+
+# ---------------------------------------------------------------------------
+# 1. Reference vs independent naive loops
+# ---------------------------------------------------------------------------
+
+
+def naive_fwht(v):
+    """In-place butterflies, lower index keeps the sum (SGLang's JIT kernels), then / sqrt(n)."""
+    v = [float(x) for x in v]
+    n, h = len(v), 1
+    while h < n:
+        for i in range(0, n, 2 * h):
+            for j in range(i, i + h):
+                a, b = v[j], v[j + h]
+                v[j], v[j + h] = a + b, a - b
+        h *= 2
+    return [x / math.sqrt(n) for x in v]
+
+
+def naive_rope_tail(v, freqs_row):
+    """v: list of 128 floats; freqs_row: 32 complex numbers; pairs (64+2k, 65+2k)."""
+    v = list(v)
+    for k in range(32):
+        c, s = freqs_row[k].real, freqs_row[k].imag
+        re, im = v[64 + 2 * k], v[65 + 2 * k]
+        v[64 + 2 * k], v[65 + 2 * k] = re * c - im * s, re * s + im * c
+    return v
+
+
+def test_hadamard_matrix_is_sylvester_and_orthogonal():
+    h = R.hadamard_matrix(128)
+    i = torch.arange(128)
+    parity = torch.tensor([[bin(a & b).count("1") % 2 for b in range(128)] for a in range(128)])
+    assert torch.equal(h, (1 - 2 * parity).double())
+    assert torch.allclose(h @ h.T, 128 * torch.eye(128, dtype=torch.float64))
+    assert torch.equal(h[i, 0], torch.ones(128, dtype=torch.float64))
+    with pytest.raises(ValueError, match="power of two"):
+        R.hadamard_matrix(96)
+
+
+def test_index_k_transform_reference_matches_naive_loop(gen):
+    freqs = random_freqs(gen)
+    kv = torch.randn(5, 128, generator=gen).to(torch.bfloat16)
+    w = torch.rand(128, generator=gen) + 0.5
+    pos = torch.tensor([0, 7, 100, 511, 3])
+    eps = 1e-6
+    ref = R.index_k_transform_reference(kv, w, eps, freqs, pos)
+    for r in range(5):
+        x = [float(v) for v in kv[r]]
+        inv = 1.0 / math.sqrt(sum(v * v for v in x) / 128 + eps)
+        x = [v * inv * float(w[d]) for d, v in enumerate(x)]
+        x = naive_rope_tail(x, [complex(z) for z in freqs[pos[r]].tolist()])
+        want = torch.tensor(naive_fwht(x), dtype=torch.float64)
+        assert torch.allclose(ref[r], want, rtol=1e-6, atol=1e-6)
+
+
+def test_index_q_reference_matches_naive_loop(gen):
+    freqs = random_freqs(gen)
+    heads = 16
+    q = torch.randn(3, heads * 128, generator=gen).to(torch.bfloat16)
+    w = torch.randn(3, heads, generator=gen).to(torch.bfloat16)
+    pos = torch.tensor([5, 0, 200])
+    q_ref, w_ref = R.index_q_reference(q, w, 0.25, freqs, pos, num_heads=heads)
+    for t in range(3):
+        f = [complex(z) for z in freqs[pos[t]].tolist()]
+        for h in range(heads):
+            x = [float(v) for v in q[t, h * 128:(h + 1) * 128]]
+            want = torch.tensor(naive_fwht(naive_rope_tail(x, f)), dtype=torch.float64)
+            assert torch.allclose(q_ref[t, h], want, rtol=1e-6, atol=1e-6)
+            assert w_ref[t, h].item() == pytest.approx(float(w[t, h]) * 0.25)
+
+
+def test_paged_logits_reference_matches_naive_loop(gen):
+    pages, heads, max_len = 6, 4, 200
+    k_rows = torch.randn(pages * 64, 128, generator=gen, dtype=torch.float64)
+    q = torch.randn(3, heads, 128, generator=gen, dtype=torch.float64)
+    w = torch.randn(3, heads, generator=gen, dtype=torch.float64)
+    page_table = torch.tensor([[3, 1, 5], [0, 2, -1], [4, -1, -1]], dtype=torch.int32)
+    seq = torch.tensor([190, 100, 0], dtype=torch.int32)
+    ref = R.paged_mqa_logits_reference(q, k_rows, w, seq, page_table, max_len)
+    for r in range(3):
+        for t in range(max_len):
+            if t >= seq[r]:
+                assert ref[r, t] == float("-inf")
+                continue
+            k = k_rows[int(page_table[r, t // 64]) * 64 + t % 64]
+            want = sum(max(0.0, float(q[r, h] @ k)) * float(w[r, h]) for h in range(heads))
+            assert ref[r, t].item() == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+def test_paged_logits_reference_clamps_to_table_and_width():
+    k_rows = torch.ones(2 * 64, 128, dtype=torch.float64)
+    q = torch.ones(1, 16, 128, dtype=torch.float64)
+    w = torch.ones(1, 16, dtype=torch.float64)
+    # seq_len 500 but only one page in the table and max_len 100: 64 valid columns
+    ref = R.paged_mqa_logits_reference(q, k_rows, w, torch.tensor([500]), torch.tensor([[1]]), 100)
+    assert torch.isfinite(ref[0, :64]).all() and torch.isneginf(ref[0, 64:]).all()
+
+
+def test_fp8_quant_dequant_uses_sglang_scale():
+    x = torch.tensor([[0.5, -2.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0], [1e-6, 0.0, 0.0, 0.0]])
+    y = R.fp8_quant_dequant_rows(x)
+    # amax maps to 448 exactly, so the largest value survives the round trip exactly
+    assert y[0, 1].item() == pytest.approx(-2.0, rel=1e-6)
+    scale = 2.0 / 448
+    want = (x[0] / scale).to(torch.float8_e4m3fn).float() * scale
+    assert torch.equal(y[0], want)
+    assert torch.equal(y[1], torch.zeros(4))
+    # tiny rows use the 1e-4 floor: 1e-6 / (1e-4 / 448) = 4.48 -> e4m3 4.5
+    assert y[2, 0].item() == pytest.approx(4.5 * 1e-4 / 448, rel=1e-6)
+
+
+def test_topk_set_recall():
+    ref = torch.tensor([[5.0, 4.0, 3.0, 2.0, 1.0, float("-inf")]], dtype=torch.float64)
+    assert R.topk_set_recall(ref.clone(), ref, k=2) == 1.0
+    other = torch.tensor([[5.0, 0.0, 3.0, 2.0, 9.0, 100.0]], dtype=torch.float64)
+    # top-2 of other among valid columns {0..4}: {4, 0}; of ref: {0, 1} -> 1/2 (the -inf column is invalid)
+    assert R.topk_set_recall(other, ref, k=2) == 0.5
+    # rows with <= k valid columns are skipped (SGLang takes them all)
+    assert math.isnan(R.topk_set_recall(other, ref, k=5))
+    with pytest.raises(ValueError, match="differ in shape"):
+        R.topk_set_recall(other[:, :3], ref, k=2)
+
+
+def test_torch_baseline_matches_reference(gen):
+    pages = 8
+    cache = torch.randn(pages, 64, 128, generator=gen).to(torch.bfloat16)
+    q = torch.randn(3, 16, 128, generator=gen).to(torch.bfloat16)
+    w = torch.randn(3, 16, generator=gen)
+    pt = torch.tensor([[1, 2, 3], [4, -1, -1], [0, 5, 6]], dtype=torch.int32)
+    seq = torch.tensor([150, 64, 1], dtype=torch.int32)
+    ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 192)
+    out = R.paged_mqa_logits_torch(q, cache.view(torch.uint8).view(pages, -1), w, seq, pt, 192)
+    fin = torch.isfinite(ref)
+    assert torch.equal(torch.isneginf(out), ~fin)
+    assert rel_err(out[fin], ref[fin]) < 1e-2  # bf16 bmm output
+
+
+# ---------------------------------------------------------------------------
+# 2. Kernels in Triton's interpreter
+# ---------------------------------------------------------------------------
+
+
+def poisoned_cache(pages, layout="uint8"):
+    cache = torch.full((pages, 64 * 256), 0xFF, dtype=torch.uint8)  # every bf16 is NaN
+    if layout == "bf16_3d":
+        return cache.view(torch.bfloat16).view(pages, 64, 128)
+    return cache
+
+
+@pytest.mark.parametrize("layout,loc_dtype", [("uint8", torch.int64), ("bf16_3d", torch.int32)])
+def test_store_kernel_matches_reference(interp, gen, layout, loc_dtype):
+    n, pages = 40, 4
+    freqs = random_freqs(gen)
+    big = torch.randn(n, 256, generator=gen).to(torch.bfloat16) * 3
+    kv = big[:, 64:192]  # row stride 256: the kernel must honour it
+    w = torch.rand(128, generator=gen) + 0.5
+    pos = torch.randint(0, 512, (n,), generator=gen)
+    loc = torch.randperm(pages * 64, generator=gen)[:n].to(loc_dtype)
+    loc[[0, 9, 17]] = -1
+    pos[[0, 9]] = torch.tensor([-3, 10**9])  # skipped rows: their position must not be read
+    cache = poisoned_cache(pages, layout)
+    dispatch.store_index_k_bf16(kv, w, 1e-6, freqs, pos, loc, cache)
+    rows = R.index_k_cache_as_rows(cache)
+    keep = loc >= 0
+    ref = R.index_k_transform_reference(kv[keep], w, 1e-6, freqs, pos[keep])
+    got = rows[loc[keep].long()]
+    # one bf16 rounding of an fp32 computation: equal to round-to-nearest(ref) but for ties
+    assert (got.double() != ref.to(torch.bfloat16).double()).float().mean() < 0.01
+    assert rel_err(got, ref) < 3e-3
+    written = torch.zeros(pages * 64, dtype=torch.bool)
+    written[loc[keep].long()] = True
+    assert torch.isnan(rows[~written].float()).all(), "slots not in out_loc must stay untouched"
+
+
+def test_store_kernel_fp32_norm_weight_vs_bf16(interp, gen):
+    """SGLang's JIT store casts norm.weight to the kv dtype; passing the bf16 weight reproduces that."""
+    freqs = random_freqs(gen)
+    kv = torch.randn(16, 128, generator=gen).to(torch.bfloat16)
+    w = torch.rand(128, generator=gen) + 0.5
+    pos = torch.arange(16) * 4
+    loc = torch.arange(16)
+    a, b = poisoned_cache(1), poisoned_cache(1)
+    dispatch.store_index_k_bf16(kv, w, 1e-6, freqs, pos, loc, a)
+    dispatch.store_index_k_bf16(kv, w.to(torch.bfloat16), 1e-6, freqs, pos, loc, b)
+    ref_b = R.index_k_transform_reference(kv, w.to(torch.bfloat16), 1e-6, freqs, pos)
+    assert rel_err(R.index_k_cache_as_rows(b)[:16], ref_b) < 3e-3
+    assert not torch.equal(a, b)  # the weight rounding is visible: the caller chooses
+
+
+def test_store_and_q_tilings_agree(interp, gen):
+    """Persistent grids with and without the next-tile prefetch, one or several tiles per
+    program, give the same bytes (the math is identical; only the schedule changes)."""
+    freqs = random_freqs(gen)
+    kv = torch.randn(70, 128, generator=gen).to(torch.bfloat16)
+    w = torch.rand(128, generator=gen) + 0.5
+    pos = torch.randint(0, 512, (70,), generator=gen)
+    loc = torch.randperm(256, generator=gen)[:70]
+    q = torch.randn(5, 64 * 128, generator=gen).to(torch.bfloat16)
+    hw = torch.randn(5, 64, generator=gen).to(torch.bfloat16)
+    caches, qs = [], []
+    for prefetch, per_sm in ((True, 1), (False, 1), (True, 64)):
+        cache = poisoned_cache(4)
+        dispatch.store_index_k_bf16(kv, w, 1e-6, freqs, pos, loc, cache,
+                                    config=dispatch.StoreConfig(16, 4, programs_per_sm=per_sm, prefetch=prefetch))
+        caches.append(cache)
+        qs.append(dispatch.index_q_bf16(q, hw, 0.5, freqs, pos[:5],
+                                        config=dispatch.QConfig(16, 4, programs_per_sm=per_sm, prefetch=prefetch)))
+    for cache in caches[1:]:
+        assert torch.equal(cache, caches[0])
+    for q_out, w_out in qs[1:]:
+        assert torch.equal(q_out, qs[0][0]) and torch.equal(w_out, qs[0][1])
+
+
+def test_scatter_kernel_writes_rows_bitwise(interp, gen):
+    rows = torch.randn(20, 128, generator=gen).to(torch.bfloat16)
+    loc = torch.randperm(128, generator=gen)[:20]
+    loc[5] = -3
+    cache = poisoned_cache(2)
+    dispatch.scatter_index_k_bf16(rows, loc, cache)
+    flat = R.index_k_cache_as_rows(cache)
+    keep = loc >= 0
+    assert torch.equal(flat[loc[keep]], rows[keep])
+    expect = poisoned_cache(2)
+    R.scatter_reference(expect, rows, loc)
+    assert torch.equal(cache, expect)
+
+
+@pytest.mark.parametrize("q_shape", ["flat", "3d"])
+def test_index_q_kernel_matches_reference(interp, gen, q_shape):
+    tokens, heads = 3, 64
+    freqs = random_freqs(gen)
+    q = torch.randn(tokens, heads * 128, generator=gen).to(torch.bfloat16)
+    w = torch.randn(tokens, heads, 1, generator=gen).to(torch.bfloat16)
+    pos = torch.tensor([0, 300, 17], dtype=torch.int32)
+    q_in = q if q_shape == "flat" else q.view(tokens, heads, 128)
+    q_out, w_out = dispatch.index_q_bf16(q_in, w, 0.0078125, freqs, pos)
+    q_ref, w_ref = R.index_q_reference(q, w, 0.0078125, freqs, pos)
+    assert q_out.shape == (tokens, heads, 128) and q_out.dtype == torch.bfloat16
+    assert w_out.shape == (tokens, heads) and w_out.dtype == torch.float32
+    assert (q_out.double() != q_ref.to(torch.bfloat16).double()).float().mean() < 0.01
+    assert rel_err(q_out, q_ref) < 3e-3
+    assert torch.allclose(w_out.double(), w_ref, rtol=1e-6)
+
+
+def test_index_q_kernel_fills_given_outputs(interp, gen):
+    freqs = random_freqs(gen)
+    q = torch.randn(2, 64 * 128, generator=gen).to(torch.bfloat16)
+    w = torch.randn(2, 64, generator=gen, dtype=torch.float32)
+    q_out = torch.full((2, 64, 128), float("nan"), dtype=torch.bfloat16)
+    w_out = torch.full((2, 64), float("nan"))
+    got = dispatch.index_q_bf16(q, w, 1.0, freqs, torch.tensor([1, 2]), q_out=q_out, weights_out=w_out)
+    assert got[0] is q_out and got[1] is w_out
+    assert torch.isfinite(q_out.float()).all() and torch.equal(w_out, w)
+
+
+def logits_case(gen, rows, lens, width, heads=64, pages=None):
+    need = sum(-(-n // 64) for n in lens)
+    pages = pages or need + 2
+    perm = torch.randperm(pages, generator=gen).to(torch.int32)
+    pt = torch.full((rows, width), -1, dtype=torch.int32)  # padding past each row's pages
+    off = 0
+    for r, n in enumerate(lens):
+        p = min(-(-n // 64), width)
+        pt[r, :p] = perm[off:off + p]
+        off += p
+    cache = torch.randn(pages, 64, 128, generator=gen).to(torch.bfloat16)
+    q = torch.randn(rows, heads, 128, generator=gen).to(torch.bfloat16)
+    w = torch.randn(rows, heads, generator=gen)
+    return cache, q, w, torch.tensor(lens, dtype=torch.int32), pt
+
+
+def test_logits_kernel_matches_reference_and_masks(interp, gen):
+    lens = [0, 1, 64, 65, 300, 700]  # 700 > 6 pages * 64: clamped to the table
+    cache, q, w, seq, pt = logits_case(gen, 6, lens, width=6)
+    max_len = 450  # also shorter than some rows
+    out = dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, max_len)
+    ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, max_len)
+    assert out.shape == (6, max_len) and out.dtype == torch.float32
+    fin = torch.isfinite(ref)
+    assert torch.equal(torch.isneginf(out), ~fin), "-inf exactly past each row's length"
+    assert not torch.isnan(out).any()
+    assert rel_err(out[fin], ref[fin]) < 1e-5
+
+
+def test_logits_kernel_sglang_call_shapes(interp, gen):
+    """SGLang passes q [R,1,H,D], the uint8 page rows, weights [R,H] fp32, seq_lens [R] or
+    [R,1], an int32 page table; ``out`` is filled in place."""
+    cache, q, w, seq, pt = logits_case(gen, 3, [130, 5, 256], width=5)
+    cache_u8 = cache.view(torch.uint8).view(cache.shape[0], 64 * 256)
+    out = torch.full((3, 320), float("nan"))
+    got = dispatch.paged_mqa_logits_bf16(q.unsqueeze(1), cache_u8, w.unsqueeze(-1), seq.unsqueeze(-1),
+                                         pt.to(torch.int64), 320, out=out)
+    assert got is out
+    ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 320)
+    fin = torch.isfinite(ref)
+    assert torch.equal(torch.isneginf(out), ~fin)
+    assert rel_err(out[fin], ref[fin]) < 1e-5
+
+
+def test_logits_kernel_tiling_does_not_change_results(interp, gen):
+    cache, q, w, seq, pt = logits_case(gen, 2, [500, 257], width=8, heads=16)
+    outs = []
+    for cfg in (dispatch.LogitsConfig(64, 64, 4, 2), dispatch.LogitsConfig(128, 256, 4, 3),
+                dispatch.LogitsConfig(32, 512, 4, 1)):
+        outs.append(dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, 512, config=cfg))
+    ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 512)
+    fin = torch.isfinite(ref)
+    for out in outs:
+        assert torch.equal(torch.isneginf(out), ~fin)
+        assert rel_err(out[fin], ref[fin]) < 1e-5
+
+
+def test_pick_chunk_spreads_small_grids():
+    assert paged_mqa_logits.pick_chunk(64, 32768, 128, 132, 1024) == 1024  # 2048 programs
+    assert paged_mqa_logits.pick_chunk(1, 32768, 128, 132, 1024) == 128  # 256 programs
+    assert paged_mqa_logits.pick_chunk(1, 100, 64, 188, 1024) == 64
+    assert paged_mqa_logits.pick_chunk(4, 32768, 64, 188, 1024) % 64 == 0
+
+
+# ---------------------------------------------------------------------------
+# Dispatch and validation (no kernel launch)
+# ---------------------------------------------------------------------------
+
+
+def test_arch_key_and_cpu_default():
+    assert dispatch.arch_key((9, 0)) == "sm90"
+    assert dispatch.arch_key((10, 0)) == "sm100"
+    assert dispatch.arch_key((10, 3)) == "sm100"
+    assert dispatch.arch_key((12, 0)) == "sm120"
+    assert dispatch.arch_key((12, 1)) == "sm120"
+    assert dispatch.arch_key((8, 9)) == "default"
+    assert dispatch.arch_key(None) == "default"
+    assert dispatch.configs_for(torch.device("cpu")) is dispatch.CONFIGS["default"]
+    assert set(dispatch.CONFIGS) == {"sm90", "sm100", "sm120", "default"}
+
+
+def test_import_touches_no_gpu(monkeypatch):
+    """Configs are picked per call: a fresh import must not query the device."""
+    import importlib
+    import sys
+
+    def no_gpu(*_a, **_k):
+        raise AssertionError("kernels_sm120 queried the GPU at import time")
+
+    for name in ("get_device_capability", "get_device_properties", "current_device", "init"):
+        monkeypatch.setattr(torch.cuda, name, no_gpu)
+    saved = {k: v for k, v in sys.modules.items() if k == "kernels_sm120" or k.startswith("kernels_sm120.")}
+    try:
+        for k in saved:
+            del sys.modules[k]
+        fresh = importlib.import_module("kernels_sm120")
+        importlib.import_module("kernels_sm120.aot")
+        assert fresh.dispatch.configs_for(torch.device("cpu")).name == "default"
+    finally:
+        for k in [k for k in sys.modules if k == "kernels_sm120" or k.startswith("kernels_sm120.")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+def _store_args():
+    freqs = torch.polar(torch.ones(8, 32), torch.zeros(8, 32))
+    return dict(kv=torch.zeros(4, 128, dtype=torch.bfloat16), norm_weight=torch.ones(128), norm_eps=1e-6,
+                freqs_cis=freqs, positions=torch.zeros(4, dtype=torch.int64),
+                out_loc=torch.arange(4), index_k_cache=torch.zeros(2, 64 * 256, dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(kv=torch.zeros(4, 64, dtype=torch.bfloat16)), r"kv must be \[N, 128\]"),
+    (dict(kv=torch.zeros(4, 128, dtype=torch.int32)), r"kv must have dtype"),
+    (dict(norm_weight=torch.ones(64)), r"norm_weight must be \[128\]"),
+    (dict(norm_eps=0.0), r"norm_eps must be a positive float"),
+    (dict(freqs_cis=torch.zeros(8, 32)), r"freqs_cis as fp32 must be \[max_pos, 64\]"),
+    (dict(freqs_cis=torch.zeros(8, 32, dtype=torch.float16)), r"freqs_cis must be complex64"),
+    (dict(positions=torch.zeros(3, dtype=torch.int64)), r"positions must have 4 rows"),
+    (dict(positions=torch.zeros(4)), r"positions must have dtype"),
+    (dict(out_loc=torch.zeros(4, 2, dtype=torch.int64)), r"out_loc must be \[rows\] or \[rows, 1\]"),
+    (dict(index_k_cache=torch.zeros(2, 64 * 132, dtype=torch.uint8)), r"an fp8 page row is 8448 bytes"),
+    (dict(index_k_cache=torch.zeros(2, 64, 64, dtype=torch.bfloat16)), r"bf16 index_k_cache must be"),
+    (dict(index_k_cache=torch.zeros(2, 64 * 256, dtype=torch.uint8)[:, ::2]), r"index_k_cache must be contiguous"),
+])
+def test_store_validation(change, match):
+    args = {**_store_args(), **change}
+    with pytest.raises((TypeError, ValueError), match=match):
+        dispatch.store_index_k_bf16(**args)
+
+
+def test_cache_view_never_copies():
+    # A bf16 [P, 64, 128] whose rows are 256 apart cannot be viewed as pages: a reshape would copy and
+    # the store would write into a temporary.
+    bad = torch.zeros(2, 64, 256, dtype=torch.bfloat16)[:, :, :128]
+    args = {**_store_args(), "index_k_cache": bad}
+    with pytest.raises(ValueError, match="each page of index_k_cache must be contiguous"):
+        dispatch.store_index_k_bf16(**args)
+
+
+def test_q_validation():
+    freqs = torch.polar(torch.ones(8, 32), torch.zeros(8, 32))
+    q = torch.zeros(2, 64 * 128, dtype=torch.bfloat16)
+    w = torch.zeros(2, 64)
+    pos = torch.zeros(2, dtype=torch.int64)
+    with pytest.raises(ValueError, match=r"q must be \[N, 8192\]"):
+        dispatch.index_q_bf16(q[:, :4096], w, 1.0, freqs, pos)
+    with pytest.raises(TypeError, match=r"q must have dtype in \(bfloat16\)"):
+        dispatch.index_q_bf16(q.float(), w, 1.0, freqs, pos)
+    with pytest.raises(ValueError, match=r"weight must be \[2, 64\]"):
+        dispatch.index_q_bf16(q, w[:, :32], 1.0, freqs, pos)
+    with pytest.raises(ValueError, match="weight must have unit head stride"):
+        dispatch.index_q_bf16(q, torch.zeros(64, 2).T, 1.0, freqs, pos)
+    with pytest.raises(ValueError, match=r"q_out must be contiguous \[2, 64, 128\]"):
+        dispatch.index_q_bf16(q, w, 1.0, freqs, pos, q_out=torch.zeros(2, 64, 64, dtype=torch.bfloat16))
+
+
+def test_logits_validation():
+    q = torch.zeros(2, 64, 128, dtype=torch.bfloat16)
+    cache = torch.zeros(3, 64 * 256, dtype=torch.uint8)
+    w = torch.zeros(2, 64)
+    seq = torch.zeros(2, dtype=torch.int32)
+    pt = torch.zeros(2, 3, dtype=torch.int32)
+    call = dispatch.paged_mqa_logits_bf16
+    with pytest.raises(ValueError, match=r"q must be \[R, H, 128\] or \[R, 1, H, 128\]"):
+        call(q.view(2, 2, 32, 128), cache, w, seq, pt, 10)
+    with pytest.raises(ValueError, match="power of two >= 16"):
+        call(torch.zeros(2, 8, 128, dtype=torch.bfloat16), cache, w[:, :8], seq, pt, 10)
+    with pytest.raises(TypeError, match=r"weights must have dtype in \(float32\)"):
+        call(q, cache, w.to(torch.bfloat16), seq, pt, 10)
+    with pytest.raises(ValueError, match=r"weights must be \[2, 64\] fp32"):
+        call(q, cache, w[:1], seq, pt, 10)
+    with pytest.raises(ValueError, match="seq_lens must have 2 rows"):
+        call(q, cache, w, seq[:1], pt, 10)
+    with pytest.raises(ValueError, match="page_table must have 2 rows"):
+        call(q, cache, w, seq, pt[:1], 10)
+    with pytest.raises(ValueError, match="page_table must be contiguous in its last dim"):
+        call(q, cache, w, seq, torch.zeros(3, 2, dtype=torch.int32).T, 10)
+    with pytest.raises(ValueError, match="max_seq_len must be a non-negative python int"):
+        call(q, cache, w, seq, pt, torch.tensor(10))
+    with pytest.raises(ValueError, match=r"out must be \[2, 10\] fp32"):
+        call(q, cache, w, seq, pt, 10, out=torch.zeros(2, 11))
+    with pytest.raises(ValueError, match="an fp8 page row is 8448 bytes"):
+        call(q, torch.zeros(3, 64 * 132, dtype=torch.uint8), w, seq, pt, 10)
