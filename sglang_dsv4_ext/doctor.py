@@ -100,6 +100,18 @@ def collect_report() -> Dict[str, object]:
         if target.path in state.details:
             row["detail"] = state.details[target.path]
         targets.append(row)
+    # Fixes the installed SGLang already carries in its source (patches/): the same verdict
+    # `sglang-dsv4 patches status` gives, so both commands agree on what is upstream.
+    try:
+        from sglang_dsv4_ext.patchtool.upstream import fix_verdicts, upstream_targets
+
+        in_source = upstream_targets(fix_verdicts(report.get("sglang_path")))
+    except Exception as exc:  # no series next to the package (wheel install), git missing
+        in_source, report["source_fix_error"] = {}, str(exc)
+    for row in targets:
+        if row["target"] in in_source:
+            row["status"] = activation.NOT_NEEDED
+            row["detail"] = f"fixed in SGLang's source (patch {in_source[row['target']]} is upstream)"
     report["activated"] = state.activated
     report["activation_seconds"] = round(state.seconds, 3)
     report["targets"] = targets

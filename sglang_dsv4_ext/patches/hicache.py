@@ -56,6 +56,8 @@ def _around_build_stack(original, *args, **kwargs):
 def _after_logical_host_pool_init(result, self, *args, **kwargs):
     if _building_bf16_stack.get():
         existing = getattr(self, "storage_format_tag", None)
+        if existing and existing.endswith(L3_FORMAT_TAG):
+            return None  # an SGLang built with patches/0003 already tags it
         self.storage_format_tag = f"{existing}-{L3_FORMAT_TAG}" if existing else L3_FORMAT_TAG
     return None
 

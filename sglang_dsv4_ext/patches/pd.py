@@ -25,6 +25,8 @@ INDEX_K_LAYOUT_TAG = "c4idx"
 def _after_pd_kv_layout(result, self):
     from sglang_dsv4_ext.patches.pool import is_bf16_index_pool
 
+    if result.endswith(f",{INDEX_K_LAYOUT_TAG}:bf16"):
+        return None  # an SGLang built with patches/0004 already says it
     index_pool = getattr(self, "index_pools", {}).get(4)
     if index_pool is not None and is_bf16_index_pool(index_pool):
         return f"{result},{INDEX_K_LAYOUT_TAG}:bf16"

@@ -1,0 +1,208 @@
+"""What one patch does against one upstream work tree.
+
+The classifications, checked in this order (the first that holds wins):
+
+``upstream-reverse-applies``  the patch reverse-applies cleanly: its change is already there.
+``upstream-patch-id``         an upstream commit since the old base made the same change
+                              (``git patch-id --stable``, restricted to the patch's files) and
+                              the patch no longer applies (upstream has moved on since).
+``applies``                   ``git apply --check`` succeeds (offsets allowed, no fuzz).
+``applies-3way``              only ``git am -3`` applies it (a clean three-way merge).
+``upstream-absorbed``         ``git am -3`` merges to *no change*: upstream holds the content.
+``target-gone``               ``git am -3`` fails and files the patch modifies no longer exist.
+``conflict``                  ``git am -3`` fails; the failing hunks and conflict regions are
+                              recorded. ``git am`` is left in progress for a human to resolve.
+
+Two more appear in a rebase: ``resolved`` (a human finished a conflict or ported the patch)
+and ``dropped`` (removed with ``--drop NAME --reason TEXT``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from .gitrepo import GitRepo
+from .series import PatchFile
+
+
+class Kind(str, Enum):
+    APPLIES = "applies"
+    APPLIES_3WAY = "applies-3way"
+    UPSTREAM_PATCH_ID = "upstream-patch-id"
+    UPSTREAM_REVERSE = "upstream-reverse-applies"
+    UPSTREAM_ABSORBED = "upstream-absorbed"
+    CONFLICT = "conflict"
+    TARGET_GONE = "target-gone"
+    RESOLVED = "resolved"
+    DROPPED = "dropped"
+
+    def __str__(self) -> str:  # argparse/f-strings print the value
+        return self.value
+
+
+UPSTREAM_KINDS = frozenset({Kind.UPSTREAM_PATCH_ID, Kind.UPSTREAM_REVERSE, Kind.UPSTREAM_ABSORBED})
+APPLIED_KINDS = frozenset({Kind.APPLIES, Kind.APPLIES_3WAY, Kind.RESOLVED})
+# Kinds that stop a rebase until a human decides (resolve, port, or drop with a reason).
+STOP_KINDS = frozenset(UPSTREAM_KINDS | {Kind.CONFLICT, Kind.TARGET_GONE})
+
+
+@dataclass
+class Result:
+    name: str
+    kind: Kind
+    detail: str = ""
+    commit: Optional[str] = None  # the commit holding the patch after it applied
+    missing_files: List[str] = field(default_factory=list)
+    failing_hunks: List[str] = field(default_factory=list)
+    conflict_regions: List[str] = field(default_factory=list)
+    conflicted_files: List[str] = field(default_factory=list)
+    reason: str = ""  # why a dropped patch left the series (--reason)
+
+    def to_json(self) -> Dict:
+        data = asdict(self)
+        data["kind"] = self.kind.value
+        return data
+
+    @classmethod
+    def from_json(cls, data: Dict) -> "Result":
+        data = dict(data)
+        data["kind"] = Kind(data["kind"])
+        return cls(**data)
+
+    def describe(self) -> str:
+        parts = [self.kind.value]
+        if self.detail:
+            parts.append(f"({self.detail})")
+        if self.reason:
+            parts.append(f"-- {self.reason}")
+        return " ".join(parts)
+
+
+# ---- individual checks ----------------------------------------------------------------------
+
+
+def patch_id(repo: GitRepo, text: str) -> Optional[str]:
+    out = repo.out("patch-id", "--stable", stdin=text)
+    return out.split()[0] if out else None
+
+
+def upstream_commit_with_same_change(repo: GitRepo, patch: PatchFile, base: Optional[str], head: str = "HEAD") -> Optional[str]:
+    """The upstream commit in base..head whose change to the patch's files equals the patch."""
+    own = patch_id(repo, patch.text)
+    if own is None:
+        return None
+    revs = [f"{base}..{head}"] if base else [head, "--max-count=500"]
+    status, log, _ = repo.run(
+        "log", "-p", "--no-color", "--no-renames", "--no-merges", "--pretty=medium", *revs, "--", *patch.files,
+        check=False,
+    )
+    if status != 0 or not log.strip():
+        return None
+    for line in repo.out("patch-id", "--stable", stdin=log).splitlines():
+        pid, commit = line.split()[:2]
+        if pid == own:
+            return commit
+    return None
+
+
+def apply_check(repo: GitRepo, patch_path: Path, *, reverse: bool = False) -> bool:
+    args = ["apply", "--check"] + (["-R"] if reverse else []) + [str(patch_path)]
+    return repo.run(*args, check=False)[0] == 0
+
+
+def failing_hunks(repo: GitRepo, patch: PatchFile, tmp_dir: Path) -> List[str]:
+    """Each hunk checked alone against the work tree: which ones do not apply."""
+    failing = []
+    for path, header, hunks in patch.hunks():
+        for hunk in hunks:
+            mini = tmp_dir / "hunk.patch"
+            mini.write_text(header + hunk.text)
+            if not apply_check(repo, mini):
+                failing.append(f"{path} hunk #{hunk.index} {hunk.header.split(' @@')[0]} @@")
+    return failing
+
+
+def conflict_regions(repo: GitRepo, paths: List[str]) -> List[str]:
+    regions = []
+    for rel in paths:
+        file = repo.work_tree / rel
+        if not file.exists():
+            regions.append(f"{rel}: (deleted on one side)")
+            continue
+        start = None
+        for lineno, line in enumerate(file.read_text(errors="replace").splitlines(), 1):
+            if line.startswith("<<<<<<<"):
+                start = lineno
+            elif line.startswith(">>>>>>>") and start is not None:
+                regions.append(f"{rel}:{start}-{lineno}")
+                start = None
+    return regions
+
+
+_NO_CHANGES = re.compile(r"No changes|Patch already applied|patch does not have a valid e-mail", re.I)
+
+
+# ---- the classifier -------------------------------------------------------------------------
+
+
+def classify_and_apply(
+    repo: GitRepo, patch: PatchFile, patch_path: Path, base: Optional[str], tmp_dir: Path, *, keep: bool = True
+) -> Result:
+    """Classify ``patch`` against the work tree at HEAD and (if it applies) commit it with `git am`.
+
+    The work tree must be clean. On return it is clean again, except for ``conflict``, where
+    ``git am`` stays in progress. With ``keep=False`` an applied patch is undone again
+    (used to classify a patch that is being dropped).
+    """
+    head = repo.must_rev_parse("HEAD")
+    if apply_check(repo, patch_path, reverse=True):
+        same = upstream_commit_with_same_change(repo, patch, base)
+        detail = "its change is already in the tree" + (f"; same change as upstream {same[:12]}" if same else "")
+        return Result(patch.name, Kind.UPSTREAM_REVERSE, detail)
+    forward = apply_check(repo, patch_path)
+    same = upstream_commit_with_same_change(repo, patch, base)
+    if same and not forward:
+        return Result(patch.name, Kind.UPSTREAM_PATCH_ID, f"same change as upstream commit {same[:12]}, changed since")
+    missing = [f for f in patch.preexisting if not repo.path_exists("HEAD", f)]
+    hunks = [] if forward else failing_hunks(repo, patch, tmp_dir)
+    am = ["am", "--committer-date-is-author-date", "--quiet"]
+    if forward:
+        repo.run(*am, str(patch_path))
+        result = Result(patch.name, Kind.APPLIES, "", repo.must_rev_parse("HEAD"))
+        if same:
+            result.detail = f"upstream {same[:12]} made this change once, but it is not in the tree any more"
+    else:
+        status, out, err = repo.run(*am, "--3way", str(patch_path), check=False)
+        if status == 0 and repo.must_rev_parse("HEAD") == head:
+            # `git am -3` says "No changes -- Patch already applied." and commits nothing.
+            return Result(patch.name, Kind.UPSTREAM_ABSORBED, "a three-way merge leaves nothing to change")
+        if status == 0:
+            result = Result(patch.name, Kind.APPLIES_3WAY, f"{len(hunks)} hunks needed the merge" if hunks else "",
+                            repo.must_rev_parse("HEAD"), failing_hunks=hunks)
+        else:
+            unmerged = repo.unmerged_paths()
+            message = (out + err).strip()
+            if not unmerged and not missing and _NO_CHANGES.search(message) and not repo.dirty_paths():
+                repo.run("am", "--abort")
+                return Result(patch.name, Kind.UPSTREAM_ABSORBED, "a three-way merge leaves nothing to change")
+            if missing:
+                if repo.am_in_progress():
+                    repo.run("am", "--abort")
+                return Result(patch.name, Kind.TARGET_GONE, f"no longer in the tree: {', '.join(missing)}",
+                              missing_files=missing, failing_hunks=hunks)
+            regions = conflict_regions(repo, unmerged)
+            detail = f"conflicts in {', '.join(unmerged)}" if unmerged else _last_error_line(message)
+            return Result(patch.name, Kind.CONFLICT, detail, failing_hunks=hunks,
+                          conflict_regions=regions, conflicted_files=unmerged)
+    if not keep:
+        repo.run("reset", "-q", "--hard", head)
+    return result
+
+
+def _last_error_line(message: str) -> str:
+    lines = [l for l in message.splitlines() if l.strip().startswith(("error:", "fatal:"))]
+    return (lines[0] if lines else message.splitlines()[0] if message else "git am failed").strip()
