@@ -5,23 +5,31 @@ Both paths apply the same two transforms after their own prologue: RoPE on the t
 ``rotate_activation`` (scale ``128**-0.5``). Keeping them here means the two kernels
 cannot drift apart.
 
-"Pair space" (v3, see NOTES.md): a row of 128 is loaded as two halves of 32 (even, odd)
-column pairs, ``[BLOCK_M, 32, 2]`` tensors whose size-2 axis is contiguous in memory and
-in each thread, so every load is a 16-byte vector load and ``tl.split`` costs nothing.
-RoPE is then elementwise on (real, imag) = (even, odd) columns, with cos/sin split the
-same way from SGLang's interleaved table row. The Hadamard never needs the interleaved
-row back: with ``H128 = [[H64, H64], [H64, -H64]]`` and H64's even / odd rows ``He`` /
-``Ho``,
+Layout (v4, see NOTES.md): a row of 128 is handled as its two halves of 64, each loaded
+as a plain ``[BLOCK_M, 64]`` tile (contiguous columns, so 16-byte loads and stores). The
+RoPE half is viewed as ``[BLOCK_M, 32, 2]`` (real, imag) pairs, and so is SGLang's
+interleaved (cos, sin) table row; the size-2 axis lies inside each thread, so
+``tl.split`` / ``tl.join`` cost nothing.
 
-    x @ H128 = [(x0 + x1) @ H64 | (x0 - x1) @ H64],
-    v @ H64  = v_even @ He + v_odd @ Ho.
+The Hadamard is a Walsh-Hadamard butterfly in fp32 registers, no matrix and no tensor
+cores. Natural (Sylvester) order, the order of SGLang's butterflies and
+``hadamard_transform``: for each bit ``b`` of the column index, the pair (i, i + 2**b)
+with bit b of i clear becomes (x_i + x_j, x_i - x_j). The stages commute:
 
-Earlier versions gathered partner columns and cos/sin with scalar loads, which saturated
-the L1 pipe (ncu: L1/TEX 89%, DRAM 12%), or used reshape/split/join on a [BLOCK_M, 128]
-tile with a 128x128 matrix, which cost 255 registers.
+  * bit 6 (the two halves) is one add and one subtract of the two half tiles;
+  * bits 0..5 inside each half: the 64 columns viewed as ``[8, 8]`` (col = 8 a + b);
+    bits 0..2 (b, the eight columns one thread loads with one 16-byte load) are
+    butterflies inside each thread; then a transpose to ``[b, a]`` and bits 3..5
+    (a, spread over lanes) the same way, which Triton lowers to one exchange through
+    warp shuffles and shared memory; then back to ``[a, b]`` for the store.
 
-Everything stays in fp32 until the caller rounds once to bf16, like SGLang's JIT
+Each output is a sum of 128 signed terms done in fp32 (7 rounding steps, ~1e-7 relative),
+scaled by ``128**-0.5``, and rounded once to bf16 by the caller, like SGLang's JIT
 ``fused_norm_rope_indexer`` / ``fused_q_indexer_rope_hadamard_quant``.
+
+Earlier versions multiplied by the Hadamard matrix with ``tl.dot`` (bf16 hi + lo halves of
+the fp32 operand): every operand went register -> shared memory -> ldmatrix with ~17
+barriers per tile, and their loads were 4-byte (pair offsets hide the contiguity).
 """
 
 import triton
@@ -29,58 +37,46 @@ import triton.language as tl
 
 
 @triton.jit
-def pair_offsets(PAIRS: tl.constexpr):
-    """[PAIRS, 2] column offsets (2k, 2k + 1): (even, odd) = (real, imag) pairs."""
-    k = tl.arange(0, PAIRS)
-    two = tl.arange(0, 2)
-    return 2 * k[:, None] + two[None, :]
+def _butterfly(t, BLOCK_M: tl.constexpr, A: tl.constexpr, N: tl.constexpr, H: tl.constexpr):
+    """One butterfly stage on bit log2(H) of the last axis of ``t`` [BLOCK_M, A, N]."""
+    G: tl.constexpr = N // (2 * H)
+    u = tl.permute(tl.reshape(t, [BLOCK_M, A, G, 2, H]), [0, 1, 2, 4, 3])  # the bit's pair last
+    lo, hi = tl.split(u)
+    u = tl.permute(tl.join(lo + hi, lo - hi), [0, 1, 2, 4, 3])
+    return tl.reshape(u, [BLOCK_M, A, N])
 
 
 @triton.jit
-def hadamard_pair_matrices(N: tl.constexpr):
-    """(He, Ho): the even and odd rows of the Sylvester Hadamard matrix H_N, bf16 [N/2, N].
-
-    ``H[i, j] = (-1)**popcount(i & j)``: the natural-order transform that SGLang's
-    butterflies and ``hadamard_transform`` compute. Exact in bf16 (+-1).
-    """
-    tl.static_assert(N <= 256, "popcount parity below handles N <= 256")
-    k = tl.arange(0, N // 2)
-    c = tl.arange(0, N)
-    pe = (2 * k)[:, None] & c[None, :]
-    po = (2 * k + 1)[:, None] & c[None, :]
-    pe = pe ^ (pe >> 4)
-    pe = pe ^ (pe >> 2)
-    pe = pe ^ (pe >> 1)
-    po = po ^ (po >> 4)
-    po = po ^ (po >> 2)
-    po = po ^ (po >> 1)
-    he = tl.where((pe & 1) == 0, 1.0, -1.0).to(tl.bfloat16)
-    ho = tl.where((po & 1) == 0, 1.0, -1.0).to(tl.bfloat16)
-    return he, ho
+def _wht8_last_axis(t, BLOCK_M: tl.constexpr):
+    """8-point Walsh-Hadamard transform (unscaled) along the last axis of [BLOCK_M, 8, 8]."""
+    t = _butterfly(t, BLOCK_M, 8, 8, 1)
+    t = _butterfly(t, BLOCK_M, 8, 8, 2)
+    return _butterfly(t, BLOCK_M, 8, 8, 4)
 
 
 @triton.jit
-def _times_h(acc, y, h):
-    """``acc + y @ h`` for fp32 ``y`` and a +-1 bf16 ``h`` on tensor cores, keeping ~16
-    mantissa bits of ``y`` by splitting it into bf16 hi + lo parts (h is exact in bf16)."""
-    hi = y.to(tl.bfloat16)
-    lo = (y - hi.to(tl.float32)).to(tl.bfloat16)
-    acc = tl.dot(hi, h, acc)
-    return tl.dot(lo, h, acc)
+def _wht64(x, BLOCK_M: tl.constexpr):
+    """Unscaled natural-order 64-point Walsh-Hadamard transform of each row of [BLOCK_M, 64]."""
+    t = tl.reshape(x, [BLOCK_M, 8, 8])  # [row, a, b], column = 8 a + b
+    t = _wht8_last_axis(t, BLOCK_M)  # bits 0..2: inside each thread
+    t = tl.permute(_wht8_last_axis(tl.permute(t, [0, 2, 1]), BLOCK_M), [0, 2, 1])  # bits 3..5
+    return tl.reshape(t, [BLOCK_M, 64])
 
 
 @triton.jit
-def hadamard128_pairs(x0_even, x0_odd, x1_even, x1_odd, he, ho, BLOCK_M: tl.constexpr):
-    """``[x0 | x1] @ H128 / sqrt(128)`` as its two halves [BLOCK_M, 64] (fp32), from the
-    even / odd columns of each half (fp32 [BLOCK_M, 32]) and ``hadamard_pair_matrices(64)``."""
+def hadamard128(x0, x1, BLOCK_M: tl.constexpr):
+    """``[x0 | x1] @ H128 / sqrt(128)`` as its two halves, from fp32 halves [BLOCK_M, 64]."""
     SCALE: tl.constexpr = 128**-0.5
-    zero = tl.zeros([BLOCK_M, 64], dtype=tl.float32)
-    out0 = _times_h(_times_h(zero, x0_even + x1_even, he), x0_odd + x1_odd, ho)
-    out1 = _times_h(_times_h(zero, x0_even - x1_even, he), x0_odd - x1_odd, ho)
+    out0 = _wht64(x0 + x1, BLOCK_M)
+    out1 = _wht64(x0 - x1, BLOCK_M)
     return out0 * SCALE, out1 * SCALE
 
 
 @triton.jit
-def rope_pairs(x_re, x_im, cos, sin):
-    """(x_re + i x_im) * (cos + i sin), elementwise."""
-    return x_re * cos - x_im * sin, x_re * sin + x_im * cos
+def rope_interleaved(x, freqs, BLOCK_M: tl.constexpr):
+    """RoPE of fp32 [BLOCK_M, 64] (pairs (2k, 2k + 1) = (real, imag)) by the table rows
+    ``freqs`` [BLOCK_M, 64] fp32 = (cos_k, sin_k) interleaved (``view_as_real(freqs_cis)``)."""
+    x_re, x_im = tl.split(tl.reshape(x, [BLOCK_M, 32, 2]))
+    cos, sin = tl.split(tl.reshape(freqs, [BLOCK_M, 32, 2]))
+    y = tl.join(x_re * cos - x_im * sin, x_re * sin + x_im * cos)
+    return tl.reshape(y, [BLOCK_M, 64])

@@ -57,7 +57,7 @@ def kernel_specs() -> List[KernelSpec]:
             lambda c: dict(D=head_dim, ROPE_DIM=rope_dim, PAGE=page, BLOCK_M=c.store.block_m,
                            PREFETCH=c.store.prefetch),
             lambda c: dict(num_warps=c.store.num_warps, num_stages=c.store.num_stages),
-            needs_tensor_cores=True,  # the Hadamard is a bf16 hi/lo tl.dot
+            needs_tensor_cores=False,  # the Hadamard is an fp32 butterfly (v4)
         ),
         KernelSpec(
             "index_k_scatter_rows_kernel",
@@ -73,7 +73,7 @@ def kernel_specs() -> List[KernelSpec]:
             index_q.AOT_SIGNATURES["index_q_rope_hadamard_kernel"],
             lambda c: dict(H=heads, D=head_dim, ROPE_DIM=rope_dim, BLOCK_M=c.q.block_m, PREFETCH=c.q.prefetch),
             lambda c: dict(num_warps=c.q.num_warps, num_stages=c.q.num_stages),
-            needs_tensor_cores=True,
+            needs_tensor_cores=False,  # fp32 butterfly Hadamard (v4)
         ),
         KernelSpec(
             "paged_mqa_logits_kernel",
@@ -108,6 +108,10 @@ def compile_kernel(spec: KernelSpec, arch: int, configs: Optional[ArchConfigs] =
     """Compile ``spec`` for ``arch`` (90, 100, 120) with ``configs`` (default: the arch's own)."""
     configs = configs or CONFIGS[arch_key((arch // 10, arch % 10))]
     constexprs = spec.constexprs(configs)
+    # constexpr parameters with a default (benchmark ablation switches) compile as the launcher runs them
+    for p in spec.fn.params:
+        if p.is_constexpr and p.has_default and p.name not in constexprs:
+            constexprs[p.name] = p.default
     arg_names = spec.fn.arg_names
     missing = [n for n in arg_names if n not in spec.signature and n not in constexprs]
     if missing:

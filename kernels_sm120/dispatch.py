@@ -24,7 +24,7 @@ SM120_MAX_SHARED_BYTES = 101376
 @dataclass(frozen=True)
 class StoreConfig:
     """index-K store: rows per tile; the grid is persistent, at most programs_per_sm
-    programs per SM, each building the Hadamard matrix once and looping over tiles."""
+    programs per SM, each loading the norm weight once and looping over tiles."""
 
     block_m: int
     num_warps: int
@@ -81,20 +81,21 @@ CONFIGS: Dict[str, ArchConfigs] = {
     # 113 KiB, two programs per SM; picked by the sweep in bench_kernels (NOTES.md).
     "sm90": ArchConfigs(
         name="sm90",
-        # store / q: best of the H200 sweep (NOTES.md, v3): 16-row tiles, 2 warps, 16
-        # persistent programs per SM, next tile prefetched.
-        store=StoreConfig(block_m=16, num_warps=2, programs_per_sm=16),
+        # store / q (v4, butterfly Hadamard): 16-row tiles, 2 warps, next tile prefetched;
+        # 128 (store) / 115 (q) registers per thread (AOT, triton 3.6), so 8 such 64-thread
+        # programs fill an SM's 64K registers: 8 per SM = one persistent wave. NOTES.md.
+        store=StoreConfig(block_m=16, num_warps=2, programs_per_sm=8),
         scatter=ScatterConfig(block_m=32, num_warps=4),
-        q=QConfig(block_m=16, num_warps=2, programs_per_sm=16),
+        q=QConfig(block_m=16, num_warps=2, programs_per_sm=8),
         logits=LogitsConfig(block_n=128, max_chunk=2048, num_warps=4, num_stages=3),
     ),
     # B200/GB200 (sm_100a): 228 KiB per SM like Hopper; Triton lowers tl.dot to tcgen05.
     # Not measured here: same tiling as sm90.
     "sm100": ArchConfigs(
         name="sm100",
-        store=StoreConfig(block_m=16, num_warps=2, programs_per_sm=16),
+        store=StoreConfig(block_m=16, num_warps=2, programs_per_sm=8),
         scatter=ScatterConfig(block_m=32, num_warps=4),
-        q=QConfig(block_m=16, num_warps=2, programs_per_sm=16),
+        q=QConfig(block_m=16, num_warps=2, programs_per_sm=8),
         logits=LogitsConfig(block_n=128, max_chunk=2048, num_warps=4, num_stages=3),
     ),
     # RTX PRO 6000 / RTX 50xx (sm_120a): 99 KiB per block, ~100 KiB per SM, mma.sync only.
@@ -102,9 +103,9 @@ CONFIGS: Dict[str, ArchConfigs] = {
     # SM; ~1.8 TB/s over 188 SMs needs ~10 KiB in flight per SM, well covered.
     "sm120": ArchConfigs(
         name="sm120",
-        # store / q: the H200's best tiling; 8.3 KiB shared memory and ~167 registers per
-        # 64-thread program, so about 6 are resident per SM: 8 per SM (not the H200's 16)
-        # keeps the persistent grid close to one wave. Not measured on SM120.
+        # store / q: the H200's tiling; 1 KiB shared memory and 128 / 115 registers per
+        # 64-thread program (AOT for sm_120a), so 8 are resident per SM: one persistent
+        # wave. Not measured on SM120.
         store=StoreConfig(block_m=16, num_warps=2, programs_per_sm=8),
         scatter=ScatterConfig(block_m=32, num_warps=4),
         q=QConfig(block_m=16, num_warps=2, programs_per_sm=8),

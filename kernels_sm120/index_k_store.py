@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._triton_helpers import hadamard128_pairs, hadamard_pair_matrices, pair_offsets, rope_pairs
+from ._triton_helpers import hadamard128, rope_interleaved
 from ._validate import (
     INDEX_HEAD_DIM,
     INDEX_PAGE_SIZE,
@@ -38,22 +38,26 @@ FLOAT_INPUTS = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @triton.jit
-def _load_k_tile(tile, kv_ptr, stride_kv, freqs_ptr, stride_freq, pos_ptr, loc_ptr, n_rows, cols,
-                 HALF: tl.constexpr, BLOCK_M: tl.constexpr):
-    """One tile's inputs in pair space; rows past n_rows (or a tile past the end) load nothing."""
+def _load_k_tile(tile, kv_ptr, stride_kv, freqs_ptr, stride_freq, pos_ptr, loc_ptr, n_rows,
+                 HALF: tl.constexpr, BLOCK_M: tl.constexpr, WITH_ROPE_TABLE: tl.constexpr):
+    """One tile's inputs as [BLOCK_M, 64] halves; rows past n_rows (or a tile past the end) load nothing."""
     rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    j = tl.arange(0, HALF)
     in_range = rows < n_rows
     # Padding rows (slot < 0) have their kv row read but never stored; their position may
     # be garbage (SGLang's decode rows that close no group of 4), so the RoPE row is only
     # read for live rows.
     loc = tl.load(loc_ptr + rows, mask=in_range, other=-1).to(tl.int64)
     pos = tl.load(pos_ptr + rows, mask=in_range, other=0).to(tl.int64)
-    m3 = in_range[:, None, None]
-    row_ptr = kv_ptr + rows.to(tl.int64)[:, None, None] * stride_kv + cols[None, :, :]
-    x0 = tl.load(row_ptr, mask=m3, other=0.0)
-    x1 = tl.load(row_ptr + HALF, mask=m3, other=0.0)
-    live3 = (loc >= 0)[:, None, None]
-    f = tl.load(freqs_ptr + pos[:, None, None] * stride_freq + cols[None, :, :], mask=live3, other=0.0)
+    m2 = in_range[:, None]
+    row_ptr = kv_ptr + rows.to(tl.int64)[:, None] * stride_kv + j[None, :]
+    x0 = tl.load(row_ptr, mask=m2, other=0.0)
+    x1 = tl.load(row_ptr + HALF, mask=m2, other=0.0)
+    live = (loc >= 0)[:, None]
+    if WITH_ROPE_TABLE:
+        f = tl.load(freqs_ptr + pos[:, None] * stride_freq + j[None, :], mask=live, other=0.0)
+    else:  # benchmark ablation only (wrong output)
+        f = tl.zeros([BLOCK_M, HALF], dtype=tl.float32)
     return loc, x0, x1, f
 
 
@@ -75,41 +79,43 @@ def index_k_norm_rope_hadamard_store_kernel(
     PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     PREFETCH: tl.constexpr,
+    WITH_HADAMARD: tl.constexpr = True,
+    WITH_ROPE_TABLE: tl.constexpr = True,
 ):
-    tl.static_assert(D == 128 and ROPE_DIM == 64, "pair space assumes RoPE on dims 64..127 of 128")
+    # WITH_HADAMARD / WITH_ROPE_TABLE = False are ablations for bench_kernels (they leave a
+    # stage out and write wrong rows); the launcher never passes them.
+    tl.static_assert(D == 128 and ROPE_DIM == 64, "the halves layout assumes RoPE on dims 64..127 of 128")
     HALF: tl.constexpr = D // 2
-    PAIRS: tl.constexpr = HALF // 2
-    # Persistent over row tiles: the Hadamard rows and the norm weight are built once.
-    # With PREFETCH the next tile's loads are issued before this tile's math.
-    he, ho = hadamard_pair_matrices(HALF)
-    cols = pair_offsets(PAIRS)  # [PAIRS, 2]
-    w0e, w0o = tl.split(tl.load(norm_w_ptr + cols).to(tl.float32))
-    w1e, w1o = tl.split(tl.load(norm_w_ptr + HALF + cols).to(tl.float32))
+    # Persistent over row tiles: the norm weight is loaded once per program. With PREFETCH
+    # the next tile's loads are issued before this tile's math.
     j = tl.arange(0, HALF)
+    w0 = tl.load(norm_w_ptr + j).to(tl.float32)[None, :]
+    w1 = tl.load(norm_w_ptr + HALF + j).to(tl.float32)[None, :]
     n_tiles = tl.cdiv(n_rows, BLOCK_M)
     step = tl.num_programs(0)
     first = tl.program_id(0)
     if PREFETCH:
         loc, x0, x1, f = _load_k_tile(first, kv_ptr, stride_kv, freqs_ptr, stride_freq, pos_ptr, loc_ptr,
-                                      n_rows, cols, HALF, BLOCK_M)
+                                      n_rows, HALF, BLOCK_M, WITH_ROPE_TABLE)
     for tile in range(first, n_tiles, step):
         if PREFETCH:
             cur_loc, cur_x0, cur_x1, cur_f = loc, x0, x1, f
             loc, x0, x1, f = _load_k_tile(tile + step, kv_ptr, stride_kv, freqs_ptr, stride_freq, pos_ptr,
-                                          loc_ptr, n_rows, cols, HALF, BLOCK_M)
+                                          loc_ptr, n_rows, HALF, BLOCK_M, WITH_ROPE_TABLE)
         else:
             cur_loc, cur_x0, cur_x1, cur_f = _load_k_tile(tile, kv_ptr, stride_kv, freqs_ptr, stride_freq,
-                                                          pos_ptr, loc_ptr, n_rows, cols, HALF, BLOCK_M)
-        x0e, x0o = tl.split(cur_x0.to(tl.float32))
-        x1e, x1o = tl.split(cur_x1.to(tl.float32))
-        cos, sin = tl.split(cur_f)
-        sum_sq = tl.sum(x0e * x0e + x0o * x0o + x1e * x1e + x1o * x1o, axis=1)
+                                                          pos_ptr, loc_ptr, n_rows, HALF, BLOCK_M,
+                                                          WITH_ROPE_TABLE)
+        a = cur_x0.to(tl.float32)
+        b = cur_x1.to(tl.float32)
+        sum_sq = tl.sum(a * a + b * b, axis=1)
         inv_rms = tl.rsqrt(sum_sq / D + eps)[:, None]
-        y_re, y_im = rope_pairs(x1e * w1e[None, :], x1o * w1o[None, :], cos, sin)
-        out0, out1 = hadamard128_pairs(
-            x0e * w0e[None, :] * inv_rms, x0o * w0o[None, :] * inv_rms, y_re * inv_rms, y_im * inv_rms,
-            he, ho, BLOCK_M,
-        )
+        a = a * w0 * inv_rms
+        b = rope_interleaved(b * w1, cur_f, BLOCK_M) * inv_rms
+        if WITH_HADAMARD:
+            out0, out1 = hadamard128(a, b, BLOCK_M)
+        else:
+            out0, out1 = a, b
         page = cur_loc // PAGE
         dst = cache_ptr + page[:, None] * stride_page + (cur_loc - page * PAGE)[:, None] * D + j[None, :]
         live = (cur_loc >= 0)[:, None]  # rows past n_rows loaded slot -1

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._triton_helpers import hadamard128_pairs, hadamard_pair_matrices, pair_offsets, rope_pairs
+from ._triton_helpers import hadamard128, rope_interleaved
 from ._validate import (
     INDEX_HEAD_DIM,
     INDEX_ROPE_DIM,
@@ -32,20 +32,21 @@ from ._validate import (
 
 
 @triton.jit
-def _load_q_tile(tile, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr, stride_freq, pos_ptr, n_work, cols,
+def _load_q_tile(tile, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr, stride_freq, pos_ptr, n_work,
                  H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr):
-    """One tile of (token, head) rows in pair space; items past n_work load nothing."""
+    """One tile of (token, head) rows as [BLOCK_M, 64] halves; items past n_work load nothing."""
     HALF: tl.constexpr = D // 2
     work = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    j = tl.arange(0, HALF)
     live = work < n_work
     tok = (work // H).to(tl.int64)
     head = work % H
     pos = tl.load(pos_ptr + tok, mask=live, other=0).to(tl.int64)
-    m3 = live[:, None, None]
-    row_ptr = q_ptr + (tok * stride_q_tok + head * D)[:, None, None] + cols[None, :, :]
-    x0 = tl.load(row_ptr, mask=m3, other=0.0)
-    x1 = tl.load(row_ptr + HALF, mask=m3, other=0.0)
-    f = tl.load(freqs_ptr + pos[:, None, None] * stride_freq + cols[None, :, :], mask=m3, other=0.0)
+    m2 = live[:, None]
+    row_ptr = q_ptr + (tok * stride_q_tok + head * D)[:, None] + j[None, :]
+    x0 = tl.load(row_ptr, mask=m2, other=0.0)
+    x1 = tl.load(row_ptr + HALF, mask=m2, other=0.0)
+    f = tl.load(freqs_ptr + pos[:, None] * stride_freq + j[None, :], mask=m2, other=0.0)
     w = tl.load(w_ptr + tok * stride_w_tok + head, mask=live, other=0.0)
     return x0, x1, f, w
 
@@ -69,34 +70,28 @@ def index_q_rope_hadamard_kernel(
     BLOCK_M: tl.constexpr,
     PREFETCH: tl.constexpr,
 ):
-    tl.static_assert(D == 128 and ROPE_DIM == 64, "pair space assumes RoPE on dims 64..127 of 128")
+    tl.static_assert(D == 128 and ROPE_DIM == 64, "the halves layout assumes RoPE on dims 64..127 of 128")
     HALF: tl.constexpr = D // 2
-    PAIRS: tl.constexpr = HALF // 2
     # One work item = one (token, head) row of D values. Persistent over tiles of BLOCK_M
-    # items; the Hadamard rows are built once per program. With PREFETCH the next tile's
-    # loads are issued before this tile's math.
-    he, ho = hadamard_pair_matrices(HALF)
-    cols = pair_offsets(PAIRS)  # [PAIRS, 2]
+    # items. With PREFETCH the next tile's loads are issued before this tile's math.
     j = tl.arange(0, HALF)
     n_tiles = tl.cdiv(n_work, BLOCK_M)
     step = tl.num_programs(0)
     first = tl.program_id(0)
     if PREFETCH:
         x0, x1, f, w = _load_q_tile(first, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr, stride_freq,
-                                    pos_ptr, n_work, cols, H, D, BLOCK_M)
+                                    pos_ptr, n_work, H, D, BLOCK_M)
     for tile in range(first, n_tiles, step):
         if PREFETCH:
             cur_x0, cur_x1, cur_f, cur_w = x0, x1, f, w
             x0, x1, f, w = _load_q_tile(tile + step, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr,
-                                        stride_freq, pos_ptr, n_work, cols, H, D, BLOCK_M)
+                                        stride_freq, pos_ptr, n_work, H, D, BLOCK_M)
         else:
             cur_x0, cur_x1, cur_f, cur_w = _load_q_tile(tile, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr,
-                                                        stride_freq, pos_ptr, n_work, cols, H, D, BLOCK_M)
-        x0e, x0o = tl.split(cur_x0.to(tl.float32))
-        x1e, x1o = tl.split(cur_x1.to(tl.float32))
-        cos, sin = tl.split(cur_f)
-        y_re, y_im = rope_pairs(x1e, x1o, cos, sin)
-        out0, out1 = hadamard128_pairs(x0e, x0o, y_re, y_im, he, ho, BLOCK_M)
+                                                        stride_freq, pos_ptr, n_work, H, D, BLOCK_M)
+        a = cur_x0.to(tl.float32)
+        b = rope_interleaved(cur_x1.to(tl.float32), cur_f, BLOCK_M)
+        out0, out1 = hadamard128(a, b, BLOCK_M)
         work = tile * BLOCK_M + tl.arange(0, BLOCK_M)
         live = work < n_work
         work64 = work.to(tl.int64)

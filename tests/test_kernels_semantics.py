@@ -282,8 +282,10 @@ def test_store_kernel_matches_reference(interp, gen, layout, loc_dtype):
     keep = loc >= 0
     ref = R.index_k_transform_reference(kv[keep], w, 1e-6, freqs, pos[keep])
     got = rows[loc[keep].long()]
-    # one bf16 rounding of an fp32 computation: equal to round-to-nearest(ref) but for ties
-    assert (got.double() != ref.to(torch.bfloat16).double()).float().mean() < 0.01
+    # one bf16 rounding of an fp32 computation: equal to round-to-nearest(ref) except where
+    # ref lies within fp32 error of a rounding boundary (measured: < 0.03% of elements; a
+    # bf16-operand Hadamard would miss on ~0.3%)
+    assert (got.double() != ref.to(torch.bfloat16).double()).float().mean() < 0.002
     assert rel_err(got, ref) < 3e-3
     written = torch.zeros(pages * 64, dtype=torch.bool)
     written[loc[keep].long()] = True
@@ -355,7 +357,7 @@ def test_index_q_kernel_matches_reference(interp, gen, q_shape):
     q_ref, w_ref = R.index_q_reference(q, w, 0.0078125, freqs, pos)
     assert q_out.shape == (tokens, heads, 128) and q_out.dtype == torch.bfloat16
     assert w_out.shape == (tokens, heads) and w_out.dtype == torch.float32
-    assert (q_out.double() != q_ref.to(torch.bfloat16).double()).float().mean() < 0.01
+    assert (q_out.double() != q_ref.to(torch.bfloat16).double()).float().mean() < 0.002  # one rounding
     assert rel_err(q_out, q_ref) < 3e-3
     assert torch.allclose(w_out.double(), w_ref, rtol=1e-6)
 

@@ -62,7 +62,8 @@ def test_store_and_scatter(dev, name):
     ref = R.index_k_transform_reference(kv[keep], w, 1e-6, freqs, pos[keep])
     assert torch.isfinite(got.float()).all()
     assert rel_err(got, ref) < 3e-3
-    assert (got.double() != ref.to(torch.bfloat16).double()).float().mean() < 0.01
+    # fp32 butterfly, one bf16 rounding: round-to-nearest(float64) but near rounding boundaries
+    assert (got.double() != ref.to(torch.bfloat16).double()).float().mean() < 0.002
     written = torch.zeros(pages * 64, dtype=torch.bool, device=dev)
     written[loc[keep]] = True
     assert torch.isnan(rows[~written].float()).all()
@@ -87,6 +88,7 @@ def test_index_q(dev, name):
     q_ref, w_ref = R.index_q_reference(q, w, 0.01, freqs, pos)
     assert torch.isfinite(q_out.float()).all() and torch.isfinite(w_out).all()
     assert rel_err(q_out, q_ref) < 3e-3
+    assert (q_out.double() != q_ref.to(torch.bfloat16).double()).float().mean() < 0.002
     assert rel_err(w_out, w_ref) < 1e-6
 
 
