@@ -76,39 +76,31 @@ class ArchConfigs:
 
 # Shared memory per block (bytes) for the logits kernel is about
 # 16 KiB (q^T) + num_stages * block_n * 256 (key tiles); see NOTES.md for the AOT numbers.
+# store / q (v4, butterfly Hadamard): 16-row tiles, 2 warps, next tile prefetched; 128 (store)
+# / 115 (q) registers per thread (AOT, triton 3.6; same on sm_120a), so 8 such 64-thread programs
+# fill an SM's 64K registers: 8 per SM = one persistent wave. Measured on the H200 (NOTES.md).
+_PERSISTENT_STORE = StoreConfig(block_m=16, num_warps=2, programs_per_sm=8)
+_PERSISTENT_Q = QConfig(block_m=16, num_warps=2, programs_per_sm=8)
+_SCATTER = ScatterConfig(block_m=32, num_warps=4)
+# H100/H200: 228 KiB shared memory per SM, wgmma. Logits: 3 x 32 KiB key stages + q = 113 KiB,
+# two programs per SM; picked by the sweep in bench_kernels (NOTES.md).
+_HOPPER_CLASS_LOGITS = LogitsConfig(block_n=128, max_chunk=2048, num_warps=4, num_stages=3)
+
 CONFIGS: Dict[str, ArchConfigs] = {
-    # H100/H200: 228 KiB shared memory per SM, wgmma. Logits: 3 x 32 KiB key stages + q =
-    # 113 KiB, two programs per SM; picked by the sweep in bench_kernels (NOTES.md).
     "sm90": ArchConfigs(
-        name="sm90",
-        # store / q (v4, butterfly Hadamard): 16-row tiles, 2 warps, next tile prefetched;
-        # 128 (store) / 115 (q) registers per thread (AOT, triton 3.6), so 8 such 64-thread
-        # programs fill an SM's 64K registers: 8 per SM = one persistent wave. NOTES.md.
-        store=StoreConfig(block_m=16, num_warps=2, programs_per_sm=8),
-        scatter=ScatterConfig(block_m=32, num_warps=4),
-        q=QConfig(block_m=16, num_warps=2, programs_per_sm=8),
-        logits=LogitsConfig(block_n=128, max_chunk=2048, num_warps=4, num_stages=3),
+        name="sm90", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_PERSISTENT_Q, logits=_HOPPER_CLASS_LOGITS,
     ),
     # B200/GB200 (sm_100a): 228 KiB per SM like Hopper; Triton lowers tl.dot to tcgen05.
     # Not measured here: same tiling as sm90.
     "sm100": ArchConfigs(
-        name="sm100",
-        store=StoreConfig(block_m=16, num_warps=2, programs_per_sm=8),
-        scatter=ScatterConfig(block_m=32, num_warps=4),
-        q=QConfig(block_m=16, num_warps=2, programs_per_sm=8),
-        logits=LogitsConfig(block_n=128, max_chunk=2048, num_warps=4, num_stages=3),
+        name="sm100", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_PERSISTENT_Q, logits=_HOPPER_CLASS_LOGITS,
     ),
     # RTX PRO 6000 / RTX 50xx (sm_120a): 99 KiB per block, ~100 KiB per SM, mma.sync only.
-    # 3 stages of 16 KiB key tiles (2 in shared memory, 48.5 KiB with q) fit twice per
-    # SM; ~1.8 TB/s over 188 SMs needs ~10 KiB in flight per SM, well covered.
+    # Logits: 3 stages of 16 KiB key tiles (2 in shared memory, 48.5 KiB with q) fit twice per
+    # SM; ~1.8 TB/s over 188 SMs needs ~10 KiB in flight per SM, well covered. Store / q: the
+    # H200's tiling (1 KiB shared memory per program on sm_120a). Not measured on SM120.
     "sm120": ArchConfigs(
-        name="sm120",
-        # store / q: the H200's tiling; 1 KiB shared memory and 128 / 115 registers per
-        # 64-thread program (AOT for sm_120a), so 8 are resident per SM: one persistent
-        # wave. Not measured on SM120.
-        store=StoreConfig(block_m=16, num_warps=2, programs_per_sm=8),
-        scatter=ScatterConfig(block_m=32, num_warps=4),
-        q=QConfig(block_m=16, num_warps=2, programs_per_sm=8),
+        name="sm120", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_PERSISTENT_Q,
         logits=LogitsConfig(block_n=64, max_chunk=1024, num_warps=4, num_stages=3),
     ),
     # Anything else (sm80/sm86/sm89, sm110, the CPU interpreter): small, safe tiles.
