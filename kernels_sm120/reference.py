@@ -207,6 +207,20 @@ def paged_mqa_logits_torch(
     return logits
 
 
+def _rope_tail_fp32(x: torch.Tensor, freqs_cis: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The torch baselines' fp32 RoPE on the last 64 dims of ``x`` [N, 128] or [N, H, 128]
+    (``rope_tail_reference`` is the float64 reference; this one stays in fp32 for timing)."""
+    n = x.shape[0]
+    f = torch.view_as_real(freqs_cis[positions.long()]) if freqs_cis.is_complex() else (
+        freqs_cis[positions.long()].view(n, -1, 2)
+    )
+    f = f.view(n, *([1] * (x.dim() - 2)), 32, 2)  # broadcast over heads
+    tail = x[..., 64:].reshape(*x.shape[:-1], 32, 2)
+    re = tail[..., 0] * f[..., 0] - tail[..., 1] * f[..., 1]
+    im = tail[..., 0] * f[..., 1] + tail[..., 1] * f[..., 0]
+    return torch.cat([x[..., :64], torch.stack([re, im], -1).reshape(*x.shape[:-1], 64)], -1)
+
+
 def store_index_k_torch(
     kv: torch.Tensor,
     norm_weight: torch.Tensor,
@@ -220,13 +234,7 @@ def store_index_k_torch(
     """fp32 torch: RMSNorm, RoPE, Hadamard (matmul), then a bf16 index scatter."""
     x = kv.float()
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm_eps) * norm_weight.float()
-    f = torch.view_as_real(freqs_cis[positions.long()]) if freqs_cis.is_complex() else (
-        freqs_cis[positions.long()].view(kv.shape[0], -1, 2)
-    )
-    tail = x[:, 64:].reshape(-1, 32, 2)
-    re = tail[..., 0] * f[..., 0] - tail[..., 1] * f[..., 1]
-    im = tail[..., 0] * f[..., 1] + tail[..., 1] * f[..., 0]
-    x = torch.cat([x[:, :64], torch.stack([re, im], -1).reshape(-1, 64)], 1)
+    x = _rope_tail_fp32(x, freqs_cis, positions)
     h = hadamard if hadamard is not None else hadamard_matrix(128, torch.float32, kv.device)
     y = (x @ h) * 128**-0.5
     scatter_reference(index_k_cache, y, out_loc)
@@ -242,15 +250,7 @@ def index_q_torch(
     hadamard: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """fp32 torch: RoPE on the last 64, Hadamard (matmul), bf16 q; weights * scale."""
-    x = q.reshape(q.shape[0], num_heads, 128).float()
-    f = torch.view_as_real(freqs_cis[positions.long()]) if freqs_cis.is_complex() else (
-        freqs_cis[positions.long()].view(q.shape[0], -1, 2)
-    )
-    f = f.unsqueeze(1)
-    tail = x[..., 64:].reshape(q.shape[0], num_heads, 32, 2)
-    re = tail[..., 0] * f[..., 0] - tail[..., 1] * f[..., 1]
-    im = tail[..., 0] * f[..., 1] + tail[..., 1] * f[..., 0]
-    x = torch.cat([x[..., :64], torch.stack([re, im], -1).reshape(q.shape[0], num_heads, 64)], -1)
+    x = _rope_tail_fp32(q.reshape(q.shape[0], num_heads, 128).float(), freqs_cis, positions)
     h = hadamard if hadamard is not None else hadamard_matrix(128, torch.float32, q.device)
     y = ((x @ h) * 128**-0.5).to(torch.bfloat16)
     return y, weight.reshape(q.shape[0], num_heads).float() * weight_scale
