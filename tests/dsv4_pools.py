@@ -5,9 +5,25 @@ from __future__ import annotations
 import contextlib
 from typing import Optional
 
+import pytest
+import torch
+
 from sglang_dsv4_ext import dsv4_model
 
 TINY_BUDGET_BYTES = 256 << 20  # fits the c128 state bias of 8 requests plus ~20K full tokens
+
+
+# fp8/fp4-layout index-K readers and writers called on a bf16 pool (layer 2 is V4-Flash's first
+# c4 layer). Shared by the plugin tests and the patched-source checks: both must refuse each one.
+BF16_POOL_LAYOUT_MISUSES = [
+    pytest.param(lambda p: p.set_index_k_scale_buffer(2, torch.tensor([0]), torch.zeros(1, 128), torch.zeros(1)),
+                 id="fp8-writer"),
+    pytest.param(lambda p: p.set_index_k_fp4(2, torch.tensor([0]), torch.zeros(1, 128)), id="fp4-writer"),
+    pytest.param(lambda p: p.get_index_k_scale_buffer(2, torch.tensor([1]), torch.tensor([0]), 1, 1),
+                 id="fp8-nonpaged-gather"),
+    pytest.param(lambda p: p.get_low_ratio_index_k_fp4(2, torch.tensor([0])), id="fp4-reader"),
+    pytest.param(lambda p: p.get_low_ratio_index_k_dequant(2), id="fp4-dequant"),
+]
 
 
 @contextlib.contextmanager
@@ -33,7 +49,6 @@ def sized_pool(*, budget_bytes: int = TINY_BUDGET_BYTES, start_layer: int = 0, e
 
 def small_pool(compression_ratios=(0, 4, 128, 4), *, tokens: int = 4096):
     """A directly constructed DeepSeekV4TokenToKVPool (no configurator) for gate tests."""
-    import torch
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
     pool = DeepSeekV4TokenToKVPool(

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from tests import gate_doubles as gd
-from tests.dsv4_pools import sized_pool
+from tests.dsv4_pools import BF16_POOL_LAYOUT_MISUSES, sized_pool
 
 RATIO_MODE = dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True)
 
@@ -49,17 +49,7 @@ def bf16_pool(monkeypatch):
 
 # ---- 0002 bf16 storage ------------------------------------------------------------------------
 
-@pytest.mark.parametrize(
-    "call",
-    [
-        lambda p: p.set_index_k_scale_buffer(2, torch.tensor([0]), torch.zeros(1, 128), torch.zeros(1)),
-        lambda p: p.set_index_k_fp4(2, torch.tensor([0]), torch.zeros(1, 128)),
-        lambda p: p.get_index_k_scale_buffer(2, torch.tensor([1]), torch.tensor([0]), 1, 1),
-        lambda p: p.get_low_ratio_index_k_fp4(2, torch.tensor([0])),
-        lambda p: p.get_low_ratio_index_k_dequant(2),
-    ],
-    ids=["fp8-writer", "fp4-writer", "fp8-nonpaged-gather", "fp4-reader", "fp4-dequant"],
-)
+@pytest.mark.parametrize("call", BF16_POOL_LAYOUT_MISUSES)
 def test_fp8_and_fp4_layout_paths_refuse_a_bf16_pool(bf16_pool, call):
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DSV4IndexKLayoutError
 

@@ -18,7 +18,7 @@ import torch
 from sglang_dsv4_ext import activation
 from sglang_dsv4_ext.patches import hicache as hicache_patch
 from sglang_dsv4_ext.patches import pool as pool_patch
-from tests.dsv4_pools import sized_pool
+from tests.dsv4_pools import BF16_POOL_LAYOUT_MISUSES, sized_pool
 
 RATIO_MODE = dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True)
 BF16_ROW = 64 * 128 * 2  # 64 compressed slots x 128 dims x 2 B
@@ -182,17 +182,7 @@ def test_bf16_writer_stores_rows_at_their_slots(bf16_pool):
     assert int((pages != 0).any(dim=-1).sum()) == 4  # the padding slot wrote nothing
 
 
-@pytest.mark.parametrize(
-    "call",
-    [
-        lambda p: p.set_index_k_scale_buffer(2, torch.tensor([0]), torch.zeros(1, 128), torch.zeros(1)),
-        lambda p: p.set_index_k_fp4(2, torch.tensor([0]), torch.zeros(1, 128)),
-        lambda p: p.get_index_k_scale_buffer(2, torch.tensor([1]), torch.tensor([0]), 1, 1),
-        lambda p: p.get_low_ratio_index_k_fp4(2, torch.tensor([0])),
-        lambda p: p.get_low_ratio_index_k_dequant(2),
-    ],
-    ids=["fp8-writer", "fp4-writer", "fp8-nonpaged-gather", "fp4-reader", "fp4-dequant"],
-)
+@pytest.mark.parametrize("call", BF16_POOL_LAYOUT_MISUSES)
 def test_fp8_fp4_layout_paths_refuse_a_bf16_pool(bf16_pool, call):
     with pytest.raises(pool_patch.Bf16IndexKLayoutError, match="bf16 index-K"):
         call(bf16_pool)
