@@ -1,22 +1,28 @@
 """GPU check + benchmark of the bf16 index-K kernels (one call on the lent H200).
 
-    PYTHONUNBUFFERED=1 python -m kernels_sm120.bench_kernels --out $OUT
+    PYTHONUNBUFFERED=1 python -m benchmarks.kernels --out $OUT
 
 (a) correctness against float64 references on fresh random inputs, outputs poisoned
-    first, for every configuration set in ``dispatch.CONFIGS`` (tile shapes differ);
+    first, for every configuration set run here: this GPU's own and, forced, the SM120
+    and default tilings (the only way the SM120 tilings execute without an SM120 card),
+    decode and prefill logits tilings; the logits' output contract (columns past each
+    row's length untouched); plus the ahead-of-time sm_120a build of every kernel
+    (shared memory <= 101376 B, mma.sync only);
 (b) top-512 set recall against float64 logits for bf16 keys/queries (this path) and for
     SGLang's fp8 quantize-dequantize of the same inputs;
-(c) timing (``triton.testing.do_bench`` median of CUDA-graph replays that run every input set
+(c) ceilings measured in the same run: device-to-device copy (2 GiB) and the bf16 matrix
+    rate (8192^3, random data; and a K=128 product like the logits' own);
+(d) timing (``triton.testing.do_bench`` median of CUDA-graph replays that run every input set
     once, the sets rotated so L2 does not serve them; the torch baselines eagerly, as the
-    torch fallbacks run, since their intermediates would pile up in a graph's memory pool):
-    bytes moved, GB/s, % of the measured device-to-device copy bandwidth, speedup over the
-    torch baseline, plus a sweep of logits / store / q tilings on this GPU.
-Full results go to ``<out>/bench_kernels.json``; the tables are printed last.
-Needs CUDA; no SGLang.
+    torch fallbacks run): decode logits at 1/8/64/128 rows x 2K..64K keys with SGLang's wide
+    decode-graph output (262,144 columns), prefill logits, store and index-Q; % of copy
+    (on key bytes for the logits), % of the matrix rate, ratio over the torch baseline, and
+    each issue goal with met / NOT met; plus a sweep of tilings.
+Full results go to ``<out>/bench_kernels.json`` (and the AOT SASS summary); ONE table is
+printed last. Needs CUDA; no SGLang.
 """
 
 import argparse
-import functools
 import json
 import math
 import os
@@ -27,9 +33,9 @@ from typing import Callable, Dict, List, Optional
 import torch
 import triton
 
-from . import dispatch, index_k_store
-from . import reference as R
-from ._validate import as_index_k_pages, as_rope_table
+from kernels_sm120 import aot, dispatch, index_k_store
+from kernels_sm120 import reference as R
+from kernels_sm120._validate import as_index_k_pages, as_rope_table
 
 INF = float("inf")
 ROPE_POSITIONS = 1 << 16
@@ -88,10 +94,12 @@ def check_store(cfgs: dispatch.ArchConfigs, dev) -> Dict[str, float]:
     written[loc[keep]] = True
     err = rel_err(got, ref)
     off_rn = (got.double() != ref.to(torch.bfloat16).double()).float().mean().item()
-    check(f"{cfgs.name} store rel err", err < 4e-3 and torch.isfinite(got).all().item(), f"{err:.2e} (bf16 rounding ~1.6e-3)")
+    check(f"{cfgs.name} store rel err", err < 4e-3 and torch.isfinite(got).all().item(),
+          f"{err:.2e} (bf16 rounding ~1.6e-3)")
     check(f"{cfgs.name} store one rounding", off_rn < 2e-3,
           f"{100 * off_rn:.3f}% of elements differ from round-to-nearest(float64)")
-    check(f"{cfgs.name} store leaves other slots", torch.isnan(rows[~written].float()).all().item(), "unwritten slots still poisoned")
+    check(f"{cfgs.name} store leaves other slots", torch.isnan(rows[~written].float()).all().item(),
+          "unwritten slots still poisoned")
     # scatter of the already-transformed rows must give the same bytes
     cache2 = torch.full_like(cache, 0xFF)
     dispatch.scatter_index_k_bf16(got, loc[keep], cache2, config=cfgs.scatter)
@@ -148,29 +156,52 @@ def make_logits_case(rows: int, lens: List[int], max_len: int, dev, shared_table
 
 
 def check_logits(cfgs: dispatch.ArchConfigs, dev) -> Dict[str, float]:
+    """Both logits tilings of ``cfgs`` (decode; prefill with row groups) on decode-like rows
+    (own pages, -1 padding, a wide output) and prefill-like rows (one shared table)."""
     out = {}
     cases = {
-        "decode": (37, [1, 63, 64, 65, 500, 4095, 4096, 0] + [int(x) for x in torch.randint(1, 4096, (29,))], 4100, False),
+        "decode": (37, [1, 63, 64, 65, 500, 4095, 4096, 0] + [int(x) for x in torch.randint(1, 4096, (29,))], 64 * 200,
+                   False),
         "prefill": (300, [int(x) for x in torch.linspace(1, 3000, 300)], 3000, True),
     }
     for name, (rows, lens, max_len, shared) in cases.items():
         c = make_logits_case(rows, lens, max_len, dev, shared_table=shared)
-        logits = torch.full((rows, max_len), float("nan"), device=dev)
-        dispatch.paged_mqa_logits_bf16(c["q"].unsqueeze(1), c["cache"], c["w"].unsqueeze(-1), c["seq"].unsqueeze(-1),
-                                       c["page_table"], max_len, out=logits, config=cfgs.logits)
-        sync(dev)
         ref_same = R.paged_mqa_logits_reference(c["q"], R.index_k_cache_as_rows(c["cache"]), c["w"], c["seq"],
                                                 c["page_table"], max_len)
         ref_exact = R.paged_mqa_logits_reference(c["q_exact"], c["k_exact"], c["w"], c["seq"], c["page_table"], max_len)
-        fin = torch.isfinite(ref_same)
-        mask_ok = torch.equal(torch.isneginf(logits), ~fin) and not torch.isnan(logits).any().item()
-        e_same, e_exact = rel_err(logits[fin], ref_same[fin]), rel_err(logits[fin], ref_exact[fin])
-        check(f"{cfgs.name} logits {name} -inf mask", mask_ok, "every element written, -inf exactly past each row")
-        check(f"{cfgs.name} logits {name} vs same-bf16 ref", e_same < 1e-4, f"{e_same:.2e} (fp32 accumulation)")
-        check(f"{cfgs.name} logits {name} vs exact ref", e_exact < 1e-2, f"{e_exact:.2e} (bf16 q,k storage)")
-        out[f"logits_{name}_rel_err_same"] = e_same
-        out[f"logits_{name}_rel_err_exact"] = e_exact
+        written = torch.arange(max_len, device=dev)[None, :] < c["seq"].long().clamp(max=max_len)[:, None]
+        for tiling, cfg in (("decode tiling", cfgs.logits), ("prefill tiling", cfgs.logits_prefill)):
+            label = f"{cfgs.name} logits {name} rows, {tiling}"
+            logits = torch.full((rows, max_len), float("nan"), device=dev)
+            dispatch.paged_mqa_logits_bf16(c["q"].unsqueeze(1), c["cache"], c["w"].unsqueeze(-1),
+                                           c["seq"].unsqueeze(-1), c["page_table"], max_len, out=logits, config=cfg)
+            sync(dev)
+            fin = torch.isfinite(ref_same) & written
+            contract = (not torch.isnan(logits[written]).any().item() and torch.isnan(logits[~written]).all().item()
+                        and torch.equal(torch.isneginf(logits[written]), ~fin[written]))
+            e_same, e_exact = rel_err(logits[fin], ref_same[fin]), rel_err(logits[fin], ref_exact[fin])
+            check(f"{label}: contract", contract, "every column < seq_len written, every column past it untouched")
+            check(f"{label} vs same-bf16 ref", e_same < 1e-4, f"{e_same:.2e} (fp32 accumulation)")
+            check(f"{label} vs exact ref", e_exact < 1e-2, f"{e_exact:.2e} (bf16 q,k storage)")
+            key = f"logits_{name}_{tiling.split()[0]}"
+            out[f"{key}_rel_err_same"], out[f"{key}_rel_err_exact"] = e_same, e_exact
     return out
+
+
+def check_aot_sm120() -> List[Dict[str, object]]:
+    """The sm_120a ahead-of-time build of every kernel: shared memory per block and the
+    tensor-core instructions in its SASS (SM120 has mma.sync only)."""
+    rows = []
+    for r in aot.run_aot(archs=(120,)):
+        tc = r.tensor_core_ops
+        ok = r.fits and tc["HGMMA"] == 0 and tc["UTCMMA"] == 0
+        if r.kernel.startswith("paged_mqa_logits_kernel"):
+            ok = ok and tc["HMMA"] > 0
+        check(f"AOT {r.kernel} sm_120a", ok,
+              f"{r.shared} B shared <= {r.max_shared}, HMMA {tc['HMMA']} HGMMA {tc['HGMMA']} UTCMMA {tc['UTCMMA']}")
+        rows.append(dict(kernel=r.kernel, ptx_target=r.ptx_target, shared=r.shared, limit=r.max_shared,
+                         warps=r.num_warps, stages=r.num_stages, **tc))
+    return rows
 
 
 # ---------------------------------------------------------------------------
@@ -247,24 +278,70 @@ def measure_copy_bandwidth(dev) -> float:
     return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
 
 
-def row(kind: str, shape: str, nbytes: float, ms: float, copy_gbs: float, torch_ms: Optional[float],
-        flops: float = 0.0) -> Dict[str, object]:
-    gbs = nbytes / (ms * 1e-3) / 1e9
-    return dict(kernel=kind, shape=shape, bytes=nbytes, ms=ms, gbs=gbs, pct_copy=100 * gbs / copy_gbs,
-                torch_ms=torch_ms, speedup=(torch_ms / ms) if torch_ms else None,
-                tflops=flops / (ms * 1e-3) / 1e12 if flops else None)
+def measure_matmul_tflops(dev, m: int, n: int, k: int) -> float:
+    """bf16 torch.matmul rate on random data (cuBLAS), TFLOP/s."""
+    a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+    c = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+    ms = triton.testing.do_bench(lambda: torch.matmul(a, b, out=c), warmup=25, rep=150, return_mode="median")
+    a = b = c = None
+    torch.cuda.empty_cache()
+    return 2.0 * m * n * k / (ms * 1e-3) / 1e12
 
 
-def time_logits(dev, copy_gbs, cfg: Optional[dispatch.LogitsConfig], rows, lens, max_len, label,
-                shared=False, with_torch=True) -> Dict[str, object]:
-    sets = []
-    per_set = (sum(lens) * 256) if not shared else max_len * 256
-    nset = n_sets(per_set)
-    for _ in range(nset):
-        c = make_logits_case(rows, lens, max_len, dev, shared_table=shared)
-        del c["k_exact"], c["q_exact"]
-        c["out"] = torch.empty(rows, max_len, device=dev)
-        sets.append(c)
+def measure_copy_at(dev, nbytes: int) -> float:
+    """GB/s (read + write) of a device-to-device copy of nbytes / 2 each way, CUDA-graph timed
+    like the kernels (the ceiling at that size: launch and ramp included)."""
+    n = max(1, nbytes // 2 // 4)
+    nset = n_sets(nbytes, cap=8)
+    src = [torch.randn(n, device=dev) for _ in range(nset)]
+    dst = [torch.empty_like(x) for x in src]
+    ms = bench(lambda i: dst[i].copy_(src[i]), nset)
+    return 2 * n * 4 / (ms * 1e-3) / 1e9
+
+
+def row(kind: str, shape: str, nbytes: float, ms: float, ceil: Dict[str, float], torch_ms: Optional[float],
+        flops: float = 0.0, copy_bytes: Optional[float] = None, goal: str = "", met: Optional[bool] = None,
+        copy_same_size_gbs: Optional[float] = None) -> Dict[str, object]:
+    """One table row. copy_bytes: the bytes the % of copy counts (logits: key bytes only)."""
+    counted = nbytes if copy_bytes is None else copy_bytes
+    gbs = counted / (ms * 1e-3) / 1e9
+    tflops = flops / (ms * 1e-3) / 1e12 if flops else None
+    return dict(kernel=kind, shape=shape, bytes=nbytes, counted_bytes=counted, ms=ms, gbs=gbs,
+                pct_copy=100 * gbs / ceil["copy_gbs"], tflops=tflops,
+                pct_matmul=100 * tflops / ceil["matmul_tflops"] if tflops else None,
+                torch_ms=torch_ms, speedup=(torch_ms / ms) if torch_ms else None, goal=goal, met=met,
+                pct_copy_same_size=100 * gbs / copy_same_size_gbs if copy_same_size_gbs else None)
+
+
+def timing_logits_case(rows: int, lens: List[int], max_len: int, dev, shared: bool):
+    """bf16 inputs only (no float64 copies): SGLang's layout, page table padded with 0."""
+    width = max(triton.cdiv(max_len, 64), 1)
+    if shared:
+        num_pages = width + 3
+        table = torch.randperm(num_pages, device=dev)[:width].to(torch.int32)
+        page_table = table.unsqueeze(0).expand(rows, width).contiguous()
+    else:
+        need = [triton.cdiv(n, 64) for n in lens]
+        num_pages = sum(need) + 3
+        perm = torch.randperm(num_pages, device=dev).to(torch.int32)
+        page_table = torch.zeros((rows, width), dtype=torch.int32, device=dev)
+        off = 0
+        for r, p in enumerate(need):
+            page_table[r, :p] = perm[off: off + p]
+            off += p
+    return dict(cache=torch.randn(num_pages, 64 * 128, device=dev, dtype=torch.bfloat16),
+                q=torch.randn(rows, 64, 128, device=dev, dtype=torch.bfloat16),
+                w=torch.randn(rows, 64, device=dev), seq=torch.tensor(lens, dtype=torch.int32, device=dev),
+                page_table=page_table, out=torch.empty(rows, max_len, device=dev))
+
+
+def time_logits(dev, ceil, cfg: Optional[dispatch.LogitsConfig], rows, lens, max_len, label, shared=False,
+                with_torch=True, goal: str = "") -> Dict[str, object]:
+    key_bytes = sum(lens) * 256  # what the rows read (shared pages: from L2 after the first row)
+    unique = (max(lens) * 256) if shared else key_bytes
+    nset = n_sets(unique + rows * 64 * 128 * 2, cap=8)
+    sets = [timing_logits_case(rows, lens, max_len, dev, shared) for _ in range(nset)]
     ms = bench(lambda i: dispatch.paged_mqa_logits_bf16(
         sets[i]["q"], sets[i]["cache"], sets[i]["w"], sets[i]["seq"], sets[i]["page_table"], max_len,
         out=sets[i]["out"], config=cfg), nset)
@@ -273,13 +350,25 @@ def time_logits(dev, copy_gbs, cfg: Optional[dispatch.LogitsConfig], rows, lens,
         torch_ms = bench(lambda i: R.paged_mqa_logits_torch(
             sets[i]["q"], sets[i]["cache"], sets[i]["w"], sets[i]["seq"], sets[i]["page_table"], max_len), nset,
             graph=False)
-    heads = 64
-    k_bytes = per_set
-    other = rows * heads * 128 * 2 + rows * heads * 4 + sum(triton.cdiv(n, 64) for n in lens) * 4 + rows * max_len * 4
-    flops = 2.0 * heads * 128 * sum(lens)
-    del sets
+    written = sum(min(n, max_len) for n in lens) * 4
+    other = rows * 64 * (128 * 2 + 4) + sum(triton.cdiv(n, 64) for n in lens) * 4 + written
+    flops = 2.0 * 64 * 128 * sum(lens)
+    sets.clear()
     torch.cuda.empty_cache()
-    return row("logits", label, k_bytes + other, ms, copy_gbs, torch_ms, flops)
+    us = ms * 1e3
+    if goal == "copy85":
+        r = row("logits", label, unique + other, ms, ceil, torch_ms, flops, copy_bytes=key_bytes,
+                goal=">=85% copy (keys)")
+        r["met"] = r["pct_copy"] >= 85.0
+    elif goal == "10us":
+        r = row("logits", label, unique + other, ms, ceil, torch_ms, flops, copy_bytes=key_bytes, goal="<=10 us",
+                met=us <= 10.0)
+    elif goal == "matmul60":
+        r = row("logits", label, unique + other, ms, ceil, torch_ms, flops, goal=">=60% matmul")
+        r["met"] = r["pct_matmul"] >= 60.0
+    else:
+        r = row("logits", label, unique + other, ms, ceil, torch_ms, flops, copy_bytes=key_bytes)
+    return r
 
 
 def store_ablated(kv, w, eps, freqs, pos, loc, cache, *, cfg: dispatch.StoreConfig, with_hadamard: bool,
@@ -296,9 +385,18 @@ def store_ablated(kv, w, eps, freqs, pos, loc, cache, *, cfg: dispatch.StoreConf
     )
 
 
-def time_store(dev, copy_gbs, n: int, cfg=None, with_torch=True, with_scatter=True,
+GOAL_MIN_BYTES = 32 << 20  # store / index-Q goal: >= 85% of copy for >= 32 MiB moved
+
+
+def with_copy_goal(r: Dict[str, object]) -> Dict[str, object]:
+    if r["bytes"] >= GOAL_MIN_BYTES:
+        r["goal"], r["met"] = ">=85% copy", r["pct_copy"] >= 85.0
+    return r
+
+
+def time_store(dev, ceil, n: int, cfg=None, with_torch=True, with_scatter=True,
                label: Optional[str] = None, launch: Optional[Callable[..., None]] = None,
-               distinct_positions: bool = False) -> List[Dict[str, object]]:
+               distinct_positions: bool = False, copy_same_size: bool = False) -> List[Dict[str, object]]:
     pages = triton.cdiv(n, 64) + 16
     per_set = n * (256 + 256 + 256 + 16)  # kv in, rope row in, bf16 row out, pos + slot
     nset = n_sets(per_set, cap=4)
@@ -325,64 +423,211 @@ def time_store(dev, copy_gbs, n: int, cfg=None, with_torch=True, with_scatter=Tr
         h = R.hadamard_matrix(128, torch.float32, dev)
         torch_ms = bench(lambda i: R.store_index_k_torch(sets[i]["kv"], w, 1e-6, freqs, sets[i]["pos"], sets[i]["loc"],
                                                          sets[i]["cache"], h), nset, graph=False)
-    out = [row("store", label or f"N={n}", per_set, ms, copy_gbs, torch_ms)]  # butterfly Hadamard: no matrix FLOPs
+    same = measure_copy_at(dev, per_set) if copy_same_size else None
+    out = [with_copy_goal(row("store", label or f"N={n}", per_set, ms, ceil, torch_ms, copy_same_size_gbs=same))]
     if with_scatter:
         rows_bf16 = [torch.randn(n, 128, device=dev).to(torch.bfloat16) for _ in range(nset)]
-        ms_scatter = bench(lambda i: dispatch.scatter_index_k_bf16(rows_bf16[i], sets[i]["loc"], sets[i]["cache"]), nset)
+        ms_scatter = bench(lambda i: dispatch.scatter_index_k_bf16(rows_bf16[i], sets[i]["loc"], sets[i]["cache"]),
+                           nset)
         torch_scatter = bench(lambda i: R.scatter_reference(sets[i]["cache"], rows_bf16[i], sets[i]["loc"]), nset,
                               graph=False) if with_torch else None
-        out.append(row("scatter", f"N={n}", n * (256 + 256 + 8), ms_scatter, copy_gbs, torch_scatter))
-        del rows_bf16
-    del sets
+        out.append(row("scatter", f"N={n}", n * (256 + 256 + 8), ms_scatter, ceil, torch_scatter))
+        rows_bf16.clear()
+    sets.clear()
     torch.cuda.empty_cache()
     return out
 
 
-def time_q(dev, copy_gbs, n: int, cfg=None, with_torch=True, label: Optional[str] = None) -> Dict[str, object]:
+def time_q(dev, ceil, n: int, cfg=None, with_torch=True, label: Optional[str] = None,
+           copy_same_size: bool = False) -> Dict[str, object]:
     freqs = random_freqs(dev)
     per_set = n * 64 * (256 + 256 + 2 + 4) + n * (256 + 8)  # q in/out, weights in/out, rope row + pos
     nset = n_sets(per_set, cap=4)
     sets = [dict(q=torch.randn(n, 64 * 128, device=dev).to(torch.bfloat16),
                  w=torch.randn(n, 64, device=dev).to(torch.bfloat16),
                  pos=torch.randint(0, ROPE_POSITIONS, (n,), device=dev)) for _ in range(nset)]
-    ms = bench(lambda i: dispatch.index_q_bf16(sets[i]["q"], sets[i]["w"], 0.01, freqs, sets[i]["pos"], config=cfg), nset)
+    ms = bench(lambda i: dispatch.index_q_bf16(sets[i]["q"], sets[i]["w"], 0.01, freqs, sets[i]["pos"], config=cfg),
+               nset)
     torch_ms = None
     if with_torch:
         h = R.hadamard_matrix(128, torch.float32, dev)
-        torch_ms = bench(lambda i: R.index_q_torch(sets[i]["q"], sets[i]["w"], 0.01, freqs, sets[i]["pos"], hadamard=h), nset,
+        torch_ms = bench(lambda i: R.index_q_torch(sets[i]["q"], sets[i]["w"], 0.01, freqs, sets[i]["pos"], hadamard=h),
+                         nset,
                          graph=False)
-    del sets
+    sets.clear()
     torch.cuda.empty_cache()
-    return row("index_q", label or f"N={n}", per_set, ms, copy_gbs, torch_ms)
+    same = measure_copy_at(dev, per_set) if copy_same_size else None
+    return with_copy_goal(row("index_q", label or f"N={n}", per_set, ms, ceil, torch_ms, copy_same_size_gbs=same))
 
 
 def format_rows(rows: List[Dict[str, object]]) -> str:
-    head = f"{'kernel':10s} {'shape':34s} {'MB moved':>9s} {'ms':>8s} {'GB/s':>7s} {'%copy':>6s} {'TFLOP/s':>8s} {'torch ms':>9s} {'speedup':>8s}"
-    lines = [head, "-" * len(head)]
+    head = (f"{'kernel':8s} {'shape':40s} {'MB':>8s} {'us':>9s} {'GB/s':>6s} {'%copy':>6s} {'%cp@N':>6s} "
+            f"{'TFLOP/s':>7s} {'%mm':>5s} {'torch us':>9s} {'x torch':>8s}  goal")
+    lines = [head, "-" * (len(head) + 24)]
     for r in rows:
-        tf = f"{r['tflops']:8.1f}" if r.get("tflops") else f"{'':8s}"
-        tm = f"{r['torch_ms']:9.3f}" if r.get("torch_ms") else f"{'-':>9s}"
-        sp = f"{r['speedup']:7.1f}x" if r.get("speedup") else f"{'-':>8s}"
-        lines.append(f"{r['kernel']:10s} {r['shape']:34s} {r['bytes'] / 1e6:9.1f} {r['ms']:8.4f} {r['gbs']:7.0f} "
-                     f"{r['pct_copy']:6.1f} {tf} {tm} {sp}")
+        def opt(key, fmt, width):
+            v = r.get(key)
+            return format(v, fmt) if v is not None else f"{'-':>{width}s}"
+        torch_us = format(r["torch_ms"] * 1e3, "9.1f") if r.get("torch_ms") else f"{'-':>9s}"
+        goal = r.get("goal") or ""
+        if goal:
+            goal = f"{goal}: {'met' if r.get('met') else 'NOT met'}"
+        lines.append(
+            f"{r['kernel']:8s} {r['shape']:40s} {r['counted_bytes'] / 1e6:8.1f} {r['ms'] * 1e3:9.2f} {r['gbs']:6.0f} "
+            f"{r['pct_copy']:6.1f} {opt('pct_copy_same_size', '6.1f', 6)} {opt('tflops', '7.1f', 7)} "
+            f"{opt('pct_matmul', '5.1f', 5)} {torch_us} "
+            f"{opt('speedup', '7.1f', 7)}{'x' if r.get('speedup') else ' '}  {goal}")
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels_sm120.bench_kernels", description=__doc__,
+WIDE = 262144  # SGLang's max_seq_len under a decode CUDA graph for 1M tokens: page-table width x 64
+DECODE_ROWS = (1, 8, 64, 128)
+DECODE_KEYS = (2048, 4096, 8192, 16384, 32768, 65536)
+TORCH_BASELINE_DECODE = {(1, 65536), (8, 32768), (64, 8192), (128, 65536)}
+
+
+def decode_shapes() -> List[tuple]:
+    """(label, rows, lens, goal): every rows x keys with >= 16 MiB of keys (goal: 85% of copy),
+    plus the smallest decode (1 x 2K, goal: 10 us) and one mixed batch (no goal)."""
+    shapes = [("decode 1 x 2K (wide out)", 1, [2048], "10us")]
+    for rows in DECODE_ROWS:
+        for keys in DECODE_KEYS:
+            if rows * keys * 256 >= 16 << 20:
+                shapes.append((f"decode {rows} x {keys // 1024}K (wide out)", rows, [keys] * rows, "copy85"))
+    shapes.append(("decode 128 mixed: 1 x 64K + 127 x 2K (wide)", 128, [65536] + [2048] * 127, ""))
+    return shapes
+
+
+def prefill_lens() -> List[int]:
+    return [int(x) for x in torch.linspace(4, 8192, 2048)]
+
+
+def _sweep_logits(dev, ceil, note) -> None:
+    variants = [(128, 4, 3, 2, 16384), (128, 4, 3, 4, 16384), (128, 4, 3, 8, 16384), (64, 4, 4, 4, 16384),
+                (128, 4, 3, 2, 4096)]
+    for rows, keys in ((1, 65536), (8, 8192), (64, 2048), (128, 65536), (1, 2048)):
+        for bn, warps, stages, per_sm, chunk in variants:
+            cfg = dispatch.LogitsConfig(block_n=bn, num_warps=warps, num_stages=stages, programs_per_sm=per_sm,
+                                        max_chunk=chunk)
+            note(time_logits(dev, ceil, cfg, rows, [keys] * rows, WIDE,
+                             f"{rows}x{keys // 1024}K bn{bn} w{warps} s{stages} {per_sm}/SM mc{chunk}",
+                             with_torch=False))
+
+
+def _sweep_prefill(dev, ceil, note) -> None:
+    for bn, warps, stages, per_sm, rpp in [(128, 4, 3, 2, 1), (128, 4, 3, 1, 2), (128, 8, 3, 1, 2), (128, 8, 3, 1, 4),
+                                           (128, 8, 2, 1, 4), (64, 4, 3, 1, 4), (128, 8, 3, 2, 4)]:
+        cfg = dispatch.LogitsConfig(block_n=bn, num_warps=warps, num_stages=stages, programs_per_sm=per_sm,
+                                    rows_per_program=rpp)
+        note(time_logits(dev, ceil, cfg, 2048, prefill_lens(), 8192,
+                         f"prefill bn{bn} w{warps} s{stages} {per_sm}/SM rows{rpp}", shared=True, with_torch=False))
+
+
+# (block_m, num_warps, programs per SM, prefetch); the default first and last (repeat spread)
+TILE_VARIANTS = [(16, 2, 8, True), (16, 2, 16, True), (32, 2, 8, False), (32, 4, 8, True), (16, 2, 8, True)]
+
+
+def _sweep_store(dev, ceil, note) -> None:
+    for n in (43008, 1 << 20):
+        for bm, warps, per_sm, prefetch in TILE_VARIANTS:
+            cfg = dispatch.StoreConfig(block_m=bm, num_warps=warps, programs_per_sm=per_sm, prefetch=prefetch)
+            for r in time_store(dev, ceil, n, cfg, with_torch=False, with_scatter=False,
+                                label=f"N={n} bm{bm} w{warps} {per_sm}/SM pf{int(prefetch)}"):
+                note(r)
+
+
+def _sweep_q(dev, ceil, note) -> None:
+    for n in (1024, 32768):
+        for bm, warps, per_sm, prefetch in TILE_VARIANTS:
+            for one_token in (True, False):
+                cfg = dispatch.QConfig(block_m=bm, num_warps=warps, programs_per_sm=per_sm, prefetch=prefetch,
+                                       one_token_tiles=one_token)
+                note(time_q(dev, ceil, n, cfg, with_torch=False,
+                            label=f"N={n} bm{bm} w{warps} {per_sm}/SM pf{int(prefetch)} tok{int(one_token)}"))
+
+
+SWEEPS = {"logits": _sweep_logits, "prefill": _sweep_prefill, "store": _sweep_store, "q": _sweep_q}
+
+
+def run_sweeps(dev, ceil, sweeps, t0) -> List[Dict[str, object]]:
+    sweep: List[Dict[str, object]] = []
+
+    def note(r):
+        sweep.append(r)
+        log(f"  sweep {r['kernel']} {r['shape']}: {r['ms'] * 1e3:.2f} us  [{time.time() - t0:.0f}s]")
+
+    for name, fn in SWEEPS.items():
+        if name in sweeps:
+            fn(dev, ceil, note)
+    return sweep
+
+
+def run_timing(dev, ceil, skip_torch: bool, t0: float) -> List[Dict[str, object]]:
+    timing: List[Dict[str, object]] = []
+    for label, rows_, lens, goal in decode_shapes():
+        torch_too = not skip_torch and (rows_, lens[0]) in TORCH_BASELINE_DECODE and len(set(lens)) == 1
+        timing.append(time_logits(dev, ceil, None, rows_, lens, WIDE, label, with_torch=torch_too, goal=goal))
+        log(f"  {label}: {timing[-1]['ms'] * 1e3:.2f} us  [{time.time() - t0:.0f}s]")
+    timing.append(time_logits(dev, ceil, None, 2048, prefill_lens(), 8192, "prefill 2048 rows x <=8K, shared pages",
+                              shared=True, with_torch=not skip_torch, goal="matmul60"))
+    log(f"  prefill: {timing[-1]['ms'] * 1e3:.2f} us  [{time.time() - t0:.0f}s]")
+    for n in (43008, 65536, 1 << 18, 1 << 20):
+        timing.extend(time_store(dev, ceil, n, with_torch=not skip_torch and n == 1 << 20,
+                                 with_scatter=n == 1 << 20, copy_same_size=True))
+        log(f"  store N={n}: {timing[-1]['ms'] * 1e3:.2f} us  [{time.time() - t0:.0f}s]")
+    timing.extend(time_store(dev, ceil, 1 << 20, with_torch=False, with_scatter=False,
+                             label="N=1M distinct pos (RoPE rows from DRAM)", distinct_positions=True))
+    for n in (1024, 4096, 32768):
+        timing.append(time_q(dev, ceil, n, with_torch=not skip_torch and n == 32768, copy_same_size=True))
+        log(f"  q N={n}: {timing[-1]['ms'] * 1e3:.2f} us  [{time.time() - t0:.0f}s]")
+    return timing
+
+
+def print_summary(results, info, own, ceil) -> None:
+    sweep, timing = results["sweep"], results["timing"]
+    log("")
+    if sweep:
+        log("sweep:")
+        log(format_rows(sweep))
+    for a in results.get("aot_sm120", []):
+        log(f"sm_120a AOT {a['kernel']}: {a['shared']} B shared (<= {a['limit']}), HMMA {a['HMMA']} "
+            f"HGMMA {a['HGMMA']} UTCMMA {a['UTCMMA']}")
+    rc = results["recall"]
+    log(f"top-{rc['k']} recall vs float64 ({rc['rows']} rows, <= {rc['max_len']} keys): bf16 {rc['recall_bf16']:.4f}, "
+        f"fp8 q/k quant-dequant {rc['recall_fp8']:.4f}")
+    log(f"{info['device']} ({info['capability']}, {info['sms']} SMs), torch {info['torch']}, triton {info['triton']}, "
+        f"config {own.name}; copy {ceil['copy_gbs']:.0f} GB/s; bf16 matmul {ceil['matmul_tflops']:.0f} TFLOP/s "
+        f"(8192^3; K=128 shape {ceil['matmul_k128_tflops']:.0f}). %copy: logits on key bytes, others on all bytes; "
+        f"%cp@N: over a graphed copy of the same bytes; %mm: over the 8192^3 rate; us: CUDA-graph median per call")
+    log(format_rows(timing))
+    goals = [r for r in timing if r.get("goal")]
+    log(f"goals met: {sum(bool(r['met']) for r in goals)} / {len(goals)}; correctness failures: {len(FAILURES)}"
+        + "".join(f"\n  {x}" for x in FAILURES))
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.kernels", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"), help="folder for bench_kernels.json (default: $OUT)")
-    parser.add_argument("--skip-sweep", action="store_true", help="skip the tiling sweep")
-    parser.add_argument("--sweep", default="logits,store,q",
-                        help="comma-separated sweeps to run: logits, store (incl. stage ablations), q "
-                             "(default: all three)")
-    parser.add_argument("--skip-torch", action="store_true", help="skip the torch baselines (no speedup column)")
+    parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"),
+                        help="folder for bench_kernels.json (default: $OUT, else ./bench_out)")
+    parser.add_argument("--sweep", default="",
+                        help="comma-separated tiling sweeps to add: logits, prefill, store, q, or all (default: none)")
+    parser.add_argument("--skip-torch", action="store_true", help="skip the torch baselines (no 'x torch' column)")
+    parser.add_argument("--skip-aot", action="store_true", help="skip the sm_120a ahead-of-time build check")
     args = parser.parse_args(argv)
     sweeps = {x.strip() for x in args.sweep.split(",") if x.strip()}
-    if not sweeps <= {"logits", "store", "q"}:
-        parser.error(f"--sweep takes a comma-separated subset of logits,store,q, got {args.sweep!r}")
+    if sweeps == {"all"}:
+        sweeps = set(SWEEPS)
+    if not sweeps <= set(SWEEPS):
+        parser.error(f"--sweep takes a comma-separated subset of {','.join(SWEEPS)} or 'all', got {args.sweep!r}")
+    args.sweeps = sweeps
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     if not torch.cuda.is_available():
-        print("bench_kernels needs a CUDA GPU", file=sys.stderr)
+        print("benchmarks.kernels needs a CUDA GPU (run it on the lent H200)", file=sys.stderr)
         return 2
     dev = torch.device("cuda")
     torch.manual_seed(1234)
@@ -392,103 +637,32 @@ def main(argv=None) -> int:
     info = dict(device=props.name, capability=f"{props.major}.{props.minor}", sms=props.multi_processor_count,
                 torch=torch.__version__, triton=triton.__version__, config=own.name)
     log(f"device {info}")
-    copy_gbs = measure_copy_bandwidth(dev)
-    log(f"device-to-device copy: {copy_gbs:.0f} GB/s (read + write)")
-    results: Dict[str, object] = dict(info=info, copy_gbs=copy_gbs)
+    ceil = dict(copy_gbs=measure_copy_bandwidth(dev), matmul_tflops=measure_matmul_tflops(dev, 8192, 8192, 8192),
+                matmul_k128_tflops=measure_matmul_tflops(dev, 8192, 2048 * 64, 128))
+    log(f"ceilings: copy {ceil['copy_gbs']:.0f} GB/s (read + write, 2 GiB); bf16 matmul 8192^3 "
+        f"{ceil['matmul_tflops']:.0f} TFLOP/s; K=128 (8192 x 131072 x 128) {ceil['matmul_k128_tflops']:.0f} TFLOP/s")
+    results: Dict[str, object] = dict(info=info, ceilings=ceil)
 
-    log("(a) correctness vs float64 (outputs poisoned first)")
-    corr = {}
-    for name in dict.fromkeys([own.name, "sm120", "default"]):
-        cfgs = dispatch.CONFIGS[name]
-        corr[name] = {**check_store(cfgs, dev), **check_q(cfgs, dev), **check_logits(cfgs, dev)}
-    results["correctness"] = corr
+    log("(a) correctness vs float64 (outputs poisoned first); SM120 and default tilings forced on this GPU")
+    results["correctness"] = {
+        name: {**check_store(dispatch.CONFIGS[name], dev), **check_q(dispatch.CONFIGS[name], dev),
+               **check_logits(dispatch.CONFIGS[name], dev)}
+        for name in dict.fromkeys([own.name, "sm120", "default"])
+    }
+    if not args.skip_aot:
+        results["aot_sm120"] = check_aot_sm120()
     log(f"  [{time.time() - t0:.0f}s]")
-
     log("(b) top-512 recall vs float64 logits")
     results["recall"] = recall_study(dev)
     log(f"  {results['recall']}  [{time.time() - t0:.0f}s]")
-
-    log("(c) timing")
-    timing: List[Dict[str, object]] = []
-    logits_shapes = [
-        ("decode 64 req x 32K keys", 64, [32768] * 64, 32768, False),
-        ("decode 64 req x 4K keys", 64, [4096] * 64, 4096, False),
-        ("decode 1 req x 32K keys", 1, [32768], 32768, False),
-        ("decode 256 req x 8K keys", 256, [8192] * 256, 8192, False),
-        ("prefill 2048 rows x <=8K shared", 2048, [int(x) for x in torch.linspace(4, 8192, 2048)], 8192, True),
-    ]
-    for label, rows_, lens, max_len, shared in logits_shapes:
-        timing.append(time_logits(dev, copy_gbs, None, rows_, lens, max_len, label, shared,
-                                  with_torch=not args.skip_torch))
-        log(f"  {label}: {timing[-1]['ms']:.4f} ms  [{time.time() - t0:.0f}s]")
-    for n in (4096, 65536, 1 << 20):
-        timing.extend(time_store(dev, copy_gbs, n, with_torch=not args.skip_torch))
-        log(f"  store N={n}: {timing[-2]['ms']:.4f} ms  [{time.time() - t0:.0f}s]")
-    timing.extend(time_store(dev, copy_gbs, 1 << 20, with_torch=False, with_scatter=False,
-                             label="N=1M distinct pos", distinct_positions=True))
-    log(f"  store N=1M distinct positions: {timing[-1]['ms']:.4f} ms  [{time.time() - t0:.0f}s]")
-    for n in (64, 4096, 32768):
-        timing.append(time_q(dev, copy_gbs, n, with_torch=not args.skip_torch))
-        log(f"  q N={n}: {timing[-1]['ms']:.4f} ms  [{time.time() - t0:.0f}s]")
-    results["timing"] = timing
-
-    sweep = []
-    if args.skip_sweep:
-        sweeps = set()
-    if "logits" in sweeps:
-        log("tiling sweep: logits")
-        for bn, chunk, warps, stages in [(128, 2048, 4, 3), (128, 1024, 4, 3), (64, 1024, 4, 3), (128, 4096, 4, 3)]:
-            cfg = dispatch.LogitsConfig(block_n=bn, max_chunk=chunk, num_warps=warps, num_stages=stages)
-            sweep.append(time_logits(dev, copy_gbs, cfg, 64, [32768] * 64, 32768,
-                                     f"64x32K bn{bn} chunk{chunk} w{warps} s{stages}", with_torch=False))
-            log(f"  {sweep[-1]['shape']}: {sweep[-1]['ms']:.4f} ms  [{time.time() - t0:.0f}s]")
-        for bn, chunk in [(128, 2048), (128, 512), (64, 512)]:
-            cfg = dispatch.LogitsConfig(block_n=bn, max_chunk=chunk, num_warps=4, num_stages=3)
-            sweep.append(time_logits(dev, copy_gbs, cfg, 64, [4096] * 64, 4096, f"64x4K bn{bn} chunk{chunk} w4 s3",
-                                     with_torch=False))
-            log(f"  {sweep[-1]['shape']}: {sweep[-1]['ms']:.4f} ms  [{time.time() - t0:.0f}s]")
-    # (block_m, num_warps, programs per SM, prefetch); the first is the H200 default, timed
-    # twice (first and last) for the repeat spread.
-    tile_variants = [(16, 2, 8, True), (16, 2, 16, True), (16, 2, 8, False), (16, 2, 64, False), (32, 4, 4, True),
-                     (32, 2, 8, False), (64, 4, 4, False), (16, 1, 16, True), (16, 2, 8, True)]
-    if "store" in sweeps:
-        log("tiling sweep: store")
-        for bm, warps, per_sm, prefetch in tile_variants:
-            cfg = dispatch.StoreConfig(block_m=bm, num_warps=warps, programs_per_sm=per_sm, prefetch=prefetch)
-            sweep.extend(time_store(dev, copy_gbs, 1 << 20, cfg, with_torch=False, with_scatter=False,
-                                    label=f"1M bm{bm} w{warps} {per_sm}/SM pf{int(prefetch)}"))
-            log(f"  {sweep[-1]['shape']}: {sweep[-1]['ms']:.4f} ms  [{time.time() - t0:.0f}s]")
-        own_store = own.store
-        for with_h, with_rope, what in [(False, True, "no Hadamard"), (False, False, "no Hadamard, no RoPE row")]:
-            launch = functools.partial(store_ablated, cfg=own_store, with_hadamard=with_h, with_rope_table=with_rope)
-            sweep.extend(time_store(dev, copy_gbs, 1 << 20, with_torch=False, with_scatter=False,
-                                    label=f"1M default, ablation: {what}", launch=launch))
-            log(f"  {sweep[-1]['shape']}: {sweep[-1]['ms']:.4f} ms  [{time.time() - t0:.0f}s]")
-    if "q" in sweeps:
-        log("tiling sweep: q")
-        for bm, warps, per_sm, prefetch in tile_variants:
-            cfg = dispatch.QConfig(block_m=bm, num_warps=warps, programs_per_sm=per_sm, prefetch=prefetch)
-            sweep.append(time_q(dev, copy_gbs, 32768, cfg, with_torch=False,
-                                label=f"32K bm{bm} w{warps} {per_sm}/SM pf{int(prefetch)}"))
-            log(f"  {sweep[-1]['shape']}: {sweep[-1]['ms']:.4f} ms  [{time.time() - t0:.0f}s]")
-    results["sweep"] = sweep
+    log("(d) timing (CUDA-graph replays, medians)")
+    results["timing"] = run_timing(dev, ceil, args.skip_torch, t0)
+    results["sweep"] = run_sweeps(dev, ceil, args.sweeps, t0)
     results["failures"] = FAILURES
-
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_kernels.json"), "w") as f:
         json.dump(results, f, indent=1)
-
-    log("")
-    log(f"{info['device']} ({info['capability']}, {info['sms']} SMs), torch {info['torch']}, triton {info['triton']}, "
-        f"config {own.name}; copy bandwidth {copy_gbs:.0f} GB/s")
-    rc = results["recall"]
-    log(f"top-{rc['k']} recall vs float64 ({rc['rows']} rows, <= {rc['max_len']} keys): bf16 {rc['recall_bf16']:.4f}, "
-        f"fp8 q/k quant-dequant {rc['recall_fp8']:.4f}; logits rel err bf16 {rc['rel_err_bf16']:.2e}, fp8 {rc['rel_err_fp8']:.2e}")
-    log(format_rows(timing))
-    if sweep:
-        log("sweep (logits at 64 req x 32K / 4K keys, store at 1M rows, q at 32K tokens):")
-        log(format_rows(sweep))
-    log(f"correctness failures: {len(FAILURES)}" + "".join(f"\n  {x}" for x in FAILURES))
+    print_summary(results, info, own, ceil)
     return 1 if FAILURES else 0
 
 
