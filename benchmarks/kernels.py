@@ -297,7 +297,9 @@ def measure_copy_at(dev, nbytes: int) -> float:
     src = [torch.randn(n, device=dev) for _ in range(nset)]
     dst = [torch.empty_like(x) for x in src]
     ms = bench(lambda i: dst[i].copy_(src[i]), nset)
-    return 2 * n * 4 / (ms * 1e-3) / 1e9
+    gbs = 2 * n * 4 / (ms * 1e-3) / 1e9
+    log(f"    copy of {2 * n * 4 / 1e6:.1f} MB (graphed, {nset} sets): {ms * 1e3:.2f} us, {gbs:.0f} GB/s")
+    return gbs
 
 
 def row(kind: str, shape: str, nbytes: float, ms: float, ceil: Dict[str, float], torch_ms: Optional[float],
@@ -337,7 +339,7 @@ def timing_logits_case(rows: int, lens: List[int], max_len: int, dev, shared: bo
 
 
 def time_logits(dev, ceil, cfg: Optional[dispatch.LogitsConfig], rows, lens, max_len, label, shared=False,
-                with_torch=True, goal: str = "") -> Dict[str, object]:
+                with_torch=True, goal: str = "", copy_same_size: bool = False) -> Dict[str, object]:
     key_bytes = sum(lens) * 256  # what the rows read (shared pages: from L2 after the first row)
     unique = (max(lens) * 256) if shared else key_bytes
     nset = n_sets(unique + rows * 64 * 128 * 2, cap=8)
@@ -356,13 +358,14 @@ def time_logits(dev, ceil, cfg: Optional[dispatch.LogitsConfig], rows, lens, max
     sets.clear()
     torch.cuda.empty_cache()
     us = ms * 1e3
+    same = measure_copy_at(dev, key_bytes) if copy_same_size else None
     if goal == "copy85":
         r = row("logits", label, unique + other, ms, ceil, torch_ms, flops, copy_bytes=key_bytes,
-                goal=">=85% copy (keys)")
+                goal=">=85% copy (keys)", copy_same_size_gbs=same)
         r["met"] = r["pct_copy"] >= 85.0
     elif goal == "10us":
         r = row("logits", label, unique + other, ms, ceil, torch_ms, flops, copy_bytes=key_bytes, goal="<=10 us",
-                met=us <= 10.0)
+                met=us <= 10.0, copy_same_size_gbs=same)
     elif goal == "matmul60":
         r = row("logits", label, unique + other, ms, ceil, torch_ms, flops, goal=">=60% matmul")
         r["met"] = r["pct_matmul"] >= 60.0
@@ -503,15 +506,16 @@ def prefill_lens() -> List[int]:
 
 
 def _sweep_logits(dev, ceil, note) -> None:
-    variants = [(128, 4, 3, 2, 16384), (128, 4, 3, 4, 16384), (128, 4, 3, 8, 16384), (64, 4, 4, 4, 16384),
-                (128, 4, 3, 2, 4096)]
-    for rows, keys in ((1, 65536), (8, 8192), (64, 2048), (128, 65536), (1, 2048)):
+    variants = [(64, 4, 3, 4, 65536), (64, 4, 2, 4, 65536), (64, 4, 3, 3, 65536), (128, 4, 2, 2, 65536),
+                (128, 4, 3, 2, 65536), (64, 4, 3, 4, 16384), (32, 4, 4, 6, 65536)]
+    for rows, lens in ((1, [65536]), (8, [8192] * 8), (64, [2048] * 64), (128, [2048] * 128), (128, [65536] * 128),
+                       (128, [65536] + [2048] * 127)):
         for bn, warps, stages, per_sm, chunk in variants:
             cfg = dispatch.LogitsConfig(block_n=bn, num_warps=warps, num_stages=stages, programs_per_sm=per_sm,
                                         max_chunk=chunk)
-            note(time_logits(dev, ceil, cfg, rows, [keys] * rows, WIDE,
-                             f"{rows}x{keys // 1024}K bn{bn} w{warps} s{stages} {per_sm}/SM mc{chunk}",
-                             with_torch=False))
+            note(time_logits(dev, ceil, cfg, rows, lens, WIDE,
+                             f"{rows}x{lens[0] // 1024}K{'mix' if len(set(lens)) > 1 else ''} bn{bn} w{warps} "
+                             f"s{stages} {per_sm}/SM mc{chunk}", with_torch=False))
 
 
 def _sweep_prefill(dev, ceil, note) -> None:
@@ -566,7 +570,8 @@ def run_timing(dev, ceil, skip_torch: bool, t0: float) -> List[Dict[str, object]
     timing: List[Dict[str, object]] = []
     for label, rows_, lens, goal in decode_shapes():
         torch_too = not skip_torch and (rows_, lens[0]) in TORCH_BASELINE_DECODE and len(set(lens)) == 1
-        timing.append(time_logits(dev, ceil, None, rows_, lens, WIDE, label, with_torch=torch_too, goal=goal))
+        timing.append(time_logits(dev, ceil, None, rows_, lens, WIDE, label, with_torch=torch_too, goal=goal,
+                                  copy_same_size=bool(goal)))
         log(f"  {label}: {timing[-1]['ms'] * 1e3:.2f} us  [{time.time() - t0:.0f}s]")
     timing.append(time_logits(dev, ceil, None, 2048, prefill_lens(), 8192, "prefill 2048 rows x <=8K, shared pages",
                               shared=True, with_torch=not skip_torch, goal="matmul60"))

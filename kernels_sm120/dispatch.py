@@ -16,7 +16,8 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from . import index_k_store, index_q, paged_mqa_logits as logits_mod
+from . import index_k_store, index_q
+from . import paged_mqa_logits as logits_mod
 
 SM120_MAX_SHARED_BYTES = 101376
 
@@ -92,11 +93,11 @@ class ArchConfigs:
 _PERSISTENT_STORE = StoreConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _PERSISTENT_Q = QConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _SCATTER = ScatterConfig(block_m=32, num_warps=4)
-# H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits: 3 x 32 KiB key stages + q =
-# 113 KiB, two programs per SM, one wave of them (NOTES.md, v2). Prefill: four rows per program
-# share each key tile (q^T of 4 rows = 64 KiB), one program per SM.
-_HOPPER_CLASS_LOGITS = LogitsConfig(block_n=128, num_warps=4, num_stages=3, programs_per_sm=2)
-_HOPPER_CLASS_PREFILL = LogitsConfig(block_n=128, num_warps=8, num_stages=3, programs_per_sm=1, rows_per_program=4)
+# H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits: 3 x 16 KiB key stages + q (~50 KiB),
+# four programs per SM, one wave of them (NOTES.md, v2). Prefill: four rows per program share each
+# key tile (q^T of 4 rows = 64 KiB). Both picked by the sweeps in benchmarks/kernels.py (NOTES.md).
+_HOPPER_CLASS_LOGITS = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=4, max_chunk=65536)
+_HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 
 CONFIGS: Dict[str, ArchConfigs] = {
     "sm90": ArchConfigs(

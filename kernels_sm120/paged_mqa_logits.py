@@ -78,21 +78,28 @@ def _part_bounds(n_write, split, part, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _one_row(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, page_table_ptr, stride_pt_row,
-             out_ptr, stride_out_row, row, start, end, n_keys,
-             H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Logits of one row over [start, end): keys below n_keys, -inf from n_keys on."""
+def _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row, H: tl.constexpr, D: tl.constexpr):
+    """One row's q [H, D] and head weights [H]."""
+    row64 = row.to(tl.int64)
+    h = tl.arange(0, H)
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + row64 * stride_q_row + h[:, None] * D + d[None, :])
+    w = tl.load(w_ptr + row64 * stride_w_row + h)
+    return q, w
+
+
+@triton.jit
+def _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row, row, start, end,
+             n_keys, H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Logits of one row (q [H, D], w [H]) over [start, end): keys below n_keys, -inf from n_keys on."""
     row64 = row.to(tl.int64)
     out_row = out_ptr + row64 * stride_out_row
     offs_n = tl.arange(0, BLOCK_N)
     compute_end = tl.minimum(end, n_keys)
     fill_start = start
     if start < compute_end:
-        h = tl.arange(0, H)
         d = tl.arange(0, D)
-        q = tl.load(q_ptr + row64 * stride_q_row + h[:, None] * D + d[None, :])
         q_t = tl.trans(q)  # [D, H]
-        w = tl.load(w_ptr + row64 * stride_w_row + h)
         pt_row = page_table_ptr + row64 * stride_pt_row
         # Page ids are loaded one tile ahead and carried: with the id load in the same
         # iteration as the key load, Triton's pipeliner treats the key load as indirect
@@ -208,10 +215,12 @@ def paged_mqa_logits_kernel(
     reach = pt_width * PAGE
     if ROWS == 1:
         n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + group), 0), max_len)
+        # q and w do not depend on the row's length: their loads overlap the length's.
+        q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, group, H, D)
         start, end = _part_bounds(n_write, split, part, BLOCK_N)
         if start < end:
-            _one_row(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, page_table_ptr, stride_pt_row,
-                     out_ptr, stride_out_row, group, start, end, tl.minimum(n_write, reach), H, D, PAGE, BLOCK_N)
+            _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row, group,
+                     start, end, tl.minimum(n_write, reach), H, D, PAGE, BLOCK_N)
     else:
         row0 = group * ROWS
         rows_r = rows - row0  # rows of this group that exist (may exceed ROWS)
@@ -231,9 +240,9 @@ def paged_mqa_logits_kernel(
                 for j in tl.static_range(ROWS):
                     if j < rows_r:
                         nw = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row0 + j), 0), max_len)
-                        _one_row(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, page_table_ptr,
-                                 stride_pt_row, out_ptr, stride_out_row, row0 + j, start,
-                                 tl.minimum(nw, end_max), tl.minimum(nw, reach), H, D, PAGE, BLOCK_N)
+                        q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row0 + j, H, D)
+                        _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row,
+                                 row0 + j, start, tl.minimum(nw, end_max), tl.minimum(nw, reach), H, D, PAGE, BLOCK_N)
 
 
 AOT_SIGNATURES = {
@@ -267,32 +276,8 @@ def pick_split(groups: int, max_len: int, block_n: int, target_programs: int, ma
     return max(1, min(want, triton.cdiv(max_len, block_n)))
 
 
-def paged_mqa_logits(
-    q: torch.Tensor,
-    index_k_cache: torch.Tensor,
-    weights: torch.Tensor,
-    seq_lens: torch.Tensor,
-    page_table: torch.Tensor,
-    max_seq_len: int,
-    *,
-    out: Optional[torch.Tensor] = None,
-    block_n: int,
-    target_programs: int,
-    max_chunk: int = 16384,
-    rows_per_program: int = 1,
-    num_warps: int,
-    num_stages: int,
-) -> torch.Tensor:
-    """Launcher; see the module docstring (columns past each row's length are not written).
-
-    q: [R, H, 128] or [R, 1, H, 128] bf16 (SGLang passes ``q_indexer.unsqueeze(1)``), each
-    row's H*128 values contiguous. index_k_cache: the layer's bf16 index-K pages (see
-    ``_validate.as_index_k_pages``; page size 64). weights: [R, H] or [R, H, 1] fp32, unit
-    head stride. seq_lens: [R] or [R, 1] int32/int64 (compressed lengths). page_table:
-    [R, W] int32/int64 page ids, unit column stride; entries at or beyond a row's
-    ceil(n_write/64) are never read. max_seq_len: python int, the output width.
-    Returns fp32 [R, max_seq_len] (or fills ``out`` of that shape, unit column stride).
-    """
+def _checked_args(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program):
+    """Validate the launcher's arguments; returns them in the kernel's layout."""
     check_tensor("q", q, dtypes=(torch.bfloat16,), ndim=(3, 4))
     if q.dim() == 4:
         if q.shape[1] != 1:
@@ -332,6 +317,38 @@ def paged_mqa_logits(
         if tuple(out.shape) != (rows, max_seq_len):
             raise ValueError(f"out must be [{rows}, {max_seq_len}] fp32, got {tuple(out.shape)}")
     check_same_device(q=q, index_k_cache=pages, weights=weights, seq_lens=seq_lens, page_table=page_table, out=out)
+    return q, pages, weights, seq_lens, out
+
+
+def paged_mqa_logits(
+    q: torch.Tensor,
+    index_k_cache: torch.Tensor,
+    weights: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_table: torch.Tensor,
+    max_seq_len: int,
+    *,
+    out: Optional[torch.Tensor] = None,
+    block_n: int,
+    target_programs: int,
+    max_chunk: int = 16384,
+    rows_per_program: int = 1,
+    num_warps: int,
+    num_stages: int,
+) -> torch.Tensor:
+    """Launcher; see the module docstring (columns past each row's length are not written).
+
+    q: [R, H, 128] or [R, 1, H, 128] bf16 (SGLang passes ``q_indexer.unsqueeze(1)``), each
+    row's H*128 values contiguous. index_k_cache: the layer's bf16 index-K pages (see
+    ``_validate.as_index_k_pages``; page size 64). weights: [R, H] or [R, H, 1] fp32, unit
+    head stride. seq_lens: [R] or [R, 1] int32/int64 (compressed lengths). page_table:
+    [R, W] int32/int64 page ids, unit column stride; entries at or beyond a row's
+    ceil(n_write/64) are never read. max_seq_len: python int, the output width.
+    Returns fp32 [R, max_seq_len] (or fills ``out`` of that shape, unit column stride).
+    """
+    q, pages, weights, seq_lens, out = _checked_args(q, index_k_cache, weights, seq_lens, page_table, max_seq_len,
+                                                     out, rows_per_program)
+    rows, num_heads, head_dim = q.shape
     if rows == 0 or max_seq_len == 0:
         return out
     groups = triton.cdiv(rows, rows_per_program)
