@@ -64,7 +64,10 @@ class LogitsConfig:
     (rows_per_program: 1, or 2 / 4 to share each key tile between the rows of one
     request in prefill). max_chunk bounds the keys of one part: a row as long as the output
     is wide still gets max_seq_len / max_chunk parts, so one long row in a batch of short
-    ones does not run on a few programs."""
+    ones does not run on a few programs; min_chunk (keys) keeps short rows on few programs
+    (the other parts of such a row return at once). page_block > 0 (decode tiling): page ids
+    are loaded that many at a time into registers and each key tile gathers its own from
+    them, so no key load waits on a page-id load inside the pipelined loop."""
 
     block_n: int
     num_warps: int
@@ -72,6 +75,8 @@ class LogitsConfig:
     programs_per_sm: int = 2
     rows_per_program: int = 1
     max_chunk: int = 16384
+    min_chunk: int = 0
+    page_block: int = 0
 
 
 @dataclass(frozen=True)
@@ -93,10 +98,12 @@ class ArchConfigs:
 _PERSISTENT_STORE = StoreConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _PERSISTENT_Q = QConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _SCATTER = ScatterConfig(block_m=32, num_warps=4)
-# H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits: 3 x 16 KiB key stages + q (~50 KiB),
-# four programs per SM, one wave of them (NOTES.md, v2). Prefill: four rows per program share each
-# key tile (q^T of 4 rows = 64 KiB). Both picked by the sweeps in benchmarks/kernels.py (NOTES.md).
-_HOPPER_CLASS_LOGITS = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=4, max_chunk=65536)
+# H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits: 3 x 32 KiB key stages + q = 113 KiB,
+# two programs per SM; each row cut into parts of 512 to 8192 keys; page ids 64 at a time. Prefill:
+# four rows per program share each key tile (64-key tiles, q^T of 4 rows = 64 KiB). Both picked by
+# the sweeps in benchmarks/kernels.py (NOTES.md, logits v2).
+_HOPPER_CLASS_LOGITS = LogitsConfig(block_n=128, num_warps=4, num_stages=3, programs_per_sm=2, max_chunk=8192,
+                                    min_chunk=512, page_block=64)
 _HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 
 CONFIGS: Dict[str, ArchConfigs] = {
@@ -117,7 +124,8 @@ CONFIGS: Dict[str, ArchConfigs] = {
     # Executed on the H200 by the GPU tests and the benchmark (forced), not on an SM120 card.
     "sm120": ArchConfigs(
         name="sm120", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_PERSISTENT_Q,
-        logits=LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=2),
+        logits=LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=2, max_chunk=8192,
+                            min_chunk=256, page_block=64),
         logits_prefill=LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=2),
     ),
     # Anything else (sm80/sm86/sm89, sm110, the CPU interpreter): small, safe tiles.
@@ -126,7 +134,7 @@ CONFIGS: Dict[str, ArchConfigs] = {
         store=StoreConfig(block_m=16, num_warps=4),
         scatter=ScatterConfig(block_m=16, num_warps=4),
         q=QConfig(block_m=16, num_warps=4),
-        logits=LogitsConfig(block_n=64, num_warps=4, num_stages=2),
+        logits=LogitsConfig(block_n=64, num_warps=4, num_stages=2, page_block=16),
         logits_prefill=LogitsConfig(block_n=64, num_warps=4, num_stages=2, programs_per_sm=1, rows_per_program=2),
     ),
 }
@@ -248,6 +256,7 @@ def paged_mqa_logits_bf16(
     return logits_mod.paged_mqa_logits(
         q, index_k_cache, weights, seq_lens, page_table, max_seq_len,
         out=out, block_n=config.block_n, target_programs=config.programs_per_sm * num_sms(q.device),
-        max_chunk=config.max_chunk, rows_per_program=config.rows_per_program,
+        max_chunk=config.max_chunk, min_chunk=config.min_chunk, page_block=config.page_block,
+        rows_per_program=config.rows_per_program,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -69,9 +69,10 @@ from ._validate import (
 
 
 @triton.jit
-def _part_bounds(n_write, split, part, BLOCK_N: tl.constexpr):
-    """[start, end) of part ``part`` of ``split`` over [0, n_write), in whole BLOCK_N tiles."""
-    chunk = tl.cdiv(tl.cdiv(n_write, split), BLOCK_N) * BLOCK_N
+def _part_bounds(n_write, split, part, min_chunk, BLOCK_N: tl.constexpr):
+    """[start, end) of part ``part`` of ``split`` over [0, n_write), in whole BLOCK_N tiles and
+    at least min_chunk keys (short rows use fewer parts; the others have nothing to do)."""
+    chunk = tl.maximum(tl.cdiv(tl.cdiv(n_write, split), BLOCK_N) * BLOCK_N, min_chunk)
     start = part * chunk
     end = tl.minimum(start + chunk, n_write)
     return start, end
@@ -89,8 +90,37 @@ def _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row, H: tl.constexpr, 
 
 
 @triton.jit
+def _logits_tile(k, q_t, w, out_row, t, valid, end):
+    s = tl.dot(k, q_t)  # [BLOCK_N, H] fp32
+    s = tl.maximum(s, 0.0) * w[None, :]
+    logit = tl.where(valid, tl.sum(s, axis=1), float("-inf"))
+    tl.store(out_row + t, logit, mask=t < end)
+
+
+@triton.jit
+def _one_row_tiles(q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, compute_end,
+                   D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The v1 loop: page ids loaded one tile ahead and carried (with the id load in the same
+    iteration as the key load, Triton's pipeliner treats the key load as indirect and keeps a
+    single key buffer; carried, it still issues each cp.async right after its id load)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    d = tl.arange(0, D)
+    t = start + offs_n
+    page = tl.load(pt_row + t // PAGE, mask=t < compute_end, other=0).to(tl.int64)
+    for n0 in range(start, compute_end, BLOCK_N):
+        t = n0 + offs_n
+        valid = t < compute_end
+        k = tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
+                    mask=valid[:, None], other=0.0)
+        t_next = t + BLOCK_N
+        page = tl.load(pt_row + t_next // PAGE, mask=t_next < compute_end, other=0).to(tl.int64)
+        _logits_tile(k, q_t, w, out_row, t, valid, end)
+
+
+@triton.jit
 def _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row, row, start, end,
-             n_keys, H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+             n_keys, H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+             PAGE_BLOCK: tl.constexpr):
     """Logits of one row (q [H, D], w [H]) over [start, end): keys below n_keys, -inf from n_keys on."""
     row64 = row.to(tl.int64)
     out_row = out_ptr + row64 * stride_out_row
@@ -101,22 +131,25 @@ def _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, s
         d = tl.arange(0, D)
         q_t = tl.trans(q)  # [D, H]
         pt_row = page_table_ptr + row64 * stride_pt_row
-        # Page ids are loaded one tile ahead and carried: with the id load in the same
-        # iteration as the key load, Triton's pipeliner treats the key load as indirect
-        # and keeps a single key buffer whatever num_stages says.
-        t = start + offs_n
-        page = tl.load(pt_row + t // PAGE, mask=t < compute_end, other=0).to(tl.int64)
-        for n0 in range(start, compute_end, BLOCK_N):
-            t = n0 + offs_n
-            valid = t < compute_end
-            k = tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
-                        mask=valid[:, None], other=0.0)
-            t_next = t + BLOCK_N
-            page = tl.load(pt_row + t_next // PAGE, mask=t_next < compute_end, other=0).to(tl.int64)
-            s = tl.dot(k, q_t)  # [BLOCK_N, H] fp32
-            s = tl.maximum(s, 0.0) * w[None, :]
-            logit = tl.where(valid, tl.sum(s, axis=1), float("-inf"))
-            tl.store(out_row + t, logit, mask=t < end)
+        if PAGE_BLOCK == 0:
+            _one_row_tiles(q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, compute_end,
+                           D, PAGE, BLOCK_N)
+        else:
+            # Page ids PAGE_BLOCK at a time into registers; each tile gathers its ids from
+            # them, so no key load waits on a page-id load inside the pipelined loop.
+            n_pages = tl.cdiv(compute_end, PAGE)
+            for pb in range(start // PAGE, n_pages, PAGE_BLOCK):
+                slots = pb + tl.arange(0, PAGE_BLOCK)
+                ids = tl.load(pt_row + slots, mask=slots < n_pages, other=0)
+                blk_end = tl.minimum((pb + PAGE_BLOCK) * PAGE, compute_end)
+                for n0 in range(tl.maximum(pb * PAGE, start), blk_end, BLOCK_N):
+                    t = n0 + offs_n
+                    valid = t < compute_end
+                    slot = tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1)
+                    page = tl.gather(ids, slot, 0).to(tl.int64)
+                    k = tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
+                                mask=valid[:, None], other=0.0)
+                    _logits_tile(k, q_t, w, out_row, t, valid, end)
         fill_start = start + tl.cdiv(compute_end - start, BLOCK_N) * BLOCK_N
     # Only when seq_len exceeds the page table's reach (never in SGLang): -inf up to end.
     for n0 in range(fill_start, end, BLOCK_N):
@@ -204,30 +237,31 @@ def paged_mqa_logits_kernel(
     rows,
     max_len,
     split,
+    min_chunk,
     H: tl.constexpr,
     D: tl.constexpr,
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr = 1,
+    PAGE_BLOCK: tl.constexpr = 0,
 ):
     group = tl.num_programs(0) - 1 - tl.program_id(0)  # longest-first in causal prefill
     part = tl.program_id(1)
     reach = pt_width * PAGE
     if ROWS == 1:
         n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + group), 0), max_len)
-        # q and w do not depend on the row's length: their loads overlap the length's.
-        q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, group, H, D)
-        start, end = _part_bounds(n_write, split, part, BLOCK_N)
+        start, end = _part_bounds(n_write, split, part, min_chunk, BLOCK_N)
         if start < end:
+            q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, group, H, D)
             _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row, group,
-                     start, end, tl.minimum(n_write, reach), H, D, PAGE, BLOCK_N)
+                     start, end, tl.minimum(n_write, reach), H, D, PAGE, BLOCK_N, PAGE_BLOCK)
     else:
         row0 = group * ROWS
         rows_r = rows - row0  # rows of this group that exist (may exceed ROWS)
         i = tl.arange(0, ROWS)
         n_write = tl.load(seq_lens_ptr + row0 + i, mask=i < rows_r, other=0)
         n_write = tl.minimum(tl.maximum(n_write, 0), max_len)
-        start, end_max = _part_bounds(tl.max(n_write, axis=0), split, part, BLOCK_N)
+        start, end_max = _part_bounds(tl.max(n_write, axis=0), split, part, min_chunk, BLOCK_N)
         if start < end_max:
             ends = tl.minimum(n_write, end_max)  # each row's end inside this part
             n_keys = tl.minimum(n_write, reach)
@@ -242,7 +276,8 @@ def paged_mqa_logits_kernel(
                         nw = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row0 + j), 0), max_len)
                         q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row0 + j, H, D)
                         _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row,
-                                 row0 + j, start, tl.minimum(nw, end_max), tl.minimum(nw, reach), H, D, PAGE, BLOCK_N)
+                                 row0 + j, start, tl.minimum(nw, end_max), tl.minimum(nw, reach), H, D, PAGE, BLOCK_N,
+                                 PAGE_BLOCK)
 
 
 AOT_SIGNATURES = {
@@ -262,6 +297,7 @@ AOT_SIGNATURES = {
         "rows": "i32",
         "max_len": "i32",
         "split": "i32",
+        "min_chunk": "i32",
     },
 }
 
@@ -332,6 +368,8 @@ def paged_mqa_logits(
     block_n: int,
     target_programs: int,
     max_chunk: int = 16384,
+    min_chunk: int = 0,
+    page_block: int = 0,
     rows_per_program: int = 1,
     num_warps: int,
     num_stages: int,
@@ -351,13 +389,16 @@ def paged_mqa_logits(
     rows, num_heads, head_dim = q.shape
     if rows == 0 or max_seq_len == 0:
         return out
+    if page_block and (page_block & (page_block - 1) or page_block * INDEX_PAGE_SIZE % block_n):
+        raise ValueError(f"page_block must be a power of two covering whole {block_n}-key tiles, got {page_block}")
+    min_chunk = triton.cdiv(max(min_chunk, 0), block_n) * block_n  # parts start on tile boundaries
     groups = triton.cdiv(rows, rows_per_program)
     split = pick_split(groups, max_seq_len, block_n, target_programs, max_chunk)
     paged_mqa_logits_kernel[(groups, split)](
         q, q.stride(0), pages, pages.stride(0), weights, weights.stride(0), seq_lens,
         page_table, page_table.stride(0), page_table.shape[1], out, out.stride(0),
-        rows, max_seq_len, split,
-        H=num_heads, D=head_dim, PAGE=INDEX_PAGE_SIZE, BLOCK_N=block_n, ROWS=rows_per_program,
+        rows, max_seq_len, split, min_chunk,
+        H=num_heads, D=head_dim, PAGE=INDEX_PAGE_SIZE, BLOCK_N=block_n, ROWS=rows_per_program, PAGE_BLOCK=page_block,
         num_warps=num_warps, num_stages=num_stages,
     )
     return out

@@ -439,12 +439,16 @@ LOGITS_TILINGS = [
     dispatch.LogitsConfig(64, 4, 2, programs_per_sm=1),  # few parts: long walks
     dispatch.LogitsConfig(32, 4, 1, programs_per_sm=64),  # many parts: one tile each, most programs idle
     dispatch.LogitsConfig(16, 4, 3, programs_per_sm=2, max_chunk=64),  # parts bounded by max_chunk
+    dispatch.LogitsConfig(64, 4, 2, page_block=4),  # page ids 4 at a time, gathered per tile
+    dispatch.LogitsConfig(32, 4, 3, programs_per_sm=8, min_chunk=96, page_block=2),  # half-page tiles, min chunk
+    dispatch.LogitsConfig(128, 4, 2, programs_per_sm=16, page_block=2),  # two pages per tile
     dispatch.LogitsConfig(64, 4, 2, rows_per_program=2),  # row pairs (rows here do not share pages)
     dispatch.LogitsConfig(32, 4, 2, programs_per_sm=3, rows_per_program=4),
 ]
 
 
-@pytest.mark.parametrize("cfg", LOGITS_TILINGS, ids=lambda c: f"bn{c.block_n}-p{c.programs_per_sm}-r{c.rows_per_program}")
+@pytest.mark.parametrize("cfg", LOGITS_TILINGS,
+                         ids=lambda c: f"bn{c.block_n}-p{c.programs_per_sm}-r{c.rows_per_program}-pb{c.page_block}")
 def test_logits_kernel_tilings_and_splits(interp, gen, cfg):
     """Any split of the rows' keys over programs, any rows per program: same logits, same
     written columns (a wide output, as under SGLang's decode CUDA graph)."""
