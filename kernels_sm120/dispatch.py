@@ -99,11 +99,11 @@ _PERSISTENT_STORE = StoreConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _PERSISTENT_Q = QConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _SCATTER = ScatterConfig(block_m=32, num_warps=4)
 # H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits: 3 x 32 KiB key stages + q = 113 KiB,
-# two programs per SM; each row cut into parts of 512 to 8192 keys; page ids 64 at a time. Prefill:
+# two programs per SM; each row cut into parts of 256 to 8192 keys; page ids 64 at a time. Prefill:
 # four rows per program share each key tile (64-key tiles, q^T of 4 rows = 64 KiB). Both picked by
 # the sweeps in benchmarks/kernels.py (NOTES.md, logits v2).
 _HOPPER_CLASS_LOGITS = LogitsConfig(block_n=128, num_warps=4, num_stages=3, programs_per_sm=2, max_chunk=8192,
-                                    min_chunk=512, page_block=64)
+                                    min_chunk=256, page_block=64)
 _HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 
 CONFIGS: Dict[str, ArchConfigs] = {
