@@ -511,17 +511,19 @@ def prefill_lens() -> List[int]:
 
 
 def _sweep_logits(dev, ceil, note) -> None:
-    # (block_n, stages, programs per SM, max_chunk, min_chunk, page_block)
-    variants = [(128, 3, 2, 16384, 0, 0), (128, 3, 2, 16384, 0, 64), (128, 3, 2, 8192, 512, 64),
-                (128, 3, 2, 16384, 256, 64), (64, 3, 4, 8192, 256, 64), (128, 4, 1, 8192, 512, 64)]
-    for rows, lens in ((1, [65536]), (8, [8192] * 8), (8, [65536] * 8), (64, [2048] * 64), (64, [16384] * 64),
-                       (128, [2048] * 128), (128, [65536] * 128), (128, [65536] + [2048] * 127)):
-        for bn, stages, per_sm, max_chunk, min_chunk, page_block in variants:
+    # (block_n, stages, programs per SM, max_chunk, min_chunk, page_block, busy_per_sm); earlier
+    # sweeps (NOTES.md, logits v2) fixed the first six; this one compares the batch-total chunk.
+    variants = [(128, 3, 2, 8192, 256, 64, 0), (128, 3, 2, 8192, 256, 64, 2), (128, 3, 2, 8192, 256, 64, 4),
+                (128, 3, 2, 8192, 256, 64, 8)]
+    for rows, lens in ((1, [65536]), (64, [4096] * 64), (64, [8192] * 64), (128, [8192] * 128),
+                       (128, [65536] * 128), (128, [65536] + [2048] * 127)):
+        for bn, stages, per_sm, max_chunk, min_chunk, page_block, busy in variants:
             cfg = dispatch.LogitsConfig(block_n=bn, num_warps=4, num_stages=stages, programs_per_sm=per_sm,
-                                        max_chunk=max_chunk, min_chunk=min_chunk, page_block=page_block)
+                                        max_chunk=max_chunk, min_chunk=min_chunk, page_block=page_block,
+                                        busy_per_sm=busy)
             note(time_logits(dev, ceil, cfg, rows, lens, WIDE,
                              f"{rows}x{lens[0] // 1024}K{'mix' if len(set(lens)) > 1 else ''} bn{bn} s{stages} "
-                             f"{per_sm}/SM mc{max_chunk} min{min_chunk} pb{page_block}", with_torch=False))
+                             f"{per_sm}/SM mc{max_chunk} min{min_chunk} pb{page_block} busy{busy}", with_torch=False))
 
 
 def _sweep_prefill(dev, ceil, note) -> None:

@@ -81,7 +81,8 @@ def kernel_specs() -> List[KernelSpec]:
             paged_mqa_logits.paged_mqa_logits_kernel,
             paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel"],
             lambda c: dict(H=heads, D=head_dim, PAGE=page, BLOCK_N=c.logits.block_n, ROWS=c.logits.rows_per_program,
-                           PAGE_BLOCK=c.logits.page_block),
+                           PAGE_BLOCK=c.logits.page_block,
+                           BALANCE=c.logits.busy_per_sm > 0 and c.logits.rows_per_program == 1),
             lambda c: dict(num_warps=c.logits.num_warps, num_stages=c.logits.num_stages),
             needs_tensor_cores=True,
         ),
@@ -193,7 +194,8 @@ def run_aot(archs: Sequence[int] = ARCHS, kernels: Optional[Sequence[str]] = Non
 
 
 def format_table(results: Sequence[AotResult]) -> str:
-    head = f"{'kernel':42s} {'arch':8s} {'config':7s} {'warps':>5s} {'stages':>6s} {'shared B':>9s} {'limit B':>8s} {'fits':4s} {'HMMA':>5s} {'HGMMA':>5s} {'UTCMMA':>6s}"
+    head = (f"{'kernel':42s} {'arch':8s} {'config':7s} {'warps':>5s} {'stages':>6s} {'shared B':>9s} {'limit B':>8s} "
+            f"{'fits':4s} {'HMMA':>5s} {'HGMMA':>5s} {'UTCMMA':>6s}")
     lines = [head, "-" * len(head)]
     for r in results:
         tc = r.tensor_core_ops

@@ -67,7 +67,10 @@ class LogitsConfig:
     ones does not run on a few programs; min_chunk (keys) keeps short rows on few programs
     (the other parts of such a row return at once). page_block > 0 (decode tiling): page ids
     are loaded that many at a time into registers and each key tile gathers its own from
-    them, so no key load waits on a page-id load inside the pipelined loop."""
+    them, so no key load waits on a page-id load inside the pipelined loop. busy_per_sm > 0
+    (one row per program): every program sums the batch's lengths and uses one chunk size,
+    total keys / (busy_per_sm x SMs), so about that many programs have work whatever the
+    lengths (long parts for big batches, many small ones for a few long rows)."""
 
     block_n: int
     num_warps: int
@@ -77,6 +80,7 @@ class LogitsConfig:
     max_chunk: int = 16384
     min_chunk: int = 0
     page_block: int = 0
+    busy_per_sm: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,11 +103,12 @@ _PERSISTENT_STORE = StoreConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _PERSISTENT_Q = QConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _SCATTER = ScatterConfig(block_m=32, num_warps=4)
 # H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits: 3 x 32 KiB key stages + q = 113 KiB,
-# two programs per SM; each row cut into parts of 256 to 8192 keys; page ids 64 at a time. Prefill:
+# two programs per SM; parts of the batch's total keys / (4 x SMs), at least 256 keys, at least
+# max_seq_len / 8192 parts per row available; page ids 64 at a time. Prefill:
 # four rows per program share each key tile (64-key tiles, q^T of 4 rows = 64 KiB). Both picked by
 # the sweeps in benchmarks/kernels.py (NOTES.md, logits v2).
 _HOPPER_CLASS_LOGITS = LogitsConfig(block_n=128, num_warps=4, num_stages=3, programs_per_sm=2, max_chunk=8192,
-                                    min_chunk=256, page_block=64)
+                                    min_chunk=256, page_block=64, busy_per_sm=4)
 _HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 
 CONFIGS: Dict[str, ArchConfigs] = {
@@ -125,7 +130,7 @@ CONFIGS: Dict[str, ArchConfigs] = {
     "sm120": ArchConfigs(
         name="sm120", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_PERSISTENT_Q,
         logits=LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=2, max_chunk=8192,
-                            min_chunk=256, page_block=64),
+                            min_chunk=256, page_block=64, busy_per_sm=4),
         logits_prefill=LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=2),
     ),
     # Anything else (sm80/sm86/sm89, sm110, the CPU interpreter): small, safe tiles.
@@ -257,6 +262,7 @@ def paged_mqa_logits_bf16(
         q, index_k_cache, weights, seq_lens, page_table, max_seq_len,
         out=out, block_n=config.block_n, target_programs=config.programs_per_sm * num_sms(q.device),
         max_chunk=config.max_chunk, min_chunk=config.min_chunk, page_block=config.page_block,
+        busy_programs=config.busy_per_sm * num_sms(q.device),
         rows_per_program=config.rows_per_program,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -132,6 +132,40 @@ AOT_SIGNATURES = {
 }
 
 
+def _checked_weight(weight, tokens, num_heads):
+    """weight as [N, H] (bf16/fp16/fp32) with unit head stride."""
+    check_tensor("weight", weight, dtypes=(torch.bfloat16, torch.float16, torch.float32), ndim=(2, 3),
+                 last_dim_contiguous=False)
+    if weight.dim() == 3:
+        if weight.shape[2] != 1:
+            raise ValueError(f"weight must be [N, {num_heads}] or [N, {num_heads}, 1], got {tuple(weight.shape)}")
+        weight = weight[:, :, 0]
+    if tuple(weight.shape) != (tokens, num_heads):
+        raise ValueError(f"weight must be [{tokens}, {num_heads}] (one per token and head), got {tuple(weight.shape)}")
+    if num_heads > 1 and weight.stride(1) != 1:
+        raise ValueError(f"weight must have unit head stride, got strides {tuple(weight.stride())}")
+    return weight
+
+
+def _outputs(q, tokens, num_heads, q_out, weights_out):
+    """The given outputs, checked, or new ones: q_out [N, H, 128] bf16, weights_out [N, H] fp32."""
+    if q_out is None:
+        q_out = torch.empty((tokens, num_heads, INDEX_HEAD_DIM), dtype=torch.bfloat16, device=q.device)
+    else:
+        check_tensor("q_out", q_out, dtypes=(torch.bfloat16,), ndim=(3,))
+        if tuple(q_out.shape) != (tokens, num_heads, INDEX_HEAD_DIM) or not q_out.is_contiguous():
+            raise ValueError(f"q_out must be contiguous [{tokens}, {num_heads}, {INDEX_HEAD_DIM}], "
+                             f"got {tuple(q_out.shape)}")
+    if weights_out is None:
+        weights_out = torch.empty((tokens, num_heads), dtype=torch.float32, device=q.device)
+    else:
+        check_tensor("weights_out", weights_out, dtypes=(torch.float32,), ndim=(2,))
+        if tuple(weights_out.shape) != (tokens, num_heads) or not weights_out.is_contiguous():
+            raise ValueError(f"weights_out must be contiguous [{tokens}, {num_heads}] fp32, "
+                             f"got {tuple(weights_out.shape)}")
+    return q_out, weights_out
+
+
 def index_q_rope_hadamard(
     q: torch.Tensor,
     weight: torch.Tensor,
@@ -178,32 +212,12 @@ def index_q_rope_hadamard(
             )
         if q.stride(1) != INDEX_HEAD_DIM:
             raise ValueError(f"q heads must be contiguous (stride {INDEX_HEAD_DIM}), got strides {tuple(q.stride())}")
-    check_tensor("weight", weight, dtypes=(torch.bfloat16, torch.float16, torch.float32), ndim=(2, 3),
-                 last_dim_contiguous=False)
-    if weight.dim() == 3:
-        if weight.shape[2] != 1:
-            raise ValueError(f"weight must be [N, {num_heads}] or [N, {num_heads}, 1], got {tuple(weight.shape)}")
-        weight = weight[:, :, 0]
-    if tuple(weight.shape) != (tokens, num_heads):
-        raise ValueError(f"weight must be [{tokens}, {num_heads}] (one per token and head), got {tuple(weight.shape)}")
-    if num_heads > 1 and weight.stride(1) != 1:
-        raise ValueError(f"weight must have unit head stride, got strides {tuple(weight.stride())}")
+    weight = _checked_weight(weight, tokens, num_heads)
     if not isinstance(weight_scale, (int, float)):
         raise TypeError(f"weight_scale must be a python float, got {type(weight_scale).__name__}")
     table = as_rope_table(freqs_cis)
     positions = as_index_vector("positions", positions, tokens)
-    if q_out is None:
-        q_out = torch.empty((tokens, num_heads, INDEX_HEAD_DIM), dtype=torch.bfloat16, device=q.device)
-    else:
-        check_tensor("q_out", q_out, dtypes=(torch.bfloat16,), ndim=(3,))
-        if tuple(q_out.shape) != (tokens, num_heads, INDEX_HEAD_DIM) or not q_out.is_contiguous():
-            raise ValueError(f"q_out must be contiguous [{tokens}, {num_heads}, {INDEX_HEAD_DIM}], got {tuple(q_out.shape)}")
-    if weights_out is None:
-        weights_out = torch.empty((tokens, num_heads), dtype=torch.float32, device=q.device)
-    else:
-        check_tensor("weights_out", weights_out, dtypes=(torch.float32,), ndim=(2,))
-        if tuple(weights_out.shape) != (tokens, num_heads) or not weights_out.is_contiguous():
-            raise ValueError(f"weights_out must be contiguous [{tokens}, {num_heads}] fp32, got {tuple(weights_out.shape)}")
+    q_out, weights_out = _outputs(q, tokens, num_heads, q_out, weights_out)
     check_same_device(q=q, weight=weight, freqs_cis=table, positions=positions, q_out=q_out, weights_out=weights_out)
     check_rows("positions", positions, tokens)
     n_work = tokens * num_heads

@@ -79,6 +79,13 @@ def _part_bounds(n_write, split, part, min_chunk, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _clamped_lens(seq_lens_ptr, r0, rows, max_len, BLOCK: tl.constexpr):
+    r = r0 + tl.arange(0, BLOCK)
+    n = tl.load(seq_lens_ptr + r, mask=r < rows, other=0)
+    return tl.minimum(tl.maximum(n, 0), max_len)
+
+
+@triton.jit
 def _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row, H: tl.constexpr, D: tl.constexpr):
     """One row's q [H, D] and head weights [H]."""
     row64 = row.to(tl.int64)
@@ -238,18 +245,28 @@ def paged_mqa_logits_kernel(
     max_len,
     split,
     min_chunk,
+    busy_programs,
     H: tl.constexpr,
     D: tl.constexpr,
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr = 1,
     PAGE_BLOCK: tl.constexpr = 0,
+    BALANCE: tl.constexpr = False,
 ):
     group = tl.num_programs(0) - 1 - tl.program_id(0)  # longest-first in causal prefill
     part = tl.program_id(1)
     reach = pt_width * PAGE
     if ROWS == 1:
         n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + group), 0), max_len)
+        if BALANCE:
+            # One chunk size for the whole batch: its total keys over busy_programs, so the
+            # programs with work are about busy_programs whatever the lengths (the grid is
+            # fixed under a CUDA graph; a row still gets at most ``split`` parts).
+            total = tl.sum(_clamped_lens(seq_lens_ptr, 0, rows, max_len, 256), axis=0)
+            for r0 in range(256, rows, 256):
+                total += tl.sum(_clamped_lens(seq_lens_ptr, r0, rows, max_len, 256), axis=0)
+            min_chunk = tl.maximum(min_chunk, tl.cdiv(tl.cdiv(total, busy_programs), BLOCK_N) * BLOCK_N)
         start, end = _part_bounds(n_write, split, part, min_chunk, BLOCK_N)
         if start < end:
             q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, group, H, D)
@@ -298,6 +315,7 @@ AOT_SIGNATURES = {
         "max_len": "i32",
         "split": "i32",
         "min_chunk": "i32",
+        "busy_programs": "i32",
     },
 }
 
@@ -312,8 +330,8 @@ def pick_split(groups: int, max_len: int, block_n: int, target_programs: int, ma
     return max(1, min(want, triton.cdiv(max_len, block_n)))
 
 
-def _checked_args(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program):
-    """Validate the launcher's arguments; returns them in the kernel's layout."""
+def _checked_q(q):
+    """q as [R, H, 128] bf16 with contiguous heads."""
     check_tensor("q", q, dtypes=(torch.bfloat16,), ndim=(3, 4))
     if q.dim() == 4:
         if q.shape[1] != 1:
@@ -326,7 +344,11 @@ def _checked_args(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, 
         raise ValueError(f"q heads must be a power of two >= 16 (tensor-core tile), got {num_heads}")
     if q.stride(1) != head_dim:
         raise ValueError(f"q heads must be contiguous, got strides {tuple(q.stride())}")
-    pages = as_index_k_pages("index_k_cache", index_k_cache, page_size=INDEX_PAGE_SIZE)
+    return q
+
+
+def _checked_weights(weights, rows, num_heads):
+    """weights as [R, H] fp32 with unit head stride."""
     check_tensor("weights", weights, dtypes=(torch.float32,), ndim=(2, 3), last_dim_contiguous=False)
     if weights.dim() == 3:
         if weights.shape[2] != 1:
@@ -336,6 +358,15 @@ def _checked_args(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, 
         raise ValueError(f"weights must be [{rows}, {num_heads}] fp32, got {tuple(weights.shape)}")
     if weights.stride(1) != 1:
         raise ValueError(f"weights must have unit head stride, got strides {tuple(weights.stride())}")
+    return weights
+
+
+def _checked_args(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program):
+    """Validate the launcher's arguments; returns them in the kernel's layout."""
+    q = _checked_q(q)
+    rows, num_heads, head_dim = q.shape
+    pages = as_index_k_pages("index_k_cache", index_k_cache, page_size=INDEX_PAGE_SIZE)
+    weights = _checked_weights(weights, rows, num_heads)
     seq_lens = as_index_vector("seq_lens", seq_lens, rows)
     if seq_lens.dtype != torch.int32:
         seq_lens = seq_lens.to(torch.int32)
@@ -370,6 +401,7 @@ def paged_mqa_logits(
     max_chunk: int = 16384,
     min_chunk: int = 0,
     page_block: int = 0,
+    busy_programs: int = 0,
     rows_per_program: int = 1,
     num_warps: int,
     num_stages: int,
@@ -397,8 +429,9 @@ def paged_mqa_logits(
     paged_mqa_logits_kernel[(groups, split)](
         q, q.stride(0), pages, pages.stride(0), weights, weights.stride(0), seq_lens,
         page_table, page_table.stride(0), page_table.shape[1], out, out.stride(0),
-        rows, max_seq_len, split, min_chunk,
+        rows, max_seq_len, split, min_chunk, max(busy_programs, 1),
         H=num_heads, D=head_dim, PAGE=INDEX_PAGE_SIZE, BLOCK_N=block_n, ROWS=rows_per_program, PAGE_BLOCK=page_block,
+        BALANCE=busy_programs > 0 and rows_per_program == 1,
         num_warps=num_warps, num_stages=num_stages,
     )
     return out

@@ -29,14 +29,13 @@ import triton.language as tl
 from kernels_sm120 import _triton_helpers, dispatch, index_k_store, index_q, paged_mqa_logits
 from kernels_sm120 import reference as R
 
-
 # ---------------------------------------------------------------------------
 # Interpreter harness
 # ---------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
-def interpreted_kernels(*modules):
+def interpreted_kernels(*modules):  # noqa: C901  one block that must undo every patch it makes
     import triton.experimental.gluon  # noqa: F401  mangle_type imports it lazily; it must see the real stdlib
     import triton.language.standard as tl_standard
     import triton.runtime.interpreter as interp_mod
@@ -442,6 +441,7 @@ LOGITS_TILINGS = [
     dispatch.LogitsConfig(64, 4, 2, page_block=4),  # page ids 4 at a time, gathered per tile
     dispatch.LogitsConfig(32, 4, 3, programs_per_sm=8, min_chunk=96, page_block=2),  # half-page tiles, min chunk
     dispatch.LogitsConfig(128, 4, 2, programs_per_sm=16, page_block=2),  # two pages per tile
+    dispatch.LogitsConfig(32, 4, 2, programs_per_sm=8, busy_per_sm=2, page_block=4),  # one chunk from the batch total
     dispatch.LogitsConfig(64, 4, 2, rows_per_program=2),  # row pairs (rows here do not share pages)
     dispatch.LogitsConfig(32, 4, 2, programs_per_sm=3, rows_per_program=4),
 ]
@@ -455,6 +455,19 @@ def test_logits_kernel_tilings_and_splits(interp, gen, cfg):
     lens = [500, 257, 0, 64, 1, 130]
     cache, q, w, seq, pt = logits_case(gen, 6, lens, width=12, heads=16)
     out = torch.full((6, 768), float("nan"))
+    dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, 768, out=out, config=cfg)
+    ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 768)
+    check_logits_contract(out, ref, seq, 768)
+
+
+def test_logits_batch_balanced_chunks_over_many_rows(interp, gen):
+    """busy_per_sm: every program sums all rows' lengths (here 300 rows, more than one
+    256-row block) to size its part; short and long rows, a wide output."""
+    lens = [int(x) for x in torch.randint(0, 40, (300,), generator=gen)]
+    lens[7], lens[150], lens[299] = 700, 0, 513
+    cache, q, w, seq, pt = logits_case(gen, 300, lens, width=12, heads=16)
+    out = torch.full((300, 768), float("nan"))
+    cfg = dispatch.LogitsConfig(64, 4, 2, programs_per_sm=1, max_chunk=256, busy_per_sm=1, page_block=8)
     dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, 768, out=out, config=cfg)
     ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 768)
     check_logits_contract(out, ref, seq, 768)
