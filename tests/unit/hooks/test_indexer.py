@@ -1,4 +1,4 @@
-"""bf16 index-K data path hooks inside SGLang's DSV4 C4 indexer (issue 5), on CPU.
+"""bf16 index-K data path hooks inside SGLang's DSV4 C4 indexer, on CPU.
 
 Every method called here is SGLang 0.5.23's real (hooked) class function, run on stand-in
 instances (``tests/support/indexer_doubles.py``) that carry a REAL DSV4 pool built through SGLang's
