@@ -91,17 +91,6 @@ def oracle_verdict(target: str) -> str:
     return gate.UPSTREAM_GATED if source_waits_for_its_layer(current) else gate.EXTENSION_GATED
 
 
-@pytest.fixture
-def gate_mode(monkeypatch):
-    """Set SGLANG_DSV4_INDEX_K_GATE for the pools built afterwards (read at pool creation)."""
-
-    def set_mode(mode: str) -> None:
-        monkeypatch.setenv("SGLANG_DSV4_INDEX_K_GATE", mode)
-
-    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp8")
-    return set_mode
-
-
 def raw_item(buffers, index):
     """The raw list's element without going through the gate (for identity checks)."""
     return list.__getitem__(buffers, index)
