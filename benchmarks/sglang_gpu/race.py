@@ -166,8 +166,7 @@ class Stack:
             pool_name=str(region.name), device_buffers=region.device_buffers, item_bytes=region.item_bytes,
             num_host_pages=CONTENT_SETS * cfg.pages, slot_page_size=region.slot_page_size, layout="layer_first",
             pin_memory=pin, page_aligned_only=region.page_aligned_only)
-        if pin and not self.host.kv_buffer[0].is_pinned():
-            raise RuntimeError("DeepSeekV4PagedHostPool did not pin its host buffers")
+        self.host_pinned = bool(self.host.kv_buffer[0].is_pinned())  # cudaHostRegister'ed by SGLang
         # Host content: set s, layer l -> every byte is content_value(s, l).
         for layer in range(cfg.layers):
             host_layer = self.host.kv_buffer[layer].view(CONTENT_SETS, cfg.pages, -1)

@@ -41,10 +41,10 @@ class NativeOpUnavailable(RuntimeError):
 
 
 def _importing() -> bool:
-    """True while module top-level code runs (an import is on the stack)."""
+    """True while a module's top-level code runs under the import system (not ``python -m``'s main)."""
     frame = sys._getframe(2)
     while frame is not None:
-        if frame.f_code.co_name == "<module>":
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
             return True
         frame = frame.f_back
     return False
@@ -90,6 +90,11 @@ class StubObject:
 
     def __bool__(self) -> bool:
         return False
+
+    def __get_pydantic_core_schema__(self, source, handler):  # a stub used as a pydantic field type
+        from pydantic_core import core_schema
+
+        return core_schema.any_schema()
 
     def __mro_entries__(self, bases):
         return (_StubBase,)
