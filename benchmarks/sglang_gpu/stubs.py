@@ -22,14 +22,14 @@ import types
 from typing import List, Set
 
 # Top-level packages the GPU image lacks that SGLang 0.5.23's DSV4 pool, HiCache and indexer import
-# chain reaches (measured: ../shared/tools/sglang_on_gpu_feasibility.py).
+# chain reaches (measured: ../shared/tools/sglang_on_gpu_feasibility.py). Not torchcodec or soundfile:
+# transformers finds a stub importable and then asks importlib.metadata for its version, which fails.
 STUB_ROOTS = frozenset("""
 sgl_kernel flashinfer flash_attn deep_ep xgrammar tvm_ffi cutlass cudnn torch_memory_saver triton_kernels
 pydantic_extra_types openai python_multipart pycountry loguru distro gguf mistral_common compressed_tensors
 partial_json_parser jsonschema referencing rpds opentelemetry IPython traitlets fastapi uvicorn uvloop outlines
 outlines_core llguidance interegular sgl_deep_gemm deep_gemm tilelang cuda_python nvshmem quack humming_kernels
-flash_mla sgl_flash_mla setproctitle blobfile modelscope datasets torchao kernels cutile_cache torchcodec
-soundfile
+flash_mla sgl_flash_mla setproctitle blobfile modelscope datasets torchao kernels cutile_cache
 """.split())
 
 IMPORT_TIME_CALLS: List[str] = []  # "sgl_kernel.foo" called by module top-level code during an import
