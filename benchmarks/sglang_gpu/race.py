@@ -56,7 +56,10 @@ class RaceConfig:
     pages: int = 64  # index-K page rows loaded per layer and trial (64 x 8448 B = 528 KiB)
     trials: int = 2000  # per gate mode and phase
     delay_us: float = 40.0  # SGLANG_TEST_HICACHE_H2D_DELAY_CYCLES, converted with the measured _sleep rate
-    launch_hold_us: float = 1500.0  # the compute stream holds this long while the host enqueues a trial
+    # The compute stream holds this long while the host enqueues a whole trial (loads and readers), so the
+    # two streams start together: measured on the H200, a trial's Python (HiCache submission, hooked getters)
+    # takes more than 1.5 ms, after which every load had landed before the readers were even enqueued.
+    launch_hold_us: float = 5000.0
     mm: int = 1024  # R3 segment filler: mm x mm x mm bf16 matmul
     phases: tuple = ("eager", "r3")
     progress_every: int = 500
@@ -83,11 +86,13 @@ class Row:
     stale: Dict[str, int] = field(default_factory=dict)  # reader kind -> stale layer reads
     torn: int = 0
     refused: int = 0  # strict: sub-pool reads refused with IndexKGateError
+    overruns: int = 0  # trials whose GPU hold ended before the host had enqueued the whole trial
     ms: List[float] = field(default_factory=list)
 
     def summary(self) -> dict:
         return {"phase": self.phase, "gate": self.gate, "trials": self.trials, "stale_trials": self.stale_trials,
                 "stale_reads": dict(self.stale), "torn_reads": self.torn, "refused_reads": self.refused,
+                "launch_overruns": self.overruns,
                 "median_ms": statistics.median(self.ms) if self.ms else math.nan}
 
 
@@ -353,6 +358,7 @@ class Race:
             else:
                 assert stack.runner.execute(stack.batch) is None
             self.end.record()
+        overrun = bool(self.go.query())  # the hold ended before the host finished enqueueing
         torch.cuda.synchronize()
         stack.counter.set_consumer(-1)
         stack.controller.ack_load_queue.clear()
@@ -367,7 +373,7 @@ class Race:
         stale = (res != want) & ~unread
         torn = stale & (res != prev)
         return {"ms": self.go.elapsed_time(self.end), "stale": stale, "torn": int(torn.sum()),
-                "refused": int(refused.sum())}
+                "refused": int(refused.sum()), "overrun": overrun}
 
     def run_phase(self, phase: str) -> List[Row]:
         kinds = ("subpool", "toplevel") if phase == "eager" else ("captured", "break")
@@ -385,6 +391,7 @@ class Race:
                         row.stale[kind] += int(rec["stale"][k].sum())
                     row.torn += rec["torn"]
                     row.refused += rec["refused"]
+                    row.overruns += int(rec["overrun"])
                     row.ms.append(rec["ms"])
                 done = r + 1
                 if self.cfg.progress_every and (done % self.cfg.progress_every == 0 or done == self.cfg.trials):
@@ -409,6 +416,9 @@ def check(rows: List[Row]) -> List[str]:
             failures.append(f"{where}: SGLang's own top-level getter read stale: {row.stale['toplevel']}")
         if row.phase == "r3" and row.stale.get("break"):
             failures.append(f"{where}: eager-break readers wait for their layer and must be clean: {row.stale}")
+        if row.overruns:
+            failures.append(f"{where}: {row.overruns} trials started before the host had enqueued them "
+                            f"(raise launch_hold_us): those trials do not test the race")
         if row.trials < 1:
             failures.append(f"{where}: no trials ran")
     return failures
@@ -416,13 +426,13 @@ def check(rows: List[Row]) -> List[str]:
 
 def format_table(rows: List[Row]) -> str:
     head = f"{'phase':<6} {'gate':<7} {'trials':>6} {'stale_trials':>12} {'stale reads (by reader)':<36} " \
-           f"{'torn':>5} {'refused':>8} {'median_ms':>9}"
+           f"{'torn':>5} {'refused':>8} {'overrun':>7} {'median_ms':>9}"
     lines = [head, "-" * len(head)]
     for r in rows:
         s = r.summary()
         reads = ", ".join(f"{k}={v}" for k, v in s["stale_reads"].items())
         lines.append(f"{s['phase']:<6} {s['gate']:<7} {s['trials']:>6} {s['stale_trials']:>12} {reads:<36} "
-                     f"{s['torn_reads']:>5} {s['refused_reads']:>8} {s['median_ms']:>9.3f}")
+                     f"{s['torn_reads']:>5} {s['refused_reads']:>8} {s['launch_overruns']:>7} {s['median_ms']:>9.3f}")
     return "\n".join(lines)
 
 
@@ -439,6 +449,7 @@ def run(cfg: RaceConfig, out_dir=None, log=print) -> dict:
     for phase in cfg.phases:
         rows += race.run_phase(phase)
     result = {"config": cfg.__dict__, "sleep_cycles_per_us": race.rate, "delay_cycles": race.delay_cycles,
+              "host_pool_pinned": {g: s.host_pinned for g, s in race.stacks.items()},
               "rows": [r.summary() for r in rows], "failures": check(rows)}
     if out_dir is not None:
         os.makedirs(out_dir, exist_ok=True)
