@@ -17,7 +17,7 @@ compared with the sum the trial's content must give.  A mismatch is a stale (or 
 
 SGLang cannot be imported on the GPU machine, so the two classes are mirrored below, unchanged.
 
-Run:  PYTHONUNBUFFERED=1 python gpu/gate_replay.py        (writes CSV + JSON under $OUT or out/gate_replay)
+Run:  PYTHONUNBUFFERED=1 python -m benchmarks.gate_replay        (writes CSV + JSON under $OUT or out/gate_replay)
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class Row:
     torn: int = 0  # stale reads whose sum is neither the new nor the previous content (partial landing)
     # Trials where the GPU had passed the start fence before the host finished enqueueing the whole
     # trial.  Conservative: the GPU only starves if the host falls behind it, which it does not while the
-    # host enqueues a layer faster than the GPU runs one (see gpu/NOTES.md).
+    # host enqueues a layer faster than the GPU runs one (see benchmarks/GPU-NOTES.md).
     overruns: int = 0
     times_ms: list = field(default_factory=list)
     load_ms: list = field(default_factory=list)
@@ -211,7 +211,7 @@ class GateReplay:
             raise RuntimeError(
                 "gate_replay needs a CUDA GPU: torch.cuda.is_available() is False "
                 f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}). "
-                "Run it on the lent H200: PYTHONUNBUFFERED=1 python gpu/gate_replay.py")
+                "Run it on the lent H200: PYTHONUNBUFFERED=1 python -m benchmarks.gate_replay")
         cfg.validate()
         self.cfg = cfg
         self.log = log
@@ -594,7 +594,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--launch-window-us", type=float, default=d.launch_window_us,
                    help="GPU-side hold at trial start while the host enqueues everything (default %(default)s)")
     p.add_argument("--out", type=str, default=None,
-                   help="output folder for the per-trial CSV and the JSON summary (default: $OUT, else out/gate_replay)")
+                   help="output folder for the per-trial CSV and the JSON summary "
+                        "(default: $OUT, else out/gate_replay)")
     return p.parse_args(argv)
 
 
@@ -603,7 +604,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print(f"gate_replay.py: needs a CUDA GPU, but torch.cuda.is_available() is False (torch {torch.__version__}, "
               f"CUDA build {torch.version.cuda}). Run it on the lent H200: "
-              "PYTHONUNBUFFERED=1 python gpu/gate_replay.py", file=sys.stderr)
+              "PYTHONUNBUFFERED=1 python -m benchmarks.gate_replay", file=sys.stderr)
         return 2
     try:
         factors = tuple(float(f) for f in args.sweep_factors.split(",") if f.strip())

@@ -481,9 +481,9 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"race: bad option: {exc}", file=sys.stderr)
         return 2
-    from benchmarks.sglang_gpu import bootstrap
-
     import torch
+
+    from benchmarks.sglang_gpu import bootstrap
 
     if not torch.cuda.is_available():
         print("race: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
