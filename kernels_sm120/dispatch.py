@@ -16,7 +16,8 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from . import index_k_store, index_q, paged_mqa_logits as logits_mod
+from . import index_k_store, index_q
+from . import paged_mqa_logits as logits_mod
 
 SM120_MAX_SHARED_BYTES = 101376
 

@@ -29,7 +29,6 @@ import triton.language as tl
 from kernels_sm120 import _triton_helpers, dispatch, index_k_store, index_q, paged_mqa_logits
 from kernels_sm120 import reference as R
 
-
 # ---------------------------------------------------------------------------
 # Interpreter harness
 # ---------------------------------------------------------------------------

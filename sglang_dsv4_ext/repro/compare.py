@@ -13,12 +13,9 @@ import json
 import os
 from typing import Dict, List, Tuple
 
+from sglang_dsv4_ext.errors import PairingError
 from sglang_dsv4_ext.repro.stats import mcnemar_exact, rate_with_interval
 from sglang_dsv4_ext.repro.verdict import CORRUPTION_CLASSES, TRANSPORT_CLASSES
-
-
-class PairingError(ValueError):
-    """The two runs did not send identical prompts."""
 
 
 def load_run(run_dir: str) -> Tuple[dict, Dict[str, dict]]:
