@@ -18,7 +18,7 @@ matmul of fixed size).
 Eager phase, per layer L in order, on the compute stream:
   * ``subpool``: ``pool.c4_indexer_kv_pool.get_index_k_with_scale_buffer(L)`` -- the sub-pool getter,
     which SGLang never gates (R1); with the gate ``off`` it must read stale, ``auto`` waits,
-    ``strict`` refuses (``IndexKGateError``, counted as refused);
+    ``strict`` refuses (``DSV4IndexKGateError``, counted as refused);
   * ``toplevel``: ``pool.get_index_k_with_scale_buffer(L)`` -- the getter SGLang's C4 indexer calls
     (``forward_c4_indexer``), gated upstream: clean in every mode.
 R3 phase: one breakable graph per pool; segment L holds layer L's captured index-K reader (through the
@@ -85,7 +85,7 @@ class Row:
     stale_trials: int = 0
     stale: Dict[str, int] = field(default_factory=dict)  # reader kind -> stale layer reads
     torn: int = 0
-    refused: int = 0  # strict: sub-pool reads refused with IndexKGateError
+    refused: int = 0  # strict: sub-pool reads refused with DSV4IndexKGateError
     overruns: int = 0  # trials whose GPU hold ended before the host had enqueued the whole trial
     ms: List[float] = field(default_factory=list)
 
@@ -208,11 +208,11 @@ class Stack:
         torch.sum(rows, dim=(0, 1), dtype=torch.int64, out=self.res[slot, layer])
 
     def read_subpool(self, layer: int) -> None:
+        from sglang_dsv4_ext.errors import DSV4IndexKGateError
+
         try:
             buf = self.pool.c4_indexer_kv_pool.get_index_k_with_scale_buffer(layer)
-        except RuntimeError as exc:
-            if type(exc).__name__ != "IndexKGateError":
-                raise
+        except DSV4IndexKGateError:  # strict mode: an unwaited read is refused, not served
             self.refused[layer] = True
             return
         self._checksum(buf, layer, 0)

@@ -11,6 +11,7 @@ import json
 import os
 
 import pytest
+
 from benchmarks.sglang_gpu import indexer_topk
 
 pytestmark = pytest.mark.gpu

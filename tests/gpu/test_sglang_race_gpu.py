@@ -13,6 +13,7 @@ import json
 import os
 
 import pytest
+
 from benchmarks.sglang_gpu import race
 
 pytestmark = pytest.mark.gpu

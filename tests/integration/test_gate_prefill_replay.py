@@ -3,7 +3,7 @@
 What is real: ``PrefillCudaGraphRunner.execute``, ``_wait_for_layer_loads``,
 ``_execute_body_capture`` (breakable) and ``_execute_tc_piecewise`` (tc-piecewise) as
 SGLang 0.5.23 ships them with the extension's hooks; the DSV4 pool and its gated getters; the
-``LayerDoneCounter`` whose per-layer event waits are observed (``tests.gate_doubles.StreamWaits``).
+``LayerDoneCounter`` whose per-layer event waits are observed (``tests.support.gate_doubles.StreamWaits``).
 
 The replay order is derived, not assumed (:func:`derive_breakable_replay_order`): from SGLang's
 DSV4 model source (the decoder stack runs layers in order; in ``MQALayer.forward`` the
@@ -38,7 +38,7 @@ import pytest
 import torch
 
 from sglang_dsv4_ext import compat
-from tests import gate_doubles as gd
+from tests.support import gate_doubles as gd
 
 BREAKABLE, TC_PIECEWISE, FULL = "breakable", "tc_piecewise", "full"
 NUM_TOKENS = 8

@@ -12,6 +12,7 @@ import zipfile
 
 import pytest
 import torch
+
 from benchmarks.sglang_gpu import bundle, race, standins, stubs
 
 ROOT = "not_installed_native_pkg_for_tests"
@@ -78,10 +79,14 @@ def test_transfer_kv_direct_standin_copies_rows_like_a_gather():
         standins.transfer_kv_direct(src, dst[:1], src_idx, dst_idx, page_size=1)
 
 
-def test_hicache_controller_loads_layer_by_layer_through_the_standin(ext_active, monkeypatch):
+@pytest.fixture
+def cpu_transfer(ext_active, monkeypatch):
     import sglang.srt.mem_cache.memory_pool_host as mph
 
     monkeypatch.setattr(mph, "transfer_kv_direct", standins.transfer_kv_direct, raising=False)
+
+
+def test_hicache_controller_loads_layer_by_layer_through_the_standin(cpu_transfer):
     stack = race.Stack(race.RaceConfig(layers=3, pages=2), "auto", device="cpu")
     assert stack.pool.layer_transfer_counter is stack.controller.layer_done_counter
     stack.controller.load(stack.host_slots[4])
@@ -94,6 +99,21 @@ def test_hicache_controller_loads_layer_by_layer_through_the_standin(ext_active,
         stack.counter.set_consumer(-1)
     assert torch.equal(stack.res[1], stack.expected[4])  # every layer's pages landed with set 4's bytes
     assert stack.res[1].unique().numel() == 3  # and the layers differ: no layer was loaded into another
+
+
+@pytest.mark.parametrize("gate, refused", [("off", False), ("auto", False), ("strict", True)])
+def test_race_subpool_reader_per_gate_mode(cpu_transfer, gate, refused):
+    """The GPU race's R1 reader on CPU: strict refuses the unwaited sub-pool read, the others read."""
+    stack = race.Stack(race.RaceConfig(layers=2, pages=1), gate, device="cpu")
+    stack.controller.load(stack.host_slots[2])
+    stack.counter.set_consumer(stack.controller.start_loading())
+    try:
+        stack.res.fill_(-1)
+        stack.read_subpool(1)
+    finally:
+        stack.counter.set_consumer(-1)
+    assert stack.refused[1] is refused
+    assert int(stack.res[0, 1]) == (-1 if refused else int(stack.expected[2][1]))
 
 
 def test_bundle_prunes_native_modules_and_unused_trees(tmp_path):
