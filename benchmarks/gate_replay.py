@@ -1,4 +1,4 @@
-"""GPU replay of the index-K read race R3 (issue 4) and of the wait-ahead fix, in plain torch.
+"""GPU replay of the index-K read race R3 and of the wait-ahead fix, in plain torch.
 
 What it replays: SGLang's HiCache loads each layer's KV/index-K host->device on a side stream and
 records one CUDA event per layer (``LayerLoadingEvent.complete(i)``).  Readers gate themselves with
@@ -15,7 +15,10 @@ and records one event per layer through a verbatim mirror of SGLang's classes.  
 stream sum each layer's rows into a device result tensor; after each trial (one sync) every sum is
 compared with the sum the trial's content must give.  A mismatch is a stale (or torn) read.
 
-SGLang cannot be imported on the GPU machine, so the two classes are mirrored below, unchanged.
+This is the model: it runs with torch alone, so the two classes are mirrored below, unchanged
+(tests/integration/test_replay_copy_of_layer_done_counter.py compares them with the installed SGLang).
+The same race in SGLang's own pool, host pool, HiCacheController and breakable CUDA graph, with the
+extension activated, is benchmarks/sglang_gpu/race.py.
 
 Run:  PYTHONUNBUFFERED=1 python -m benchmarks.gate_replay        (writes CSV + JSON under $OUT or out/gate_replay)
 """
@@ -94,7 +97,7 @@ class LayerDoneCounter:
 # ---------------------------------------------------------------------------------------------------
 # Schedules
 # ---------------------------------------------------------------------------------------------------
-# Required by issue 4 (main phase, each >= 2000 trials, interleaved round-robin).
+# The main phase (each >= 2000 trials, interleaved round-robin).
 EAGER_UNGATED = "eager_ungated"  # (1) no waits at all: must read stale (proves the detector)
 EAGER_GATED = "eager_gated"  # (2) wait_until(L) before reading L: must read nothing stale
 GRAPH_STOCK = "graph_stock_r3"  # (3) breakable replay, break L waits only for L: must read stale
@@ -483,7 +486,7 @@ def card_info() -> dict:
 
 
 def check(main_rows, sweep_rows) -> list:
-    """The acceptance rules of issue 4; returns human-readable failures (empty when all hold)."""
+    """The acceptance rules (stale where nothing waits, clean where the fix waits); failures, empty when all hold."""
     failures = []
     for row in main_rows:
         if row.schedule in MUST_READ_STALE and row.stale_trials == 0:

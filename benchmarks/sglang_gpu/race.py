@@ -409,7 +409,7 @@ class Race:
 
 
 def check(rows: List[Row]) -> List[str]:
-    """The issue's acceptance rules; human-readable failures (empty when all hold)."""
+    """Gate off must read stale (else the detector is blind); auto and strict never; failures as text."""
     failures = []
     for row in rows:
         where = f"{row.phase}/{row.gate}"
