@@ -226,17 +226,21 @@ class Stack:
             self.read_toplevel(layer)
 
 
-def sleep_rate_cycles_per_us() -> float:
+def sleep_rate_cycles_per_us(rounds: int = 3) -> float:
+    """``torch.cuda._sleep`` cycles per microsecond; the last of ``rounds`` (the clock ramps up from idle)."""
     import torch
 
-    torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     cycles = 20_000_000
-    start.record()
-    torch.cuda._sleep(cycles)
-    end.record()
-    torch.cuda.synchronize()
-    return cycles / (start.elapsed_time(end) * 1000.0)
+    rate = math.nan
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        torch.cuda.synchronize()
+        rate = cycles / (start.elapsed_time(end) * 1000.0)
+    return rate
 
 
 # --- R3: SGLang's breakable graph, replayed through PrefillCudaGraphRunner.execute ----------------
