@@ -16,10 +16,11 @@ Order of the checks (first match wins), and why:
   wrong_tool                       a call of an undeclared tool
   invalid_arguments                a call's arguments: not JSON, not an object, or against
                                    the tool's schema
-  wrong_tool                       the calls are not what was asked: tool step, anything but
-                                   exactly one call of the requested tool (none, another
-                                   tool, another call alongside, the same call twice); answer
-                                   step, any call (a text answer was asked for)
+  wrong_tool                       tool step: anything but exactly one call of the requested
+                                   tool (none, another tool, another call alongside, the same
+                                   call twice). An answer step may call a declared tool with
+                                   valid arguments: its user turn asks for nothing specific,
+                                   and a model continuing the task is not corrupt output
   invalid_arguments                tool step, exact mode: the arguments are not exactly the
                                    requested ones (a value changed, one missing, one added)
   ok
@@ -182,7 +183,7 @@ def _parsed_arguments(call: dict, schema: dict) -> Tuple[Optional[dict], str]:
 def _call_set_error(names: List[str], step: str, expected_tool: Optional[str]) -> str:
     """Why the calls are not the ones asked for ("" when they are)."""
     if step != "tool":
-        return f"called {names} where a text answer was asked for" if names else ""
+        return ""
     if not names:
         return f"no tool call (expected {expected_tool!r})"
     if names != [expected_tool]:

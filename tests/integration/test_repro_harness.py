@@ -10,8 +10,9 @@ import time
 import pytest
 
 from sglang_dsv4_ext.cli import main
-from sglang_dsv4_ext.repro.runner import RunConfig, Runner
-from sglang_dsv4_ext.repro.scenario import ScenarioConfig
+from sglang_dsv4_ext.repro import rundir
+from sglang_dsv4_ext.repro.runner import Runner
+from sglang_dsv4_ext.repro.settings import RunConfig
 from sglang_dsv4_ext.repro.stats import wilson_interval
 from tests.support.repro_server import EXPECTED_VERDICT, KINDS, TOOL_STEP_ONLY, InjectingServer
 
@@ -20,13 +21,13 @@ ALL_FAILURES = {k: 0.055 for k in KINDS if k != "ok"}  # 12 kinds, 66% failing
 
 
 def _run(url, out, sessions, rounds, concurrency=(16,), seed=3, **kw):
-    scenario = ScenarioConfig(seed=seed, sessions=sessions, rounds=rounds, **SMALL)
-    cfg = RunConfig(endpoint=url, out=str(out), scenario=scenario, concurrency=list(concurrency), progress=False, **kw)
+    cfg = RunConfig(endpoint=url, out=str(out), seed=seed, sessions=sessions, rounds=rounds, concurrency=concurrency,
+                    progress=False, **SMALL, **kw)
     return Runner(cfg).run()
 
 
 def _records(out):
-    with open(os.path.join(out, "requests.jsonl")) as f:
+    with open(os.path.join(out, rundir.REQUESTS)) as f:
         return [json.loads(line) for line in f]
 
 
@@ -81,7 +82,7 @@ def test_every_injected_class_is_detected_at_its_rate(tmp_path):
     # Session-level metric (the incident's) and the re-run command are in the summary.
     assert summary["overall"]["sessions_with_corruption"]["n"] == 24
     assert summary["rerun_command"].startswith("sglang-dsv4 repro run --endpoint http://127.0.0.1:")
-    assert json.load(open(tmp_path / "run" / "summary.json"))["per_level"]["0"]["concurrency"] == 24
+    assert json.load(open(tmp_path / "run" / rundir.SUMMARY))["per_level"]["0"]["concurrency"] == 24
 
 
 def test_transport_failures_are_classified_not_crashes_and_streaming_works(tmp_path):
@@ -104,7 +105,8 @@ def test_transport_failures_are_classified_not_crashes_and_streaming_works(tmp_p
 def test_run_stops_at_its_time_bound(tmp_path):
     with InjectingServer({}, seed=0, delay=0.25) as srv:
         t0 = time.monotonic()
-        summary = _run(srv.url, tmp_path / "t", sessions=20, rounds=20, concurrency=(4, 20), time_limit=1.5, request_timeout=30)
+        summary = _run(srv.url, tmp_path / "t", sessions=20, rounds=20, concurrency=(4, 20), time_limit=1.5,
+                       request_timeout=30)
         elapsed = time.monotonic() - t0
     assert summary["stopped_by_time_limit"] is True
     assert elapsed < 1.5 + 2.0, elapsed
@@ -121,7 +123,7 @@ def test_ab_detects_an_injected_difference_and_not_a_null_one(tmp_path, capsys):
         rc = main(["repro", "ab", "--endpoint-a", bad.url, "--endpoint-b", good.url, "--label-a", "broken",
                    "--label-b", "fixed", "--out", str(tmp_path / "ab"), "--fail-if-significant", *common])  # fmt: skip
     out = capsys.readouterr().out
-    result = json.load(open(tmp_path / "ab" / "ab.json"))
+    result = json.load(open(tmp_path / "ab" / rundir.AB))
     assert rc == 3 and result["significant"], out
     assert result["corruption"]["a_only"] > 0 and result["corruption"]["b_only"] == 0
     assert result["per_class"]["malformed_dsml"]["p_value"] < 0.05
@@ -143,7 +145,9 @@ def test_ab_detects_an_injected_difference_and_not_a_null_one(tmp_path, capsys):
     # Runs made with different settings are refused, not compared unpaired.
     with InjectingServer({}, seed=0) as srv:
         other = tmp_path / "other"
-        assert main(["repro", "run", "--endpoint", srv.url, "--out", str(other), *common[:-1], "--seed", "10", "--no-progress"]) == 0
+        argv = ["repro", "run", "--endpoint", srv.url, "--out", str(other), *common[:-1], "--seed", "10",
+                "--no-progress"]
+        assert main(argv) == 0
     capsys.readouterr()
     assert main(["repro", "compare", runs[0], str(other)]) == 2
     assert "different prompts" in capsys.readouterr().err
@@ -158,11 +162,12 @@ def test_offline_reparse_and_rerun_command(tmp_path, capsys):
         origins = {r["reference"]["origin"] for r in _records(tmp_path / "r") if r["verdict"] != "ok"}
         assert origins == {"unknown"}
         assert main(["repro", "reparse", str(tmp_path / "r"), "--detokenize-url", srv.url]) == 0
-    reparsed = [json.loads(line) for line in open(tmp_path / "r" / "reparsed.jsonl")]
+    reparsed = [json.loads(line) for line in open(tmp_path / "r" / rundir.REPARSED)]
     for r in reparsed:
         if r["verdict"] != "ok":
             kind = srv.injected[r["prompt_sha256"]]
-            assert r["reference"]["origin"] == {"swallowed_malformed": "model_output", "swallowed_ok": "parser_or_serving"}[kind]
+            want = {"swallowed_malformed": "model_output", "swallowed_ok": "parser_or_serving"}[kind]
+            assert r["reference"]["origin"] == want
     assert "parser_or_serving" in capsys.readouterr().out
     # The recorded re-run command is accepted by the CLI parser as is.
     import shlex
@@ -171,4 +176,4 @@ def test_offline_reparse_and_rerun_command(tmp_path, capsys):
 
     argv = shlex.split(summary["rerun_command"])[1:]
     args = build_parser(argv).parse_args(argv)
-    assert args.sessions == 4 and args.rounds == 4 and args.concurrency == [4] and args.seed == 3
+    assert args.sessions == 4 and args.rounds == 4 and args.concurrency == (4,) and args.seed == 3
