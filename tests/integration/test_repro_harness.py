@@ -14,7 +14,7 @@ from sglang_dsv4_ext.repro import rundir
 from sglang_dsv4_ext.repro.runner import Runner
 from sglang_dsv4_ext.repro.settings import RunConfig
 from sglang_dsv4_ext.repro.stats import wilson_interval
-from tests.support.repro_server import EXPECTED_VERDICT, KINDS, TOOL_STEP_ONLY, InjectingServer
+from tests.support.repro_server import EXPECTED_VERDICT, KINDS, SHAPE_KINDS, TOOL_STEP_ONLY, InjectingServer
 
 SMALL = dict(system_prompt_chars=300, tool_result_chars=200)
 ALL_FAILURES = {k: 0.055 for k in KINDS if k != "ok"}  # 12 kinds, 66% failing
@@ -177,3 +177,71 @@ def test_offline_reparse_and_rerun_command(tmp_path, capsys):
     argv = shlex.split(summary["rerun_command"])[1:]
     args = build_parser(argv).parse_args(argv)
     assert args.sessions == 4 and args.rounds == 4 and args.concurrency == (4,) and args.seed == 3
+
+
+def test_replies_of_the_wrong_shape_become_verdicts_and_the_run_completes(tmp_path):
+    """One bad reply used to end the run with an AttributeError and no summary."""
+    rates = {k: 0.1 for k in SHAPE_KINDS}
+    rates["malformed_dsml"] = 0.2
+    for stream in (False, True):
+        out = tmp_path / f"shapes-stream{stream}"
+        with InjectingServer(rates, seed=4) as srv:
+            summary = _run(srv.url, out, sessions=6, rounds=4, concurrency=(6,), stream=stream)
+        records = _records(out)
+        assert summary["requests_done"] == summary["requests_planned"] == len(records) == 48
+        injected = {srv.injected[r["prompt_sha256"]] for r in records}
+        assert set(SHAPE_KINDS) <= injected, injected  # every shape was sent
+        for r in records:
+            assert r["verdict"] == EXPECTED_VERDICT[srv.injected[r["prompt_sha256"]]], r
+        # Like http_error: counted, and left out of the corruption rate's denominator.
+        n_protocol = summary["overall"]["per_class"]["protocol_error"]["count"]
+        assert n_protocol > 0 and summary["overall"]["corruption"]["n"] == 48 - n_protocol
+
+
+def test_model_list_of_the_wrong_shape_falls_back_and_says_so(tmp_path, capsys):
+    with InjectingServer({}, seed=0, models_reply=[{"id": "a-list"}]) as srv:
+        rc = main(["repro", "run", "--endpoint", srv.url, "--out", str(tmp_path / "m"), "--sessions", "2",
+                   "--rounds", "1", "--no-progress"])  # fmt: skip
+    assert rc == 0
+    summary = json.load(open(tmp_path / "m" / "summary.json"))
+    assert summary["requests_done"] == 4 and summary["model"] == "default"
+    assert "not a model list" in summary["model_note"] and "not a model list" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_flushes_the_records_and_writes_an_interrupted_summary(signame, code, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = tmp_path / "sig"
+    with InjectingServer({"malformed_dsml": 0.3}, seed=2, delay=0.05) as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sglang_dsv4_ext.cli", "repro", "run", "--endpoint", srv.url, "--out", str(out),
+             "--sessions", "4", "--rounds", "20", "--concurrency", "2,4", "--system-prompt-chars", "200",
+             "--tool-result-chars", "100", "--no-progress"],
+            env=dict(os.environ, PYTHONPATH=root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and (not (out / "requests.jsonl").exists()
+                                                   or len(_records(out)) < 12):  # fmt: skip
+                time.sleep(0.05)
+            proc.send_signal(getattr(signal, signame))
+            stdout, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr and "Task was destroyed" not in stderr, stderr
+    summary = json.load(open(out / "summary.json"))
+    records = _records(out)
+    assert summary["interrupted"] is True and summary["interrupted_by"] == signame
+    assert summary["requests_planned"] == 2 * 4 * 20 * 2  # both levels, as planned
+    assert 12 <= summary["requests_done"] == len(records) < summary["requests_planned"]
+    assert summary["not_run"] == summary["requests_planned"] - len(records)
+    assert f"interrupted by {signame}" in stdout and f"{len(records)}/320" in stdout
+    # reparse accepts the directory.
+    assert main(["repro", "reparse", str(out)]) == 0
