@@ -234,18 +234,28 @@ class Runner:
                   file=sys.stderr)
             task.cancel()
 
+    def _install_signal_handlers(self, loop, task) -> list:
+        installed = []
+        for sig in STOP_SIGNALS:
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig, task)
+            except (ValueError, RuntimeError, NotImplementedError):
+                # Not the main thread, or no loop signal support: SIGINT still arrives as
+                # KeyboardInterrupt and is handled in run().
+                continue
+            installed.append(sig)
+        return installed
+
     async def _main(self, headers: dict) -> None:
         loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        for sig in STOP_SIGNALS:
-            loop.add_signal_handler(sig, self._on_signal, sig, task)
+        installed = self._install_signal_handlers(loop, asyncio.current_task())
         try:
             await self._run(headers)
         except asyncio.CancelledError:
             if self.interrupted_by is None:
                 raise
         finally:
-            for sig in STOP_SIGNALS:
+            for sig in installed:
                 loop.remove_signal_handler(sig)
 
     def run(self) -> dict:
@@ -253,7 +263,10 @@ class Runner:
         self.cfg.out = rundir.claim(self.cfg.out, self.out_given)
         t0 = time.time()
         with open(os.path.join(self.cfg.out, rundir.REQUESTS), "x", encoding="utf-8") as self._jsonl:
-            asyncio.run(self._main(headers))
+            try:
+                asyncio.run(self._main(headers))
+            except KeyboardInterrupt:  # only where the loop could not take SIGINT itself
+                self.interrupted_by = self.interrupted_by or "SIGINT"
         return self.write_summary(t0)
 
     def write_summary(self, t0: float) -> dict:
