@@ -32,15 +32,6 @@ def plugin_off(ext_active):
 
 
 @pytest.fixture
-def gate_mode(monkeypatch):
-    def set_mode(mode: str) -> None:
-        monkeypatch.setenv("SGLANG_DSV4_INDEX_K_GATE", mode)
-
-    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp8")
-    return set_mode
-
-
-@pytest.fixture
 def bf16_pool(monkeypatch):
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "bf16")
     with sized_pool(**RATIO_MODE) as (_, _, pool):
