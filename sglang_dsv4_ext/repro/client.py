@@ -298,14 +298,17 @@ class Detokenizer:
         self.state = "ok"
         return text
 
-    def decode_blocking(self, ids: List[int]) -> Optional[str]:
-        """:meth:`decode` for synchronous callers (offline reparse)."""
+    def decode_blocking(self, ids: List[int]) -> str:
+        """:meth:`decode` for synchronous callers (offline reparse); raises once unavailable."""
 
         async def once():
             async with aiohttp.ClientSession() as session:
                 return await self.decode(session, ids)
 
-        return asyncio.run(once())
+        text = asyncio.run(once())
+        if text is None:
+            raise DetokenizeError(self.state)
+        return text
 
     async def _post(self, session: aiohttp.ClientSession, ids: List[int]) -> str:
         body = {"tokens": ids, "skip_special_tokens": False}

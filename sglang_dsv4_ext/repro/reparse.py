@@ -18,7 +18,7 @@ from sglang_dsv4_ext.errors import DetokenizeError, ReproInputError
 from sglang_dsv4_ext.repro import dsml, rundir
 from sglang_dsv4_ext.repro.verdict import Observation, RepetitionRule, classify, reference_origin
 
-Decoder = Callable[[List[int]], Optional[str]]
+Decoder = Callable[[List[int]], str]  # raises DetokenizeError (or OSError ...) when it cannot
 
 
 def reference_verdict(
@@ -123,7 +123,7 @@ def _decode_record(rec: dict, decode: Optional[Decoder]):
         text = decode(ids)
     except (DetokenizeError, OSError, ValueError, LookupError, TypeError) as exc:
         return None, f"decode failed: {exc}"
-    return (text, "token_ids") if text is not None else (None, "decode failed")
+    return text, "token_ids"
 
 
 def _verdict_settings(run_dir: str):

@@ -97,6 +97,7 @@ class Runner:
         self.interrupted_by: Optional[str] = None
         self.server_info: Optional[dict] = None
         self.model_note: Optional[str] = None
+        self.aborted_by: Optional[str] = None
         self.detokenizer = http.Detokenizer(cfg.detokenize_url or http.base_url(cfg.endpoint))
         self._jsonl = None
 
@@ -262,12 +263,24 @@ class Runner:
         headers = auth_headers(self.cfg.api_key_env)  # refused before any file is created
         self.cfg.out = rundir.claim(self.cfg.out, self.out_given)
         t0 = time.time()
-        with open(os.path.join(self.cfg.out, rundir.REQUESTS), "x", encoding="utf-8") as self._jsonl:
+        with self._open_requests() as self._jsonl:
             try:
                 asyncio.run(self._main(headers))
             except KeyboardInterrupt:  # only where the loop could not take SIGINT itself
                 self.interrupted_by = self.interrupted_by or "SIGINT"
+            except Exception as exc:
+                # A bug, not a request failure (those are verdicts): keep what was recorded, then raise.
+                self.aborted_by = f"{type(exc).__name__}: {exc}"
+                self.write_summary(t0)
+                raise
         return self.write_summary(t0)
+
+    def _open_requests(self):
+        path = os.path.join(self.cfg.out, rundir.REQUESTS)
+        try:
+            return open(path, "x", encoding="utf-8")
+        except FileExistsError:  # another run claimed the same new directory a moment ago
+            raise ReproInputError(f"{path}: another run is writing there; runs are never overwritten") from None
 
     def write_summary(self, t0: float) -> dict:
         """The one place the summary is assembled and written (add run-level evidence here)."""
@@ -277,6 +290,7 @@ class Runner:
         summary["server_info"] = self.server_info
         summary["model_note"] = self.model_note
         summary["detokenize"] = self.detokenizer.state
+        summary["aborted_by"] = self.aborted_by
         rundir.write_json_new(os.path.join(self.cfg.out, rundir.SUMMARY), summary)
         return summary
 

@@ -245,3 +245,25 @@ def test_a_signal_flushes_the_records_and_writes_an_interrupted_summary(signame,
     assert f"interrupted by {signame}" in stdout and f"{len(records)}/320" in stdout
     # reparse accepts the directory.
     assert main(["repro", "reparse", str(out)]) == 0
+
+
+def test_a_bug_mid_run_still_leaves_the_records_and_a_summary(tmp_path, monkeypatch):
+    """Not a request failure (those are verdicts) but a defect: the evidence so far is kept, the error raised."""
+    from sglang_dsv4_ext.repro import runner as runner_module
+
+    real = runner_module.classify
+    calls = []
+
+    def classify_then_break(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 6:
+            raise RuntimeError("injected defect")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "classify", classify_then_break)
+    with InjectingServer({}, seed=0) as srv, pytest.raises(RuntimeError, match="injected defect"):
+        _run(srv.url, tmp_path / "bug", sessions=1, rounds=6, concurrency=(1,))
+    summary = json.load(open(tmp_path / "bug" / "summary.json"))
+    assert summary["aborted_by"] == "RuntimeError: injected defect"
+    assert summary["requests_done"] == len(_records(tmp_path / "bug")) == 5
+    assert summary["not_run"] == 12 - 5
