@@ -28,6 +28,7 @@ from typing import Dict, List, Optional
 
 from sglang_dsv4_ext import compat
 from sglang_dsv4_ext.config import ConfigError, ExtConfig, kill_switch_set, load_config
+from sglang_dsv4_ext.errors import ActivationError
 
 logger = logging.getLogger("sglang_dsv4_ext")
 
@@ -40,9 +41,6 @@ SKIPPED_BY_CONFIG = "skipped-by-config"
 DRIFTED = "drifted"
 REFUSED = "refused"  # activation refused because another row drifted: nothing patched
 
-
-class ActivationError(RuntimeError):
-    """Activation refused; nothing was patched (or, after apply, the process must not serve)."""
 
 
 @dataclass
@@ -158,37 +156,37 @@ def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compa
 def _install(cfg: ExtConfig, table: List[compat.Target]) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookSource
 
-    from sglang_dsv4_ext.patches import HookContext, collect_hooks
+    from sglang_dsv4_ext.hooks import HookContext, collect_hooks
 
     ctx = HookContext()
     hooks = collect_hooks(ctx)
     by_path = {t.path: t for t in table}
-    unknown = sorted({h.target for h in hooks} - set(by_path))
+    unknown = sorted({h.target.path for h in hooks} - set(by_path))
     if unknown:
         # A programming error in the extension: every hooked target must be in the table.
         raise ActivationError(f"hooks on targets missing from compat.TARGETS: {', '.join(unknown)}")
 
     source = HookSource(plugin_name=PLUGIN_NAME, dist_name="sglang-dsv4-ext")
     for hook in hooks:
-        HookRegistry.register(hook.target, hook.fn, _hook_type(hook.kind), source=source)
+        HookRegistry.register(hook.target.path, hook.fn, _hook_type(hook.kind), source=source)
     # load_plugins() would apply these right after we return, but HookRegistry swallows
     # failures; applying now lets us verify in-process and refuse loudly. apply_hooks is
     # idempotent, already-patched targets are skipped.
-    with _scoped_alias_propagation({h.target for h in hooks}):
+    with _scoped_alias_propagation({h.target.path for h in hooks}):
         HookRegistry.apply_hooks()
 
     missing = []
     for hook in hooks:
-        _, _, current = compat.resolve(hook.target)
+        _, _, current = compat.resolve(hook.target.path)
         if not carries_hook(current, hook.fn):
-            missing.append(hook.target)
+            missing.append(hook.target.path)
     if missing:
         raise ActivationError(
             "HookRegistry did not install our wrapper on: " + ", ".join(sorted(set(missing)))
             + " (see the 'Failed to apply hooks' log lines above); refusing to serve half-patched"
         )
 
-    hooked = {h.target for h in hooks}
+    hooked = {h.target.path for h in hooks}
     STATE.accessor_verdicts = dict(ctx.accessor_verdicts)
     for target in table:
         if target.path in ctx.not_needed:
@@ -215,9 +213,7 @@ def _scoped_alias_propagation(our_targets):
     live in SGLang's own modules; for our targets we scan exactly those. Other plugins'
     targets keep SGLang's full scan.
     """
-    import sglang.srt.plugins.hook_registry as hook_registry
-
-    stock = hook_registry._propagate_patch
+    hook_registry, attribute, stock = compat.resolve(compat.HOOK_REGISTRY_PROPAGATE.path)
     ours = set()
     for path in our_targets:
         try:
@@ -240,11 +236,11 @@ def _scoped_alias_propagation(our_targets):
                     count += 1
         return count
 
-    hook_registry._propagate_patch = propagate
+    setattr(hook_registry, attribute, propagate)
     try:
         yield
     finally:
-        hook_registry._propagate_patch = stock
+        setattr(hook_registry, attribute, stock)
 
 
 def register() -> None:

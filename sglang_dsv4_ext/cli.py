@@ -21,7 +21,7 @@ SUBCOMMANDS = {
     "plan": "sglang_dsv4_ext.plan",
     "serve": "sglang_dsv4_ext.serving.cli",
     "repro": "sglang_dsv4_ext.repro.cli",
-    "patches": "sglang_dsv4_ext.patchtool.cli",
+    "patches": "sglang_dsv4_ext.series.cli",
 }
 
 _SUMMARIES = {

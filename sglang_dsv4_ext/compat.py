@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 import pkgutil
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Iterable, List, Optional
 
 # SGLang releases this table was written and tested against. Another version refuses to
 # activate unless SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=1; drifted signatures never patch.
@@ -44,87 +44,137 @@ GATE = "gate"  # SGLANG_DSV4_INDEX_K_GATE=auto|strict
 class Target:
     path: str  # dotted path, as HookRegistry resolves it
     signature: str  # normalised expected signature, see normalised_signature()
-    area: str  # the patch module that hooks it (sglang_dsv4_ext.patches.<area>)
+    area: str  # the patch module that hooks it (sglang_dsv4_ext.hooks.<area>)
     feature: str  # ALWAYS | BF16 | GATE
     why: str
 
+    @property
+    def attribute(self) -> str:
+        """The last path component: the function or method name."""
+        return self.path.rpartition(".")[2]
+
+    @property
+    def owner_path(self) -> str:
+        """The dotted path of the module or class that holds the target."""
+        return self.path.rpartition(".")[0]
+
+    def required_args_after_layer_id(self) -> int:
+        """Positional parameters without a default that follow ``layer_id`` (the gate probe passes these)."""
+        params = [p.strip() for p in self.signature.strip("()").split(",")]
+        after = params[params.index("layer_id") + 1:] if "layer_id" in params else []
+        return sum(1 for p in after if "=" not in p and not p.startswith("*"))
+
+
+# --- activation itself: SGLang's HookRegistry propagation, scoped while our hooks apply ---
+HOOK_REGISTRY_PROPAGATE = Target(
+    "sglang.srt.plugins.hook_registry._propagate_patch", "(original, wrapped, source_module)",
+    "activation", ALWAYS, "scan only sglang.* modules for aliases of our targets (0.3 s activation budget)")
+# --- sizing: one source of truth for index-K bytes per token (docs/patch-point-map.md, sizing) ---
+INDEXER_BYTES_PER_TOKEN = Target(
+    f"{_MP}.get_dsv4_indexer_bytes_per_token", "(index_head_dim, use_fp4_indexer)",
+    "sizing", ALWAYS, "bytes per index-K token for pool and configurator (bf16: 256, fp4 on CUDA: 68)")
+CONFIGURATOR_INIT = Target(
+    f"{_CONF}.__init__", "(self, kvc)",
+    "sizing", ALWAYS, "record what the configurator budgeted, for the startup self-check")
+# --- pool: bf16 indexer storage and the startup self-check ---
+MAKE_INDEXER_POOL = Target(
+    f"{_POOL}._make_indexer_pool",
+    "(self, size, page_size, dtype, index_head_dim, layer_num, device, enable_memory_saver, "
+    "force_fp4=False, global_page_size=None, index_k_page8=False)",
+    "pool", BF16, "return the bf16 indexer pool (one [pages, 64*256] buffer per c4 layer)")
+POOL_INIT = Target(
+    f"{_POOL}.__init__",
+    "(self, max_num_reqs, swa_size, c4_size, c128_size, c4_state_pool_size, c128_state_pool_size, "
+    "page_size, swa_page_size, dtype, c4_state_dtype, c128_state_dtype, qk_nope_head_dim, "
+    "qk_rope_head_dim, indexer_head_dim, layer_num, device, enable_memory_saver, compression_ratios, "
+    "sliding_window=128, start_layer=None, end_layer=None, enable_hisparse=False, "
+    "online_mtp_max_draft_tokens=0, num_req_slots=None, unified_fp8=None, kv_source_layers=(), "
+    "full_size=None, is_draft_worker=False, kv_layout=<KVLayout.V4: 'v4'>, compressed_kv_layout=None)",
+    "pool", ALWAYS, "self-check allocation == budget; announce the new pool (the gate links its sub-pools)")
+# --- PD: the handshake layout string carries the index-K dtype ---
+PD_KV_LAYOUT = Target(
+    f"{_POOL}.pd_kv_layout", "(self)",
+    "pd", BF16, "append the index-K dtype so SGLang's own layout-mismatch check refuses bf16/fp8 pairs")
+# --- HiCache: bf16 region page-aligned only; L3 keys carry the dtype ---
+HICACHE_INDEXER_REGIONS = Target(
+    f"{_ASM}._dsv4_indexer_regions", "(kvcache, page_size)",
+    "hicache", BF16, "bf16 index-K host region is page_aligned_only (token-granular kernel is 584-B main-KV only)")
+HICACHE_BUILD_STACK = Target(
+    f"{_ASM}.build_deepseek_v4_hicache_stack",
+    "(*, params, kvcache, load_cache_event, storage_backend, host_swa_evict_fn=None, "
+    "device_swa_evict_fn=None, host_c128_evict_fn=None, prefetch_threshold=256, model_name=None, "
+    "storage_backend_extra_config=None, enable_storage_metrics=False, layer_mappings=None)",
+    "hicache", BF16, "scope in which the L3 anchor pool is tagged with the index-K dtype")
+LOGICAL_HOST_POOL_INIT = Target(
+    f"{_HOST}.LogicalHostPool.__init__", "(self, size, page_size, layout='layer_first')",
+    "hicache", BF16, "tag storage_format_tag of the DSV4 anchor so L3 keys differ for bf16")
+# --- indexer: the bf16 data path ---
+INDEXER_COMPRESSOR_FORWARD = Target(
+    f"{_CMP}.forward_indexer_compressor", "(self, x, forward_batch, layer_id, compressor)",
+    "indexer", BF16, "bf16 index-K store (norm, RoPE, Hadamard, bf16 scatter) for the c4 indexer")
+C4_COMPUTE_Q = Target(
+    f"{_IDX}.C4Indexer.compute_q", "(self, q_lora, positions, weight, q_lora_quant=None)",
+    "indexer", BF16, "bf16 queries (RoPE + Hadamard), weights = weight * weight_scale")
+C4_FORWARD_INDEXER = Target(
+    f"{_IDX}.C4IndexerBackendMixin.forward_c4_indexer",
+    "(self, x, q_lora, c4_indexer, forward_batch, alt_streams=None, enable_multi_stream=False, "
+    "q_lora_ready=None, skip_compressor=False, q_lora_quant=None)",
+    "indexer", BF16, "paged bf16 logits kernel feeding SGLang's own top-k")
+C4_CAN_USE_NONPAGED = Target(
+    f"{_IDX}.C4IndexerBackendMixin._can_use_nonpaged_indexer",
+    "(self, *, c4_indexer, forward_batch, indexer_metadata)",
+    "indexer", BF16, "non-paged (fp8 DeepGEMM) branch off for bf16")
+# --- gate: no reader sees index-K before its HiCache load landed (docs/patch-point-map.md, R1-R3) ---
+POOL_WAIT_LAYER_TRANSFER = Target(
+    f"{_POOL}.wait_layer_transfer", "(self, layer_id)",
+    "gate", GATE, "record waits; wait one layer ahead during breakable prefill-graph replay (R3)")
+_LAYER = "(self, layer_id)"
+_SCALE_GATHER = "(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len)"
+# Top-level readers: probed at activation; SGLang 0.5.23 already waits in each.
+TOPLEVEL_INDEX_K_READERS = tuple(
+    Target(f"{_POOL}.{name}", signature, "gate", GATE, "probed top-level reader")
+    for name, signature in (
+        ("get_index_k_with_scale_buffer", _LAYER),
+        ("get_index_k_scale_buffer", _SCALE_GATHER),
+        ("get_index_k_fp4_payload_buffer", _LAYER),
+        ("get_index_k_fp4_scale_buffer", _LAYER),
+        ("get_low_ratio_index_k_dequant", "(self, layer_id, slots=None)"),
+        ("get_low_ratio_index_k_fp4", "(self, layer_id, slots)"),
+    )
+)
+# Sub-pool readers: never wait in SGLang 0.5.23 (R1).
+SUBPOOL_INDEX_K_READERS = tuple(
+    Target(f"{_SUB}.{name}", signature, "gate", GATE, "sub-pool reader (R1)")
+    for name, signature in (
+        ("get_index_k_with_scale_buffer", _LAYER),
+        ("get_index_k_scale_buffer", _SCALE_GATHER),
+        ("get_index_k_fp4_payload_buffer", _LAYER),
+        ("get_index_k_fp4_scale_buffer", _LAYER),
+        ("get_index_k_fp4", "(self, layer_id, slots)"),
+        ("get_index_k_dequant", "(self, layer_id, slots=None)"),
+    )
+)
+COUNTER_SET_CONSUMER = Target(
+    f"{_CTRL}.set_consumer", "(self, index)", "gate", GATE, "a new consumer batch: forget recorded waits")
+COUNTER_WAIT_UNTIL = Target(
+    f"{_CTRL}.wait_until", "(self, threshold)", "gate", GATE, "record which layers were waited for")
+PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS = Target(
+    f"{_PGR}._wait_for_layer_loads", "(self)", "gate", GATE,
+    "breakable/piecewise replay: wait for the first layer before replay (R3)")
+PREFILL_GRAPH_EXECUTE = Target(
+    f"{_PGR}.execute", "(self, forward_batch, **kwargs)", "gate", GATE,
+    "scope of a prefill-graph replay: pool waits one layer ahead inside it (R3)")
 
 TARGETS: List[Target] = [
-    # --- activation itself: SGLang's HookRegistry propagation, scoped while our hooks apply ---
-    Target("sglang.srt.plugins.hook_registry._propagate_patch", "(original, wrapped, source_module)",
-           "activation", ALWAYS, "scan only sglang.* modules for aliases of our targets (0.3 s activation budget)"),
-    # --- sizing: one source of truth for index-K bytes per token (code map A.1, C.2) ---
-    Target(f"{_MP}.get_dsv4_indexer_bytes_per_token", "(index_head_dim, use_fp4_indexer)",
-           "sizing", ALWAYS, "bytes per index-K token for pool and configurator (bf16: 256, fp4 on CUDA: 68)"),
-    Target(f"{_CONF}.__init__", "(self, kvc)",
-           "sizing", ALWAYS, "record what the configurator budgeted, for the startup self-check"),
-    # --- pool: bf16 indexer storage and the startup self-check (A.2, A.3, B.5) ---
-    Target(f"{_POOL}._make_indexer_pool",
-           "(self, size, page_size, dtype, index_head_dim, layer_num, device, enable_memory_saver, "
-           "force_fp4=False, global_page_size=None, index_k_page8=False)",
-           "pool", BF16, "return the bf16 indexer pool (one [pages, 64*256] buffer per c4 layer)"),
-    Target(f"{_POOL}.__init__",
-           "(self, max_num_reqs, swa_size, c4_size, c128_size, c4_state_pool_size, c128_state_pool_size, "
-           "page_size, swa_page_size, dtype, c4_state_dtype, c128_state_dtype, qk_nope_head_dim, "
-           "qk_rope_head_dim, indexer_head_dim, layer_num, device, enable_memory_saver, compression_ratios, "
-           "sliding_window=128, start_layer=None, end_layer=None, enable_hisparse=False, "
-           "online_mtp_max_draft_tokens=0, num_req_slots=None, unified_fp8=None, kv_source_layers=(), "
-           "full_size=None, is_draft_worker=False, kv_layout=<KVLayout.V4: 'v4'>, compressed_kv_layout=None)",
-           "pool", ALWAYS, "self-check allocation == budget; link sub-pools to the gate"),
-    # --- PD: the handshake layout string carries the index-K dtype (E) ---
-    Target(f"{_POOL}.pd_kv_layout", "(self)",
-           "pd", BF16, "append the index-K dtype so SGLang's own layout-mismatch check refuses bf16/fp8 pairs"),
-    # --- HiCache: bf16 region page-aligned only; L3 keys carry the dtype (D.1, D.2) ---
-    Target(f"{_ASM}._dsv4_indexer_regions", "(kvcache, page_size)",
-           "hicache", BF16, "bf16 index-K host region is page_aligned_only (token-granular kernel is 584-B main-KV only)"),
-    Target(f"{_ASM}.build_deepseek_v4_hicache_stack",
-           "(*, params, kvcache, load_cache_event, storage_backend, host_swa_evict_fn=None, "
-           "device_swa_evict_fn=None, host_c128_evict_fn=None, prefetch_threshold=256, model_name=None, "
-           "storage_backend_extra_config=None, enable_storage_metrics=False, layer_mappings=None)",
-           "hicache", BF16, "scope in which the L3 anchor pool is tagged with the index-K dtype"),
-    Target(f"{_HOST}.LogicalHostPool.__init__", "(self, size, page_size, layout='layer_first')",
-           "hicache", BF16, "tag storage_format_tag of the DSV4 anchor so L3 keys differ for bf16"),
-    # --- indexer: the bf16 data path (B.1-B.5) ---
-    Target(f"{_CMP}.forward_indexer_compressor", "(self, x, forward_batch, layer_id, compressor)",
-           "indexer", BF16, "bf16 index-K store (norm, RoPE, Hadamard, bf16 scatter) for the c4 indexer"),
-    Target(f"{_IDX}.C4Indexer.compute_q", "(self, q_lora, positions, weight, q_lora_quant=None)",
-           "indexer", BF16, "bf16 queries (RoPE + Hadamard), weights = weight * weight_scale"),
-    Target(f"{_IDX}.C4IndexerBackendMixin.forward_c4_indexer",
-           "(self, x, q_lora, c4_indexer, forward_batch, alt_streams=None, enable_multi_stream=False, "
-           "q_lora_ready=None, skip_compressor=False, q_lora_quant=None)",
-           "indexer", BF16, "paged bf16 logits kernel feeding SGLang's own top-k"),
-    Target(f"{_IDX}.C4IndexerBackendMixin._can_use_nonpaged_indexer",
-           "(self, *, c4_indexer, forward_batch, indexer_metadata)",
-           "indexer", BF16, "non-paged (fp8 DeepGEMM) branch off for bf16"),
-    # --- gate: no reader sees index-K before its HiCache load landed (A.3, D.3-D.5) ---
-    Target(f"{_POOL}.wait_layer_transfer", "(self, layer_id)",
-           "gate", GATE, "record waits; wait one layer ahead during breakable prefill-graph replay (R3)"),
-    Target(f"{_POOL}.get_index_k_with_scale_buffer", "(self, layer_id)", "gate", GATE, "probed top-level reader"),
-    Target(f"{_POOL}.get_index_k_scale_buffer",
-           "(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len)", "gate", GATE,
-           "probed top-level reader"),
-    Target(f"{_POOL}.get_index_k_fp4_payload_buffer", "(self, layer_id)", "gate", GATE, "probed top-level reader"),
-    Target(f"{_POOL}.get_index_k_fp4_scale_buffer", "(self, layer_id)", "gate", GATE, "probed top-level reader"),
-    Target(f"{_POOL}.get_low_ratio_index_k_dequant", "(self, layer_id, slots=None)", "gate", GATE,
-           "probed top-level reader"),
-    Target(f"{_POOL}.get_low_ratio_index_k_fp4", "(self, layer_id, slots)", "gate", GATE, "probed top-level reader"),
-    Target(f"{_SUB}.get_index_k_with_scale_buffer", "(self, layer_id)", "gate", GATE, "sub-pool reader (R1)"),
-    Target(f"{_SUB}.get_index_k_scale_buffer",
-           "(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len)", "gate", GATE,
-           "sub-pool reader (R1)"),
-    Target(f"{_SUB}.get_index_k_fp4_payload_buffer", "(self, layer_id)", "gate", GATE, "sub-pool reader (R1)"),
-    Target(f"{_SUB}.get_index_k_fp4_scale_buffer", "(self, layer_id)", "gate", GATE, "sub-pool reader (R1)"),
-    Target(f"{_SUB}.get_index_k_fp4", "(self, layer_id, slots)", "gate", GATE, "sub-pool reader (R1)"),
-    Target(f"{_SUB}.get_index_k_dequant", "(self, layer_id, slots=None)", "gate", GATE, "sub-pool reader (R1)"),
-    Target(f"{_CTRL}.set_consumer", "(self, index)", "gate", GATE, "a new consumer batch: forget recorded waits"),
-    Target(f"{_CTRL}.wait_until", "(self, threshold)", "gate", GATE, "record which layers were waited for"),
-    Target(f"{_PGR}._wait_for_layer_loads", "(self)", "gate", GATE,
-           "breakable/piecewise replay: wait for the first layer before replay (R3)"),
-    Target(f"{_PGR}.execute", "(self, forward_batch, **kwargs)", "gate", GATE,
-           "scope of a prefill-graph replay: pool waits one layer ahead inside it (R3)"),
+    HOOK_REGISTRY_PROPAGATE,
+    INDEXER_BYTES_PER_TOKEN, CONFIGURATOR_INIT,
+    MAKE_INDEXER_POOL, POOL_INIT,
+    PD_KV_LAYOUT,
+    HICACHE_INDEXER_REGIONS, HICACHE_BUILD_STACK, LOGICAL_HOST_POOL_INIT,
+    INDEXER_COMPRESSOR_FORWARD, C4_COMPUTE_Q, C4_FORWARD_INDEXER, C4_CAN_USE_NONPAGED,
+    POOL_WAIT_LAYER_TRANSFER, *TOPLEVEL_INDEX_K_READERS, *SUBPOOL_INDEX_K_READERS,
+    COUNTER_SET_CONSUMER, COUNTER_WAIT_UNTIL, PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS, PREFILL_GRAPH_EXECUTE,
 ]
-
-TARGETS_BY_PATH: Dict[str, Target] = {t.path: t for t in TARGETS}
 
 
 def _format_default(value) -> str:
@@ -204,3 +254,8 @@ def check_targets(targets: Optional[Iterable[Target]] = None) -> List[Drift]:
         if actual != target.signature:
             drifts.append(Drift(target.path, target.signature, actual, "signature differs"))
     return drifts
+
+
+def owner_of(target: Target):
+    """The module or class that holds ``target`` (imports it)."""
+    return pkgutil.resolve_name(target.owner_path)

@@ -13,6 +13,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Mapping, Optional
 
+from sglang_dsv4_ext.errors import ConfigError
+
 ENV_KILL_SWITCH = "SGLANG_DSV4_EXT"
 ENV_INDEX_K_DTYPE = "SGLANG_DSV4_INDEX_K_DTYPE"
 ENV_BF16_ALIAS = "SGLANG_DSV4_BF16_INDEX_K"  # the seed fork's switch, kept as an alias
@@ -24,9 +26,6 @@ GATE_MODES = ("auto", "strict", "off")
 _KILL_SWITCH_VALUES = {"0": False, "1": True}
 _BOOL_VALUES = {"0": False, "1": True}
 
-
-class ConfigError(ValueError):
-    """An environment variable holds a value the extension does not accept."""
 
 
 def _allowed(values) -> str:

@@ -103,7 +103,7 @@ def collect_report() -> Dict[str, object]:
     # Fixes the installed SGLang already carries in its source (patches/): the same verdict
     # `sglang-dsv4 patches status` gives, so both commands agree on what is upstream.
     try:
-        from sglang_dsv4_ext.patchtool.upstream import fix_verdicts, upstream_targets
+        from sglang_dsv4_ext.series.upstream import fix_verdicts, upstream_targets
 
         in_source = upstream_targets(fix_verdicts(report.get("sglang_path")))
     except Exception as exc:  # no series next to the package (wheel install), git missing

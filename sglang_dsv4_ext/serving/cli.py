@@ -185,7 +185,7 @@ def _env_notes(spec: StackSpec) -> List[str]:
 
 
 def run(args) -> int:
-    from sglang_dsv4_ext.serving.plan import build_plan, format_plan
+    from sglang_dsv4_ext.serving.launch_plan import build_plan, format_plan
     from sglang_dsv4_ext.serving.validate import CommandLineError, SGLangArgs
 
     if args.list_presets:

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from sglang_dsv4_ext.config import GATE_MODES, INDEX_K_DTYPES
+from sglang_dsv4_ext.errors import PresetError
 
 PRESET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets")
 MODES = ("pd", "single")
@@ -62,9 +63,6 @@ ROLES = ("prefill", "decode")
 DEFAULT_ROUTER_MODULE = "sglang_router.launch_router"
 DEFAULT_DIST_PORT = 5757
 
-
-class PresetError(ValueError):
-    """A preset (or a command-line override of it) is not valid; the message names the key."""
 
 
 @dataclass

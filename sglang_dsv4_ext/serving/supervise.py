@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import IO, Dict, List, Optional, Tuple
 
-from sglang_dsv4_ext.serving.plan import ChildSpec
+from sglang_dsv4_ext.serving.launch_plan import ChildSpec
 
 EXIT_CHILD_FAILED = 1
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))

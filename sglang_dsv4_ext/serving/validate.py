@@ -22,6 +22,7 @@ import importlib
 import shlex
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from sglang_dsv4_ext.errors import CommandLineError
 from sglang_dsv4_ext.serving.preset import HICACHE_SIZE_MESSAGE
 
 # destination -> how to set it with this tool instead
@@ -51,9 +52,6 @@ ROUTER_OWNED = {
     "port": "set [router].port in the preset or --router-port",
 }
 
-
-class CommandLineError(ValueError):
-    """A generated or passed-through command line is invalid; the message names the flag."""
 
 
 class _RaisingParser(argparse.ArgumentParser):

@@ -1,1 +1,0 @@
-"""Benchmarks that print tables (speed goals live here, never in timed tests)."""

@@ -1,0 +1,45 @@
+"""Runtime hook modules, one SGLang area each.
+
+Every module exposes ``hooks(ctx) -> list[Hook]``: the hooks it wants installed, each on a
+target object exported by :mod:`sglang_dsv4_ext.compat` (the one place a target is spelled).
+Modules never read the configuration at import; hooks decide per call (or at pool creation)
+whether their feature is on, so one installed set of hooks serves every configuration. Hook
+modules share helpers through modules of their own (:mod:`sglang_dsv4_ext.index_k`,
+:mod:`sglang_dsv4_ext.pool_lifecycle`), never through each other.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List
+
+from sglang_dsv4_ext.compat import Target
+
+# Order matters only for readability of doctor output; targets are disjoint per module.
+HOOK_MODULES = ("sizing", "pool", "pd", "hicache", "indexer", "gate")
+
+
+@dataclass(frozen=True)
+class Hook:
+    target: Target  # a row of compat.TARGETS
+    fn: Callable
+    kind: str  # "before" | "after" | "around" | "replace" (HookRegistry's HookType values)
+
+
+@dataclass
+class HookContext:
+    """What activation learned before collecting hooks (the gate probe's verdicts)."""
+
+    # target path -> "upstream-gated" | "extension-gated", filled by the gate module
+    accessor_verdicts: Dict[str, str] = field(default_factory=dict)
+    # target path -> reason, for table rows that need no hook on this SGLang
+    not_needed: Dict[str, str] = field(default_factory=dict)
+
+
+def collect_hooks(ctx: HookContext) -> List[Hook]:
+    hooks: List[Hook] = []
+    for name in HOOK_MODULES:
+        module = importlib.import_module(f"{__name__}.{name}")
+        hooks.extend(module.hooks(ctx))
+    return hooks

@@ -1,0 +1,70 @@
+"""HiCache for a bf16 index-K: page-aligned transfers only, and a dtype tag on L3 keys.
+
+Why: (a) the fused indexer host region is registered with ``page_aligned_only=False``, so
+a transfer that is not a whole number of pages falls back to ``transfer_cache_dsv4_mla``,
+whose kernel hard-codes the 584-B C4 main-KV page; on a 16384-B bf16 index-K row it would
+address the wrong bytes (latent in stock for the 132-B row too).
+(b) HiCache L3 keys are ``storage_model_name(model, anchor)`` plus the pool name; nothing
+encodes the index-K dtype, so a shared L3 store could serve fp8 index-K pages to a bf16
+server or the reverse (docs/patch-point-map.md, "HiCache").
+
+How: (a) an AFTER hook on ``_dsv4_indexer_regions`` returns the regions with
+``page_aligned_only=True`` when the pool's c4 indexer is bf16 (``dataclasses.replace``;
+the dataclass is frozen). Item bytes already follow the buffers: 16384 B per page row.
+(b) an AROUND hook on ``build_deepseek_v4_hicache_stack`` marks the build of a bf16 stack,
+and an AFTER hook on ``LogicalHostPool.__init__`` sets that anchor's
+``storage_format_tag`` (SGLang's own mechanism for page-format-specific keys) to
+``dsv4-idxk-bf16``. fp8 stacks keep the stock keys.
+
+Upstream status: not upstream. Retire when: SGLang sizes/tags a bf16 index-K itself.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+
+from sglang_dsv4_ext import compat
+from sglang_dsv4_ext.index_k import is_bf16_index_pool
+
+L3_FORMAT_TAG = "dsv4-idxk-bf16"
+
+# Set while a DSV4 HiCache stack whose c4 indexer is bf16 is being built in this context.
+_building_bf16_stack: contextvars.ContextVar[bool] = contextvars.ContextVar("dsv4_ext_bf16_stack", default=False)
+
+
+def _kvcache_has_bf16_index_k(kvcache) -> bool:
+    return is_bf16_index_pool(getattr(kvcache, "c4_indexer_kv_pool", None))
+
+
+def _after_indexer_regions(result, kvcache, page_size):
+    if not _kvcache_has_bf16_index_k(kvcache):
+        return None
+    return [dataclasses.replace(region, page_aligned_only=True) for region in result]
+
+
+def _around_build_stack(original, *args, **kwargs):
+    token = _building_bf16_stack.set(_kvcache_has_bf16_index_k(kwargs.get("kvcache")))
+    try:
+        return original(*args, **kwargs)
+    finally:
+        _building_bf16_stack.reset(token)
+
+
+def _after_logical_host_pool_init(result, self, *args, **kwargs):
+    if _building_bf16_stack.get():
+        existing = getattr(self, "storage_format_tag", None)
+        if existing and existing.endswith(L3_FORMAT_TAG):
+            return None  # an SGLang built with patches/0003 already tags it
+        self.storage_format_tag = f"{existing}-{L3_FORMAT_TAG}" if existing else L3_FORMAT_TAG
+    return None
+
+
+def hooks(ctx):
+    from sglang_dsv4_ext.hooks import Hook
+
+    return [
+        Hook(compat.HICACHE_INDEXER_REGIONS, _after_indexer_regions, "after"),
+        Hook(compat.HICACHE_BUILD_STACK, _around_build_stack, "around"),
+        Hook(compat.LOGICAL_HOST_POOL_INIT, _after_logical_host_pool_init, "after"),
+    ]

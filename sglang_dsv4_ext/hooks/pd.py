@@ -1,0 +1,38 @@
+"""PD handshake: the KV layout string carries the index-K dtype.
+
+Why: a bf16 prefill paired with an fp8 decode (or the reverse) has index-K items of
+16384 B on one side and 8448 B on the other. SGLang's transfer engines write with the
+*source* item length and do not compare it with the peer's for DSV4's non-unified kv_data,
+so such a pair silently corrupts decode memory (docs/patch-point-map.md, "PD").
+
+How: an AFTER hook on ``DeepSeekV4TokenToKVPool.pd_kv_layout`` appends ``,c4idx:bf16``
+when the pool's c4 indexer is bf16. Both roles exchange this string and SGLang's own check
+(``disaggregation/common/conn.py``: "KV layout mismatch") refuses the pair, naming both
+layouts. fp8 pools keep the stock string, so an fp8 extension peer still pairs with a
+stock SGLang peer.
+
+Upstream status: not upstream (no bf16 index-K upstream).
+Retire when: SGLang encodes the indexer dtype in ``pd_kv_layout``.
+"""
+
+from __future__ import annotations
+
+from sglang_dsv4_ext import compat
+from sglang_dsv4_ext.index_k import is_bf16_index_pool
+
+INDEX_K_LAYOUT_TAG = "c4idx"
+
+
+def _after_pd_kv_layout(result, self):
+    if result.endswith(f",{INDEX_K_LAYOUT_TAG}:bf16"):
+        return None  # an SGLang built with patches/0004 already says it
+    index_pool = getattr(self, "index_pools", {}).get(4)
+    if index_pool is not None and is_bf16_index_pool(index_pool):
+        return f"{result},{INDEX_K_LAYOUT_TAG}:bf16"
+    return None  # keep SGLang's string
+
+
+def hooks(ctx):
+    from sglang_dsv4_ext.hooks import Hook
+
+    return [Hook(compat.PD_KV_LAYOUT, _after_pd_kv_layout, "after")]

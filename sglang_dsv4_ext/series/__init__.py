@@ -1,0 +1,20 @@
+"""Tooling for the source form of the extension's fixes: the ``patches/`` series.
+
+The runtime hooks in :mod:`sglang_dsv4_ext.hooks` fix a *running* SGLang. Operators who
+build SGLang from source carry the same fixes as an ordered series of ``git format-patch``
+files against SGLang's git tree (``python/sglang/...``). This package keeps that series
+applying to new upstream tags and says which fixes upstream has already absorbed.
+
+Modules (one job each):
+
+- :mod:`.gitrepo`     GitPython wrapper: deterministic git invocations, clear errors.
+- :mod:`.series`      the ``patches/`` directory: ``series``, patch files and their DEP-3
+                      headers, the ``UPSTREAM_PIN`` and the tombstones of dropped patches.
+- :mod:`.classify`    what one patch does against one upstream tree (the classifications).
+- :mod:`.rebase`      the resumable rebase (``--continue`` / ``--abort``).
+- :mod:`.export`      deterministic re-export of commits as the series.
+- :mod:`.rangediff`   old-versus-new series report (``git range-diff``).
+- :mod:`.package_dir` apply/check against an unpacked or installed ``sglang`` package (no git).
+- :mod:`.upstream_history` a local SGLang history built from PyPI wheels.
+- :mod:`.cli`         ``sglang-dsv4 patches ...``.
+"""

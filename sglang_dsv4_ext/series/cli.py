@@ -1,0 +1,361 @@
+"""``sglang-dsv4 patches``: apply, check, rebase, export and report on the source patch series.
+
+Exit codes: 0 done / everything applies; 1 needs a human (a conflict, a patch already
+upstream, a target gone, a rebase stopped, an export that would change files under --check);
+2 bad input (arguments, a corrupt patch file, a dirty work tree, a missing repository).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from .classify import APPLIED_KINDS, UPSTREAM_KINDS, Kind, Result
+from .gitrepo import GitError, GitRepo
+from .series import SeriesError, load_series, read_tombstones, unlisted_patch_files
+
+ENV_SERIES_DIR = "SGLANG_DSV4_PATCHES_DIR"
+
+EXIT_OK, EXIT_ATTENTION, EXIT_INPUT = 0, 1, 2
+
+
+def default_series_dir() -> Path:
+    """$SGLANG_DSV4_PATCHES_DIR, else the project's patches/ (source checkout), else ./patches."""
+    env = os.environ.get(ENV_SERIES_DIR)
+    if env:
+        return Path(env)
+    project = Path(__file__).resolve().parents[2] / "patches"
+    if (project / "series").exists():
+        return project
+    return Path("patches")
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _drops(args) -> Dict[str, str]:
+    names, reasons = args.drop or [], args.reason or []
+    if len(names) != len(reasons):
+        raise SeriesError(
+            f"every --drop NAME needs its own --reason TEXT (got {len(names)} --drop and {len(reasons)} --reason)"
+        )
+    return dict(zip(names, reasons))
+
+
+def _results_table(results: List[Result]) -> str:
+    from .rangediff import summary_table
+
+    return summary_table(results)
+
+
+def _print_results(results: List[Result], as_json: bool, extra: Optional[dict] = None) -> None:
+    if as_json:
+        print(json.dumps({**(extra or {}), "patches": [r.to_json() for r in results]}, indent=1))
+    else:
+        print(_results_table(results), end="")
+
+
+# ---- target selection shared by check / status ----------------------------------------------
+
+
+def _add_target_args(p: argparse.ArgumentParser, default_help: str) -> None:
+    g = p.add_argument_group("target (one of; " + default_help + ")")
+    g.add_argument("--repo", type=Path, help="an SGLang git checkout (or a history from upstream-history)")
+    g.add_argument("--onto", metavar="REF", help="with --repo: the upstream ref to check against (default: HEAD)")
+    g.add_argument("--sglang-dir", type=Path, help="an sglang package directory, e.g. .../site-packages/sglang")
+    g.add_argument("--sglang-version", metavar="X.Y.Z", help="the sglang==X.Y.Z wheel from PyPI (cached)")
+    g.add_argument("--wheel-cache", type=Path, help="wheel cache directory (default: $SGLANG_DSV4_WHEEL_CACHE "
+                   "or ~/.cache/sglang-dsv4-ext/wheels)")
+
+
+def _classify_target(args, series) -> Tuple[str, List[Result]]:
+    chosen = [x for x in (args.repo, args.sglang_dir, args.sglang_version) if x]
+    if len(chosen) > 1:
+        raise SeriesError("give only one of --repo, --sglang-dir, --sglang-version")
+    if args.onto and not args.repo:
+        raise SeriesError("--onto needs --repo")
+    if args.repo:
+        from .checkrepo import classify_in_scratch_worktree
+
+        onto = args.onto or "HEAD"
+        return f"{args.repo} at {onto}", classify_in_scratch_worktree(args.repo, series, onto, _progress)
+    from .package_dir import classify_against_package, installed_sglang_dir
+
+    if args.sglang_version:
+        from .upstream_history import extract_package, fetch_wheel
+
+        wheel = fetch_wheel(args.sglang_version, args.wheel_cache, _progress)
+        from .package_dir import TREE_PREFIX, touched_files
+
+        only = [f[len(TREE_PREFIX):] for f in touched_files(series.patches) if f.startswith(TREE_PREFIX)]
+        with tempfile.TemporaryDirectory() as tmp:
+            pkg = extract_package(wheel, tmp, only)
+            (pkg / "srt").mkdir(exist_ok=True)
+            return f"sglang {args.sglang_version} (PyPI wheel)", classify_against_package(series, pkg, _progress)
+    sglang_dir = args.sglang_dir or installed_sglang_dir()
+    return f"sglang package at {sglang_dir}", classify_against_package(series, sglang_dir, _progress)
+
+
+# ---- subcommands -------------------------------------------------------------------------------
+
+
+def cmd_check(args) -> int:
+    series = load_series(args.series_dir)
+    problems = []
+    for patch in series.patches:
+        missing = patch.missing_fields()
+        if missing:
+            problems.append(f"{patch.path}: DEP-3 header lacks {', '.join(missing)}")
+    for name in unlisted_patch_files(series):
+        problems.append(f"{series.directory / name}: not listed in the series file")
+    label, results = _classify_target(args, series)
+    if args.json:
+        _print_results(results, True, {"target": label, "header_problems": problems})
+    else:
+        print(f"series {series.directory} against {label}:")
+        _print_results(results, False)
+        for line in problems:
+            print(f"warning: {line}")
+    attention = any(r.kind not in APPLIED_KINDS for r in results)
+    return EXIT_ATTENTION if attention or (problems and args.strict_headers) else EXIT_OK
+
+
+def cmd_status(args) -> int:
+    series = load_series(args.series_dir)
+    label, results = _classify_target(args, series)
+    rebase_state = None
+    if args.repo:
+        from . import rebase as rebase_mod
+
+        repo = GitRepo(args.repo)
+        if rebase_mod.in_progress(repo):
+            state = rebase_mod.load_state(repo)
+            rebase_state = {
+                "onto": state.onto, "stopped_at": state.names[state.stop_index] if state.stop_index is not None else None,
+                "done": len(state.results), "total": len(state.names),
+            }
+    from .upstream import verdicts_from_results
+
+    rows = [
+        {"name": v.patch, "subject": v.subject, "mirrors": list(v.mirrors), "targets": list(v.targets),
+         "upstream": v.upstream, "result": v.result, "detail": v.detail,
+         "forwarded": series.get(v.patch).fields.get("Forwarded", "")}
+        for v in verdicts_from_results(series, results)
+    ]
+    tombstones = read_tombstones(series.directory)
+    if args.json:
+        print(json.dumps({"target": label, "pin": series.pin, "patches": rows, "rebase": rebase_state,
+                          "dropped": tombstones}, indent=1))
+        return EXIT_OK
+    pin = series.pin
+    print(f"series: {series.directory} ({len(series.patches)} patches), pinned to "
+          f"{pin.get('tag', '(no pin)')}" + (f" [wheel sha256 {pin['wheel_sha256'][:16]}...]" if pin.get("wheel_sha256") else ""))
+    print(f"target: {label}")
+    width = max([len(r["name"]) for r in rows] + [5])
+    for row in rows:
+        verdict = "already upstream" if row["upstream"] else ("needed" if row["result"] == "applies" else row["result"])
+        print(f"  {row['name']:<{width}}  {verdict:<17} mirrors {', '.join(row['mirrors']) or '-'}"
+              + (f"  ({row['detail']})" if row["detail"] and not row["upstream"] else ""))
+    for stone in tombstones:
+        print(f"  dropped: {stone.get('Tombstone')} on {stone.get('Dropped-On')}: {stone.get('Reason')}")
+    if rebase_state:
+        print(f"rebase in progress onto {rebase_state['onto']}: {rebase_state['done']}/{rebase_state['total']} "
+              f"patches, stopped at {rebase_state['stopped_at']}")
+    return EXIT_OK
+
+
+def cmd_apply(args) -> int:
+    series = load_series(args.series_dir)
+    if bool(args.repo) == bool(args.sglang_dir):
+        raise SeriesError("give exactly one of --repo (a git checkout: git am -3) or --sglang-dir (a package directory)")
+    if args.sglang_dir:
+        from .package_dir import apply_to_package
+
+        results = apply_to_package(series, args.sglang_dir, _progress)
+        print(f"applied {sum(r.kind is Kind.APPLIES for r in results)} patches to {args.sglang_dir}, "
+              f"{sum(r.kind in UPSTREAM_KINDS for r in results)} already present")
+        return EXIT_OK
+    from .checkrepo import apply_to_checkout
+
+    results, stop_message = apply_to_checkout(args.repo, series, _progress)
+    _print_results(results, False)
+    if stop_message:
+        print(stop_message)
+        return EXIT_ATTENTION
+    return EXIT_OK
+
+
+def cmd_rebase(args) -> int:
+    from . import rebase as rebase_mod
+
+    drops = _drops(args)
+    if args.abort:
+        if args.onto or args.continue_ or drops:
+            raise SeriesError("--abort takes no --onto, --continue or --drop")
+        print(rebase_mod.abort(args.repo, _progress))
+        return EXIT_OK
+    if args.continue_:
+        if args.onto:
+            raise SeriesError("--continue takes no --onto (the rebase remembers it)")
+        outcome = rebase_mod.continue_(args.repo, drops, _progress)
+    else:
+        if not args.onto:
+            raise SeriesError("rebase needs --onto REF (or --continue / --abort)")
+        outcome = rebase_mod.start(args.repo, args.series_dir, args.onto, drops, _progress)
+    if not outcome.finished:
+        print(outcome.message)
+        return EXIT_ATTENTION
+    print(outcome.report)
+    print(outcome.message)
+    if args.report:
+        Path(args.report).write_text(outcome.report)
+    return EXIT_OK
+
+
+def cmd_export(args) -> int:
+    from .checkrepo import export_range
+
+    changed = export_range(args.repo, args.series_dir, args.base, args.head, _drops(args), check_only=args.check,
+                           progress=_progress)
+    if args.check:
+        if changed:
+            print("export would change: " + ", ".join(changed))
+            return EXIT_ATTENTION
+        print("series is up to date (re-export is a zero diff)")
+        return EXIT_OK
+    print(f"exported; {len(changed)} files changed" + (": " + ", ".join(changed) if changed else ""))
+    return EXIT_OK
+
+
+def cmd_range_diff(args) -> int:
+    from .rangediff import commit_series_on, range_diff
+
+    repo = GitRepo(args.repo)
+    old = load_series(args.old_series)
+    new = load_series(args.new_series)
+    old_base = repo.must_rev_parse(args.old_base or old.pin.get("tag") or "HEAD")
+    new_base = repo.must_rev_parse(args.new_base or new.pin.get("tag") or "HEAD")
+    old_tip = commit_series_on(repo, old_base, old.patches)
+    new_tip = commit_series_on(repo, new_base, new.patches)
+    print(range_diff(repo, old_base, old_tip, new_base, new_tip), end="")
+    return EXIT_OK
+
+
+def cmd_upstream_history(args) -> int:
+    from .upstream_history import build_history
+
+    repo = build_history(args.repo, args.versions, cache=args.wheel_cache, progress=_progress)
+    for version in args.versions:
+        print(f"v{version} {repo.must_rev_parse('v' + version)[:12]}")
+    return EXIT_OK
+
+
+# ---- parser --------------------------------------------------------------------------------------
+
+
+def add_subparser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "patches",
+        help="apply, check, rebase and export the source patch series against SGLang",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(func=lambda args: (parser.print_help(), EXIT_INPUT)[1])
+    sub = parser.add_subparsers(dest="patches_command", metavar="SUBCOMMAND")
+
+    def add(name, help_text, func, description=None):
+        p = sub.add_parser(name, help=help_text, description=description or help_text,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("--series-dir", type=Path, default=None,
+                       help=f"the series directory (default: ${ENV_SERIES_DIR}, else the project's patches/)")
+        p.set_defaults(func=_guarded(func))
+        return p
+
+    p = add("apply", "apply the series onto an SGLang checkout (git am -3) or an sglang package directory", cmd_apply,
+            "Apply the series in order. With --repo, each patch is committed onto the checked-out branch with "
+            "`git am -3`;\na conflict leaves `git am` in progress (resolve, `git am --continue`, run apply again: "
+            "patches already present are skipped).\nWith --sglang-dir, patches are applied in place with `git apply`, "
+            "all or nothing.")
+    p.add_argument("--repo", type=Path, help="SGLang git checkout (python/sglang/ layout), clean work tree required")
+    p.add_argument("--sglang-dir", type=Path, help="sglang package directory to patch in place")
+
+    p = add("check", "does each patch apply cleanly, need a 3-way merge, conflict, or is it already upstream?",
+            cmd_check, "Classify every patch against a target without changing it (a scratch worktree is used for "
+            "--repo).\nAlso reports DEP-3 header fields that are missing. Exit 1 when any patch does not apply.")
+    _add_target_args(p, "default: the installed sglang package")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--strict-headers", action="store_true", help="exit 1 when a DEP-3 header field is missing")
+
+    p = add("status", "which patches are already upstream for an SGLang version; a rebase in progress",
+            cmd_status, "Per patch: already upstream or needed, the runtime hook module it mirrors, dropped patches,\n"
+            "and the state of a rebase in progress (with --repo). The default target is the installed sglang,\n"
+            "the same one `sglang-dsv4 doctor` inspects.")
+    _add_target_args(p, "default: the installed sglang package")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = add("rebase", "rebase the series onto a new upstream ref; resumable (--continue / --abort)", cmd_rebase,
+            "Classify and apply each patch onto REF (HEAD of --repo is detached there). Stops at the first conflict,\n"
+            "patch already upstream or target gone; resume with --continue, or --abort to restore the original\n"
+            "state exactly. A patch leaves the series only with --drop NAME --reason TEXT (a tombstone is written\n"
+            "to patches/dropped/). On success the series is re-exported, the pin moved to REF, and a report with\n"
+            "a range-diff of the old and new series is printed.")
+    p.add_argument("--repo", type=Path, required=True, help="SGLang git checkout holding REF (clean work tree)")
+    p.add_argument("--onto", metavar="REF", help="upstream tag or commit to rebase onto")
+    p.add_argument("--continue", dest="continue_", action="store_true", help="resume a stopped rebase")
+    p.add_argument("--abort", action="store_true", help="give up and restore the original state")
+    p.add_argument("--drop", action="append", metavar="NAME", help="drop this patch (repeatable; needs --reason)")
+    p.add_argument("--reason", action="append", metavar="TEXT", help="why the matching --drop patch goes")
+    p.add_argument("--report", type=Path, help="also write the report to this file")
+
+    p = add("export", "write commits BASE..HEAD of a checkout as the series (deterministic)", cmd_export,
+            "Export commits as format-patch files with stable names (matched by subject), normalised headers,\n"
+            "--zero-commit --no-signature --full-index. Re-exporting an unchanged series is a zero diff.")
+    p.add_argument("--repo", type=Path, required=True, help="SGLang git checkout holding the commits")
+    p.add_argument("--base", metavar="REF", help="upstream base (default: the pin's tag)")
+    p.add_argument("--head", metavar="REV", default="HEAD", help="last commit of the series (default: HEAD)")
+    p.add_argument("--drop", action="append", metavar="NAME", help="a series patch that is intentionally not exported")
+    p.add_argument("--reason", action="append", metavar="TEXT", help="why the matching --drop patch goes")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the export would change files")
+
+    p = add("range-diff", "range-diff of two series directories (old on its base vs new on its base)", cmd_range_diff)
+    p.add_argument("--repo", type=Path, required=True, help="repository holding both bases")
+    p.add_argument("--old-series", type=Path, required=True, help="the old series directory")
+    p.add_argument("--new-series", type=Path, required=True, help="the new series directory")
+    p.add_argument("--old-base", metavar="REF", help="default: the old pin's tag")
+    p.add_argument("--new-base", metavar="REF", help="default: the new pin's tag")
+
+    p = add("upstream-history", "build a local SGLang history (tags vX.Y.Z) from PyPI wheels, no git clone needed",
+            cmd_upstream_history,
+            "Download (once, cached) the sglang wheels of the given releases and commit each release's sglang/ tree\n"
+            "as python/sglang/ in a local repository, tagged v<version>. Compiled extensions are left out.")
+    p.add_argument("--repo", type=Path, required=True, help="directory for the repository (new, or one to extend)")
+    p.add_argument("--versions", nargs="+", default=["0.5.21", "0.5.22", "0.5.23"], metavar="X.Y.Z",
+                   help="releases, oldest first (default: 0.5.21 0.5.22 0.5.23)")
+    p.add_argument("--wheel-cache", type=Path, help="wheel cache directory (default: $SGLANG_DSV4_WHEEL_CACHE "
+                   "or ~/.cache/sglang-dsv4-ext/wheels)")
+    return parser
+
+
+def _guarded(func):
+    """Turn expected failures into one clear line on stderr and exit code 2."""
+
+    def run(args) -> int:
+        from .package_dir import PackageDirError
+        from .rebase import RebaseError
+        from .upstream_history import HistoryError
+
+        if getattr(args, "series_dir", None) is None:
+            args.series_dir = default_series_dir()
+        try:
+            return func(args)
+        except (SeriesError, GitError, RebaseError, HistoryError, PackageDirError) as exc:
+            print(f"sglang-dsv4 patches: error: {exc}", file=sys.stderr)
+            return EXIT_INPUT
+
+    return run

@@ -1,0 +1,355 @@
+"""The ``patches/`` directory: ordered series, patch files, DEP-3 headers, pin and tombstones.
+
+Layout::
+
+    patches/
+      series             one patch file name per line, in apply order; '#' starts a comment
+      UPSTREAM_PIN       the SGLang release the series applies to (key = "value" lines)
+      0001-....patch     `git format-patch` output, DEP-3 fields in the commit message body
+      dropped/NAME.tombstone
+                         why and when a patch left the series, followed by the patch itself
+
+Every problem found here is reported with the file it is in (a corrupt patch by its name and
+git's line number), before any repository is touched.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from sglang_dsv4_ext.errors import PatchFileError, SeriesError
+
+from .gitrepo import run_git_in
+
+SERIES_FILE = "series"
+PIN_FILE = "UPSTREAM_PIN"
+TOMBSTONE_DIR = "dropped"
+TOMBSTONE_SUFFIX = ".tombstone"
+
+# DEP-3 fields every patch of the project's own series must carry (Covered-By lists test ids,
+# Mirrors names the runtime hook module that applies the same fix to an installed SGLang).
+REQUIRED_DEP3_FIELDS = (
+    "Description", "Origin", "Forwarded", "Reason", "Retire-When", "Covered-By", "Mirrors",
+)
+_PIN_KEYS = ("tag", "version", "commit", "wheel", "wheel_sha256", "source_tree")
+_FIELD_RE = re.compile(r"^([A-Z][A-Za-z0-9-]*):[ \t]?(.*)$")
+_DIFF_RE = re.compile(r"^diff --git a/(\S+) b/(\S+)$")
+_HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+
+
+@dataclass
+class Hunk:
+    path: str
+    index: int  # 1-based within its file
+    header: str  # the "@@ -a,b +c,d @@ ..." line
+    old_start: int
+    text: str  # header + body lines
+
+
+@dataclass
+class PatchFile:
+    name: str
+    path: Path
+    text: str
+    subject: str
+    author: str
+    date: str
+    message: str  # commit message body (DEP-3 fields included), without the subject
+    fields: Dict[str, str]
+    modified: List[str] = field(default_factory=list)
+    created: List[str] = field(default_factory=list)
+    deleted: List[str] = field(default_factory=list)
+
+    @property
+    def files(self) -> List[str]:
+        return sorted(set(self.modified + self.created + self.deleted))
+
+    @property
+    def preexisting(self) -> List[str]:
+        """Files the patch expects to exist before it applies."""
+        return sorted(set(self.modified + self.deleted))
+
+    def missing_fields(self) -> List[str]:
+        return [f for f in REQUIRED_DEP3_FIELDS if not self.fields.get(f, "").strip()]
+
+    def hunks(self) -> List[Tuple[str, str, List[Hunk]]]:
+        """Split into (path, file header text, hunks) per file."""
+        return split_hunks(self.text)
+
+    @property
+    def mirrors(self) -> List[str]:
+        return [m.strip() for m in re.split(r"[,\s]+", self.fields.get("Mirrors", "")) if m.strip()]
+
+
+def _unfold_headers(lines: Sequence[str]) -> Dict[str, str]:
+    headers: Dict[str, str] = {}
+    last = None
+    for line in lines:
+        if line[:1] in (" ", "\t") and last:
+            headers[last] += " " + line.strip()
+            continue
+        key, _, value = line.partition(":")
+        last = key.strip()
+        headers[last] = value.strip()
+    return headers
+
+
+def parse_dep3(message: str) -> Dict[str, str]:
+    """DEP-3 fields from a commit message body; continuation lines start with whitespace.
+
+    A field value keeps its line structure (joined with newlines) so multi-line
+    descriptions survive; a lone " ." line stands for an empty line as in DEP-3.
+    """
+    fields: Dict[str, str] = {}
+    current = None
+    for line in message.splitlines():
+        m = _FIELD_RE.match(line)
+        if m and not line[:1].isspace():
+            current = m.group(1)
+            fields[current] = m.group(2).rstrip()
+        elif current and line[:1] in (" ", "\t"):
+            chunk = line.strip()
+            fields[current] += "\n" + ("" if chunk == "." else chunk)
+        elif not line.strip():
+            current = None
+    return {k: v.strip() for k, v in fields.items()}
+
+
+def split_hunks(text: str) -> List[Tuple[str, str, List[Hunk]]]:
+    files: List[Tuple[str, str, List[Hunk]]] = []
+    path = None
+    header: List[str] = []
+    hunks: List[Hunk] = []
+    hunk_lines: List[str] = []
+
+    def close_hunk():
+        if hunk_lines:
+            m = _HUNK_RE.match(hunk_lines[0])
+            hunks.append(Hunk(path, len(hunks) + 1, hunk_lines[0].rstrip("\n"), int(m.group(1)), "".join(hunk_lines)))
+            hunk_lines.clear()
+
+    def close_file():
+        nonlocal header, hunks
+        close_hunk()
+        if path is not None:
+            files.append((path, "".join(header), hunks))
+        header, hunks = [], []
+
+    for line in text.splitlines(keepends=True):
+        m = _DIFF_RE.match(line.rstrip("\n"))
+        if m:
+            close_file()
+            path = m.group(2)
+            header = [line]
+            continue
+        if path is None:
+            continue
+        if line.startswith("@@ "):
+            close_hunk()
+            hunk_lines.append(line)
+        elif hunk_lines:
+            if line.startswith(("+", "-", " ", "\\")) or line == "\n":
+                hunk_lines.append(line)
+            else:  # end of the diff (e.g. a mail signature)
+                close_hunk()
+        else:
+            header.append(line)
+    close_file()
+    return files
+
+
+def parse_patch_file(path: Path, name: Optional[str] = None) -> PatchFile:
+    """Read and validate one format-patch file; raise PatchFileError naming it."""
+    name = name or path.name
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PatchFileError(f"{path}: cannot read patch file: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PatchFileError(f"{path}: not UTF-8 text (byte {exc.start}); is it a patch file?") from None
+    if "\ndiff --git " not in text and not text.startswith("diff --git "):
+        raise PatchFileError(f"{path}: corrupt patch: no 'diff --git' section found")
+    head, sep, rest = text.partition("\n\n")
+    head_lines = head.splitlines()
+    if not sep or not head_lines or not head_lines[0].startswith("From "):
+        raise PatchFileError(f"{path}: not a git format-patch file (it must start with a 'From <sha> ...' line and mail headers)")
+    headers = _unfold_headers(head_lines[1:])
+    subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", headers.get("Subject", "")).strip()
+    if not subject:
+        raise PatchFileError(f"{path}: the mail header has no Subject line")
+    body, _, _ = ("\n" + rest).partition("\n---\n")
+    if "\ndiff --git " in "\n" + body:
+        body = body.split("\ndiff --git ", 1)[0]
+    # Let git parse the diff: it reports the line of a corrupt hunk precisely.
+    status, out, err = run_git_in(path.parent, ["apply", "--numstat", "--summary", str(path.resolve())], check=False)
+    if status != 0:
+        detail = err.strip().replace("error: ", "")
+        raise PatchFileError(f"{path}: corrupt patch: {detail}")
+    patch = PatchFile(
+        name=name, path=path, text=text, subject=subject, author=headers.get("From", ""),
+        date=headers.get("Date", ""), message=body.strip("\n"), fields=parse_dep3(body),
+    )
+    _collect_paths(patch)
+    if not patch.files:
+        raise PatchFileError(f"{path}: corrupt patch: it changes no file")
+    return patch
+
+
+def _collect_paths(patch: PatchFile) -> None:
+    for path, header, _hunks in split_hunks(patch.text):
+        if "\nnew file mode " in "\n" + header:
+            patch.created.append(path)
+        elif "\ndeleted file mode " in "\n" + header:
+            patch.deleted.append(path)
+        else:
+            patch.modified.append(path)
+
+
+# ---- the series file --------------------------------------------------------------------
+
+
+def read_series_names(series_dir: Path) -> List[str]:
+    series_file = series_dir / SERIES_FILE
+    if not series_file.exists():
+        raise SeriesError(f"{series_file}: no series file (one patch file name per line)")
+    names: List[str] = []
+    for lineno, raw in enumerate(series_file.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if "/" in line or " " in line:
+            raise SeriesError(f"{series_file}:{lineno}: {line!r} is not a patch file name in {series_dir}")
+        if line in names:
+            raise SeriesError(f"{series_file}:{lineno}: {line!r} is listed twice")
+        names.append(line)
+    return names
+
+
+def format_series_file(names: Sequence[str], header: str = "") -> str:
+    lines = [header.rstrip("\n")] if header else []
+    return "\n".join(lines + list(names)) + "\n"
+
+
+def series_header(series_dir: Path) -> str:
+    """The leading comment block of the series file, kept verbatim on rewrite."""
+    series_file = series_dir / SERIES_FILE
+    if not series_file.exists():
+        return ""
+    lines = []
+    for raw in series_file.read_text().splitlines():
+        if raw.startswith("#") or not raw.strip():
+            lines.append(raw)
+        else:
+            break
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+@dataclass
+class Series:
+    directory: Path
+    patches: List[PatchFile]
+    pin: Dict[str, str]
+
+    @property
+    def names(self) -> List[str]:
+        return [p.name for p in self.patches]
+
+    def get(self, name: str) -> PatchFile:
+        for patch in self.patches:
+            if patch.name == name:
+                return patch
+        raise SeriesError(f"{name!r} is not in {self.directory / SERIES_FILE}; patches: {', '.join(self.names) or '(none)'}")
+
+
+def load_series(series_dir: Path) -> Series:
+    """Load and validate the whole series; every error names its file."""
+    series_dir = Path(series_dir).resolve()  # git runs in other directories; keep paths absolute
+    if not series_dir.is_dir():
+        raise SeriesError(f"{series_dir}: not a directory (the patches/ series directory)")
+    names = read_series_names(series_dir)
+    patches = []
+    for name in names:
+        path = series_dir / name
+        if not path.exists():
+            raise SeriesError(f"{series_dir / SERIES_FILE} lists {name!r}, but {path} does not exist")
+        patches.append(parse_patch_file(path, name))
+    return Series(series_dir, patches, read_pin(series_dir))
+
+
+def unlisted_patch_files(series: Series) -> List[str]:
+    listed = set(series.names)
+    return sorted(p.name for p in series.directory.glob("*.patch") if p.name not in listed)
+
+
+# ---- UPSTREAM_PIN ---------------------------------------------------------------------------
+
+_PIN_HEADER = (
+    "# The SGLang release this patch series applies to (sglang-dsv4 patches).\n"
+    "# tag/version: the upstream tag; wheel/wheel_sha256: the PyPI wheel whose sglang/ tree the\n"
+    "# tag holds in a history built by `sglang-dsv4 patches upstream-history` (commit ids of such a\n"
+    "# history are not recorded: the wheel is); source_tree: git tree id of python/sglang at the tag.\n"
+)
+
+
+def read_pin(series_dir: Path) -> Dict[str, str]:
+    pin_file = Path(series_dir) / PIN_FILE
+    if not pin_file.exists():
+        return {}
+    pin: Dict[str, str] = {}
+    for lineno, raw in enumerate(pin_file.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^([a-z_0-9]+)\s*=\s*"([^"]*)"\s*(#.*)?$', line)
+        if not m:
+            raise SeriesError(f'{pin_file}:{lineno}: expected key = "value", got {raw!r}')
+        if m.group(1) not in _PIN_KEYS:
+            raise SeriesError(f"{pin_file}:{lineno}: unknown key {m.group(1)!r}; allowed: {', '.join(_PIN_KEYS)}")
+        pin[m.group(1)] = m.group(2)
+    return pin
+
+
+def format_pin(pin: Dict[str, str]) -> str:
+    body = "".join(f'{k} = "{pin[k]}"\n' for k in _PIN_KEYS if pin.get(k))
+    return _PIN_HEADER + body
+
+
+# ---- tombstones -----------------------------------------------------------------------------
+
+
+def tombstone_path(series_dir: Path, name: str) -> Path:
+    return Path(series_dir) / TOMBSTONE_DIR / (name + TOMBSTONE_SUFFIX)
+
+
+def format_tombstone(patch: PatchFile, reason: str, dropped_on: str, classification: str) -> str:
+    """The record left in patches/dropped/ when a patch leaves the series (it keeps the patch)."""
+    lines = [
+        f"Tombstone: {patch.name}",
+        f"Subject: {patch.subject}",
+        f"Dropped-On: {dropped_on}",
+        f"Classification: {classification}",
+        "Reason: " + reason.strip().replace("\n", "\n "),
+        "",
+        "The patch as it was when dropped follows.",
+        "",
+    ]
+    return "\n".join(lines) + "\n" + patch.text
+
+
+def read_tombstones(series_dir: Path) -> List[Dict[str, str]]:
+    stones = []
+    for path in sorted((Path(series_dir) / TOMBSTONE_DIR).glob("*" + TOMBSTONE_SUFFIX)):
+        head = path.read_text().split("\n\n", 1)[0]
+        info = parse_dep3(head)
+        info["file"] = str(path)
+        stones.append(info)
+    return stones

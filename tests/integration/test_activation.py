@@ -1,0 +1,101 @@
+"""Activation through SGLang's real plugin machinery.
+
+The fresh-process phases run in ``tests/support/activation_phases.py`` (one subprocess: entry-point
+discovery, kill switch, invalid values, a drifted table, the default activation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_dsv4_ext import activation, compat
+from sglang_dsv4_ext.config import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def phases():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4")}
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "support" / "activation_phases.py")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_entry_point_is_discovered(phases):
+    assert "sglang_dsv4_ext=sglang_dsv4_ext.activation:register" in phases["entry_points"]
+
+
+def test_kill_switch_leaves_sglang_untouched(phases):
+    kill = phases["kill_switch"]
+    assert kill["error"] is None
+    assert kill["identical"] is True
+    assert not any(kill["registered"].values())
+
+
+@pytest.mark.parametrize("case,variable,allowed", [
+    ("SGLANG_DSV4_INDEX_K_DTYPE=int8", "SGLANG_DSV4_INDEX_K_DTYPE", "'fp8', 'bf16', 'fp4'"),
+    ("SGLANG_DSV4_INDEX_K_GATE=always", "SGLANG_DSV4_INDEX_K_GATE", "'auto', 'strict', 'off'"),
+    ("SGLANG_DSV4_EXT=yes", "SGLANG_DSV4_EXT", "'0', '1'"),
+    ("SGLANG_DSV4_BF16_INDEX_K=2", "SGLANG_DSV4_BF16_INDEX_K", "'0', '1'"),
+    ("SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=true", "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG", "'0', '1'"),
+])
+def test_invalid_value_refuses_with_variable_and_allowed_values(phases, case, variable, allowed):
+    outcome = phases["invalid"][case]
+    assert outcome["error"] is not None, "activation must stop the process (SystemExit)"
+    assert variable in outcome["error"] and allowed in outcome["error"]
+    assert not any(outcome["registered"].values()) and outcome["wrapped"] == []
+
+
+def test_alias_contradiction_refuses(phases):
+    outcome = phases["invalid"]["contradiction"]
+    assert "SGLANG_DSV4_BF16_INDEX_K=1" in outcome["error"] and "SGLANG_DSV4_INDEX_K_DTYPE='fp8'" in outcome["error"]
+    assert outcome["wrapped"] == []
+
+
+def test_drifted_signature_refuses_naming_the_target_and_patches_nothing(phases):
+    drift = phases["drift"]
+    assert drift["error"] is not None
+    assert drift["victim"] in drift["error"] and "force_fp4=True" in drift["error"]
+    assert drift["status"] == activation.DRIFTED
+    assert drift["wrapped"] == []
+
+
+def test_default_activation_applies_and_verifies_every_target(phases):
+    default = phases["default"]
+    assert default["error"] is None and default["activated"] is True
+    assert set(default["statuses"]) == {t.path for t in compat.TARGETS}
+    scoped = {t.path for t in compat.TARGETS if t.area == "activation"}  # patched only while hooks apply
+    applied = {t for t, s in default["statuses"].items()
+               if s in (activation.APPLIED, activation.SKIPPED_BY_CONFIG) and t not in scoped}
+    assert applied == set(default["wrapped"])  # every installed hook is really on its target
+    assert not scoped & set(default["wrapped"])  # and SGLang's propagation is restored afterwards
+    assert phases["idempotent"] is True
+
+
+def test_config_parsing_alias_and_defaults():
+    assert load_config({}).index_k_dtype == "fp8" and load_config({}).gate == "auto"
+    assert load_config({"SGLANG_DSV4_BF16_INDEX_K": "1"}).index_k_dtype == "bf16"
+    assert load_config({"SGLANG_DSV4_BF16_INDEX_K": "1", "SGLANG_DSV4_INDEX_K_DTYPE": "bf16"}).bf16_index_k
+    assert load_config({"SGLANG_DSV4_INDEX_K_DTYPE": " BF16 "}).index_k_dtype == "bf16"
+    with pytest.raises(ConfigError, match="SGLANG_DSV4_BF16_INDEX_K=0 contradicts"):
+        load_config({"SGLANG_DSV4_BF16_INDEX_K": "0", "SGLANG_DSV4_INDEX_K_DTYPE": "bf16"})
+    assert load_config({"SGLANG_DSV4_EXT": "0"}).enabled is False
+
+
+def test_compat_table_matches_installed_sglang():
+    assert compat.check_targets() == []
+    assert len({t.path for t in compat.TARGETS}) == len(compat.TARGETS)
+
+
+def test_in_process_activation_reports_every_row(ext_active):
+    assert ext_active.activated
+    assert set(ext_active.statuses) == {t.path for t in compat.TARGETS}
+    assert activation.DRIFTED not in ext_active.statuses.values()

@@ -1,0 +1,269 @@
+"""The repro harness end to end against a local OpenAI-compatible server (real HTTP on
+127.0.0.1, random free port) that injects known failure kinds at known rates."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from sglang_dsv4_ext.cli import main
+from sglang_dsv4_ext.repro import rundir
+from sglang_dsv4_ext.repro.runner import Runner
+from sglang_dsv4_ext.repro.settings import RunConfig
+from sglang_dsv4_ext.repro.stats import wilson_interval
+from tests.support.repro_server import EXPECTED_VERDICT, KINDS, SHAPE_KINDS, TOOL_STEP_ONLY, InjectingServer
+
+SMALL = dict(system_prompt_chars=300, tool_result_chars=200)
+ALL_FAILURES = {k: 0.055 for k in KINDS if k != "ok"}  # 12 kinds, 66% failing
+
+
+def _run(url, out, sessions, rounds, concurrency=(16,), seed=3, **kw):
+    cfg = RunConfig(endpoint=url, out=str(out), seed=seed, sessions=sessions, rounds=rounds, concurrency=concurrency,
+                    progress=False, **SMALL, **kw)
+    return Runner(cfg).run()
+
+
+def _records(out):
+    with open(os.path.join(out, rundir.REQUESTS)) as f:
+        return [json.loads(line) for line in f]
+
+
+def _expected_rates(rates, n_tool, n_answer):
+    """True rate of each verdict class given the injection rates and the step mix."""
+    n = n_tool + n_answer
+    out = {}
+    for kind, rate in rates.items():
+        share = n_tool / n if kind in TOOL_STEP_ONLY else 1.0  # tool-step-only kinds are "ok" elsewhere
+        out[EXPECTED_VERDICT[kind]] = out.get(EXPECTED_VERDICT[kind], 0.0) + rate * share
+    return out
+
+
+def test_every_injected_class_is_detected_at_its_rate(tmp_path):
+    with InjectingServer(ALL_FAILURES, seed=11, timeout_sleep=1.5) as srv:
+        summary = _run(srv.url, tmp_path / "run", sessions=24, rounds=10, concurrency=(24,), request_timeout=0.6)
+    records = _records(tmp_path / "run")
+    assert summary["requests_done"] == summary["requests_planned"] == len(records) == 480
+    # Per request: the verdict is exactly the class that was injected.
+    confusion = {}
+    for r in records:
+        injected = srv.injected[r["prompt_sha256"]]
+        confusion.setdefault((injected, r["verdict"]), 0)
+        confusion[(injected, r["verdict"])] += 1
+    wrong = {k: v for k, v in confusion.items() if EXPECTED_VERDICT[k[0]] != k[1]}
+    assert not wrong, wrong
+    assert {k for k, _ in confusion} == set(KINDS)  # every kind was exercised
+    # Per class: the true injected rate lies inside the measured Wilson 95% interval.
+    n_tool = sum(r["step"] == "tool" for r in records)
+    truth = _expected_rates(ALL_FAILURES, n_tool, len(records) - n_tool)
+    truth["ok"] = 1 - sum(truth.values())
+    per_class = summary["overall"]["per_class"]
+    for cls, rate in truth.items():
+        entry = per_class[cls]
+        assert entry["count"] > 0, cls
+        assert entry["ci95"] == pytest.approx(list(wilson_interval(entry["count"], 480)))
+        assert entry["ci95"][0] <= rate <= entry["ci95"][1], (cls, rate, entry)
+    # Failures keep their raw output; the re-parse tells the origin where token ids exist.
+    by_injected = {}
+    for r in records:
+        by_injected.setdefault(srv.injected[r["prompt_sha256"]], []).append(r)
+    for r in records:
+        if r["verdict"] != "ok":
+            assert "raw" in r and "reference" in r
+    assert {r["reference"]["origin"] for r in by_injected["swallowed_malformed"]} == {"model_output"}
+    assert {r["reference"]["origin"] for r in by_injected["swallowed_ok"]} == {"parser_or_serving"}
+    assert {r["reference"]["origin"] for r in by_injected["dsml_in_content"]} == {"parser_or_serving"}
+    assert {r["reference"]["origin"] for r in by_injected["malformed_dsml"]} == {"model_output"}
+    assert {r["reference"]["origin"] for r in by_injected["reset"] + by_injected["timeout"]} == {"transport"}
+    for r in by_injected["swallowed_malformed"]:
+        assert r["raw"]["response_token_ids"] and r["reference"]["reference_class"] == "malformed_dsml"
+    # Session-level metric (the incident's) and the re-run command are in the summary.
+    assert summary["overall"]["sessions_with_corruption"]["n"] == 24
+    assert summary["rerun_command"].startswith("sglang-dsv4 repro run --endpoint http://127.0.0.1:")
+    assert json.load(open(tmp_path / "run" / rundir.SUMMARY))["per_level"]["0"]["concurrency"] == 24
+
+
+def test_transport_failures_are_classified_not_crashes_and_streaming_works(tmp_path):
+    rates = {"http_500": 0.25, "reset": 0.25, "timeout": 0.15, "malformed_dsml": 0.1}
+    with InjectingServer(rates, seed=2, timeout_sleep=1.0) as srv:
+        summary = _run(srv.url, tmp_path / "s", sessions=8, rounds=5, stream=True, request_timeout=0.5)
+    records = _records(tmp_path / "s")
+    assert len(records) == 80
+    for r in records:
+        assert r["verdict"] == EXPECTED_VERDICT[srv.injected[r["prompt_sha256"]]], r
+    assert summary["overall"]["per_class"]["http_error"]["count"] > 0
+    assert summary["overall"]["per_class"]["timeout"]["count"] > 0
+    # A dead endpoint: every request is an http_error, the run still finishes.
+    with InjectingServer({}, seed=0) as dead:
+        url = dead.url
+    summary = _run(url, tmp_path / "dead", sessions=2, rounds=2, request_timeout=2)
+    assert summary["overall"]["per_class"]["http_error"]["count"] == summary["requests_done"] == 8
+
+
+def test_run_stops_at_its_time_bound(tmp_path):
+    with InjectingServer({}, seed=0, delay=0.25) as srv:
+        t0 = time.monotonic()
+        summary = _run(srv.url, tmp_path / "t", sessions=20, rounds=20, concurrency=(4, 20), time_limit=1.5,
+                       request_timeout=30)
+        elapsed = time.monotonic() - t0
+    assert summary["stopped_by_time_limit"] is True
+    assert elapsed < 1.5 + 2.0, elapsed
+    assert 0 < summary["requests_done"] < summary["requests_planned"] == 2 * 20 * 20 * 2
+    assert summary["not_run"] == summary["requests_planned"] - summary["requests_done"]
+    assert "--time-limit 1.5" in summary["rerun_command"]
+
+
+def test_ab_detects_an_injected_difference_and_not_a_null_one(tmp_path, capsys):
+    base = {"wrong_tool": 0.08, "invalid_arguments": 0.08}
+    common = ["--sessions", "20", "--rounds", "6", "--concurrency", "20", "--seed", "9",
+              "--system-prompt-chars", "300", "--tool-result-chars", "200", "--no-progress"]  # fmt: skip
+    with InjectingServer(dict(base, malformed_dsml=0.15), seed=1) as bad, InjectingServer(base, seed=1) as good:
+        rc = main(["repro", "ab", "--endpoint-a", bad.url, "--endpoint-b", good.url, "--label-a", "broken",
+                   "--label-b", "fixed", "--out", str(tmp_path / "ab"), "--fail-if-significant", *common])  # fmt: skip
+    out = capsys.readouterr().out
+    result = json.load(open(tmp_path / "ab" / rundir.AB))
+    assert rc == 3 and result["significant"], out
+    assert result["corruption"]["a_only"] > 0 and result["corruption"]["b_only"] == 0
+    assert result["per_class"]["malformed_dsml"]["p_value"] < 0.05
+    assert "SIGNIFICANT" in out and "A corrupts more" in out
+
+    # Identical servers (independent draws at the same rates): no significant difference.
+    runs = []
+    for seed in (4, 5):
+        with InjectingServer(dict(base, malformed_dsml=0.15), seed=seed) as srv:
+            out_dir = tmp_path / f"null{seed}"
+            assert main(["repro", "run", "--endpoint", srv.url, "--out", str(out_dir), *common]) == 0
+            runs.append(str(out_dir))
+    capsys.readouterr()
+    assert main(["repro", "compare", *runs, "--json", str(tmp_path / "null.json")]) == 0
+    null = json.load(open(tmp_path / "null.json"))
+    assert not null["significant"] and null["corruption"]["a_only"] + null["corruption"]["b_only"] > 0
+    assert "no significant difference" in capsys.readouterr().out
+
+    # Runs made with different settings are refused, not compared unpaired.
+    with InjectingServer({}, seed=0) as srv:
+        other = tmp_path / "other"
+        argv = ["repro", "run", "--endpoint", srv.url, "--out", str(other), *common[:-1], "--seed", "10",
+                "--no-progress"]
+        assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["repro", "compare", runs[0], str(other)]) == 2
+    assert "different prompts" in capsys.readouterr().err
+
+
+def test_offline_reparse_and_rerun_command(tmp_path, capsys):
+    rates = {"swallowed_malformed": 0.3, "swallowed_ok": 0.3}
+    with InjectingServer(rates, seed=8) as srv:
+        summary = _run(srv.url, tmp_path / "r", sessions=4, rounds=4, concurrency=(4,), token_ids=True,
+                       detokenize_url="http://127.0.0.1:9/unreachable")  # fmt: skip
+        assert summary["detokenize"].startswith("unavailable")  # inline decode failed: origins unknown
+        origins = {r["reference"]["origin"] for r in _records(tmp_path / "r") if r["verdict"] != "ok"}
+        assert origins == {"unknown"}
+        assert main(["repro", "reparse", str(tmp_path / "r"), "--detokenize-url", srv.url]) == 0
+    reparsed = [json.loads(line) for line in open(tmp_path / "r" / rundir.REPARSED)]
+    for r in reparsed:
+        if r["verdict"] != "ok":
+            kind = srv.injected[r["prompt_sha256"]]
+            want = {"swallowed_malformed": "model_output", "swallowed_ok": "parser_or_serving"}[kind]
+            assert r["reference"]["origin"] == want
+    assert "parser_or_serving" in capsys.readouterr().out
+    # The recorded re-run command is accepted by the CLI parser as is.
+    import shlex
+
+    from sglang_dsv4_ext.cli import build_parser
+
+    argv = shlex.split(summary["rerun_command"])[1:]
+    args = build_parser(argv).parse_args(argv)
+    assert args.sessions == 4 and args.rounds == 4 and args.concurrency == (4,) and args.seed == 3
+
+
+def test_replies_of_the_wrong_shape_become_verdicts_and_the_run_completes(tmp_path):
+    """One bad reply used to end the run with an AttributeError and no summary."""
+    rates = {k: 0.1 for k in SHAPE_KINDS}
+    rates["malformed_dsml"] = 0.2
+    for stream in (False, True):
+        out = tmp_path / f"shapes-stream{stream}"
+        with InjectingServer(rates, seed=4) as srv:
+            summary = _run(srv.url, out, sessions=6, rounds=4, concurrency=(6,), stream=stream)
+        records = _records(out)
+        assert summary["requests_done"] == summary["requests_planned"] == len(records) == 48
+        injected = {srv.injected[r["prompt_sha256"]] for r in records}
+        assert set(SHAPE_KINDS) <= injected, injected  # every shape was sent
+        for r in records:
+            assert r["verdict"] == EXPECTED_VERDICT[srv.injected[r["prompt_sha256"]]], r
+        # Like http_error: counted, and left out of the corruption rate's denominator.
+        n_protocol = summary["overall"]["per_class"]["protocol_error"]["count"]
+        assert n_protocol > 0 and summary["overall"]["corruption"]["n"] == 48 - n_protocol
+
+
+def test_model_list_of_the_wrong_shape_falls_back_and_says_so(tmp_path, capsys):
+    with InjectingServer({}, seed=0, models_reply=[{"id": "a-list"}]) as srv:
+        rc = main(["repro", "run", "--endpoint", srv.url, "--out", str(tmp_path / "m"), "--sessions", "2",
+                   "--rounds", "1", "--no-progress"])  # fmt: skip
+    assert rc == 0
+    summary = json.load(open(tmp_path / "m" / "summary.json"))
+    assert summary["requests_done"] == 4 and summary["model"] == "default"
+    assert "not a model list" in summary["model_note"] and "not a model list" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_flushes_the_records_and_writes_an_interrupted_summary(signame, code, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = tmp_path / "sig"
+    with InjectingServer({"malformed_dsml": 0.3}, seed=2, delay=0.05) as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sglang_dsv4_ext.cli", "repro", "run", "--endpoint", srv.url, "--out", str(out),
+             "--sessions", "4", "--rounds", "20", "--concurrency", "2,4", "--system-prompt-chars", "200",
+             "--tool-result-chars", "100", "--no-progress"],
+            env=dict(os.environ, PYTHONPATH=root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and (not (out / "requests.jsonl").exists()
+                                                   or len(_records(out)) < 12):  # fmt: skip
+                time.sleep(0.05)
+            proc.send_signal(getattr(signal, signame))
+            stdout, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr and "Task was destroyed" not in stderr, stderr
+    summary = json.load(open(out / "summary.json"))
+    records = _records(out)
+    assert summary["interrupted"] is True and summary["interrupted_by"] == signame
+    assert summary["requests_planned"] == 2 * 4 * 20 * 2  # both levels, as planned
+    assert 12 <= summary["requests_done"] == len(records) < summary["requests_planned"]
+    assert summary["not_run"] == summary["requests_planned"] - len(records)
+    assert f"interrupted by {signame}" in stdout and f"{len(records)}/320" in stdout
+    # reparse accepts the directory.
+    assert main(["repro", "reparse", str(out)]) == 0
+
+
+def test_a_bug_mid_run_still_leaves_the_records_and_a_summary(tmp_path, monkeypatch):
+    """Not a request failure (those are verdicts) but a defect: the evidence so far is kept, the error raised."""
+    from sglang_dsv4_ext.repro import runner as runner_module
+
+    real = runner_module.classify
+    calls = []
+
+    def classify_then_break(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 6:
+            raise RuntimeError("injected defect")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "classify", classify_then_break)
+    with InjectingServer({}, seed=0) as srv, pytest.raises(RuntimeError, match="injected defect"):
+        _run(srv.url, tmp_path / "bug", sessions=1, rounds=6, concurrency=(1,))
+    summary = json.load(open(tmp_path / "bug" / "summary.json"))
+    assert summary["aborted_by"] == "RuntimeError: injected defect"
+    assert summary["requests_done"] == len(_records(tmp_path / "bug")) == 5
+    assert summary["not_run"] == 12 - 5

@@ -1,0 +1,374 @@
+"""A stand-in OpenAI-compatible chat server that injects known failure kinds at known rates.
+
+Real HTTP on 127.0.0.1 (random free port), stdlib only. For every request it picks one
+kind from ``rates`` with a generator seeded by (server seed, prompt hash), so a run is
+deterministic and the test can compare each verdict with what was injected
+(``server.injected[prompt_sha256]``). Token ids are fake (one id per character, the code
+point) and ``/detokenize`` turns them back, which is enough to exercise the raw-output
+re-parse path.
+
+Kinds and the verdict each must produce:
+  ok, dsml_in_content, malformed_dsml, tool_call_in_reasoning, invalid_arguments,
+  wrong_tool, degenerate_repetition, truncated_length, timeout   -> same name
+  http_500, reset                                                -> http_error
+  swallowed_malformed, swallowed_ok (tool steps only: the server  -> wrong_tool
+    "parser" dropped the call; raw output is broken / fine)
+  SHAPE_KINDS: HTTP 200 with well-formed JSON of another shape     -> protocol_error
+    (``choices: [null]``, ``choices`` a string, ``message`` a string, ``tool_calls``
+    holding strings, the body or SSE chunk a list)
+
+``models_reply`` replaces the ``GET /v1/models`` answer (e.g. a list instead of an object).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import struct
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Dict, List, Optional
+
+from sglang_dsv4_ext.repro import dsml
+from sglang_dsv4_ext.repro.scenario import TOOLS_BY_NAME, _args_for, expected_from_user_text, prompt_sha256
+
+KINDS = (
+    "ok",
+    "dsml_in_content",
+    "malformed_dsml",
+    "tool_call_in_reasoning",
+    "invalid_arguments",
+    "wrong_tool",
+    "degenerate_repetition",
+    "truncated_length",
+    "timeout",
+    "http_500",
+    "reset",
+    "swallowed_malformed",
+    "swallowed_ok",
+)
+# Replies of the wrong shape: (non-streaming body, one SSE chunk).
+SHAPES = {
+    "shape_choices_null": ({"choices": [None]}, {"choices": [None]}),
+    "shape_choices_string": ({"choices": "none today"}, {"choices": "none today"}),
+    "shape_message_string": (
+        {"choices": [{"message": "hello", "finish_reason": "stop"}]},
+        {"choices": [{"delta": "hello", "finish_reason": None}]},
+    ),
+    "shape_tool_calls_strings": (
+        {"choices": [{"message": {"role": "assistant", "tool_calls": ["read_file"]}, "finish_reason": "tool_calls"}]},
+        {"choices": [{"delta": {"tool_calls": ["read_file"]}, "finish_reason": None}]},
+    ),
+    "shape_list": ([{"choices": []}], [{"choices": []}]),
+}
+SHAPE_KINDS = tuple(SHAPES)
+EXPECTED_VERDICT = {k: k for k in KINDS}
+EXPECTED_VERDICT.update({"http_500": "http_error", "reset": "http_error", "swallowed_malformed": "wrong_tool",
+                         "swallowed_ok": "wrong_tool"})
+EXPECTED_VERDICT.update({k: "protocol_error" for k in SHAPE_KINDS})
+TOOL_STEP_ONLY = {"swallowed_malformed", "swallowed_ok"}
+
+
+def _malformed(raw: str, rng: random.Random) -> str:
+    """Break well-formed DSML in one of the ways corrupted decoding does."""
+    m = dsml.DSML_MARKER
+    variants = [
+        lambda s: s.replace(f"</{m}invoke>", "", 1),  # unclosed invoke
+        lambda s: s.replace(f"{m}parameter name", f"{m}paramter name", 1),  # garbled tag name
+        lambda s: s.replace(f"<{m}parameter", f"{m}parameter", 1),  # lost "<"
+        lambda s: s.replace(f'<{m}invoke name="', f'<{m}invoke name="\uff5cDSM', 1),  # marker bleeding into a name
+        lambda s: s[: len(s) // 2],  # cut mid-markup without a length stop
+    ]
+    return rng.choice(variants)(raw)
+
+
+def _invalid_args(tool: str, args: dict, rng: random.Random) -> str:
+    schema = TOOLS_BY_NAME[tool]["function"]["parameters"]
+    variant = rng.randrange(3)
+    if variant == 0:
+        return "{" + json.dumps(args)[1:-1][: max(1, len(json.dumps(args)) // 2)]  # not JSON
+    bad = dict(args)
+    if variant == 1:
+        bad.pop(schema["required"][0], None)  # missing required key
+    else:
+        key = schema["required"][0]
+        typ = schema["properties"][key]["type"]
+        bad[key] = {"string": 12345, "integer": "twelve", "boolean": "yes"}[typ]  # wrong type
+    return json.dumps(bad)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    server: "_Server"
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    def handle(self):
+        try:
+            super().handle()
+        except (ConnectionError, OSError, ValueError):
+            pass  # the client went away (timeouts) or we reset the socket on purpose
+
+    def _send_json(self, status: int, obj) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/health":
+            self._send_json(200, {})
+        elif self.path == "/v1/models":
+            self._send_json(200, self.server.owner.models_reply)
+        elif self.path == "/server_info":
+            info = {"version": "stand-in", "tool_call_parser": "deepseekv4", "label": self.server.owner.label}
+            self._send_json(200, info)
+        else:
+            self._send_json(404, {"error": "not found"})
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        req = json.loads(self.rfile.read(length) or b"{}")
+        owner = self.server.owner
+        if self.path == "/detokenize":
+            self._send_json(200, {"text": "".join(chr(i) for i in req["tokens"])})
+            return
+        if self.path != "/v1/chat/completions":
+            self._send_json(404, {"error": "not found"})
+            return
+        if owner.delay:
+            time.sleep(owner.delay)
+        kind, resp = owner.respond(req)
+        if kind == "timeout":
+            time.sleep(owner.timeout_sleep)
+        if kind == "http_500":
+            self._send_json(500, {"error": {"message": "injected internal error"}})
+            return
+        if kind == "reset":
+            # SO_LINGER 0 makes close() send a TCP RST instead of a FIN.
+            self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.request.close()
+            return
+        if kind in SHAPES:
+            self._send_shape(*SHAPES[kind], stream=req.get("stream"))
+        elif req.get("stream"):
+            self._send_stream(resp)
+        else:
+            self._send_json(200, resp)
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+
+    def _send_shape(self, body, chunk, stream: bool) -> None:
+        if not stream:
+            self._send_json(200, body)
+            return
+        self._start_stream()
+        self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def _send_stream(self, resp: dict) -> None:
+        self._start_stream()
+        choice = resp["choices"][0]
+        msg = choice["message"]
+
+        def emit(delta, finish=None):
+            chunk = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+
+        emit({"role": "assistant"})
+        for field in ("reasoning_content", "content"):
+            text = msg.get(field) or ""
+            half = len(text) // 2
+            for piece in (text[:half], text[half:]):
+                if piece:
+                    emit({field: piece})
+        for i, tc in enumerate(msg.get("tool_calls") or []):
+            args = tc["function"]["arguments"]
+            head = {"name": tc["function"]["name"], "arguments": ""}
+            emit({"tool_calls": [{"index": i, "id": tc["id"], "type": "function", "function": head}]})
+            half = len(args) // 2
+            for piece in (args[:half], args[half:]):
+                emit({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+        emit({}, choice["finish_reason"])
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # many concurrent connects; the default 5 causes SYN retries
+    owner: "InjectingServer"
+
+
+class InjectingServer:
+    def __init__(self, rates: Dict[str, float], seed: int = 0, timeout_sleep: float = 2.0, delay: float = 0.0,
+                 label: str = "", models_reply=None):
+        known = KINDS + SHAPE_KINDS
+        unknown = set(rates) - set(known)
+        if unknown:
+            raise ValueError(f"unknown kinds {sorted(unknown)}; known: {known}")
+        if sum(rates.values()) > 1 + 1e-9:
+            raise ValueError(f"rates sum to {sum(rates.values())} > 1")
+        self.rates = [(k, rates[k]) for k in known if k in rates and k != "ok"]
+        default_models = {"object": "list", "data": [{"id": "stand-in-model"}]}
+        self.models_reply = default_models if models_reply is None else models_reply
+        self.seed = seed
+        self.timeout_sleep = timeout_sleep
+        self.delay = delay
+        self.label = label
+        self.injected: Dict[str, str] = {}
+        self.requests = 0
+        self._lock = threading.Lock()
+        self._httpd: Optional[_Server] = None
+
+    # ----- lifecycle -----
+    def start(self) -> str:
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd.owner = self
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def stop(self) -> None:
+        if self._httpd:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    def __enter__(self):
+        self.url = self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # ----- behaviour -----
+    def _pick(self, sha: str, step: str) -> str:
+        u = random.Random(f"{self.seed}:{sha}").random()
+        acc = 0.0
+        for kind, rate in self.rates:
+            acc += rate
+            if u < acc:
+                return "ok" if (kind in TOOL_STEP_ONLY and step != "tool") else kind
+        return "ok"
+
+    def respond(self, req: dict):
+        messages: List[dict] = req["messages"]
+        sha = prompt_sha256(messages, req.get("tools"))
+        last = messages[-1]
+        expected = expected_from_user_text(last["content"]) if last["role"] == "user" else None
+        step = "tool" if expected else "answer"
+        kind = self._pick(sha, step)
+        with self._lock:
+            self.injected[sha] = kind
+            self.requests += 1
+        rng = random.Random(f"body:{self.seed}:{sha}")
+        if expected:
+            tool, args = expected
+        else:  # an answer step: a plausible call for the failure kinds that need one
+            tool = rng.choice(sorted(TOOLS_BY_NAME))
+            args = _args_for(tool, rng, "cache")
+        out = _Output()
+        _BUILDERS.get(kind, _build_nothing)(out, step, tool, args, rng)
+        return kind, _completion(req, out)
+
+
+class _Output:
+    """What the stand-in "model" produced and what the client is sent."""
+
+    def __init__(self):
+        self.content, self.reasoning, self.calls, self.finish, self.raw = "", "", [], "stop", None
+
+
+def _build_ok(out: _Output, step, tool, args, rng) -> None:
+    if step == "tool":
+        out.calls, out.finish, out.raw = [(tool, json.dumps(args))], "tool_calls", dsml.render([(tool, args)])
+    else:
+        out.content = out.raw = "Done: noted the result; ready for the next step."
+
+
+def _build_dsml_in_content(out: _Output, step, tool, args, rng) -> None:
+    out.content = out.raw = dsml.render([(tool, args)])
+
+
+def _build_malformed(out: _Output, step, tool, args, rng) -> None:
+    out.content = out.raw = _malformed(dsml.render([(tool, args)]), rng)
+
+
+def _build_in_reasoning(out: _Output, step, tool, args, rng) -> None:
+    out.reasoning = "I should call the tool now.\n" + dsml.render([(tool, args)])
+    out.raw = out.reasoning + dsml.THINK_END
+
+
+def _build_invalid_arguments(out: _Output, step, tool, args, rng) -> None:
+    out.calls, out.finish = [(tool, _invalid_args(tool, args, rng))], "tool_calls"
+
+
+def _build_wrong_tool(out: _Output, step, tool, args, rng) -> None:
+    if step == "tool":
+        other = rng.choice(sorted(set(TOOLS_BY_NAME) - {tool}))
+        out.calls = [(other, json.dumps(_args_for(other, rng, "cache")))]
+    else:
+        out.calls = [("delete_repository", json.dumps({"confirm": True}))]
+    out.finish = "tool_calls"
+
+
+def _build_repetition(out: _Output, step, tool, args, rng) -> None:
+    out.content = out.raw = "I will check the cache module now. " * 40
+    out.finish = rng.choice(["stop", "length"])
+
+
+def _build_truncated(out: _Output, step, tool, args, rng) -> None:
+    out.content = out.raw = "Let me look at the eviction path in"
+    out.finish = "length"
+
+
+def _build_swallowed_malformed(out: _Output, step, tool, args, rng) -> None:
+    out.raw = _malformed(dsml.render([(tool, args)]), rng)
+
+
+def _build_swallowed_ok(out: _Output, step, tool, args, rng) -> None:
+    out.raw = dsml.render([(tool, args)])
+
+
+def _build_nothing(out: _Output, step, tool, args, rng) -> None:
+    """Transport and shape kinds: the handler sends something else."""
+
+
+_BUILDERS = {
+    "ok": _build_ok,
+    "timeout": _build_ok,  # a good answer, sent too late
+    "dsml_in_content": _build_dsml_in_content,
+    "malformed_dsml": _build_malformed,
+    "tool_call_in_reasoning": _build_in_reasoning,
+    "invalid_arguments": _build_invalid_arguments,
+    "wrong_tool": _build_wrong_tool,
+    "degenerate_repetition": _build_repetition,
+    "truncated_length": _build_truncated,
+    "swallowed_malformed": _build_swallowed_malformed,
+    "swallowed_ok": _build_swallowed_ok,
+}
+
+
+def _completion(req: dict, out: _Output) -> dict:
+    msg = {"role": "assistant", "content": out.content or None, "reasoning_content": out.reasoning or None}
+    if out.calls:
+        msg["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(out.calls)
+        ]
+    choice = {"index": 0, "message": msg, "finish_reason": out.finish}
+    if req.get("return_token_ids") and out.raw is not None:
+        choice["response_token_ids"] = [ord(c) for c in out.raw]
+    return {
+        "id": "chatcmpl-standin",
+        "object": "chat.completion",
+        "model": req.get("model"),
+        "choices": [choice],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }

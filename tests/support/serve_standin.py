@@ -1,0 +1,79 @@
+"""Stand-in for an SGLang server or router in supervision tests (stdlib only).
+
+Run as ``python -m tests.support.serve_standin <the command line serve generated>``: it takes --host
+and --port from SGLang's/the router's flags (ignoring the rest), serves GET /health on
+that loopback port, and records its argv, pid and SGLANG_DSV4_* environment. Behaviour
+comes from environment variables (the preset's per-server ``env`` table sets them):
+
+  STANDIN_RECORD_DIR          write <dir>/<port>.json with argv, pid, env, grandchild pid
+  STANDIN_HEALTHY_AFTER=S     /health answers 503 for the first S seconds (default 0)
+  STANDIN_DIE_AFTER=S         exit after S seconds with STANDIN_EXIT_CODE (default 3)
+  STANDIN_IGNORE_SIGTERM=1    ignore SIGTERM (forces the supervisor's SIGKILL path)
+  STANDIN_GRANDCHILD=1        spawn a sleeping grandchild in the same process group
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args, _ = parser.parse_known_args()
+    if args.host not in ("127.0.0.1", "localhost"):
+        args.host = "127.0.0.1"  # tests use loopback only, whatever the preset says
+    start = time.monotonic()
+    healthy_after = float(os.environ.get("STANDIN_HEALTHY_AFTER", "0"))
+    if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    grandchild = None
+    if os.environ.get("STANDIN_GRANDCHILD") == "1":
+        grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+
+    record_dir = os.environ.get("STANDIN_RECORD_DIR")
+    if record_dir:
+        record = {
+            "argv": sys.argv[1:],
+            "pid": os.getpid(),
+            "grandchild_pid": grandchild.pid if grandchild else None,
+            "env": {k: v for k, v in os.environ.items() if k.startswith("SGLANG_DSV4")},
+        }
+        with open(os.path.join(record_dir, f"{args.port}.json"), "w") as f:
+            json.dump(record, f)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            ok = self.path == "/health" and time.monotonic() - start >= healthy_after
+            self.send_response(200 if ok else 503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = HTTPServer((args.host, args.port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print(f"standin listening on {args.host}:{args.port}", flush=True)
+
+    die_after = os.environ.get("STANDIN_DIE_AFTER")
+    deadline = start + float(die_after) if die_after else None
+    while True:
+        if deadline is not None and time.monotonic() >= deadline:
+            print("standin exiting on purpose", flush=True)
+            os._exit(int(os.environ.get("STANDIN_EXIT_CODE", "3")))
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    main()
