@@ -157,7 +157,7 @@ def test_paged_logits_prefill_rows_sharing_pages(dev, name, tiling):
     check_logits_against_references(dev, cfg, lens, width=47, max_len=47 * 64, shared=True, differing_row=150)
 
 
-def test_paged_logits_small_batch_long_rows_use_the_whole_chip(dev):
+def test_paged_logits_one_long_row_wide_output(dev):
     """One row of 64K keys under a 262,144-column output: split over many programs
     (device-side key split), still exact."""
     cfg = dispatch.configs_for(dev).logits
