@@ -74,6 +74,10 @@ MUTATIONS: List[Mutation] = [
              "        return False  # the non-paged path gathers fp8 rows for DeepGEMM",
              "        pass",
              ("tests/unit/hooks/test_indexer.py",)),
+    Mutation("indexer: stored rows carry their RoPE position (seq_len - 4)", "sglang_dsv4_ext/hooks/indexer.py",
+             "_extract_positions_from_plan(plan, ratio).clamp(min=0)\n",
+             "_extract_positions_from_plan(plan, ratio).clamp(min=0) + 1\n",
+             ("tests/unit/hooks/test_indexer.py::test_bf16_store_then_select_end_to_end_with_the_real_kernels",)),
     # --- repro ---
     Mutation("repro: --extra-body may not set harness keys", "sglang_dsv4_ext/repro/settings.py",
              "    owned = sorted(k for k in body if k in HARNESS_BODY_KEYS)\n    if owned:",

@@ -4,9 +4,10 @@ Every method called here is SGLang 0.5.23's real (hooked) class function, run on
 instances (``tests/support/indexer_doubles.py``) that carry a REAL DSV4 pool built through SGLang's
 configurator and builder. Stubbed, because they are CUDA-only launches: our Triton launchers
 (``kernels_sm120.*``; they need a GPU or Triton's interpreter, tested in
-``test_kernels_semantics.py``), SGLang's JIT kernels (``compress_forward``,
-``compress_norm_rope_store``, ``fused_q_indexer_rope_hadamard_*``, the paged-MQA schedule) and
-DeepGEMM. Where a test checks numerics the stub of our kernel is the float64 reference of
+``tests/unit/kernels_sm120/test_semantics.py``, and run interpreted end to end in section 4
+here), SGLang's JIT kernels (``compress_forward``, ``compress_norm_rope_store``,
+``fused_q_indexer_rope_hadamard_*``, the paged-MQA schedule) and DeepGEMM. Where a test checks numerics the
+stub of our kernel is the float64 reference of
 ``kernels_sm120.reference``; SGLang's top-k transform (torch backend) is real.
 """
 
@@ -29,6 +30,7 @@ from sglang_dsv4_ext.index_k import index_k_bytes_per_token
 from tests.support import indexer_doubles as dbl
 from tests.support.dsv4_pools import sized_pool
 from tests.support.gate_doubles import StreamWaits
+from tests.support.triton_interpreter import all_kernel_modules, interpreted_kernels
 
 C4IndexerBackendMixin = sg_indexer.C4IndexerBackendMixin
 CompressorBackendMixin = sg_compressor.CompressorBackendMixin
@@ -479,3 +481,65 @@ def test_bf16_with_the_indexer_topk_capturer_is_refused(stubs, monkeypatch, rng)
                                                          forward_batch=dbl.forward_batch(ForwardMode.DECODE))
         finally:
             set_global_indexer_capturer(None)
+
+
+# ---------------------------------------------------------------------------------------
+# 4. End to end with our real kernels (Triton's interpreter on CPU), not their references
+# ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def interpreted_ours(stubs, monkeypatch):
+    """Our real Triton launchers, run by Triton's interpreter; SGLang's JIT kernels stay stubbed."""
+    import kernels_sm120
+    from kernels_sm120 import dispatch
+
+    for name in ("store_index_k_bf16", "index_q_bf16", "paged_mqa_logits_bf16"):
+        monkeypatch.setattr(kernels_sm120, name, getattr(dispatch, name))
+    with interpreted_kernels(*all_kernel_modules()):
+        yield stubs
+
+
+def test_bf16_store_then_select_end_to_end_with_the_real_kernels(interpreted_ours, monkeypatch, rng):
+    """Store 128 compressed rows through the compressor hook, then select through forward_c4_indexer.
+
+    Both run SGLang's real hooked class functions on a real pool with our real kernels; the
+    expectations come from float64 references of the math applied to the raw inputs, never from
+    what the kernels wrote.
+    """
+    stubs, topk, keys = interpreted_ours, 16, 128
+    slots = torch.arange(dbl.C4_PAGE, dbl.C4_PAGE + keys)  # pages 1 and 2
+    out_loc = slots.clone()
+    plan = dbl.prefill_plan([(4 * (i + 1), i) for i in range(keys)])  # RoPE position of row i: 4 * i
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        comp = _run_store(pool, stubs, rng, plan, out_loc, ForwardMode.EXTEND)
+        stored = _pool_rows(pool)[slots].double()
+        rows_ref = reference.index_k_transform_reference(
+            stubs.compressed_rows, comp.norm.weight, comp.norm.variance_epsilon, comp.freqs_cis,
+            torch.arange(keys) * 4)
+        assert (stored - rows_ref).norm() / rows_ref.norm() < 1e-2  # bf16 storage of the float64 rows
+
+        seq_lens = [keys, 100, 17]
+        page_table = torch.tensor([[1, 2]] * len(seq_lens), dtype=torch.int32)
+        lens = torch.tensor(seq_lens, dtype=torch.int32)
+        md = paged_metadata(page_table, lens)
+        positions = torch.tensor([4 * n + 3 for n in seq_lens])
+        backend = dbl.BackendStandIn(pool, forward_metadata(md, rows=len(seq_lens), topk=topk, positions=positions))
+        freqs = dbl.rope_table()
+        ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=freqs, generator=rng)
+        x = torch.randn(len(seq_lens), Q_LORA_RANK, generator=rng).to(torch.bfloat16)
+        q_lora = torch.randn(len(seq_lens), Q_LORA_RANK, generator=rng).to(torch.bfloat16)
+        C4IndexerBackendMixin.forward_c4_indexer(backend, x=x, q_lora=q_lora, c4_indexer=ix,
+                                                 forward_batch=dbl.forward_batch(ForwardMode.EXTEND),
+                                                 skip_compressor=True)
+
+    # float64 all the way from the raw inputs: queries, weights, keys, logits, top-k.
+    q_ref, w_ref = reference.index_q_reference(ix.wq_b(q_lora)[0], ix.weights_proj(x)[0], ix.weight_scale,
+                                               freqs, positions)
+    logits = torch.einsum("rhd,td->rht", q_ref.double(), rows_ref.double()).relu()
+    logits = (logits * w_ref.double().unsqueeze(-1)).sum(1)
+    got = backend.forward_metadata.core_metadata.c4_sparse_page_indices
+    for r, n in enumerate(seq_lens):
+        want = {int(slots[i]) for i in logits[r, :n].topk(topk).indices.tolist()}
+        overlap = len(want & set(got[r].tolist())) / topk
+        assert overlap >= 14 / 16, (r, overlap)  # bf16 keys and queries: near ties at the boundary may swap
+    assert stubs.called("paged_mqa_logits_bf16") == 0  # the stub was not used: the real kernel ran
