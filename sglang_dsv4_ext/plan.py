@@ -18,6 +18,7 @@ import sys
 from typing import Dict, Optional
 
 from sglang_dsv4_ext import dsv4_model, exit_codes
+from sglang_dsv4_ext.cli import _SUMMARIES
 from sglang_dsv4_ext.config import ENV_INDEX_K_DTYPE, INDEX_K_DTYPES
 from sglang_dsv4_ext.errors import Dsv4ExtError, PlanInputError
 
@@ -217,7 +218,7 @@ def _chunk_size(text: str) -> int:
 def add_subparser(subparsers) -> None:
     parser = subparsers.add_parser(
         "plan",
-        help="run SGLang's real DSV4 pool configurator for fp8, bf16 and fp4 index-K side by side",
+        help=_SUMMARIES["plan"],
         description="Size DeepSeek-V4 KV pools with SGLang's own DSV4PoolConfigurator (CPU only, nothing "
         "allocated) for each index-K dtype and print tokens, pool sizes and bytes per token.",
     )
@@ -234,8 +235,10 @@ def add_subparser(subparsers) -> None:
     parser.add_argument("--chunked-prefill-size", type=_chunk_size, default=8192,
                         help="SGLang's --chunked-prefill-size; -1 turns chunking off (default 8192)")
     parser.add_argument("--mtp", action="store_true", help="MTP speculative decoding on (EAGLE, 2 draft tokens)")
-    parser.add_argument("--start-layer", type=_non_negative_int, default=0, help="pipeline stage start layer (default 0)")
-    parser.add_argument("--end-layer", type=_positive_int, default=None, help="pipeline stage end layer (default: all)")
+    parser.add_argument("--start-layer", type=_non_negative_int, default=0,
+                        help="pipeline stage start layer (default 0)")
+    parser.add_argument("--end-layer", type=_positive_int, default=None,
+                        help="pipeline stage end layer (default: all)")
     parser.add_argument("--dtypes", type=_dtype_list, default=list(INDEX_K_DTYPES),
                         help="comma-separated index-K dtypes to compare (default fp8,bf16,fp4)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
