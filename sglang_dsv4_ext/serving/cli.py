@@ -13,7 +13,15 @@ from typing import List, Optional
 
 from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.cli import _SUMMARIES
-from sglang_dsv4_ext.config import ENV_BF16_ALIAS, GATE_MODES, INDEX_K_DTYPES, ConfigError, load_config
+from sglang_dsv4_ext.config import (
+    ENV_BF16_ALIAS,
+    ENV_GATE,
+    ENV_INDEX_K_DTYPE,
+    GATE_MODES,
+    INDEX_K_DTYPES,
+    ConfigError,
+    load_config,
+)
 from sglang_dsv4_ext.serving.preset import (
     HICACHE_SIZE_MESSAGE,
     MODES,
@@ -298,10 +306,10 @@ def _env_notes(spec: StackSpec) -> List[str]:
         env = load_config()
     except ConfigError as exc:
         return notes + [f"the shell's extension environment is invalid ({exc}); the children get the stack's values"]
-    if env.index_k_dtype != spec.index_k_dtype and os.environ.get("SGLANG_DSV4_INDEX_K_DTYPE"):
-        notes.append(f"shell has SGLANG_DSV4_INDEX_K_DTYPE={env.index_k_dtype}; children get {spec.index_k_dtype}")
-    if env.gate != spec.index_k_gate and os.environ.get("SGLANG_DSV4_INDEX_K_GATE"):
-        notes.append(f"shell has SGLANG_DSV4_INDEX_K_GATE={env.gate}; children get {spec.index_k_gate}")
+    if env.index_k_dtype != spec.index_k_dtype and os.environ.get(ENV_INDEX_K_DTYPE):
+        notes.append(f"shell has {ENV_INDEX_K_DTYPE}={env.index_k_dtype}; children get {spec.index_k_dtype}")
+    if env.gate != spec.index_k_gate and os.environ.get(ENV_GATE):
+        notes.append(f"shell has {ENV_GATE}={env.gate}; children get {spec.index_k_gate}")
     return notes
 
 

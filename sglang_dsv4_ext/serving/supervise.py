@@ -74,6 +74,17 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def process_groups() -> Dict[int, List[psutil.Process]]:
+    """Every process by process group, one pass over the process table."""
+    groups: Dict[int, List[psutil.Process]] = {}
+    for p in psutil.process_iter():
+        try:
+            groups.setdefault(os.getpgid(p.pid), []).append(p)
+        except OSError:  # exited meanwhile
+            continue
+    return groups
+
+
 def _send(proc: psutil.Process, sig: int) -> None:
     try:
         proc.send_signal(sig)
@@ -91,8 +102,8 @@ class _Running:
     # Every process seen in this child's tree (psutil handles keep their identity).
     tree: Dict[int, psutil.Process] = field(default_factory=dict)
 
-    def remember_tree(self) -> None:
-        """Record the child's current descendants and process-group members."""
+    def remember_tree(self, groups: Dict[int, List[psutil.Process]]) -> None:
+        """Record the child's current descendants and its process group's members (``groups``: pgid -> processes)."""
         try:
             root = psutil.Process(self.proc.pid)
             self.tree.setdefault(root.pid, root)
@@ -100,12 +111,8 @@ class _Running:
                 self.tree.setdefault(p.pid, p)
         except psutil.Error:  # the child is gone: what was recorded stays
             pass
-        for p in psutil.process_iter():
-            try:
-                if p.pid not in self.tree and os.getpgid(p.pid) == self.proc.pid:
-                    self.tree[p.pid] = p
-            except (OSError, psutil.Error):
-                continue
+        for p in groups.get(self.proc.pid, []):
+            self.tree.setdefault(p.pid, p)
 
     def alive(self) -> List[psutil.Process]:
         self.proc.poll()  # reap our own child, so an exited leader is not a zombie "alive"
@@ -196,9 +203,14 @@ class Supervisor:
         tee = threading.Thread(target=self._tee, args=(spec.name, proc.stdout, log), daemon=True)
         tee.start()
         running = _Running(spec, proc, log_path, tee, time.monotonic())
-        running.remember_tree()
         self.running.append(running)
+        self._remember_trees()
         self.say(f"started {spec.name} (pid {proc.pid}, log {log_path})")
+
+    def _remember_trees(self) -> None:
+        groups = process_groups()
+        for r in self.running:
+            r.remember_tree(groups)
 
     def _dead_child(self) -> Optional[_Running]:
         for r in self.running:
@@ -219,8 +231,7 @@ class Supervisor:
         """SIGTERM every child's tree (reverse start order), SIGKILL what is left after the grace period."""
         if not self.running:
             return
-        for r in self.running:
-            r.remember_tree()
+        self._remember_trees()
         for r in reversed(self.running):
             r.signal_tree(signal.SIGTERM)
         for r in reversed(self._wait_trees(self.grace_period)):
@@ -269,8 +280,7 @@ class Supervisor:
             name = signal_name(self._signal)
             self.say(f"{name} received: stopping the stack")
             return exit_codes.for_signal(self._signal)
-        for r in self.running:
-            r.remember_tree()  # so a grandchild orphaned later is still known at stop
+        self._remember_trees()  # so a grandchild orphaned later is still known at stop
         dead = self._dead_child()
         if dead is not None:
             self.say(
