@@ -243,6 +243,8 @@ def _apply_node_flags(spec: StackSpec, args) -> None:
         spec.transfer_backend = args.transfer_backend
     if args.node_hosts:
         hosts = [h.strip() for h in args.node_hosts.split(",") if h.strip()]
+        if not hosts:
+            raise PresetError(f"--node-hosts {args.node_hosts!r}: give a comma list of node addresses")
         if args.preset and len(spec.nodes) > 1 and len(hosts) != len(spec.nodes):
             raise PresetError(
                 f"--node-hosts gives {len(hosts)} addresses; the preset's cluster has {len(spec.nodes)} nodes"
@@ -352,6 +354,8 @@ def _plans(args):
     from sglang_dsv4_ext.serving.launch_plan import build_plan
     from sglang_dsv4_ext.serving.validate import SGLangArgs
 
+    if args.all_nodes and not args.dry_run:
+        raise PresetError("--all-nodes prints every node's commands and needs --dry-run; to start, run each node")
     check_python(args.python)
     spec = spec_from_args(args)
     sglang = SGLangArgs()

@@ -401,11 +401,15 @@ def _instance(table: ServerTable, role: str, index: int, where: str, source: str
 
 def load_preset(name_or_path: str) -> StackSpec:
     path = resolve_preset_path(name_or_path)
-    with open(path, "rb") as f:
-        try:
-            data = _toml().load(f)
-        except Exception as exc:  # tomllib.TOMLDecodeError
-            raise PresetError(f"{path}: not valid TOML: {exc}")
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError as exc:
+        raise PresetError(f"--preset {name_or_path!r}: cannot read {path} ({exc.strerror or exc})") from None
+    try:
+        data = _toml().loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, _toml().TOMLDecodeError) as exc:
+        raise PresetError(f"{path}: not valid TOML: {exc}") from None
     return spec_from_dict(data, path)
 
 

@@ -63,6 +63,7 @@ FLAG_ROWS = [
     ("router module that does not exist", ["--router-module", "no_such_router_xyz.launch"],
      "--router-module 'no_such_router_xyz.launch': no such module"),
     ("router module that is not a module name", ["--router-module", "my router"], "not a module name"),
+    ("no node address", ["--node-hosts", ","], "--node-hosts ',': give a comma list of node addresses"),
     ("server module that does not exist", ["--server-module", "no_such_server_xyz"],
      "--server-module 'no_such_server_xyz': no such module"),
 ]
@@ -119,6 +120,16 @@ def test_bad_preset_is_refused_naming_the_key(tmp_path, capsys, fragments, needl
     preset = tmp_path / "stack.toml"
     preset.write_text(text)
     _assert_refused(capsys, ["--preset", str(preset), "--dry-run"], f"{preset}: {needle}")
+
+
+def test_all_nodes_without_dry_run_starts_nothing(capsys):
+    _assert_refused(capsys, ["--preset", BF16, "--all-nodes"], "--all-nodes prints every node's commands")
+
+
+def test_preset_that_is_not_toml(tmp_path, capsys):
+    preset = tmp_path / "bad.toml"
+    preset.write_bytes(b"\xff\xfe not text")
+    _assert_refused(capsys, ["--preset", str(preset), "--dry-run"], f"{preset}: not valid TOML")
 
 
 def test_log_dir_that_is_a_file_is_refused_before_anything_starts(tmp_path, capsys):
