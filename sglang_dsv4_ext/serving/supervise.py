@@ -321,19 +321,31 @@ class Supervisor:
                 self._own_log = None
         return code
 
+    def _start_all(self, children: List[ChildSpec]) -> Optional[int]:
+        """Start each child; an exit code when one cannot be started (the rest are stopped by run())."""
+        for c in children:
+            try:
+                self._start(c)
+            except OSError as exc:  # exec or log file failure: the ones already started are stopped
+                self.say(f"FAILED: cannot start {c.name}: {exc}; stopping the others")
+                return EXIT_CHILD_FAILED
+        return None
+
     def _run(self) -> int:
         servers = [c for c in self.children if c.role != "router"]
         routers = [c for c in self.children if c.role == "router"]
-        for c in servers:
-            self._start(c)
+        code = self._start_all(servers)
+        if code is not None:
+            return code
         targets = [(c.name, c.health_url) for c in servers if c.health_url]
         if routers:
             targets += self.remote_health
         code = self._wait_healthy(targets, "servers")
         if code is not None:
             return code
-        for c in routers:
-            self._start(c)
+        code = self._start_all(routers)
+        if code is not None:
+            return code
         code = self._wait_healthy([(c.name, c.health_url) for c in routers if c.health_url], "router")
         if code is not None:
             return code

@@ -251,3 +251,18 @@ def test_a_dropped_terminal_does_not_stop_the_shutdown(tmp_path):
     sup.say("still here")
     sup._own_log.close()
     assert "still here" in (tmp_path / "serve.log").read_text()
+
+
+def test_a_child_that_cannot_be_started_stops_the_ones_already_running(tmp_path):
+    """The second server's executable is gone between the dry run and the start (exec fails)."""
+    preset, _, _ = _preset(tmp_path)
+    plan = build_plan(load_preset(preset), 0, sglang_args(), python=sys.executable, server_module=STANDIN)
+    plan.children[1].argv[0] = str(tmp_path / "vanished-python")
+    out = io.StringIO()
+    rc = Supervisor(plan.children, str(tmp_path / "logs"), grace_period=5, out=out).run()
+    text = out.getvalue()
+    assert rc == 1, text
+    assert "FAILED: cannot start decode-0" in text
+    started = int(text.split("started prefill-0 (pid ", 1)[1].split(",", 1)[0])
+    assert "all children stopped: prefill-0 (exit" in text
+    assert not pid_alive(started)
