@@ -281,7 +281,7 @@ def _apply_passthrough(spec: StackSpec, args) -> None:
         "decode": _split(args.decode_args, "--decode-args"),
     }
     spec.router_extra_args = _split(args.router_args, "--router-args")
-    spec.common_args = list(spec.common_args) + list(args.sglang_args or [])
+    spec.cli_common_args = list(args.sglang_args or [])
 
 
 def spec_from_args(args) -> StackSpec:

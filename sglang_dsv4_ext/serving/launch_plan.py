@@ -158,7 +158,7 @@ def check_spec(spec: StackSpec, node_rank: int) -> None:
     _check_nodes(spec)
     _check_ports(spec)
     _check_env(spec)
-    passthrough = spec.common_args + [a for inst in spec.servers() for a in inst.args]
+    passthrough = spec.common_args + spec.cli_common_args + [a for inst in spec.servers() for a in inst.args]
     if any("--hicache-size" == a.split("=", 1)[0] for a in passthrough):
         raise CommandLineError(f"--hicache-size: {HICACHE_SIZE_MESSAGE}")
 
@@ -186,7 +186,8 @@ def _server_argv(spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: i
                  "--dist-init-addr", dist]
     role_args = spec.role_args.get(inst.role, [])
     sources = [
-        ("common args ([common].args / after --)", list(spec.common_args)),
+        ("[common].args", list(spec.common_args)),
+        ("the args after --", list(spec.cli_common_args)),
         (f"{inst.name} args (preset)", list(inst.args)),
     ]
     if role_args:

@@ -125,6 +125,7 @@ class StackSpec:
     transfer_backend: str = "nixl"
     nodes: List[str] = field(default_factory=lambda: ["127.0.0.1"])
     common_args: List[str] = field(default_factory=list)
+    cli_common_args: List[str] = field(default_factory=list)  # SGLang flags after "--" (every server)
     common_env: Dict[str, str] = field(default_factory=dict)
     prefill: List[Instance] = field(default_factory=list)
     decode: List[Instance] = field(default_factory=list)

@@ -122,6 +122,14 @@ def test_bad_preset_is_refused_naming_the_key(tmp_path, capsys, fragments, needl
     _assert_refused(capsys, ["--preset", str(preset), "--dry-run"], f"{preset}: {needle}")
 
 
+def test_a_flag_the_preset_already_gives_may_be_repeated_with_the_same_value_after_dashes(capsys):
+    """Two sources agreeing is fine (one source repeating itself is the refused case above)."""
+    rc = main(["serve", "--preset", BF16, "--dry-run", "--", "--trust-remote-code"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert len(dry_run_children(out)) == 3
+
+
 def test_all_nodes_without_dry_run_starts_nothing(capsys):
     _assert_refused(capsys, ["--preset", BF16, "--all-nodes"], "--all-nodes prints every node's commands")
 
