@@ -115,10 +115,13 @@ class _Running:
             self.tree.setdefault(p.pid, p)
 
     def alive(self) -> List[psutil.Process]:
+        """Processes of this tree still running; the child itself counts until it is reaped."""
         self.proc.poll()  # reap our own child, so an exited leader is not a zombie "alive"
-        return [p for p in self.tree.values() if p.pid != self.proc.pid and _alive(p)] + (
-            [psutil.Process(self.proc.pid)] if self.proc.returncode is None else []
-        )
+        left = [p for pid, p in self.tree.items() if pid != self.proc.pid and _alive(p)]
+        root = self.tree.get(self.proc.pid)
+        if self.proc.returncode is None and root is not None:
+            left.append(root)
+        return left
 
     def signal_tree(self, sig: int) -> None:
         try:
