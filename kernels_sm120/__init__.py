@@ -44,14 +44,16 @@ Public functions
     page_table [R, W] int32/int64 index-K page ids (unit column stride)
     max_seq_len python int (SGLang: ``indexer_metadata.max_compressed_seq_len``)
     Returns fp32 [R, max_seq_len]: sum_h relu(q[r,h].k[t]) * w[r,h] for
-    t < min(seq_lens[r], 64 * W, max_seq_len), -inf elsewhere (as SGLang's SM120 fp8
-    fallback), ready for SGLang's own top-k transforms. Row chunking stays with the
-    caller (SGLang's ``iter_row_chunks``); the kernel takes any number of rows.
+    t < min(seq_lens[r], 64 * W, max_seq_len), -inf for t in [64 * W, seq_lens[r]);
+    columns t >= seq_lens[r] are NOT written (SGLang's top-k transforms never read
+    them; see ``paged_mqa_logits`` for the contract and the test that checks it with
+    SGLang's own transform). Row chunking stays with the caller (SGLang's
+    ``iter_row_chunks``); the kernel takes any number of rows.
 
 Also: ``reference`` (float64 references, fp8 quantize-dequantize, ``topk_set_recall``),
 ``dispatch.CONFIGS`` (per-arch configurations), ``python -m kernels_sm120.aot``
 (ahead-of-time compile for sm_120a/sm_100a/sm_90a, shared memory and HMMA check) and
-``python -m kernels_sm120.bench_kernels`` (GPU correctness + bandwidth benchmark).
+``python -m benchmarks.kernels`` (GPU correctness + bandwidth benchmark, repository root).
 """
 
 from .dispatch import (

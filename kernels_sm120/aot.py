@@ -71,7 +71,8 @@ def kernel_specs() -> List[KernelSpec]:
             "index_q_rope_hadamard_kernel",
             index_q.index_q_rope_hadamard_kernel,
             index_q.AOT_SIGNATURES["index_q_rope_hadamard_kernel"],
-            lambda c: dict(H=heads, D=head_dim, ROPE_DIM=rope_dim, BLOCK_M=c.q.block_m, PREFETCH=c.q.prefetch),
+            lambda c: dict(H=heads, D=head_dim, ROPE_DIM=rope_dim, BLOCK_M=c.q.block_m, PREFETCH=c.q.prefetch,
+                           ONE_TOKEN=c.q.one_token_tiles and heads % c.q.block_m == 0),
             lambda c: dict(num_warps=c.q.num_warps, num_stages=c.q.num_stages),
             needs_tensor_cores=False,  # fp32 butterfly Hadamard (v4)
         ),
@@ -79,8 +80,20 @@ def kernel_specs() -> List[KernelSpec]:
             "paged_mqa_logits_kernel",
             paged_mqa_logits.paged_mqa_logits_kernel,
             paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel"],
-            lambda c: dict(H=heads, D=head_dim, PAGE=page, BLOCK_N=c.logits.block_n),
+            lambda c: dict(H=heads, D=head_dim, PAGE=page, BLOCK_N=c.logits.block_n, ROWS=c.logits.rows_per_program,
+                           PAGE_BLOCK=c.logits.page_block,
+                           BALANCE=c.logits.busy_per_sm > 0 and c.logits.rows_per_program == 1),
             lambda c: dict(num_warps=c.logits.num_warps, num_stages=c.logits.num_stages),
+            needs_tensor_cores=True,
+        ),
+        # the same kernel with the prefill tiling (several rows per program share key tiles)
+        KernelSpec(
+            "paged_mqa_logits_kernel[prefill]",
+            paged_mqa_logits.paged_mqa_logits_kernel,
+            paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel"],
+            lambda c: dict(H=heads, D=head_dim, PAGE=page, BLOCK_N=c.logits_prefill.block_n,
+                           ROWS=c.logits_prefill.rows_per_program, PAGE_BLOCK=c.logits_prefill.page_block),
+            lambda c: dict(num_warps=c.logits_prefill.num_warps, num_stages=c.logits_prefill.num_stages),
             needs_tensor_cores=True,
         ),
     ]
@@ -181,7 +194,8 @@ def run_aot(archs: Sequence[int] = ARCHS, kernels: Optional[Sequence[str]] = Non
 
 
 def format_table(results: Sequence[AotResult]) -> str:
-    head = f"{'kernel':42s} {'arch':8s} {'config':7s} {'warps':>5s} {'stages':>6s} {'shared B':>9s} {'limit B':>8s} {'fits':4s} {'HMMA':>5s} {'HGMMA':>5s} {'UTCMMA':>6s}"
+    head = (f"{'kernel':42s} {'arch':8s} {'config':7s} {'warps':>5s} {'stages':>6s} {'shared B':>9s} {'limit B':>8s} "
+            f"{'fits':4s} {'HMMA':>5s} {'HGMMA':>5s} {'UTCMMA':>6s}")
     lines = [head, "-" * len(head)]
     for r in results:
         tc = r.tensor_core_ops
@@ -215,12 +229,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 f.write(r.sass)
     print(format_table(results))
     bad = [r for r in results if not r.fits]
-    no_tc = [r for r in results if r.arch == 120 and r.kernel == "paged_mqa_logits_kernel"
-             and r.tensor_core_ops["HMMA"] == 0]
+    no_tc = [r for r in results if r.arch == 120 and r.kernel.startswith("paged_mqa_logits_kernel")
+             and (r.tensor_core_ops["HMMA"] == 0 or r.tensor_core_ops["HGMMA"] or r.tensor_core_ops["UTCMMA"])]
     for r in bad:
         print(f"FAIL: {r.kernel} sm_{r.arch}a needs {r.shared} B shared memory > {r.max_shared} B")
     for r in no_tc:
-        print(f"FAIL: {r.kernel} sm_{r.arch}a SASS has no HMMA")
+        print(f"FAIL: {r.kernel} sm_{r.arch}a SASS must use HMMA (mma.sync) only, found {r.tensor_core_ops}")
     return 1 if bad or no_tc else 0
 
 

@@ -52,18 +52,35 @@ class QConfig:
     num_stages: int = 1
     programs_per_sm: int = 4
     prefetch: bool = True
+    one_token_tiles: bool = True
 
 
 @dataclass(frozen=True)
 class LogitsConfig:
     """paged MQA logits: keys per tl.dot (block_n: a power of two >= 16, need not be
-    whole 64-slot pages), the longest chunk of keys one program walks (max_chunk;
-    shortened at run time for small grids), and the pipeline depth (num_stages)."""
+    whole 64-slot pages), pipeline depth (num_stages), the grid's size in resident
+    programs per SM (each row's keys are split on the device into that many parts per
+    row group, see ``paged_mqa_logits.pick_split``) and the query rows one program takes
+    (rows_per_program: 1, or 2 / 4 to share each key tile between the rows of one
+    request in prefill). max_chunk bounds the keys of one part: a row as long as the output
+    is wide still gets max_seq_len / max_chunk parts, so one long row in a batch of short
+    ones does not run on a few programs; min_chunk (keys) keeps short rows on few programs
+    (the other parts of such a row return at once). page_block > 0 (decode tiling): page ids
+    are loaded that many at a time into registers and each key tile gathers its own from
+    them, so no key load waits on a page-id load inside the pipelined loop. busy_per_sm > 0
+    (one row per program): every program sums the batch's lengths and uses one chunk size,
+    total keys / (busy_per_sm x SMs), so about that many programs have work whatever the
+    lengths (long parts for big batches, many small ones for a few long rows)."""
 
     block_n: int
-    max_chunk: int
     num_warps: int
     num_stages: int
+    programs_per_sm: int = 2
+    rows_per_program: int = 1
+    max_chunk: int = 16384
+    min_chunk: int = 0
+    page_block: int = 0
+    busy_per_sm: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,7 +89,9 @@ class ArchConfigs:
     store: StoreConfig
     scatter: ScatterConfig
     q: QConfig
-    logits: LogitsConfig
+    logits: LogitsConfig  # fewer than prefill_min_rows query rows (decode)
+    logits_prefill: LogitsConfig  # prefill_min_rows or more (prefill: rows of one request share pages)
+    prefill_min_rows: int = 512
 
 
 # Shared memory per block (bytes) for the logits kernel is about
@@ -83,26 +102,36 @@ class ArchConfigs:
 _PERSISTENT_STORE = StoreConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _PERSISTENT_Q = QConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _SCATTER = ScatterConfig(block_m=32, num_warps=4)
-# H100/H200: 228 KiB shared memory per SM, wgmma. Logits: 3 x 32 KiB key stages + q = 113 KiB,
-# two programs per SM; picked by the sweep in bench_kernels (NOTES.md).
-_HOPPER_CLASS_LOGITS = LogitsConfig(block_n=128, max_chunk=2048, num_warps=4, num_stages=3)
+# H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits: 3 x 32 KiB key stages + q = 113 KiB,
+# two programs per SM; parts of the batch's total keys / (4 x SMs), at least 256 keys, at least
+# max_seq_len / 8192 parts per row available; page ids 64 at a time. Prefill:
+# four rows per program share each key tile (64-key tiles, q^T of 4 rows = 64 KiB). Both picked by
+# the sweeps in benchmarks/kernels.py (NOTES.md, logits v2).
+_HOPPER_CLASS_LOGITS = LogitsConfig(block_n=128, num_warps=4, num_stages=3, programs_per_sm=2, max_chunk=8192,
+                                    min_chunk=256, page_block=64, busy_per_sm=4)
+_HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 
 CONFIGS: Dict[str, ArchConfigs] = {
     "sm90": ArchConfigs(
         name="sm90", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_PERSISTENT_Q, logits=_HOPPER_CLASS_LOGITS,
+        logits_prefill=_HOPPER_CLASS_PREFILL,
     ),
     # B200/GB200 (sm_100a): 228 KiB per SM like Hopper; Triton lowers tl.dot to tcgen05.
     # Not measured here: same tiling as sm90.
     "sm100": ArchConfigs(
         name="sm100", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_PERSISTENT_Q, logits=_HOPPER_CLASS_LOGITS,
+        logits_prefill=_HOPPER_CLASS_PREFILL,
     ),
     # RTX PRO 6000 / RTX 50xx (sm_120a): 99 KiB per block, ~100 KiB per SM, mma.sync only.
-    # Logits: 3 stages of 16 KiB key tiles (2 in shared memory, 48.5 KiB with q) fit twice per
-    # SM; ~1.8 TB/s over 188 SMs needs ~10 KiB in flight per SM, well covered. Store / q: the
-    # H200's tiling (1 KiB shared memory per program on sm_120a). Not measured on SM120.
+    # Logits: 3 stages of 16 KiB key tiles with q (48.5 KiB) fit twice per SM; ~1.8 TB/s over
+    # 188 SMs needs ~10 KiB in flight per SM, well covered. Prefill: two rows per program (q^T
+    # 32 KiB). Store / q: the H200's tiling (1 KiB shared memory per program on sm_120a).
+    # Executed on the H200 by the GPU tests and the benchmark (forced), not on an SM120 card.
     "sm120": ArchConfigs(
         name="sm120", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_PERSISTENT_Q,
-        logits=LogitsConfig(block_n=64, max_chunk=1024, num_warps=4, num_stages=3),
+        logits=LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=2, max_chunk=8192,
+                            min_chunk=256, page_block=64, busy_per_sm=4),
+        logits_prefill=LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=2),
     ),
     # Anything else (sm80/sm86/sm89, sm110, the CPU interpreter): small, safe tiles.
     "default": ArchConfigs(
@@ -110,7 +139,8 @@ CONFIGS: Dict[str, ArchConfigs] = {
         store=StoreConfig(block_m=16, num_warps=4),
         scatter=ScatterConfig(block_m=16, num_warps=4),
         q=QConfig(block_m=16, num_warps=4),
-        logits=LogitsConfig(block_n=64, max_chunk=512, num_warps=4, num_stages=2),
+        logits=LogitsConfig(block_n=64, num_warps=4, num_stages=2, page_block=16),
+        logits_prefill=LogitsConfig(block_n=64, num_warps=4, num_stages=2, programs_per_sm=1, rows_per_program=2),
     ),
 }
 
@@ -206,7 +236,8 @@ def index_q_bf16(
         q, weight, weight_scale, freqs_cis, positions,
         num_heads=num_heads, q_out=q_out, weights_out=weights_out,
         block_m=cfg.block_m, max_programs=cfg.programs_per_sm * num_sms(q.device),
-        prefetch=cfg.prefetch, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        prefetch=cfg.prefetch, one_token_tiles=cfg.one_token_tiles, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
 
 
@@ -221,10 +252,17 @@ def paged_mqa_logits_bf16(
     out: Optional[torch.Tensor] = None,
     config: Optional[LogitsConfig] = None,
 ) -> torch.Tensor:
-    """fp32 [rows, max_seq_len] logits over bf16 paged index-K; -inf past each row."""
-    cfg = config or configs_for(q.device).logits
+    """fp32 [rows, max_seq_len] logits over bf16 paged index-K. Writes columns below
+    min(seq_lens[r], max_seq_len) only (what SGLang's top-k transforms read; see
+    ``paged_mqa_logits``). ``config`` None: the device's decode or prefill tiling by row count."""
+    if config is None:
+        cfgs = configs_for(q.device)
+        config = cfgs.logits_prefill if q.shape[0] >= cfgs.prefill_min_rows else cfgs.logits
     return logits_mod.paged_mqa_logits(
         q, index_k_cache, weights, seq_lens, page_table, max_seq_len,
-        out=out, block_n=cfg.block_n, max_chunk=cfg.max_chunk, num_sms=num_sms(q.device),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        out=out, block_n=config.block_n, target_programs=config.programs_per_sm * num_sms(q.device),
+        max_chunk=config.max_chunk, min_chunk=config.min_chunk, page_block=config.page_block,
+        busy_programs=config.busy_per_sm * num_sms(q.device),
+        rows_per_program=config.rows_per_program,
+        num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -82,7 +82,7 @@ def index_k_norm_rope_hadamard_store_kernel(
     WITH_HADAMARD: tl.constexpr = True,
     WITH_ROPE_TABLE: tl.constexpr = True,
 ):
-    # WITH_HADAMARD / WITH_ROPE_TABLE = False are ablations for bench_kernels (they leave a
+    # WITH_HADAMARD / WITH_ROPE_TABLE = False are ablations for benchmarks/kernels.py (they leave a
     # stage out and write wrong rows); the launcher never passes them.
     tl.static_assert(D == 128 and ROPE_DIM == 64, "the halves layout assumes RoPE on dims 64..127 of 128")
     HALF: tl.constexpr = D // 2

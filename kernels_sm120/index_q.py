@@ -33,21 +33,33 @@ from ._validate import (
 
 @triton.jit
 def _load_q_tile(tile, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr, stride_freq, pos_ptr, n_work,
-                 H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr):
-    """One tile of (token, head) rows as [BLOCK_M, 64] halves; items past n_work load nothing."""
+                 H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, ONE_TOKEN: tl.constexpr):
+    """One tile of (token, head) rows as [BLOCK_M, 64] halves; items past n_work load nothing.
+    ONE_TOKEN (BLOCK_M divides H): the tile is BLOCK_M heads of one token, so its position
+    and RoPE row are loaded once and broadcast instead of once per row."""
     HALF: tl.constexpr = D // 2
-    work = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    first = tile * BLOCK_M
+    work = first + tl.arange(0, BLOCK_M)
     j = tl.arange(0, HALF)
     live = work < n_work
-    tok = (work // H).to(tl.int64)
-    head = work % H
-    pos = tl.load(pos_ptr + tok, mask=live, other=0).to(tl.int64)
     m2 = live[:, None]
-    row_ptr = q_ptr + (tok * stride_q_tok + head * D)[:, None] + j[None, :]
+    if ONE_TOKEN:
+        tok = (first // H).to(tl.int64)
+        head = first % H + tl.arange(0, BLOCK_M)
+        pos = tl.load(pos_ptr + tok, mask=first < n_work, other=0).to(tl.int64)
+        f_row = tl.load(freqs_ptr + pos * stride_freq + j, mask=(j < HALF) & (first < n_work), other=0.0)
+        f = tl.broadcast_to(f_row[None, :], [BLOCK_M, HALF])
+        row_ptr = q_ptr + tok * stride_q_tok + (head * D)[:, None] + j[None, :]
+        w = tl.load(w_ptr + tok * stride_w_tok + head, mask=live, other=0.0)
+    else:
+        tok = (work // H).to(tl.int64)
+        head = work % H
+        pos = tl.load(pos_ptr + tok, mask=live, other=0).to(tl.int64)
+        row_ptr = q_ptr + (tok * stride_q_tok + head * D)[:, None] + j[None, :]
+        f = tl.load(freqs_ptr + pos[:, None] * stride_freq + j[None, :], mask=m2, other=0.0)
+        w = tl.load(w_ptr + tok * stride_w_tok + head, mask=live, other=0.0)
     x0 = tl.load(row_ptr, mask=m2, other=0.0)
     x1 = tl.load(row_ptr + HALF, mask=m2, other=0.0)
-    f = tl.load(freqs_ptr + pos[:, None] * stride_freq + j[None, :], mask=m2, other=0.0)
-    w = tl.load(w_ptr + tok * stride_w_tok + head, mask=live, other=0.0)
     return x0, x1, f, w
 
 
@@ -69,7 +81,9 @@ def index_q_rope_hadamard_kernel(
     ROPE_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     PREFETCH: tl.constexpr,
+    ONE_TOKEN: tl.constexpr = False,
 ):
+    tl.static_assert(not ONE_TOKEN or H % BLOCK_M == 0, "ONE_TOKEN tiles need BLOCK_M to divide H")
     tl.static_assert(D == 128 and ROPE_DIM == 64, "the halves layout assumes RoPE on dims 64..127 of 128")
     HALF: tl.constexpr = D // 2
     # One work item = one (token, head) row of D values. Persistent over tiles of BLOCK_M
@@ -80,15 +94,15 @@ def index_q_rope_hadamard_kernel(
     first = tl.program_id(0)
     if PREFETCH:
         x0, x1, f, w = _load_q_tile(first, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr, stride_freq,
-                                    pos_ptr, n_work, H, D, BLOCK_M)
+                                    pos_ptr, n_work, H, D, BLOCK_M, ONE_TOKEN)
     for tile in range(first, n_tiles, step):
         if PREFETCH:
             cur_x0, cur_x1, cur_f, cur_w = x0, x1, f, w
             x0, x1, f, w = _load_q_tile(tile + step, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr,
-                                        stride_freq, pos_ptr, n_work, H, D, BLOCK_M)
+                                        stride_freq, pos_ptr, n_work, H, D, BLOCK_M, ONE_TOKEN)
         else:
             cur_x0, cur_x1, cur_f, cur_w = _load_q_tile(tile, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr,
-                                                        stride_freq, pos_ptr, n_work, H, D, BLOCK_M)
+                                                        stride_freq, pos_ptr, n_work, H, D, BLOCK_M, ONE_TOKEN)
         a = cur_x0.to(tl.float32)
         b = rope_interleaved(cur_x1.to(tl.float32), cur_f, BLOCK_M)
         out0, out1 = hadamard128(a, b, BLOCK_M)
@@ -118,6 +132,40 @@ AOT_SIGNATURES = {
 }
 
 
+def _checked_weight(weight, tokens, num_heads):
+    """weight as [N, H] (bf16/fp16/fp32) with unit head stride."""
+    check_tensor("weight", weight, dtypes=(torch.bfloat16, torch.float16, torch.float32), ndim=(2, 3),
+                 last_dim_contiguous=False)
+    if weight.dim() == 3:
+        if weight.shape[2] != 1:
+            raise ValueError(f"weight must be [N, {num_heads}] or [N, {num_heads}, 1], got {tuple(weight.shape)}")
+        weight = weight[:, :, 0]
+    if tuple(weight.shape) != (tokens, num_heads):
+        raise ValueError(f"weight must be [{tokens}, {num_heads}] (one per token and head), got {tuple(weight.shape)}")
+    if num_heads > 1 and weight.stride(1) != 1:
+        raise ValueError(f"weight must have unit head stride, got strides {tuple(weight.stride())}")
+    return weight
+
+
+def _outputs(q, tokens, num_heads, q_out, weights_out):
+    """The given outputs, checked, or new ones: q_out [N, H, 128] bf16, weights_out [N, H] fp32."""
+    if q_out is None:
+        q_out = torch.empty((tokens, num_heads, INDEX_HEAD_DIM), dtype=torch.bfloat16, device=q.device)
+    else:
+        check_tensor("q_out", q_out, dtypes=(torch.bfloat16,), ndim=(3,))
+        if tuple(q_out.shape) != (tokens, num_heads, INDEX_HEAD_DIM) or not q_out.is_contiguous():
+            raise ValueError(f"q_out must be contiguous [{tokens}, {num_heads}, {INDEX_HEAD_DIM}], "
+                             f"got {tuple(q_out.shape)}")
+    if weights_out is None:
+        weights_out = torch.empty((tokens, num_heads), dtype=torch.float32, device=q.device)
+    else:
+        check_tensor("weights_out", weights_out, dtypes=(torch.float32,), ndim=(2,))
+        if tuple(weights_out.shape) != (tokens, num_heads) or not weights_out.is_contiguous():
+            raise ValueError(f"weights_out must be contiguous [{tokens}, {num_heads}] fp32, "
+                             f"got {tuple(weights_out.shape)}")
+    return q_out, weights_out
+
+
 def index_q_rope_hadamard(
     q: torch.Tensor,
     weight: torch.Tensor,
@@ -131,6 +179,7 @@ def index_q_rope_hadamard(
     block_m: int,
     max_programs: int,
     prefetch: bool,
+    one_token_tiles: bool = True,
     num_warps: int,
     num_stages: int,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -144,7 +193,8 @@ def index_q_rope_hadamard(
     Returns (q_out [N, H, 128] bf16 contiguous, weights_out [N, H] fp32 contiguous); pass
     ``q_out`` / ``weights_out`` to write into preallocated tensors of those shapes.
     ``max_programs`` caps the persistent grid (dispatch passes a few per SM); ``prefetch``
-    loads tile i+1 during tile i.
+    loads tile i+1 during tile i; ``one_token_tiles`` (when block_m divides the heads) loads
+    each tile's position and RoPE row once.
     """
     check_tensor("q", q, dtypes=(torch.bfloat16,), ndim=(2, 3))
     tokens = q.shape[0]
@@ -162,32 +212,12 @@ def index_q_rope_hadamard(
             )
         if q.stride(1) != INDEX_HEAD_DIM:
             raise ValueError(f"q heads must be contiguous (stride {INDEX_HEAD_DIM}), got strides {tuple(q.stride())}")
-    check_tensor("weight", weight, dtypes=(torch.bfloat16, torch.float16, torch.float32), ndim=(2, 3),
-                 last_dim_contiguous=False)
-    if weight.dim() == 3:
-        if weight.shape[2] != 1:
-            raise ValueError(f"weight must be [N, {num_heads}] or [N, {num_heads}, 1], got {tuple(weight.shape)}")
-        weight = weight[:, :, 0]
-    if tuple(weight.shape) != (tokens, num_heads):
-        raise ValueError(f"weight must be [{tokens}, {num_heads}] (one per token and head), got {tuple(weight.shape)}")
-    if num_heads > 1 and weight.stride(1) != 1:
-        raise ValueError(f"weight must have unit head stride, got strides {tuple(weight.stride())}")
+    weight = _checked_weight(weight, tokens, num_heads)
     if not isinstance(weight_scale, (int, float)):
         raise TypeError(f"weight_scale must be a python float, got {type(weight_scale).__name__}")
     table = as_rope_table(freqs_cis)
     positions = as_index_vector("positions", positions, tokens)
-    if q_out is None:
-        q_out = torch.empty((tokens, num_heads, INDEX_HEAD_DIM), dtype=torch.bfloat16, device=q.device)
-    else:
-        check_tensor("q_out", q_out, dtypes=(torch.bfloat16,), ndim=(3,))
-        if tuple(q_out.shape) != (tokens, num_heads, INDEX_HEAD_DIM) or not q_out.is_contiguous():
-            raise ValueError(f"q_out must be contiguous [{tokens}, {num_heads}, {INDEX_HEAD_DIM}], got {tuple(q_out.shape)}")
-    if weights_out is None:
-        weights_out = torch.empty((tokens, num_heads), dtype=torch.float32, device=q.device)
-    else:
-        check_tensor("weights_out", weights_out, dtypes=(torch.float32,), ndim=(2,))
-        if tuple(weights_out.shape) != (tokens, num_heads) or not weights_out.is_contiguous():
-            raise ValueError(f"weights_out must be contiguous [{tokens}, {num_heads}] fp32, got {tuple(weights_out.shape)}")
+    q_out, weights_out = _outputs(q, tokens, num_heads, q_out, weights_out)
     check_same_device(q=q, weight=weight, freqs_cis=table, positions=positions, q_out=q_out, weights_out=weights_out)
     check_rows("positions", positions, tokens)
     n_work = tokens * num_heads
@@ -198,6 +228,7 @@ def index_q_rope_hadamard(
         q, q.stride(0), weight, weight.stride(0), table, table.stride(0), positions,
         q_out, weights_out, n_work, float(weight_scale),
         H=num_heads, D=INDEX_HEAD_DIM, ROPE_DIM=INDEX_ROPE_DIM, BLOCK_M=block_m, PREFETCH=prefetch,
+        ONE_TOKEN=one_token_tiles and num_heads % block_m == 0,
         num_warps=num_warps, num_stages=num_stages,
     )
     return q_out, weights_out

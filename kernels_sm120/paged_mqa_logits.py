@@ -5,20 +5,51 @@ For each query row r and compressed key position t of its page table:
     logits[r, t] = sum_h relu(q[r, h, :] . k[t, :]) * w[r, h]      (fp32)
     k[t, :]      = index_k_cache[page_table[r, t // 64], t % 64, :]   (bf16)
 
-for t < n_valid(r) = min(seq_lens[r], 64 * page_table.shape[1], max_seq_len); every other
-column of the [rows, max_seq_len] output is -inf. That is the masking of SGLang's SM120
-fp8 fallback ``fp8_paged_mqa_logits_torch_sm120`` (DeepGEMM / TileLang leave those
-columns unwritten, the non-SM120 torch fallback writes 0.0): each top-k transform masks
-by ``seq_lens`` itself, so -inf is safe for every consumer, and it is the only value that
-cannot win a top-k. No k scale (bf16 keys).
+Output contract: write only what a consumer reads
+-------------------------------------------------
+The output is ``[rows, max_seq_len]`` fp32, but only columns ``t < n_write(r) =
+min(seq_lens[r], max_seq_len)`` are written: the logit for ``t < 64 * page_table.shape[1]``,
+-inf for the (in SGLang impossible) columns at or past the page table's reach. Columns
+``t >= seq_lens[r]`` are NOT written: they keep whatever the buffer held. This is what
+every consumer SGLang 0.5.23 feeds these logits to reads:
 
-Kernel: one program per (row, chunk of ``chunk`` key positions). It keeps the row's
-q^T [128, H] and weights in registers/shared memory and walks the chunk BLOCK_N keys at
-a time: gather BLOCK_N key rows through the page table (BLOCK_N/64 pages), one
-``tl.dot`` [BLOCK_N, 128] x [128, H] (tensor cores: HMMA/mma.sync on SM80/SM120,
-wgmma on SM90), ReLU, scale by w, sum over heads. Programs are ordered row-fastest so
-the prefill rows of one request, which share their pages, read the same keys from L2.
-Chunks beyond a row's length only write -inf.
+  * the CUDA top-k transforms (``topk_transform_paged`` = ``topk_v1.cuh``:
+    ``radix_topk(input, ..., length = seq_len)``; ``topk_transform_paged_v2`` =
+    ``topk_v2.cuh`` / ``topk_impl.cuh``: ``for_each_input(in, seq_len, ...)`` and the
+    register path replace lanes past ``seq_len`` with a padding value);
+  * the torch fallback ``topk_transform_pytorch_vectorized`` (masks ``t >= seq_lens`` to
+    -inf before ``torch.topk``; rows with ``seq_len <= k`` take the sequential path);
+  * DeepGEMM's ``fp8_paged_mqa_logits(..., clean_logits=False)``, the CUDA fp8 kernel this
+    replaces, leaves those columns unwritten too.
+
+Under a decode CUDA graph SGLang passes ``max_seq_len = 64 * page_table.shape[1]`` (the
+whole context, e.g. 262,144 columns for 1M tokens); filling that width with -inf cost +4%
+to +32% per call and bought nothing. ``tests/unit/kernels_sm120/test_semantics.py`` runs
+SGLang's own ``topk_transform_pytorch_vectorized`` on this kernel's output with the columns
+past each row's length poisoned (NaN, +inf, huge values) and left -inf, and checks the
+top-k is identical. Callers that need a fully defined row (e.g. a debugging dump) fill
+``out`` with -inf before the call. SGLang's SM120 torch fallback
+(``fp8_paged_mqa_logits_torch_sm120``) writes -inf there and the non-SM120 one 0.0;
+neither value is read. The contract assumes ``seq_lens[r] <= 64 * page_table.shape[1]``,
+which SGLang's metadata guarantees (``max_compressed_seq_len = page_table.shape[1] * 64``).
+
+Kernel (v2): the grid is (row group, split). Each row's written span ``[0, n_write)`` is
+cut on the device into ``split`` equal parts of whole BLOCK_N tiles, one per program, so
+a few long rows (small decode batches) spread over the whole chip without a host sync,
+and the grid does not grow with ``max_seq_len``. ``split`` comes from the host: about
+``programs_per_sm`` programs per SM in all, but at least ``max_seq_len / max_chunk`` parts
+per row (see ``pick_split``). A program
+keeps its row's q^T [128, H] and weights, and walks its part BLOCK_N keys at a time:
+gather BLOCK_N key rows through the page table (page ids loaded one tile ahead), one
+``tl.dot`` [BLOCK_N, 128] x [128, H] (HMMA/mma.sync on SM80/SM120, wgmma on SM90,
+tcgen05 on SM100), ReLU, scale by w, sum over heads.
+
+With ``ROWS > 1`` (prefill) a program takes ROWS consecutive query rows. If their page
+tables agree over the program's part (the rows of one request in prefill do), each key
+tile is loaded once and multiplied by the ROWS rows' q at once ([BLOCK_N, 128] x
+[128, ROWS * H]): ROWS times fewer key reads from L2, which bound the one-row kernel in
+prefill. Otherwise the rows are done one after the other. Groups run longest-first
+(reverse row order: causal prefill rows grow with the row index).
 """
 
 from typing import Optional
@@ -38,6 +69,165 @@ from ._validate import (
 
 
 @triton.jit
+def _part_bounds(n_write, split, part, min_chunk, BLOCK_N: tl.constexpr):
+    """[start, end) of part ``part`` of ``split`` over [0, n_write), in whole BLOCK_N tiles and
+    at least min_chunk keys (short rows use fewer parts; the others have nothing to do)."""
+    chunk = tl.maximum(tl.cdiv(tl.cdiv(n_write, split), BLOCK_N) * BLOCK_N, min_chunk)
+    start = part * chunk
+    end = tl.minimum(start + chunk, n_write)
+    return start, end
+
+
+@triton.jit
+def _clamped_lens(seq_lens_ptr, r0, rows, max_len, BLOCK: tl.constexpr):
+    r = r0 + tl.arange(0, BLOCK)
+    n = tl.load(seq_lens_ptr + r, mask=r < rows, other=0)
+    return tl.minimum(tl.maximum(n, 0), max_len)
+
+
+@triton.jit
+def _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row, H: tl.constexpr, D: tl.constexpr):
+    """One row's q [H, D] and head weights [H]."""
+    row64 = row.to(tl.int64)
+    h = tl.arange(0, H)
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + row64 * stride_q_row + h[:, None] * D + d[None, :])
+    w = tl.load(w_ptr + row64 * stride_w_row + h)
+    return q, w
+
+
+@triton.jit
+def _logits_tile(k, q_t, w, out_row, t, valid, end):
+    s = tl.dot(k, q_t)  # [BLOCK_N, H] fp32
+    s = tl.maximum(s, 0.0) * w[None, :]
+    logit = tl.where(valid, tl.sum(s, axis=1), float("-inf"))
+    tl.store(out_row + t, logit, mask=t < end)
+
+
+@triton.jit
+def _one_row_tiles(q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, compute_end,
+                   D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The v1 loop: page ids loaded one tile ahead and carried (with the id load in the same
+    iteration as the key load, Triton's pipeliner treats the key load as indirect and keeps a
+    single key buffer; carried, it still issues each cp.async right after its id load)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    d = tl.arange(0, D)
+    t = start + offs_n
+    page = tl.load(pt_row + t // PAGE, mask=t < compute_end, other=0).to(tl.int64)
+    for n0 in range(start, compute_end, BLOCK_N):
+        t = n0 + offs_n
+        valid = t < compute_end
+        k = tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
+                    mask=valid[:, None], other=0.0)
+        t_next = t + BLOCK_N
+        page = tl.load(pt_row + t_next // PAGE, mask=t_next < compute_end, other=0).to(tl.int64)
+        _logits_tile(k, q_t, w, out_row, t, valid, end)
+
+
+@triton.jit
+def _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row, row, start, end,
+             n_keys, H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+             PAGE_BLOCK: tl.constexpr):
+    """Logits of one row (q [H, D], w [H]) over [start, end): keys below n_keys, -inf from n_keys on."""
+    row64 = row.to(tl.int64)
+    out_row = out_ptr + row64 * stride_out_row
+    offs_n = tl.arange(0, BLOCK_N)
+    compute_end = tl.minimum(end, n_keys)
+    fill_start = start
+    if start < compute_end:
+        d = tl.arange(0, D)
+        q_t = tl.trans(q)  # [D, H]
+        pt_row = page_table_ptr + row64 * stride_pt_row
+        if PAGE_BLOCK == 0:
+            _one_row_tiles(q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, compute_end,
+                           D, PAGE, BLOCK_N)
+        else:
+            # Page ids PAGE_BLOCK at a time into registers; each tile gathers its ids from
+            # them, so no key load waits on a page-id load inside the pipelined loop.
+            n_pages = tl.cdiv(compute_end, PAGE)
+            for pb in range(start // PAGE, n_pages, PAGE_BLOCK):
+                slots = pb + tl.arange(0, PAGE_BLOCK)
+                ids = tl.load(pt_row + slots, mask=slots < n_pages, other=0)
+                blk_end = tl.minimum((pb + PAGE_BLOCK) * PAGE, compute_end)
+                for n0 in range(tl.maximum(pb * PAGE, start), blk_end, BLOCK_N):
+                    t = n0 + offs_n
+                    valid = t < compute_end
+                    slot = tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1)
+                    page = tl.gather(ids, slot, 0).to(tl.int64)
+                    k = tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
+                                mask=valid[:, None], other=0.0)
+                    _logits_tile(k, q_t, w, out_row, t, valid, end)
+        fill_start = start + tl.cdiv(compute_end - start, BLOCK_N) * BLOCK_N
+    # Only when seq_len exceeds the page table's reach (never in SGLang): -inf up to end.
+    for n0 in range(fill_start, end, BLOCK_N):
+        t = n0 + offs_n
+        tl.store(out_row + t, tl.full([BLOCK_N], float("-inf"), tl.float32), mask=t < end)
+
+
+@triton.jit
+def _rows_share_pages(page_table_ptr, stride_pt_row, row0, start, ends, rows_r,
+                      ROWS: tl.constexpr, PAGE: tl.constexpr, PBLK: tl.constexpr):
+    """1 if every row's page ids over its part [start, ends[i]) equal row0's, else 0."""
+    i = tl.arange(0, ROWS)
+    p_lo = start // PAGE
+    p_hi = tl.cdiv(tl.max(ends, axis=0), PAGE)
+    mismatch = 0
+    for p0 in range(p_lo, p_hi, PBLK):
+        p = p0 + tl.arange(0, PBLK)
+        need = (p[None, :] * PAGE < ends[:, None]) & (i[:, None] < rows_r)
+        ids = tl.load(page_table_ptr + (row0 + i).to(tl.int64)[:, None] * stride_pt_row + p[None, :],
+                      mask=need, other=0)
+        ids0 = tl.load(page_table_ptr + row0.to(tl.int64) * stride_pt_row + p, mask=p < p_hi, other=0)
+        mismatch += tl.sum((need & (ids != ids0[None, :])).to(tl.int32))
+    return mismatch == 0
+
+
+@triton.jit
+def _shared_rows(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, page_table_ptr, stride_pt_row,
+                 out_ptr, stride_out_row, row0, rows_r, start, ends, n_keys,
+                 H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """ROWS rows with the same pages over [start, max(ends)): one key load per tile for all rows."""
+    RH: tl.constexpr = ROWS * H
+    offs_n = tl.arange(0, BLOCK_N)
+    i = tl.arange(0, ROWS)
+    live = i < rows_r
+    rows64 = (row0 + i).to(tl.int64)
+    end_max = tl.max(ends, axis=0)
+    n_keys_max = tl.max(tl.where(live, n_keys, 0), axis=0)
+    compute_end = tl.minimum(end_max, n_keys_max)
+    out_rows = out_ptr + rows64 * stride_out_row  # [ROWS]
+    fill_start = start
+    if start < compute_end:
+        c = tl.arange(0, RH)  # row-major (row, head)
+        d = tl.arange(0, D)
+        crow = (row0 + c // H).to(tl.int64)
+        clive = (c // H) < rows_r
+        q = tl.load(q_ptr + crow[:, None] * stride_q_row + (c % H)[:, None] * D + d[None, :],
+                    mask=clive[:, None], other=0.0)
+        q_t = tl.trans(q)  # [D, ROWS * H]
+        w = tl.load(w_ptr + crow * stride_w_row + c % H, mask=clive, other=0.0)
+        pt_row = page_table_ptr + row0.to(tl.int64) * stride_pt_row
+        t = start + offs_n
+        page = tl.load(pt_row + t // PAGE, mask=t < compute_end, other=0).to(tl.int64)
+        for n0 in range(start, compute_end, BLOCK_N):
+            t = n0 + offs_n
+            k = tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
+                        mask=(t < compute_end)[:, None], other=0.0)
+            t_next = t + BLOCK_N
+            page = tl.load(pt_row + t_next // PAGE, mask=t_next < compute_end, other=0).to(tl.int64)
+            s = tl.dot(k, q_t)  # [BLOCK_N, ROWS * H] fp32
+            s = tl.maximum(s, 0.0) * w[None, :]
+            logit = tl.sum(tl.reshape(s, [BLOCK_N, ROWS, H]), axis=2)  # [BLOCK_N, ROWS]
+            logit = tl.where(t[:, None] < n_keys[None, :], logit, float("-inf"))
+            tl.store(out_rows[None, :] + t[:, None], logit, mask=t[:, None] < ends[None, :])
+        fill_start = start + tl.cdiv(compute_end - start, BLOCK_N) * BLOCK_N
+    for n0 in range(fill_start, end_max, BLOCK_N):
+        t = n0 + offs_n
+        tl.store(out_rows[None, :] + t[:, None], tl.full([BLOCK_N, ROWS], float("-inf"), tl.float32),
+                 mask=t[:, None] < ends[None, :])
+
+
+@triton.jit
 def paged_mqa_logits_kernel(
     q_ptr,
     stride_q_row,
@@ -51,58 +241,60 @@ def paged_mqa_logits_kernel(
     pt_width,
     out_ptr,
     stride_out_row,
+    rows,
     max_len,
-    chunk,
+    split,
+    min_chunk,
+    busy_programs,
     H: tl.constexpr,
     D: tl.constexpr,
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr = 1,
+    PAGE_BLOCK: tl.constexpr = 0,
+    BALANCE: tl.constexpr = False,
 ):
-    row = tl.program_id(0)
-    chunk_id = tl.program_id(1)
-    row64 = row.to(tl.int64)
-    start = chunk_id * chunk
-    end = tl.minimum(start + chunk, max_len)
-    n_valid = tl.load(seq_lens_ptr + row)
-    n_valid = tl.minimum(tl.maximum(n_valid, 0), tl.minimum(pt_width * PAGE, max_len))
-    compute_end = tl.minimum(end, n_valid)
-    out_row = out_ptr + row64 * stride_out_row
-    offs_n = tl.arange(0, BLOCK_N)
-
-    if start < compute_end:
-        h = tl.arange(0, H)
-        d = tl.arange(0, D)
-        q = tl.load(q_ptr + row64 * stride_q_row + h[:, None] * D + d[None, :])
-        q_t = tl.trans(q)  # [D, H]
-        w = tl.load(w_ptr + row64 * stride_w_row + h)
-        pt_row = page_table_ptr + row64 * stride_pt_row
-        # Page ids are loaded one iteration ahead and carried: with the id load in the
-        # same iteration as the key load, Triton's pipeliner treats the key load as
-        # indirect and keeps a single key buffer whatever num_stages says.
-        t = start + offs_n
-        page = tl.load(pt_row + t // PAGE, mask=t < compute_end, other=0).to(tl.int64)
-        for n0 in range(start, compute_end, BLOCK_N):
-            t = n0 + offs_n
-            valid = t < compute_end
-            k = tl.load(
-                k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
-                mask=valid[:, None],
-                other=0.0,
-            )
-            t_next = t + BLOCK_N
-            page = tl.load(pt_row + t_next // PAGE, mask=t_next < compute_end, other=0).to(tl.int64)
-            s = tl.dot(k, q_t)  # [BLOCK_N, H] fp32
-            s = tl.maximum(s, 0.0) * w[None, :]
-            logit = tl.sum(s, axis=1)
-            logit = tl.where(valid, logit, float("-inf"))
-            tl.store(out_row + t, logit, mask=t < end)
-        fill_start = start + tl.cdiv(compute_end - start, BLOCK_N) * BLOCK_N
+    group = tl.num_programs(0) - 1 - tl.program_id(0)  # longest-first in causal prefill
+    part = tl.program_id(1)
+    reach = pt_width * PAGE
+    if ROWS == 1:
+        n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + group), 0), max_len)
+        if BALANCE:
+            # One chunk size for the whole batch: its total keys over busy_programs, so the
+            # programs with work are about busy_programs whatever the lengths (the grid is
+            # fixed under a CUDA graph; a row still gets at most ``split`` parts).
+            total = tl.sum(_clamped_lens(seq_lens_ptr, 0, rows, max_len, 256), axis=0)
+            for r0 in range(256, rows, 256):
+                total += tl.sum(_clamped_lens(seq_lens_ptr, r0, rows, max_len, 256), axis=0)
+            min_chunk = tl.maximum(min_chunk, tl.cdiv(tl.cdiv(total, busy_programs), BLOCK_N) * BLOCK_N)
+        start, end = _part_bounds(n_write, split, part, min_chunk, BLOCK_N)
+        if start < end:
+            q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, group, H, D)
+            _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row, group,
+                     start, end, tl.minimum(n_write, reach), H, D, PAGE, BLOCK_N, PAGE_BLOCK)
     else:
-        fill_start = start
-    neg_inf = tl.full([BLOCK_N], float("-inf"), tl.float32)
-    for n0 in range(fill_start, end, BLOCK_N):
-        t = n0 + offs_n
-        tl.store(out_row + t, neg_inf, mask=t < end)
+        row0 = group * ROWS
+        rows_r = rows - row0  # rows of this group that exist (may exceed ROWS)
+        i = tl.arange(0, ROWS)
+        n_write = tl.load(seq_lens_ptr + row0 + i, mask=i < rows_r, other=0)
+        n_write = tl.minimum(tl.maximum(n_write, 0), max_len)
+        start, end_max = _part_bounds(tl.max(n_write, axis=0), split, part, min_chunk, BLOCK_N)
+        if start < end_max:
+            ends = tl.minimum(n_write, end_max)  # each row's end inside this part
+            n_keys = tl.minimum(n_write, reach)
+            if _rows_share_pages(page_table_ptr, stride_pt_row, row0, start, tl.minimum(ends, reach), rows_r,
+                                 ROWS, PAGE, 64):
+                _shared_rows(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, page_table_ptr,
+                             stride_pt_row, out_ptr, stride_out_row, row0, rows_r, start, ends, n_keys,
+                             H, D, PAGE, BLOCK_N, ROWS)
+            else:
+                for j in tl.static_range(ROWS):
+                    if j < rows_r:
+                        nw = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row0 + j), 0), max_len)
+                        q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row0 + j, H, D)
+                        _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row,
+                                 row0 + j, start, tl.minimum(nw, end_max), tl.minimum(nw, reach), H, D, PAGE, BLOCK_N,
+                                 PAGE_BLOCK)
 
 
 AOT_SIGNATURES = {
@@ -119,47 +311,27 @@ AOT_SIGNATURES = {
         "pt_width": "i32",
         "out_ptr": "*fp32:16",
         "stride_out_row": "i32",
+        "rows": "i32",
         "max_len": "i32",
-        "chunk": "i32",
+        "split": "i32",
+        "min_chunk": "i32",
+        "busy_programs": "i32",
     },
 }
 
 
-def pick_chunk(rows: int, max_len: int, block_n: int, num_sms: int, max_chunk: int) -> int:
-    """Keys per program: the largest multiple of block_n (<= max_chunk) that still gives
-    about 4 programs per SM, so a few long rows (decode) spread over the whole chip while
-    many rows (prefill) keep long chunks and reload q rarely."""
-    chunk = max_chunk
-    while chunk > block_n and rows * triton.cdiv(max_len, chunk) < 4 * num_sms:
-        chunk //= 2
-    return max(block_n, chunk // block_n * block_n)
+def pick_split(groups: int, max_len: int, block_n: int, target_programs: int, max_chunk: int) -> int:
+    """Parts per row group: as many as keep the grid within ``target_programs`` (whole
+    waves of resident programs, so equal parts of equal rows finish together), but at
+    least ``max_len / max_chunk`` (a long row among short ones is still spread out), and
+    no more than the widest row has tiles. The grid depends on host values only (not on
+    the lengths on the device), so it is the same for every replay of a CUDA graph."""
+    want = max(target_programs // max(groups, 1), triton.cdiv(max_len, max_chunk))
+    return max(1, min(want, triton.cdiv(max_len, block_n)))
 
 
-def paged_mqa_logits(
-    q: torch.Tensor,
-    index_k_cache: torch.Tensor,
-    weights: torch.Tensor,
-    seq_lens: torch.Tensor,
-    page_table: torch.Tensor,
-    max_seq_len: int,
-    *,
-    out: Optional[torch.Tensor] = None,
-    block_n: int,
-    max_chunk: int,
-    num_sms: int,
-    num_warps: int,
-    num_stages: int,
-) -> torch.Tensor:
-    """Launcher; see the module docstring.
-
-    q: [R, H, 128] or [R, 1, H, 128] bf16 (SGLang passes ``q_indexer.unsqueeze(1)``), each
-    row's H*128 values contiguous. index_k_cache: the layer's bf16 index-K pages (see
-    ``_validate.as_index_k_pages``; page size 64). weights: [R, H] or [R, H, 1] fp32, unit
-    head stride. seq_lens: [R] or [R, 1] int32/int64 (compressed lengths). page_table:
-    [R, W] int32/int64 page ids, unit column stride; entries at or beyond a row's
-    ceil(n_valid/64) are never read. max_seq_len: python int, the output width.
-    Returns fp32 [R, max_seq_len] (or fills ``out`` of that shape, unit column stride).
-    """
+def _checked_q(q):
+    """q as [R, H, 128] bf16 with contiguous heads."""
     check_tensor("q", q, dtypes=(torch.bfloat16,), ndim=(3, 4))
     if q.dim() == 4:
         if q.shape[1] != 1:
@@ -172,7 +344,11 @@ def paged_mqa_logits(
         raise ValueError(f"q heads must be a power of two >= 16 (tensor-core tile), got {num_heads}")
     if q.stride(1) != head_dim:
         raise ValueError(f"q heads must be contiguous, got strides {tuple(q.stride())}")
-    pages = as_index_k_pages("index_k_cache", index_k_cache, page_size=INDEX_PAGE_SIZE)
+    return q
+
+
+def _checked_weights(weights, rows, num_heads):
+    """weights as [R, H] fp32 with unit head stride."""
     check_tensor("weights", weights, dtypes=(torch.float32,), ndim=(2, 3), last_dim_contiguous=False)
     if weights.dim() == 3:
         if weights.shape[2] != 1:
@@ -182,6 +358,15 @@ def paged_mqa_logits(
         raise ValueError(f"weights must be [{rows}, {num_heads}] fp32, got {tuple(weights.shape)}")
     if weights.stride(1) != 1:
         raise ValueError(f"weights must have unit head stride, got strides {tuple(weights.stride())}")
+    return weights
+
+
+def _checked_args(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program):
+    """Validate the launcher's arguments; returns them in the kernel's layout."""
+    q = _checked_q(q)
+    rows, num_heads, head_dim = q.shape
+    pages = as_index_k_pages("index_k_cache", index_k_cache, page_size=INDEX_PAGE_SIZE)
+    weights = _checked_weights(weights, rows, num_heads)
     seq_lens = as_index_vector("seq_lens", seq_lens, rows)
     if seq_lens.dtype != torch.int32:
         seq_lens = seq_lens.to(torch.int32)
@@ -190,6 +375,8 @@ def paged_mqa_logits(
         raise ValueError(f"page_table must have {rows} rows (one per query row), got {tuple(page_table.shape)}")
     if not isinstance(max_seq_len, int) or max_seq_len < 0:
         raise ValueError(f"max_seq_len must be a non-negative python int, got {max_seq_len!r}")
+    if rows_per_program not in (1, 2, 4):
+        raise ValueError(f"rows_per_program must be 1, 2 or 4, got {rows_per_program!r}")
     if out is None:
         out = torch.empty((rows, max_seq_len), dtype=torch.float32, device=q.device)
     else:
@@ -197,15 +384,54 @@ def paged_mqa_logits(
         if tuple(out.shape) != (rows, max_seq_len):
             raise ValueError(f"out must be [{rows}, {max_seq_len}] fp32, got {tuple(out.shape)}")
     check_same_device(q=q, index_k_cache=pages, weights=weights, seq_lens=seq_lens, page_table=page_table, out=out)
+    return q, pages, weights, seq_lens, out
+
+
+def paged_mqa_logits(
+    q: torch.Tensor,
+    index_k_cache: torch.Tensor,
+    weights: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_table: torch.Tensor,
+    max_seq_len: int,
+    *,
+    out: Optional[torch.Tensor] = None,
+    block_n: int,
+    target_programs: int,
+    max_chunk: int = 16384,
+    min_chunk: int = 0,
+    page_block: int = 0,
+    busy_programs: int = 0,
+    rows_per_program: int = 1,
+    num_warps: int,
+    num_stages: int,
+) -> torch.Tensor:
+    """Launcher; see the module docstring (columns past each row's length are not written).
+
+    q: [R, H, 128] or [R, 1, H, 128] bf16 (SGLang passes ``q_indexer.unsqueeze(1)``), each
+    row's H*128 values contiguous. index_k_cache: the layer's bf16 index-K pages (see
+    ``_validate.as_index_k_pages``; page size 64). weights: [R, H] or [R, H, 1] fp32, unit
+    head stride. seq_lens: [R] or [R, 1] int32/int64 (compressed lengths). page_table:
+    [R, W] int32/int64 page ids, unit column stride; entries at or beyond a row's
+    ceil(n_write/64) are never read. max_seq_len: python int, the output width.
+    Returns fp32 [R, max_seq_len] (or fills ``out`` of that shape, unit column stride).
+    """
+    q, pages, weights, seq_lens, out = _checked_args(q, index_k_cache, weights, seq_lens, page_table, max_seq_len,
+                                                     out, rows_per_program)
+    rows, num_heads, head_dim = q.shape
     if rows == 0 or max_seq_len == 0:
         return out
-    chunk = pick_chunk(rows, max_seq_len, block_n, num_sms, max_chunk)
-    grid = (rows, triton.cdiv(max_seq_len, chunk))
-    paged_mqa_logits_kernel[grid](
+    if page_block and (page_block & (page_block - 1) or page_block * INDEX_PAGE_SIZE % block_n):
+        raise ValueError(f"page_block must be a power of two covering whole {block_n}-key tiles, got {page_block}")
+    min_chunk = triton.cdiv(max(min_chunk, 0), block_n) * block_n  # parts start on tile boundaries
+    groups = triton.cdiv(rows, rows_per_program)
+    split = pick_split(groups, max_seq_len, block_n, target_programs, max_chunk)
+    paged_mqa_logits_kernel[(groups, split)](
         q, q.stride(0), pages, pages.stride(0), weights, weights.stride(0), seq_lens,
         page_table, page_table.stride(0), page_table.shape[1], out, out.stride(0),
-        max_seq_len, chunk,
-        H=num_heads, D=head_dim, PAGE=INDEX_PAGE_SIZE, BLOCK_N=block_n,
+        rows, max_seq_len, split, min_chunk, max(busy_programs, 1),
+        H=num_heads, D=head_dim, PAGE=INDEX_PAGE_SIZE, BLOCK_N=block_n, ROWS=rows_per_program, PAGE_BLOCK=page_block,
+        BALANCE=busy_programs > 0 and rows_per_program == 1,
         num_warps=num_warps, num_stages=num_stages,
     )
     return out

@@ -57,6 +57,15 @@ class PairingError(Dsv4ExtError, ValueError):
     """The two runs did not send identical prompts."""
 
 
+class ReproInputError(Dsv4ExtError, ValueError):
+    """A repro input (a flag, a run directory, a line of a record file) cannot be used; the message
+    names it and, where there is a choice, the allowed values. Nothing was written."""
+
+
+class DetokenizeError(Dsv4ExtError, RuntimeError):
+    """Token ids could not be turned back into text (the server's /detokenize or a local tokenizer)."""
+
+
 # --- patch series tooling ----------------------------------------------------------------------
 class SeriesError(Dsv4ExtError, ValueError):
     """The series directory or one of its files is wrong; the message names the file."""

@@ -66,7 +66,7 @@ def plan_one(model: dsv4_model.Dsv4Model, dtype: str, *, kv_budget_bytes: int, m
             ) from None
     c4_layers = configurator.num_layers(4)
     index_page = dsv4_model.PAGE_SIZE // 4
-    c4_logical = pool.c128_max_total_num_tokens * 32  # the pool's indexer size (code map A.3)
+    c4_logical = pool.c128_max_total_num_tokens * 32  # the pool's indexer size (DeepSeekV4TokenToKVPool.__init__)
     index_pages = _num_dsv4_physical_kv_pages(c4_logical, index_page, dsv4_model.PAGE_SIZE)
     index_k_bytes = c4_layers * index_pages * index_page * configurator.indexer_bytes_per_token
     return {

@@ -15,8 +15,7 @@ import os
 import pytest
 
 # Keep the test process's own configuration explicit: nothing from the caller's shell leaks in.
-for _name in ("SGLANG_DSV4_EXT", "SGLANG_DSV4_INDEX_K_DTYPE", "SGLANG_DSV4_BF16_INDEX_K", "SGLANG_DSV4_INDEX_K_GATE",
-              "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG"):
+for _name in [n for n in os.environ if n.startswith("SGLANG_DSV4_")]:
     os.environ.pop(_name, None)
 
 
@@ -60,3 +59,14 @@ def index_k_dtype(monkeypatch):
         monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", dtype)
 
     return set_dtype
+
+
+@pytest.fixture
+def gate_mode(monkeypatch):
+    """Set SGLANG_DSV4_INDEX_K_GATE for the pools built afterwards (read at pool creation); index-K fp8."""
+
+    def set_mode(mode: str) -> None:
+        monkeypatch.setenv("SGLANG_DSV4_INDEX_K_GATE", mode)
+
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp8")
+    return set_mode

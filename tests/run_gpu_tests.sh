@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Run the GPU tests (pytest -m gpu) on a CUDA machine such as the lent H200.
-#
-# SGLang cannot be imported there (its sglang-kernel wheel needs another torch ABI), so
-# this runs only tests/gpu/ and the kernel tests, without the SGLang-dependent conftest.
-# On the device tool:  run(command="bash tests/run_gpu_tests.sh")
+# Run the GPU tests (pytest -m gpu tests/gpu) on a CUDA machine such as the lent H200, with
+# SGLang 0.5.23's own Python: from the bundle built on a CPU machine by
+#   python -m benchmarks.sglang_gpu.bundle          (writes /work/main/.gpu_carry, git-ignored)
+# unless SGLang and sgl_kernel are installed there. On the device tool, from /work/main:
+#   run(command="bash tests/run_gpu_tests.sh", carry=[".gpu_carry"])
+# (from a worktree: carry it too and cd into it first). Extra arguments go to pytest (e.g. -k race).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA device: GPU tests need one')"
-python3 -m pytest --noconftest -p no:cacheprovider -m gpu -q -rs tests/gpu "$@"
+export PYTHONUNBUFFERED=1
+exec python3 -m benchmarks.sglang_gpu.run_tests "$@"

@@ -6,7 +6,9 @@ independent DSML reference parser, and summarises rates with Wilson intervals; a
 mode compares two runs paired on identical prompts (exact McNemar test).
 
 Modules: :mod:`.dsml` (reference parser), :mod:`.scenario` (deterministic sessions),
-:mod:`.verdict` (classes), :mod:`.client` (HTTP), :mod:`.runner` (concurrency, time bound,
-output), :mod:`.stats` (Wilson, McNemar), :mod:`.compare` (A/B), :mod:`.reparse`
-(offline re-parse), :mod:`.cli`.
+:mod:`.verdict` (classes), :mod:`.settings` (every run setting, declared once: flags,
+configuration, re-run command), :mod:`.client` (HTTP, reply shapes, /detokenize),
+:mod:`.rundir` (run-directory names; never overwrite; record reading), :mod:`.runner`
+(concurrency, time bound, signals, output), :mod:`.stats` (Wilson, McNemar), :mod:`.compare`
+(A/B), :mod:`.reparse` (offline re-parse, failure-origin table), :mod:`.cli`.
 """

@@ -1,19 +1,25 @@
-"""``sglang-dsv4 repro``: run, A/B, compare and re-parse (see :mod:`sglang_dsv4_ext.repro`)."""
+"""``sglang-dsv4 repro``: run, A/B, compare and re-parse (see :mod:`sglang_dsv4_ext.repro`).
+
+Every user mistake ends with one line naming the input and exit code 2 (``exit_codes.USAGE``),
+before anything is written; a finished run is never overwritten.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import os
+import signal
 import sys
-import time
 
-EXIT_FINDING = 3  # --fail-on-corruption / --fail-if-significant triggered
-EXIT_USAGE = 2
+from sglang_dsv4_ext import exit_codes
+from sglang_dsv4_ext.errors import PairingError, ReproInputError
+from sglang_dsv4_ext.repro import rundir
+from sglang_dsv4_ext.repro.verdict import CLASSES
 
 _EPILOG = """\
 examples:
-  # the incident: 80 concurrent 8-round agentic sessions against a PD router
+  # 80 concurrent 8-round agentic sessions against a PD router, one hour at most
   sglang-dsv4 repro run --endpoint http://127.0.0.1:8000 --sessions 80 --rounds 8 \\
       --concurrency 80 --time-limit 3600 --out runs/bf16-hicache --label bf16+hicache
   # a concurrency ladder
@@ -24,228 +30,226 @@ examples:
   sglang-dsv4 repro ab --endpoint-a http://127.0.0.1:8000 --endpoint-b http://127.0.0.1:9000 --out runs/ab
   # re-parse the raw output of failures offline
   sglang-dsv4 repro reparse runs/bf16-hicache --detokenize-url http://127.0.0.1:30000
+
+exit codes: 0 done; 2 bad input (nothing written); 3 a finding asked for with --fail-on-corruption or
+--fail-if-significant; 130 / 143 stopped by SIGINT / SIGTERM (the summary of what finished is written).
 """
 
 
-def _int_list(text: str):
+# ----- argument types (checks shared with the settings table) ----------------------------------
+def _arg_type(check):
+    def parse(text: str):
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = check.__name__.strip("_")
+    return parse
+
+
+def _url(text: str) -> str:
+    from sglang_dsv4_ext.repro.settings import url_check
+
+    url_check(text)
+    return text
+
+
+def _alpha(text: str) -> float:
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
+        alpha = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 8,32,80, got {text!r}")
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"concurrency levels must be integers >= 1, got {text!r}")
-    return values
+        alpha = math.nan
+    if not 0 < alpha < 1:  # also refuses NaN
+        raise ValueError(f"must be a number in (0, 1), got {text!r}")
+    return alpha
 
 
-def _repetition(text: str):
-    from sglang_dsv4_ext.repro.verdict import RepetitionRule
-
-    try:
-        repeats, chars, period = (int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected MIN_REPEATS,MIN_CHARS,MAX_PERIOD like 8,160,200, got {text!r}")
-    if repeats < 2 or chars < 1 or period < 1:
-        raise argparse.ArgumentTypeError(f"need MIN_REPEATS >= 2, MIN_CHARS >= 1, MAX_PERIOD >= 1, got {text!r}")
-    return RepetitionRule(repeats, chars, period)
+def _error(action: str, exc: Exception) -> int:
+    print(f"sglang-dsv4 repro {action}: {exc}", file=sys.stderr)
+    return exit_codes.USAGE
 
 
-def _json_object(text: str):
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}")
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
-    return value
+def _stopped_code(summary: dict):
+    """The exit code of a run stopped by a signal, else None."""
+    name = summary.get("interrupted_by")
+    return exit_codes.for_signal(signal.Signals[name]) if name else None
 
 
-def _add_workload_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("workload")
-    g.add_argument("--sessions", type=int, default=8, help="concurrent agentic sessions per level (default 8)")
-    g.add_argument("--rounds", type=int, default=4, help="user turns per session; each asks for one tool call (default 4)")
-    g.add_argument("--no-answer-step", action="store_true", help="skip the request that follows each tool result")
-    g.add_argument("--concurrency", type=_int_list, default=[8], metavar="N[,N...]",
-                   help="sessions in flight; a comma list runs a ladder, one level after another (default 8)")
-    g.add_argument("--seed", type=int, default=0, help="decides every prompt and per-request sampling seed (default 0)")
-    g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0.0)")
-    g.add_argument("--max-tokens", type=int, default=2048, help="max_tokens per request (default 2048)")
-    g.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request before it counts as a timeout (default 300)")
-    g.add_argument("--time-limit", type=float, default=None, help="total seconds; in-flight requests are abandoned and the run summarised")
-    g.add_argument("--system-prompt-chars", type=int, default=4000, help="size of the shared system prompt (default 4000)")
-    g.add_argument("--tool-result-chars", type=int, default=1500, help="size of each scripted tool result (default 1500)")
-    g.add_argument("--model", default=None, help="model name to send (default: first id of GET /v1/models)")
-    g.add_argument("--stream", action="store_true", help="use streaming responses (exercises the streaming parser; no token ids)")
-    g.add_argument("--no-token-ids", action="store_true", help="do not ask SGLang for response_token_ids")
-    g.add_argument("--detokenize-url", default=None, help="server whose /detokenize decodes failures' token ids (default: the endpoint)")
-    g.add_argument("--thinking", choices=["on", "off"], default=None, help="send chat_template_kwargs.thinking (default: server default)")
-    g.add_argument("--extra-body", type=_json_object, default={}, help="JSON object merged into every request body")
-    g.add_argument("--no-exact-args", action="store_true", help="do not require the requested argument values, only schema-valid ones")
-    g.add_argument("--repetition", type=_repetition, default=None, metavar="REPEATS,CHARS,PERIOD",
-                   help="degenerate-repetition rule (default 8,160,200)")
-    g.add_argument("--api-key-env", default=None, help="environment variable holding a bearer token")
-    g.add_argument("--no-progress", action="store_true", help="no progress output")
-    g.add_argument("--fail-on-corruption", action="store_true", help=f"exit {EXIT_FINDING} when any request is corrupted")
-
-
-def _run_config(args, endpoint: str, out: str, label: str):
-    from sglang_dsv4_ext.repro.runner import RunConfig
-    from sglang_dsv4_ext.repro.scenario import ScenarioConfig
-    from sglang_dsv4_ext.repro.verdict import RepetitionRule
-
-    scenario = ScenarioConfig(
-        seed=args.seed,
-        sessions=args.sessions,
-        rounds=args.rounds,
-        answer_step=not args.no_answer_step,
-        system_prompt_chars=args.system_prompt_chars,
-        tool_result_chars=args.tool_result_chars,
-    )
-    return RunConfig(
-        endpoint=endpoint,
-        out=out,
-        model=args.model,
-        label=label,
-        scenario=scenario,
-        concurrency=args.concurrency,
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        request_timeout=args.request_timeout,
-        time_limit=args.time_limit,
-        stream=args.stream,
-        token_ids=not args.no_token_ids,
-        detokenize_url=args.detokenize_url,
-        thinking=None if args.thinking is None else args.thinking == "on",
-        extra_body=args.extra_body,
-        exact_args=not args.no_exact_args,
-        repetition=args.repetition or RepetitionRule(),
-        api_key_env=args.api_key_env,
-        progress=not args.no_progress,
-    )
-
-
-def _default_out(prefix: str) -> str:
-    return os.path.join("repro-runs", time.strftime(f"{prefix}-%Y%m%d-%H%M%S"))
-
-
+# ----- actions ---------------------------------------------------------------------------------
 def _do_run(args) -> int:
     from sglang_dsv4_ext.repro.runner import Runner, format_summary
+    from sglang_dsv4_ext.repro.settings import run_config_from_args
 
     try:
-        cfg = _run_config(args, args.endpoint, args.out or _default_out("run"), args.label)
-    except ValueError as exc:
-        print(f"sglang-dsv4 repro run: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    summary = Runner(cfg).run()
+        cfg = run_config_from_args(args, args.endpoint, args.out or rundir.default_out("run"), args.label)
+        summary = Runner(cfg, out_given=args.out is not None).run()
+    except (ReproInputError, ValueError) as exc:
+        return _error("run", exc)
     print(format_summary(summary))
-    print(f"results: {cfg.out}/requests.jsonl, {cfg.out}/summary.json")
+    print(f"results: {os.path.join(cfg.out, rundir.REQUESTS)}, {os.path.join(cfg.out, rundir.SUMMARY)}")
+    stopped = _stopped_code(summary)
+    if stopped is not None:
+        return stopped
     if args.fail_on_corruption and summary["overall"]["corruption"]["count"] > 0:
-        return EXIT_FINDING
-    return 0
+        return exit_codes.FINDING
+    return exit_codes.OK
+
+
+def _ab_configs(args):
+    from sglang_dsv4_ext.repro.runner import auth_headers
+    from sglang_dsv4_ext.repro.settings import run_config_from_args
+
+    auth_headers(args.api_key_env)  # refuse before the directory is claimed
+    out = rundir.claim(args.out or rundir.default_out("ab"), explicit=args.out is not None)
+    sides = zip(rundir.AB_SIDES, (args.endpoint_a, args.endpoint_b), (args.label_a, args.label_b))
+    return out, [run_config_from_args(args, ep, os.path.join(out, side), label) for side, ep, label in sides]
 
 
 def _do_ab(args) -> int:
     from sglang_dsv4_ext.repro.compare import compare_runs, format_comparison
     from sglang_dsv4_ext.repro.runner import Runner, format_summary
 
-    out = args.out or _default_out("ab")
     try:
-        cfgs = [
-            _run_config(args, args.endpoint_a, os.path.join(out, "a"), args.label_a),
-            _run_config(args, args.endpoint_b, os.path.join(out, "b"), args.label_b),
-        ]
-    except ValueError as exc:
-        print(f"sglang-dsv4 repro ab: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        out, cfgs = _ab_configs(args)
+    except (ReproInputError, ValueError) as exc:
+        return _error("ab", exc)
     for cfg in cfgs:  # one after the other, so neither stack loads the other's run
-        print(format_summary(Runner(cfg).run()))
+        summary = Runner(cfg).run()
+        print(format_summary(summary))
+        stopped = _stopped_code(summary)
+        if stopped is not None:
+            print(f"results so far: {cfg.out} (no comparison: the run was interrupted)")
+            return stopped
     result = compare_runs(cfgs[0].out, cfgs[1].out, args.alpha)
-    with open(os.path.join(out, "ab.json"), "w") as f:
-        json.dump(result, f, indent=2)
+    rundir.write_json_new(os.path.join(out, rundir.AB), result)
     print(format_comparison(result))
-    print(f"results: {out}/a, {out}/b, {out}/ab.json")
-    return EXIT_FINDING if (args.fail_if_significant and result["significant"]) else 0
+    print(f"results: {cfgs[0].out}, {cfgs[1].out}, {os.path.join(out, rundir.AB)}")
+    return exit_codes.FINDING if (args.fail_if_significant and result["significant"]) else exit_codes.OK
+
+
+def _check_json_out(path: str) -> None:
+    if os.path.exists(path):
+        raise ReproInputError(f"--json {path}: exists; comparisons are never overwritten (choose a new name)")
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        raise ReproInputError(f"--json {path}: directory {parent} does not exist")
 
 
 def _do_compare(args) -> int:
-    from sglang_dsv4_ext.repro.compare import PairingError, compare_runs, format_comparison
+    from sglang_dsv4_ext.repro.compare import compare_runs, format_comparison
 
     try:
+        if args.json:
+            _check_json_out(args.json)
         result = compare_runs(args.run_a, args.run_b, args.alpha)
-    except (PairingError, FileNotFoundError, ValueError) as exc:
-        print(f"sglang-dsv4 repro compare: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except (PairingError, ReproInputError, ValueError) as exc:
+        return _error("compare", exc)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        rundir.write_json_new(args.json, result)
     print(format_comparison(result))
-    return EXIT_FINDING if (args.fail_if_significant and result["significant"]) else 0
+    return exit_codes.FINDING if (args.fail_if_significant and result["significant"]) else exit_codes.OK
+
+
+def _decoder(args):
+    from sglang_dsv4_ext.repro.client import Detokenizer
+    from sglang_dsv4_ext.repro.reparse import local_tokenizer_decoder
+
+    if args.tokenizer and args.detokenize_url:
+        raise ReproInputError("give --tokenizer or --detokenize-url, not both")
+    if args.tokenizer:
+        return local_tokenizer_decoder(args.tokenizer)
+    if args.detokenize_url:
+        return Detokenizer(args.detokenize_url).decode_blocking
+    return None
 
 
 def _do_reparse(args) -> int:
-    from sglang_dsv4_ext.repro.reparse import http_detokenizer, local_tokenizer_decoder, reparse_run
+    from sglang_dsv4_ext.repro.reparse import format_origin_table, reparse_run
 
-    if args.tokenizer and args.detokenize_url:
-        print("sglang-dsv4 repro reparse: give --tokenizer or --detokenize-url, not both", file=sys.stderr)
-        return EXIT_USAGE
-    decode = None
-    if args.tokenizer:
-        decode = local_tokenizer_decoder(args.tokenizer)
-    elif args.detokenize_url:
-        decode = http_detokenizer(args.detokenize_url)
     try:
-        result = reparse_run(args.run_dir, decode)
-    except FileNotFoundError as exc:
-        print(f"sglang-dsv4 repro reparse: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    print(f"re-parsed {result['failures']} failures -> {os.path.join(args.run_dir, 'reparsed.jsonl')}")
-    for verdict, row in result["origin_by_verdict"].items():
-        print(f"  {verdict:<24} " + ", ".join(f"{k} {n}" for k, n in sorted(row.items())))
-    return 0
+        rundir.requests_path(args.run_dir)  # a wrong directory is named before a tokenizer loads
+        result = reparse_run(args.run_dir, _decoder(args))
+    except ReproInputError as exc:
+        return _error("reparse", exc)
+    print(f"re-parsed {result['failures']} failures -> {result['path']}")
+    for line in format_origin_table(result["origin_by_verdict"]):
+        print(line)
+    return exit_codes.OK
+
+
+# ----- parsers ---------------------------------------------------------------------------------
+def _add_workload_args(p: argparse.ArgumentParser) -> None:
+    from sglang_dsv4_ext.repro.settings import add_flags
+
+    add_flags(p.add_argument_group("workload"))
+
+
+def _add_significance_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--alpha", type=_arg_type(_alpha), default=0.05, help="significance level in (0, 1) (default 0.05)")
+    p.add_argument("--fail-if-significant", action="store_true",
+                   help=f"exit {exit_codes.FINDING} on a significant difference")
+
+
+def _add_run(sub) -> None:
+    run = sub.add_parser("run", help="run the sessions against one endpoint",
+                         description="Run N sessions x R rounds at each concurrency level against one endpoint.")
+    run.add_argument("--endpoint", required=True, type=_arg_type(_url),
+                     help="base URL, e.g. http://127.0.0.1:8000 (the router, or a server)")
+    run.add_argument("--out", default=None,
+                     help="output directory; must be new or empty (default repro-runs/run-<time>)")
+    run.add_argument("--label", default="", help="a name for this run in tables, e.g. 'bf16+hicache'")
+    _add_workload_args(run)
+    run.add_argument("--fail-on-corruption", action="store_true",
+                     help=f"exit {exit_codes.FINDING} when any request is corrupted")
+    run.set_defaults(func=_do_run)
+
+
+def _add_ab(sub) -> None:
+    ab = sub.add_parser("ab", help="run the same workload against two endpoints and compare",
+                        description="Run the identical workload against A then B, then compare paired requests.")
+    ab.add_argument("--endpoint-a", required=True, type=_arg_type(_url), help="base URL of stack A")
+    ab.add_argument("--endpoint-b", required=True, type=_arg_type(_url), help="base URL of stack B")
+    ab.add_argument("--label-a", default="A")
+    ab.add_argument("--label-b", default="B")
+    ab.add_argument("--out", default=None, help="output directory; must be new or empty (default repro-runs/ab-<time>)")
+    _add_significance_args(ab)
+    _add_workload_args(ab)
+    ab.set_defaults(func=_do_ab)
+
+
+def _add_compare(sub) -> None:
+    cmp_ = sub.add_parser("compare", help="compare two finished runs (paired on identical prompts)")
+    cmp_.add_argument("run_a")
+    cmp_.add_argument("run_b")
+    cmp_.add_argument("--json", default=None, help="also write the comparison as JSON to this new file")
+    _add_significance_args(cmp_)
+    cmp_.set_defaults(func=_do_compare)
+
+
+def _add_reparse(sub) -> None:
+    rep = sub.add_parser("reparse", help="re-parse failures' raw output with the reference DSML parser",
+                         description=f"Writes {rundir.REPARSED} into the run directory (a new timestamped name "
+                         "when one exists).")
+    rep.add_argument("run_dir")
+    rep.add_argument("--detokenize-url", default=None, type=_arg_type(_url),
+                     help="an SGLang server (prefill or decode) with /detokenize")
+    rep.add_argument("--tokenizer", default=None, help="local tokenizer directory (e.g. the model checkpoint)")
+    rep.set_defaults(func=_do_reparse)
 
 
 def add_subparser(subparsers) -> None:
+    from sglang_dsv4_ext.cli import _SUMMARIES  # the one-line summary, written once for both --help levels
+
     repro = subparsers.add_parser(
         "repro",
-        help="multi-turn agentic tool-call corruption harness against an OpenAI-compatible endpoint",
-        description="Multi-turn agentic tool-call corruption harness. Each request gets one verdict: "
-        "ok, dsml_in_content, malformed_dsml, tool_call_in_reasoning, invalid_arguments, wrong_tool, "
-        "degenerate_repetition, truncated_length, http_error, timeout.",
+        help=_SUMMARIES["repro"],
+        description=f"{_SUMMARIES['repro'][0].upper()}{_SUMMARIES['repro'][1:]}. "
+        f"Each request gets one verdict: {', '.join(CLASSES)}.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = repro.add_subparsers(dest="repro_command", metavar="ACTION")
-    repro.set_defaults(func=lambda args: (repro.print_help(), EXIT_USAGE)[1])
-
-    run = sub.add_parser("run", help="run the sessions against one endpoint",
-                         description="Run N sessions x R rounds at each concurrency level against one endpoint.")
-    run.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8000 (the router, or a server)")
-    run.add_argument("--out", default=None, help="output directory (default repro-runs/run-<time>)")
-    run.add_argument("--label", default="", help="a name for this run in tables, e.g. 'bf16+hicache'")
-    _add_workload_args(run)
-    run.set_defaults(func=_do_run)
-
-    ab = sub.add_parser("ab", help="run the same workload against two endpoints and compare",
-                        description="Run the identical workload against A then B, then compare paired requests.")
-    ab.add_argument("--endpoint-a", required=True)
-    ab.add_argument("--endpoint-b", required=True)
-    ab.add_argument("--label-a", default="A")
-    ab.add_argument("--label-b", default="B")
-    ab.add_argument("--out", default=None, help="output directory (default repro-runs/ab-<time>)")
-    ab.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
-    ab.add_argument("--fail-if-significant", action="store_true", help=f"exit {EXIT_FINDING} on a significant difference")
-    _add_workload_args(ab)
-    ab.set_defaults(func=_do_ab)
-
-    cmp_ = sub.add_parser("compare", help="compare two finished runs (paired on identical prompts)")
-    cmp_.add_argument("run_a")
-    cmp_.add_argument("run_b")
-    cmp_.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
-    cmp_.add_argument("--json", default=None, help="also write the comparison as JSON here")
-    cmp_.add_argument("--fail-if-significant", action="store_true", help=f"exit {EXIT_FINDING} on a significant difference")
-    cmp_.set_defaults(func=_do_compare)
-
-    rep = sub.add_parser("reparse", help="re-parse failures' raw output with the reference DSML parser")
-    rep.add_argument("run_dir")
-    rep.add_argument("--detokenize-url", default=None, help="an SGLang server (prefill or decode) with /detokenize")
-    rep.add_argument("--tokenizer", default=None, help="local tokenizer directory (e.g. the model checkpoint)")
-    rep.set_defaults(func=_do_reparse)
+    repro.set_defaults(func=lambda args: (repro.print_help(), exit_codes.USAGE)[1])
+    for add in (_add_run, _add_ab, _add_compare, _add_reparse):
+        add(sub)

@@ -1,18 +1,89 @@
-"""HTTP to an OpenAI-compatible endpoint; every failure becomes an Observation, never an exception."""
+"""HTTP to an OpenAI-compatible endpoint; every failure becomes an Observation, never an exception.
+
+Replies are read through pydantic models of the chat-completion shape (unknown keys ignored).
+Well-formed JSON of another shape (``choices: [null]``, ``message`` a string, ``tool_calls``
+holding strings, an SSE chunk that is a list) is a ``protocol_error`` observation for that one
+request, not a crash of the run.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import aiohttp
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from sglang_dsv4_ext.errors import DetokenizeError
 from sglang_dsv4_ext.repro.verdict import Observation
 
 _SNIPPET = 2000
 
 
+# ----- the reply shapes this client accepts --------------------------------------------------
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Function(_Shape):
+    name: Optional[str] = None
+    arguments: Any = None  # a JSON string per the API; judged by the verdict, whatever it is
+
+
+class _ToolCall(_Shape):
+    index: Optional[int] = None  # streaming deltas: which call a fragment belongs to
+    function: Optional[_Function] = None
+
+
+class _Message(_Shape):
+    content: Optional[str] = None
+    reasoning_content: Optional[str] = None
+    reasoning: Optional[str] = None
+    tool_calls: Optional[List[_ToolCall]] = None
+
+    def reasoning_text(self) -> str:
+        return self.reasoning_content or self.reasoning or ""
+
+
+class _Choice(_Shape):
+    message: Optional[_Message] = None
+    delta: Optional[_Message] = None
+    finish_reason: Optional[str] = None
+    response_token_ids: Optional[List[int]] = None
+
+
+class _Completion(_Shape):
+    choices: List[_Choice]
+    usage: Optional[Dict[str, Any]] = None
+
+
+class _Chunk(_Shape):
+    choices: List[_Choice] = []
+    usage: Optional[Dict[str, Any]] = None
+    error: Any = None
+
+
+class _ModelList(_Shape):
+    data: List[Dict[str, Any]]
+
+
+class _Detokenized(_Shape):
+    text: str
+
+
+def _shape_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(root)"
+    return f"{where}: {first['msg']}"
+
+
+def _protocol_error(what: str, detail: str, snippet: str = "", status: Optional[int] = 200) -> Observation:
+    return Observation(transport="protocol_error", http_status=status, error=f"{what}: {detail}"[:500],
+                       body_snippet=snippet[:_SNIPPET])
+
+
+# ----- URLs ------------------------------------------------------------------------------------
 def chat_url(endpoint: str) -> str:
     url = endpoint.rstrip("/")
     if url.endswith("/chat/completions"):
@@ -30,86 +101,124 @@ def base_url(endpoint: str) -> str:
     return url
 
 
-def _calls_from_message(msg: dict) -> List[dict]:
+# ----- non-streaming replies -------------------------------------------------------------------
+def _calls(msg: _Message) -> List[dict]:
     calls = []
-    for tc in msg.get("tool_calls") or []:
-        fn = tc.get("function") or {}
-        calls.append({"name": fn.get("name") or "", "arguments": fn.get("arguments") if fn.get("arguments") is not None else ""})
+    for tc in msg.tool_calls or []:
+        fn = tc.function or _Function()
+        calls.append({"name": fn.name or "", "arguments": fn.arguments if fn.arguments is not None else ""})
     return calls
 
 
-def observation_from_body(data: dict) -> Observation:
-    choices = data.get("choices") if isinstance(data, dict) else None
-    if not choices:
-        return Observation(transport="http_error", error="response has no choices", body_snippet=json.dumps(data)[:_SNIPPET])
-    choice = choices[0]
-    msg = choice.get("message") or {}
+def observation_from_body(data) -> Observation:
+    """The observation of one parsed (JSON) chat-completion reply."""
+    try:
+        body = _Completion.model_validate(data)
+    except ValidationError as exc:
+        return _protocol_error("reply is not a chat completion", _shape_error(exc), json.dumps(data))
+    if not body.choices:
+        return _protocol_error("reply is not a chat completion", "choices is empty", json.dumps(data))
+    choice = body.choices[0]
+    msg = choice.message or _Message()
     return Observation(
-        finish_reason=choice.get("finish_reason"),
-        content=msg.get("content") or "",
-        reasoning=msg.get("reasoning_content") or msg.get("reasoning") or "",
-        tool_calls=_calls_from_message(msg),
-        token_ids=choice.get("response_token_ids"),
-        usage=data.get("usage"),
+        finish_reason=choice.finish_reason,
+        content=msg.content or "",
+        reasoning=msg.reasoning_text(),
+        tool_calls=_calls(msg),
+        token_ids=choice.response_token_ids,
+        usage=body.usage,
     )
 
 
+# ----- streaming replies -----------------------------------------------------------------------
+class _StreamAccumulator:
+    """Content, reasoning and tool-call deltas of an SSE chat stream, tool calls by index."""
+
+    def __init__(self):
+        self.obs = Observation()
+        self.calls: Dict[int, dict] = {}
+
+    def add(self, chunk: _Chunk) -> None:
+        if chunk.usage:
+            self.obs.usage = chunk.usage
+        for choice in chunk.choices:
+            delta = choice.delta or _Message()
+            self.obs.content += delta.content or ""
+            self.obs.reasoning += delta.reasoning_text()
+            for tc in delta.tool_calls or []:
+                slot = self.calls.setdefault(tc.index or 0, {"name": "", "arguments": ""})
+                fn = tc.function or _Function()
+                slot["name"] += fn.name or ""
+                if fn.arguments is not None:
+                    slot["arguments"] += fn.arguments if isinstance(fn.arguments, str) else json.dumps(fn.arguments)
+            if choice.finish_reason:
+                self.obs.finish_reason = choice.finish_reason
+
+    def result(self) -> Observation:
+        self.obs.tool_calls = [self.calls[i] for i in sorted(self.calls)]
+        return self.obs
+
+
+def _sse_payloads(buf: bytes):
+    """(complete ``data:`` payloads, rest of the buffer)."""
+    payloads = []
+    while b"\n" in buf:
+        line, buf = buf.split(b"\n", 1)
+        line = line.strip()
+        if line.startswith(b"data:"):
+            payloads.append(line[5:].strip())
+    return payloads, buf
+
+
+def _chunk_or_error(payload: bytes):
+    """A validated chunk, or the protocol-error Observation that replaces the reply."""
+    text = payload.decode(errors="replace")
+    try:
+        data = json.loads(payload)
+    except ValueError as exc:
+        return _protocol_error("stream chunk is not JSON", str(exc), text)
+    try:
+        chunk = _Chunk.model_validate(data)
+    except ValidationError as exc:
+        return _protocol_error("stream chunk is not a chat-completion chunk", _shape_error(exc), text)
+    if chunk.error:
+        return Observation(transport="http_error", http_status=200,
+                           error=f"error in stream: {json.dumps(chunk.error)[:300]}")
+    return chunk
+
+
 async def _read_stream(resp: aiohttp.ClientResponse) -> Observation:
-    """Accumulate an SSE chat stream: content, reasoning and tool-call deltas by index."""
-    obs = Observation()
-    calls: dict = {}
+    acc = _StreamAccumulator()
     buf = b""
-    async for chunk in resp.content.iter_any():
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
+    async for piece in resp.content.iter_any():
+        payloads, buf = _sse_payloads(buf + piece)
+        for payload in payloads:
             if payload == b"[DONE]":
-                break
-            data = json.loads(payload)
-            if isinstance(data, dict) and data.get("error"):
-                return Observation(transport="http_error", error=f"error in stream: {json.dumps(data['error'])[:300]}")
-            if data.get("usage"):
-                obs.usage = data["usage"]
-            for choice in data.get("choices") or []:
-                delta = choice.get("delta") or {}
-                obs.content += delta.get("content") or ""
-                obs.reasoning += delta.get("reasoning_content") or delta.get("reasoning") or ""
-                for tc in delta.get("tool_calls") or []:
-                    slot = calls.setdefault(tc.get("index", 0), {"name": "", "arguments": ""})
-                    fn = tc.get("function") or {}
-                    slot["name"] += fn.get("name") or ""
-                    slot["arguments"] += fn.get("arguments") or ""
-                if choice.get("finish_reason"):
-                    obs.finish_reason = choice["finish_reason"]
-    obs.tool_calls = [calls[i] for i in sorted(calls)]
-    return obs
+                return acc.result()
+            chunk = _chunk_or_error(payload)
+            if isinstance(chunk, Observation):
+                return chunk
+            acc.add(chunk)
+    return acc.result()
+
+
+# ----- one request -----------------------------------------------------------------------------
+async def _read_body(resp: aiohttp.ClientResponse) -> Observation:
+    raw = await resp.read()
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return _protocol_error("reply is not JSON", f"{len(raw)} bytes", raw[:_SNIPPET].decode(errors="replace"))
+    return observation_from_body(data)
 
 
 async def _post(session: aiohttp.ClientSession, url: str, body: dict, headers: dict) -> Observation:
     async with session.post(url, json=body, headers=headers) as resp:
         if resp.status != 200:
             text = await resp.text(errors="replace")
-            return Observation(
-                transport="http_error", http_status=resp.status, error=f"HTTP {resp.status}", body_snippet=text[:_SNIPPET]
-            )
-        if body.get("stream"):
-            obs = await _read_stream(resp)
-        else:
-            raw = await resp.read()
-            try:
-                data = json.loads(raw)
-            except ValueError:
-                return Observation(
-                    transport="http_error",
-                    http_status=200,
-                    error="response is not JSON",
-                    body_snippet=raw[:_SNIPPET].decode(errors="replace"),
-                )
-            obs = observation_from_body(data)
+            return Observation(transport="http_error", http_status=resp.status, error=f"HTTP {resp.status}",
+                               body_snippet=text[:_SNIPPET])
+        obs = await (_read_stream(resp) if body.get("stream") else _read_body(resp))
         obs.http_status = resp.status
         return obs
 
@@ -126,28 +235,87 @@ async def chat(
         return await asyncio.wait_for(_post(session, url, body, headers or {}), timeout_s)
     except asyncio.TimeoutError:
         return Observation(transport="timeout", error=f"no complete response within {timeout_s:g} s")
-    except (aiohttp.ClientError, ConnectionError, OSError, ValueError) as exc:
-        # Resets, refused connections, truncated bodies, broken SSE JSON.
+    except (aiohttp.ClientError, ConnectionError, OSError) as exc:
+        # Resets, refused connections, truncated bodies.
         return Observation(transport="http_error", error=f"{type(exc).__name__}: {exc}"[:500])
 
 
-async def get_json(session: aiohttp.ClientSession, url: str, timeout_s: float = 5.0) -> Optional[dict]:
-    """Best-effort GET returning JSON or None (model list, server info)."""
+# ----- side requests ---------------------------------------------------------------------------
+async def get_json(session: aiohttp.ClientSession, url: str, timeout_s: float = 5.0):
+    """GET returning parsed JSON, or None when the server does not answer it with JSON."""
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             if resp.status != 200:
                 return None
             return await resp.json(content_type=None)
-    except Exception:
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError):
         return None
 
 
-async def detokenize(session: aiohttp.ClientSession, base: str, ids: List[int], timeout_s: float = 30.0) -> str:
-    async with session.post(
-        base.rstrip("/") + "/detokenize",
-        json={"tokens": ids, "skip_special_tokens": False},
-        timeout=aiohttp.ClientTimeout(total=timeout_s),
-    ) as resp:
-        if resp.status != 200:
-            raise RuntimeError(f"/detokenize answered HTTP {resp.status}")
-        return (await resp.json(content_type=None))["text"]
+async def first_model(session: aiohttp.ClientSession, endpoint: str):
+    """(model id, None) from ``GET /v1/models``, or ("default", why) when it gives none."""
+    url = base_url(endpoint) + "/v1/models"
+    data = await get_json(session, url)
+    if data is None:
+        return "default", f"GET {url} gave no JSON; sending model 'default' (set --model)"
+    try:
+        models = _ModelList.model_validate(data)
+    except ValidationError as exc:
+        return "default", f"GET {url} is not a model list ({_shape_error(exc)}); sending model 'default' (set --model)"
+    ids = [m.get("id") for m in models.data if isinstance(m.get("id"), str)]
+    if not ids:
+        return "default", f"GET {url} lists no model id; sending model 'default' (set --model)"
+    return ids[0], None
+
+
+def detokenize_endpoint(url: str) -> str:
+    url = url.rstrip("/")
+    return url if url.endswith("/detokenize") else url + "/detokenize"
+
+
+class Detokenizer:
+    """``POST /detokenize`` (special tokens kept): the one client the runner and reparse share.
+
+    After the first failure it stops asking (routers often do not forward ``/detokenize``) and
+    :attr:`state` says why, naming the URL and what to do instead.
+    """
+
+    def __init__(self, url: str, timeout_s: float = 30.0):
+        self.url = detokenize_endpoint(url)
+        self.timeout_s = timeout_s
+        self.state = "untried"  # untried | ok | unavailable: reason
+
+    async def decode(self, session: aiohttp.ClientSession, ids: List[int]) -> Optional[str]:
+        """The text of ``ids``, or None once the endpoint has failed (see :attr:`state`)."""
+        if self.state.startswith("unavailable"):
+            return None
+        try:
+            text = await self._post(session, ids)
+        except (DetokenizeError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            self.state = (f"unavailable: {self.url} failed ({exc}); run `sglang-dsv4 repro reparse` "
+                          "with --detokenize-url or --tokenizer")
+            return None
+        self.state = "ok"
+        return text
+
+    def decode_blocking(self, ids: List[int]) -> str:
+        """:meth:`decode` for synchronous callers (offline reparse); raises once unavailable."""
+
+        async def once():
+            async with aiohttp.ClientSession() as session:
+                return await self.decode(session, ids)
+
+        text = asyncio.run(once())
+        if text is None:
+            raise DetokenizeError(self.state)
+        return text
+
+    async def _post(self, session: aiohttp.ClientSession, ids: List[int]) -> str:
+        body = {"tokens": ids, "skip_special_tokens": False}
+        async with session.post(self.url, json=body, timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as resp:
+            if resp.status != 200:
+                raise DetokenizeError(f"HTTP {resp.status}")
+            try:
+                return _Detokenized.model_validate(await resp.json(content_type=None)).text
+            except (ValueError, ValidationError) as exc:
+                raise DetokenizeError(f"the reply is not {{'text': ...}}: {str(exc)[:200]}") from None

@@ -9,30 +9,18 @@ excluded, because they say nothing about the output.
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Dict, List, Tuple
 
 from sglang_dsv4_ext.errors import PairingError
+from sglang_dsv4_ext.repro import rundir
 from sglang_dsv4_ext.repro.stats import mcnemar_exact, rate_with_interval
 from sglang_dsv4_ext.repro.verdict import CORRUPTION_CLASSES, TRANSPORT_CLASSES
 
 
 def load_run(run_dir: str) -> Tuple[dict, Dict[str, dict]]:
-    path = os.path.join(run_dir, "requests.jsonl")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: is {run_dir!r} a repro run directory?")
-    records = {}
-    with open(path) as f:
-        for line in f:
-            rec = json.loads(line)
-            records[rec["key"]] = rec
-    summary = {}
-    spath = os.path.join(run_dir, "summary.json")
-    if os.path.exists(spath):
-        with open(spath) as f:
-            summary = json.load(f)
-    return summary, records
+    """(summary or {}, records by key); a bad line is refused naming FILE:LINE."""
+    _, records = rundir.load_records(run_dir)
+    return rundir.load_summary(run_dir, required=False), records
 
 
 def _paired_test(pairs: List[Tuple[dict, dict]], failed) -> dict:
@@ -51,9 +39,13 @@ def _paired_test(pairs: List[Tuple[dict, dict]], failed) -> dict:
     }
 
 
-def compare_records(a: Dict[str, dict], b: Dict[str, dict], alpha: float = 0.05) -> dict:
-    if not 0 < alpha < 1:
+def check_alpha(alpha: float) -> None:
+    if not 0 < alpha < 1:  # also refuses NaN
         raise ValueError(f"--alpha must be in (0, 1), got {alpha}")
+
+
+def compare_records(a: Dict[str, dict], b: Dict[str, dict], alpha: float = 0.05) -> dict:
+    check_alpha(alpha)
     common = sorted(set(a) & set(b))
     mismatched = [k for k in common if a[k]["prompt_sha256"] != b[k]["prompt_sha256"]]
     if mismatched:
@@ -64,7 +56,7 @@ def compare_records(a: Dict[str, dict], b: Dict[str, dict], alpha: float = 0.05)
     if not common:
         raise PairingError("the two runs share no request keys; were they made with the same settings?")
     pairs = [(a[k], b[k]) for k in common]
-    judged = [(x, y) for x, y in pairs if x["verdict"] not in TRANSPORT_CLASSES and y["verdict"] not in TRANSPORT_CLASSES]
+    judged = [(x, y) for x, y in pairs if not {x["verdict"], y["verdict"]} & set(TRANSPORT_CLASSES)]
 
     def corrupted(r):
         return r["verdict"] in CORRUPTION_CLASSES
@@ -111,7 +103,8 @@ def compare_runs(run_a: str, run_b: str, alpha: float = 0.05) -> dict:
 def format_comparison(result: dict) -> str:
     la = (result.get("a") or {}).get("label") or "A"
     lb = (result.get("b") or {}).get("label") or "B"
-    lines = [f"A = {la}, B = {lb}: {result['pairs']} paired requests ({result['excluded_transport_pairs']} with a transport failure excluded)"]
+    excluded = result["excluded_transport_pairs"]
+    lines = [f"A = {la}, B = {lb}: {result['pairs']} paired requests ({excluded} with a transport failure excluded)"]
     lines.append(f"{'outcome':<24}{'A rate':>10}{'B rate':>10}{'A-only':>8}{'B-only':>8}{'p':>10}")
 
     def row(name, t):

@@ -112,142 +112,190 @@ def _attrs(raw: str) -> dict:
     return {m.group(1): m.group(2) for m in _ATTR_RE.finditer(raw)}
 
 
+class _Tag:
+    """One complete DSML tag found by ``_TAG_RE`` and the text gap before it."""
+
+    def __init__(self, m: "re.Match", gap_start: int):
+        self.m = m
+        self.name = m.group("name")
+        self.closing = m.group("close") == "/"
+        self.selfclose = m.group("selfclose") == "/"
+        self.attrs = _attrs(m.group("attrs") or "")
+        self.gap_start = gap_start
+
+    @property
+    def text(self) -> str:
+        return self.m.group(0)
+
+    def is_bare_close(self, name: str) -> bool:
+        """``</｜DSML｜name>`` without attributes."""
+        return self.name == name and self.closing and not self.attrs and not self.selfclose
+
+
+class _Parser:
+    """The strict grammar as a state machine: out -> block -> invoke -> param.
+
+    Each ``_in_<state>`` handler consumes one tag and returns False to stop at the first error
+    that makes the rest of the markup meaningless.
+    """
+
+    def __init__(self, text: str, result: DsmlParse):
+        self.text = text
+        self.result = result
+        self.errors = result.errors
+        self.state = "out"
+        self.blocks_seen = 0
+        self.cursor = 0
+        self.invoke_name = ""
+        self.invoke_start = 0
+        self.params: dict = {}
+        self.param_name = ""
+        self.param_is_string = True
+        self.param_start = 0
+
+    def run(self) -> None:
+        for m in _TAG_RE.finditer(self.text):
+            tag = _Tag(m, self.cursor)
+            self.cursor = m.end()
+            if not getattr(self, f"_in_{self.state}")(tag):
+                break
+        self._finish()
+
+    def _gap_check(self, tag: _Tag, where: str) -> None:
+        gap = self.text[tag.gap_start : tag.m.start()]
+        if gap.strip():
+            self.errors.append(f"unexpected text {where} at offset {tag.gap_start}: {gap.strip()[:60]!r}")
+
+    def _fail(self, message: str) -> bool:
+        self.errors.append(message)
+        return False
+
+    # ----- states -----
+    def _in_out(self, tag: _Tag) -> bool:
+        if self.blocks_seen == 0:
+            self.result.prose_before = self.text[tag.gap_start : tag.m.start()]
+        else:
+            self._gap_check(tag, "between tool-call blocks")
+        if tag.name in BLOCK_TAGS and not tag.closing and not tag.selfclose and not tag.attrs:
+            self.state = "block"
+            self.blocks_seen += 1
+            return True
+        if tag.name == "invoke":
+            return self._fail(f"invoke outside a tool-call block at offset {tag.m.start()}")
+        return self._fail(
+            f"unexpected tag {tag.text!r} at offset {tag.m.start()} (expected <{DSML_MARKER}tool_calls>)"
+        )
+
+    def _in_block(self, tag: _Tag) -> bool:
+        self._gap_check(tag, "inside tool-call block")
+        if tag.name in BLOCK_TAGS and tag.is_bare_close(tag.name):
+            self.state = "out"
+            return True
+        if tag.name == "invoke" and not tag.closing:
+            return self._open_invoke(tag)
+        return self._fail(f"unexpected tag {tag.text!r} inside tool-call block at offset {tag.m.start()}")
+
+    def _open_invoke(self, tag: _Tag) -> bool:
+        if set(tag.attrs) != {"name"} or not tag.attrs.get("name", "").strip():
+            return self._fail(f"invoke tag needs exactly one non-empty name attribute: {tag.text!r}")
+        self.invoke_name = tag.attrs["name"].strip()
+        if not is_clean_tool_name(self.invoke_name):
+            self.errors.append(f"invoke name {self.invoke_name!r} is not a valid tool name")
+        if tag.selfclose:
+            self.result.calls.append(DsmlCall(self.invoke_name, {}, "empty"))
+            return True
+        self.state, self.params, self.invoke_start = "invoke", {}, tag.m.end()
+        return True
+
+    def _in_invoke(self, tag: _Tag) -> bool:
+        if tag.name == "parameter" and not tag.closing and not tag.selfclose:
+            return self._open_parameter(tag)
+        if tag.is_bare_close("invoke"):
+            self._close_invoke(tag)
+            self.state = "block"
+            return True
+        return self._fail(f"unexpected tag {tag.text!r} inside invoke {self.invoke_name!r} at offset {tag.m.start()}")
+
+    def _open_parameter(self, tag: _Tag) -> bool:
+        self._gap_check(tag, f"inside invoke {self.invoke_name!r}")
+        if set(tag.attrs) != {"name", "string"} or tag.attrs["string"] not in ("true", "false"):
+            return self._fail(f"parameter tag needs name=\"...\" and string=\"true|false\": {tag.text!r}")
+        self.param_name = tag.attrs["name"]
+        if self.param_name in self.params:
+            self.errors.append(f"duplicate parameter {self.param_name!r} in invoke {self.invoke_name!r}")
+        self.param_is_string = tag.attrs["string"] == "true"
+        self.param_start = tag.m.end()
+        self.state = "param"
+        return True
+
+    def _close_invoke(self, tag: _Tag) -> None:
+        body = self.text[self.invoke_start : tag.m.start()].strip()
+        name = self.invoke_name
+        if self.params:
+            self._gap_check(tag, f"inside invoke {name!r}")
+            self.result.calls.append(DsmlCall(name, dict(self.params), "parameters"))
+        elif body.startswith("{"):
+            self._json_body(name, body)
+        elif body:
+            self.errors.append(f"invoke {name!r} body is neither parameters nor JSON: {body[:60]!r}")
+        else:
+            self.result.calls.append(DsmlCall(name, {}, "empty"))
+
+    def _json_body(self, name: str, body: str) -> None:
+        try:
+            args = json_strict(body)
+        except ValueError as exc:
+            self.errors.append(f"JSON body of invoke {name!r} does not parse: {exc}")
+            return
+        if not isinstance(args, dict):
+            self.errors.append(f"JSON body of invoke {name!r} is not an object")
+            return
+        self.result.calls.append(DsmlCall(name, args, "json"))
+
+    def _in_param(self, tag: _Tag) -> bool:
+        if not tag.is_bare_close("parameter"):
+            return self._fail(f"unclosed parameter {self.param_name!r}: found {tag.text!r} at offset {tag.m.start()}")
+        value = self.text[self.param_start : tag.m.start()]
+        if FRAGMENT_RE.search(value):
+            self.errors.append(f"DSML fragment inside parameter {self.param_name!r}")
+        if self.param_is_string:
+            self.params[self.param_name] = value.strip()
+        else:
+            try:
+                self.params[self.param_name] = json_strict(value.strip())
+            except ValueError as exc:
+                self.errors.append(f"parameter {self.param_name!r} (string=\"false\") is not JSON: {exc}")
+        self.state = "invoke"
+        return True
+
+    # ----- end of text -----
+    def _finish(self) -> None:
+        if not self.errors:
+            if self.state != "out":
+                self.errors.append(f"markup ends inside {self.state!r} (unclosed tag)")
+            elif self.blocks_seen == 0:
+                self.errors.append("DSML fragments without a tool-call block")
+            else:
+                # Text after the block is dropped by SGLang; it is not corruption by itself
+                # unless it holds DSML fragments (checked below).
+                self.result.trailing_text = self.text[self.cursor :]
+        # Fragments outside complete tags, e.g. a mangled marker or a lost "<".
+        stripped = _TAG_RE.sub(lambda m: " " * len(m.group(0)), self.text)
+        frag = FRAGMENT_RE.search(stripped)
+        if frag and not any("fragment" in e for e in self.errors):
+            self.errors.append(
+                f"DSML fragment outside a well-formed tag at offset {frag.start()}: {_snippet(self.text, frag.start())}"
+            )
+
+
 def parse(text: str) -> DsmlParse:
     """Parse ``text`` (the answer part of a model output) strictly; never raises."""
     text = text or ""
-    tags = list(_TAG_RE.finditer(text))
-    result = DsmlParse(has_markup=bool(tags) or has_dsml_fragment(text))
+    result = DsmlParse(has_markup=_TAG_RE.search(text) is not None or has_dsml_fragment(text))
     if not result.has_markup:
         result.prose_before = text
         return result
-
-    errors = result.errors
-    state = "out"  # out -> block -> invoke -> param
-    blocks_seen = 0
-    cursor = 0
-    invoke_name = ""
-    invoke_start = 0
-    params: dict = {}
-    param_name = ""
-    param_is_string = True
-    param_start = 0
-
-    def gap_check(start: int, end: int, where: str) -> None:
-        gap = text[start:end]
-        if gap.strip():
-            errors.append(f"unexpected text {where} at offset {start}: {gap.strip()[:60]!r}")
-
-    for m in tags:
-        name, closing, selfclose = m.group("name"), m.group("close") == "/", m.group("selfclose") == "/"
-        attrs = _attrs(m.group("attrs") or "")
-        gap_start, gap_end = cursor, m.start()
-        cursor = m.end()
-
-        if state == "param":
-            if closing and name == "parameter" and not attrs and not selfclose:
-                value = text[param_start:m.start()]
-                if FRAGMENT_RE.search(value):
-                    errors.append(f"DSML fragment inside parameter {param_name!r}")
-                if param_is_string:
-                    params[param_name] = value.strip()
-                else:
-                    try:
-                        params[param_name] = json_strict(value.strip())
-                    except ValueError as exc:
-                        errors.append(f"parameter {param_name!r} (string=\"false\") is not JSON: {exc}")
-                state = "invoke"
-                continue
-            errors.append(f"unclosed parameter {param_name!r}: found {m.group(0)!r} at offset {m.start()}")
-            break
-
-        if state == "out":
-            if blocks_seen == 0:
-                result.prose_before = text[gap_start:gap_end]
-            else:
-                gap_check(gap_start, gap_end, "between tool-call blocks")
-            if name in BLOCK_TAGS and not closing and not selfclose and not attrs:
-                state = "block"
-                blocks_seen += 1
-                continue
-            if name == "invoke":
-                errors.append(f"invoke outside a tool-call block at offset {m.start()}")
-            else:
-                errors.append(f"unexpected tag {m.group(0)!r} at offset {m.start()} (expected <{DSML_MARKER}tool_calls>)")
-            break
-
-        if state == "block":
-            gap_check(gap_start, gap_end, "inside tool-call block")
-            if name in BLOCK_TAGS and closing and not attrs and not selfclose:
-                state = "out"
-                continue
-            if name == "invoke" and not closing:
-                if set(attrs) != {"name"} or not attrs.get("name", "").strip():
-                    errors.append(f"invoke tag needs exactly one non-empty name attribute: {m.group(0)!r}")
-                    break
-                invoke_name = attrs["name"].strip()
-                if not is_clean_tool_name(invoke_name):
-                    errors.append(f"invoke name {invoke_name!r} is not a valid tool name")
-                if selfclose:
-                    result.calls.append(DsmlCall(invoke_name, {}, "empty"))
-                    continue
-                state, params, invoke_start = "invoke", {}, m.end()
-                continue
-            errors.append(f"unexpected tag {m.group(0)!r} inside tool-call block at offset {m.start()}")
-            break
-
-        if state == "invoke":
-            if name == "parameter" and not closing and not selfclose:
-                gap_check(gap_start, gap_end, f"inside invoke {invoke_name!r}")
-                if set(attrs) != {"name", "string"} or attrs["string"] not in ("true", "false"):
-                    errors.append(
-                        f"parameter tag needs name=\"...\" and string=\"true|false\": {m.group(0)!r}"
-                    )
-                    break
-                param_name = attrs["name"]
-                if param_name in params:
-                    errors.append(f"duplicate parameter {param_name!r} in invoke {invoke_name!r}")
-                param_is_string = attrs["string"] == "true"
-                param_start = m.end()
-                state = "param"
-                continue
-            if name == "invoke" and closing and not attrs and not selfclose:
-                body = text[invoke_start:m.start()]
-                if params:
-                    gap_check(gap_start, gap_end, f"inside invoke {invoke_name!r}")
-                    result.calls.append(DsmlCall(invoke_name, dict(params), "parameters"))
-                elif body.strip().startswith("{"):
-                    try:
-                        args = json_strict(body.strip())
-                    except ValueError as exc:
-                        errors.append(f"JSON body of invoke {invoke_name!r} does not parse: {exc}")
-                        args = None
-                    if args is not None and not isinstance(args, dict):
-                        errors.append(f"JSON body of invoke {invoke_name!r} is not an object")
-                    elif args is not None:
-                        result.calls.append(DsmlCall(invoke_name, args, "json"))
-                elif body.strip():
-                    errors.append(f"invoke {invoke_name!r} body is neither parameters nor JSON: {body.strip()[:60]!r}")
-                else:
-                    result.calls.append(DsmlCall(invoke_name, {}, "empty"))
-                state = "block"
-                continue
-            errors.append(f"unexpected tag {m.group(0)!r} inside invoke {invoke_name!r} at offset {m.start()}")
-            break
-
-    if not errors:
-        if state != "out":
-            errors.append(f"markup ends inside {state!r} (unclosed tag)")
-        elif blocks_seen == 0:
-            errors.append("DSML fragments without a tool-call block")
-        else:
-            # Text after the block is dropped by SGLang; it is not corruption by itself
-            # unless it holds DSML fragments (checked below).
-            result.trailing_text = text[cursor:]
-    # Fragments outside complete tags, e.g. a mangled marker or a lost "<".
-    stripped = _TAG_RE.sub(lambda m: " " * len(m.group(0)), text)
-    frag = FRAGMENT_RE.search(stripped)
-    if frag and not any("fragment" in e for e in errors):
-        errors.append(f"DSML fragment outside a well-formed tag at offset {frag.start()}: {_snippet(text, frag.start())}")
+    _Parser(text, result).run()
     return result
 
 

@@ -11,10 +11,14 @@ parser/serving fault (raw output fine) from model-output corruption (raw output 
 from __future__ import annotations
 
 import json
-from typing import Callable, Dict, List, Optional
+import os
+from typing import Callable, Dict, Iterable, List, Optional
 
-from sglang_dsv4_ext.repro import dsml
+from sglang_dsv4_ext.errors import DetokenizeError, ReproInputError
+from sglang_dsv4_ext.repro import dsml, rundir
 from sglang_dsv4_ext.repro.verdict import Observation, RepetitionRule, classify, reference_origin
+
+Decoder = Callable[[List[int]], str]  # raises DetokenizeError (or OSError ...) when it cannot
 
 
 def reference_verdict(
@@ -32,7 +36,9 @@ def reference_verdict(
     obs = Observation(finish_reason=finish_reason, reasoning=reasoning)
     if parsed.well_formed:
         obs.content = parsed.prose_before + parsed.trailing_text
-        obs.tool_calls = [{"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)} for c in parsed.calls]
+        obs.tool_calls = [
+            {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)} for c in parsed.calls
+        ]
     else:
         # Keep the markup in content so classify() reports it as malformed.
         obs.content = answer
@@ -75,65 +81,81 @@ def raw_from_visible(raw: dict):
     return (f"{reasoning}{dsml.THINK_END}" if reasoning else "") + content, "content_only"
 
 
-def local_tokenizer_decoder(path: str) -> Callable[[List[int]], str]:
+def origin_table(records: Iterable[dict]) -> Dict[str, Dict[str, int]]:
+    """verdict -> {origin: count} over the failed records (the "failure origin" table)."""
+    table: Dict[str, Dict[str, int]] = {}
+    for rec in records:
+        if rec["verdict"] != "ok":
+            origin = (rec.get("reference") or {}).get("origin", "unknown")
+            row = table.setdefault(rec["verdict"], {})
+            row[origin] = row.get(origin, 0) + 1
+    return table
+
+
+def format_origin_table(table: Dict[str, Dict[str, int]]) -> List[str]:
+    return [f"  {verdict:<24} " + ", ".join(f"{k} {n}" for k, n in sorted(row.items()))
+            for verdict, row in table.items()]
+
+
+def local_tokenizer_decoder(path: str) -> Decoder:
     """Decoder from a local tokenizer directory (transformers; offline only)."""
+    if not os.path.isdir(path):
+        raise ReproInputError(f"--tokenizer {path}: not a directory (give the model checkpoint directory)")
     try:
         from transformers import AutoTokenizer
-    except ImportError as exc:  # pragma: no cover - transformers ships with SGLang
-        raise SystemExit(f"--tokenizer needs the 'transformers' package: {exc}")
-    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True, local_files_only=True)
+    except ImportError as exc:  # transformers ships with SGLang
+        raise ReproInputError(f"--tokenizer needs the 'transformers' package: {exc}") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ReproInputError(f"--tokenizer {path}: no usable tokenizer there ({str(exc)[:300]})") from None
     return lambda ids: tok.decode(ids, skip_special_tokens=False)
 
 
-def http_detokenizer(url: str, timeout: float = 30.0) -> Callable[[List[int]], str]:
-    """Synchronous decoder through a server's ``/detokenize`` endpoint (stdlib HTTP)."""
-    import urllib.request
-
-    endpoint = url.rstrip("/")
-    if not endpoint.endswith("/detokenize"):
-        endpoint += "/detokenize"
-
-    def decode(ids: List[int]) -> str:
-        body = json.dumps({"tokens": ids, "skip_special_tokens": False}).encode()
-        req = urllib.request.Request(endpoint, data=body, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read())["text"]
-
-    return decode
+def _decode_record(rec: dict, decode: Optional[Decoder]):
+    """(raw text, source) of a failed record: its token ids decoded, or its visible output."""
+    ids = (rec.get("raw") or {}).get("response_token_ids")
+    if ids is None:
+        return raw_from_visible(rec["raw"]) if rec.get("raw") else (None, "none")
+    if decode is None:
+        return None, "none (token ids recorded; give --detokenize-url or --tokenizer)"
+    try:
+        text = decode(ids)
+    except (DetokenizeError, OSError, ValueError, LookupError, TypeError) as exc:
+        return None, f"decode failed: {exc}"
+    return text, "token_ids"
 
 
-def reparse_run(run_dir: str, decode: Optional[Callable[[List[int]], str]], out_name: str = "reparsed.jsonl") -> dict:
-    """Re-parse every failure in ``run_dir/requests.jsonl``; write ``out_name`` and return counts."""
-    import os
+def _verdict_settings(run_dir: str):
+    """(repetition rule, exact-args mode) the run was judged with, from its summary."""
+    cfg = rundir.load_summary(run_dir, required=True).get("config")
+    where = os.path.join(run_dir, rundir.SUMMARY)
+    if not isinstance(cfg, dict):
+        raise ReproInputError(f"{where}: has no 'config' object (not written by `sglang-dsv4 repro run`?)")
+    try:
+        rep = RepetitionRule(**(cfg.get("repetition") or {}))
+    except TypeError as exc:
+        raise ReproInputError(f"{where}: config.repetition is not a repetition rule ({exc})") from None
+    exact = cfg.get("exact_args", True)
+    if not isinstance(exact, bool):
+        raise ReproInputError(f"{where}: config.exact_args must be true or false, got {exact!r}")
+    return rep, exact
 
+
+def reparse_run(run_dir: str, decode: Optional[Decoder]) -> dict:
+    """Re-parse every failure of ``run_dir``; write a new reparsed file; return counts and its path."""
     from sglang_dsv4_ext.repro.scenario import TOOLS_BY_NAME
 
-    src = os.path.join(run_dir, "requests.jsonl")
-    if not os.path.exists(src):
-        raise FileNotFoundError(f"{src} not found: is {run_dir!r} a repro run directory?")
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        cfg = json.load(f).get("config", {})
-    rep = RepetitionRule(**cfg.get("repetition", {}))
-    exact = cfg.get("exact_args", True)
-    table: Dict[str, Dict[str, int]] = {}
-    n_failures = 0
-    with open(src) as fin, open(os.path.join(run_dir, out_name), "w") as fout:
-        for line in fin:
-            rec = json.loads(line)
-            if rec["verdict"] != "ok":
-                n_failures += 1
-                raw, source = None, "none"
-                ids = (rec.get("raw") or {}).get("response_token_ids")
-                if ids is not None and decode is not None:
-                    try:
-                        raw, source = decode(ids), "token_ids"
-                    except Exception as exc:  # keep going; say why in the record
-                        source = f"decode failed: {exc}"
-                elif ids is None and rec.get("raw"):
-                    raw, source = raw_from_visible(rec["raw"])
-                attach_reference(rec, raw, source, TOOLS_BY_NAME, rep, exact)
-                row = table.setdefault(rec["verdict"], {})
-                origin = rec["reference"]["origin"]
-                row[origin] = row.get(origin, 0) + 1
+    src = rundir.requests_path(run_dir)
+    rep, exact = _verdict_settings(run_dir)
+    records = list(rundir.iter_records(src))  # every line checked before anything is written
+    for rec in records:
+        if rec["verdict"] != "ok":
+            raw, source = _decode_record(rec, decode)
+            attach_reference(rec, raw, source, TOOLS_BY_NAME, rep, exact)
+    out = rundir.free_name(run_dir, rundir.REPARSED)
+    with open(out, "x", encoding="utf-8") as fout:
+        for rec in records:
             fout.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    return {"failures": n_failures, "origin_by_verdict": table}
+    failures = [r for r in records if r["verdict"] != "ok"]
+    return {"failures": len(failures), "origin_by_verdict": origin_table(failures), "path": out}

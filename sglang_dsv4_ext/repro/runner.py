@@ -1,35 +1,36 @@
 """Run the sessions at each concurrency level, judge every request, write the results.
 
-Output directory:
-  requests.jsonl  one line per finished request (raw output kept for failures)
+Output directory (names in :mod:`.rundir`; an existing run is never overwritten):
+  requests.jsonl  one line per finished request (raw output kept for failures), written and
+                  flushed as each request finishes
   summary.json    rates + Wilson 95% intervals per class, per level and per session,
-                  reference re-parse table, configuration, the exact re-run command
+                  reference re-parse table, configuration, the exact re-run command, and the
+                  true planned / done / not-run counts, also when the run was stopped by its
+                  time limit or by SIGINT / SIGTERM (then ``interrupted_by`` names the signal)
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import shlex
+import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from tqdm import tqdm
+
 from sglang_dsv4_ext import __version__
+from sglang_dsv4_ext.errors import ReproInputError
 from sglang_dsv4_ext.repro import client as http
-from sglang_dsv4_ext.repro.reparse import attach_reference, raw_from_visible
-from sglang_dsv4_ext.repro.scenario import TOOLS, TOOLS_BY_NAME, RequestSpec, ScenarioConfig, session_requests
+from sglang_dsv4_ext.repro import rundir
+from sglang_dsv4_ext.repro.reparse import attach_reference, format_origin_table, origin_table, raw_from_visible
+from sglang_dsv4_ext.repro.scenario import TOOLS, TOOLS_BY_NAME, RequestSpec, session_requests
+from sglang_dsv4_ext.repro.settings import RunConfig, requests_planned
 from sglang_dsv4_ext.repro.stats import rate_with_interval
-from sglang_dsv4_ext.repro.verdict import (
-    CLASSES,
-    CORRUPTION_CLASSES,
-    TRANSPORT_CLASSES,
-    RepetitionRule,
-    classify,
-)
+from sglang_dsv4_ext.repro.verdict import CLASSES, CORRUPTION_CLASSES, TRANSPORT_CLASSES, classify
 
 # Server-info keys worth recording next to the results (SGLang names).
 _SERVER_INFO_KEYS = (
@@ -46,116 +47,18 @@ _SERVER_INFO_KEYS = (
     "reasoning_parser",
     "page_size",
 )
+# Signals that stop a run cleanly: the recorded requests stay, the summary says so.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-@dataclass
-class RunConfig:
-    endpoint: str
-    out: str
-    model: Optional[str] = None
-    label: str = ""
-    scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
-    concurrency: List[int] = field(default_factory=lambda: [8])
-    max_tokens: int = 2048
-    temperature: float = 0.0
-    request_timeout: float = 300.0
-    time_limit: Optional[float] = None
-    stream: bool = False
-    token_ids: bool = True
-    detokenize_url: Optional[str] = None  # default: the endpoint's base URL
-    thinking: Optional[bool] = None  # None: the server's default
-    extra_body: dict = field(default_factory=dict)
-    exact_args: bool = True
-    repetition: RepetitionRule = field(default_factory=RepetitionRule)
-    api_key_env: Optional[str] = None
-    progress: bool = True
-
-    def __post_init__(self):
-        if not self.concurrency or any(c < 1 for c in self.concurrency):
-            raise ValueError(f"--concurrency needs integers >= 1, got {self.concurrency}")
-        if self.max_tokens < 1:
-            raise ValueError(f"--max-tokens must be >= 1, got {self.max_tokens}")
-        if self.request_timeout <= 0:
-            raise ValueError(f"--request-timeout must be > 0, got {self.request_timeout}")
-        if self.time_limit is not None and self.time_limit <= 0:
-            raise ValueError(f"--time-limit must be > 0, got {self.time_limit}")
-
-    def to_argv(self) -> List[str]:
-        """The command line that repeats this run exactly (same prompts, same settings)."""
-        s = self.scenario
-        argv = ["sglang-dsv4", "repro", "run", "--endpoint", self.endpoint]
-        if self.model:
-            argv += ["--model", self.model]
-        if self.label:
-            argv += ["--label", self.label]
-        argv += [
-            "--sessions", str(s.sessions), "--rounds", str(s.rounds),
-            "--concurrency", ",".join(str(c) for c in self.concurrency),
-            "--seed", str(s.seed), "--temperature", repr(self.temperature),
-            "--max-tokens", str(self.max_tokens), "--request-timeout", repr(self.request_timeout),
-            "--system-prompt-chars", str(s.system_prompt_chars), "--tool-result-chars", str(s.tool_result_chars),
-            "--repetition", f"{self.repetition.min_repeats},{self.repetition.min_chars},{self.repetition.max_period}",
-        ]  # fmt: skip
-        if self.time_limit is not None:
-            argv += ["--time-limit", repr(self.time_limit)]
-        if not s.answer_step:
-            argv.append("--no-answer-step")
-        if self.stream:
-            argv.append("--stream")
-        if not self.token_ids:
-            argv.append("--no-token-ids")
-        if self.detokenize_url:
-            argv += ["--detokenize-url", self.detokenize_url]
-        if self.thinking is not None:
-            argv += ["--thinking", "on" if self.thinking else "off"]
-        if self.extra_body:
-            argv += ["--extra-body", json.dumps(self.extra_body, sort_keys=True)]
-        if not self.exact_args:
-            argv.append("--no-exact-args")
-        if self.api_key_env:
-            argv += ["--api-key-env", self.api_key_env]
-        argv += ["--out", self.out + "-rerun"]
-        return argv
-
-    def as_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["scenario"] = dataclasses.asdict(self.scenario)
-        d["repetition"] = dataclasses.asdict(self.repetition)
-        return d
-
-
-class Progress:
-    """One status line: redrawn in place on a terminal, printed every 10 s otherwise."""
-
-    def __init__(self, enabled: bool, stream=None):
-        self.enabled = enabled
-        self.stream = stream or sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._last = 0.0
-
-    def update(self, text: str, force: bool = False) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        interval = 0.2 if self.tty else 10.0
-        if not force and now - self._last < interval:
-            return
-        self._last = now
-        if self.tty:
-            self.stream.write("\r\033[K" + text)
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
-
-    def done(self, text: str) -> None:
-        if self.enabled:
-            self.stream.write(("\r\033[K" if self.tty else "") + text + "\n")
-            self.stream.flush()
-
-
-def _bar(done: int, total: int, width: int = 24) -> str:
-    filled = int(width * done / total) if total else width
-    return "[" + "#" * filled + "." * (width - filled) + "]"
+def auth_headers(api_key_env: Optional[str]) -> dict:
+    """The Authorization header from ``--api-key-env``; refused before anything is written."""
+    if not api_key_env:
+        return {}
+    key = os.environ.get(api_key_env)
+    if not key:
+        raise ReproInputError(f"--api-key-env {api_key_env}: that environment variable is not set or empty")
+    return {"Authorization": f"Bearer {key}"}
 
 
 class _Tally:
@@ -174,20 +77,35 @@ class _Tally:
         return f"ok {self.counts['ok']} corrupt {corrupt} ({pct:.1f}%) transport {transport}"
 
 
+def _progress_bar(enabled: bool, total: int, label: str) -> tqdm:
+    """Redrawn in place on a terminal; a line every 10 s in a log file."""
+    tty = sys.stderr.isatty()
+    return tqdm(total=total, desc=label, unit="req", file=sys.stderr, disable=not enabled,
+                mininterval=0.2 if tty else 10.0, dynamic_ncols=tty)
+
+
 class Runner:
-    def __init__(self, cfg: RunConfig):
+    """One run. ``out_given``: the user named ``cfg.out`` (refused when it holds anything);
+    otherwise it is a default name, made unique."""
+
+    def __init__(self, cfg: RunConfig, out_given: bool = True):
         self.cfg = cfg
-        self.progress = Progress(cfg.progress)
+        self.out_given = out_given
         self.records: List[dict] = []
-        self.planned = 0
+        self.planned = requests_planned(cfg)
         self.stopped_by_time_limit = False
-        self._detok_state = "untried"  # untried | ok | unavailable: reason
+        self.interrupted_by: Optional[str] = None
+        self.server_info: Optional[dict] = None
+        self.model_note: Optional[str] = None
+        self.aborted_by: Optional[str] = None
+        self.detokenizer = http.Detokenizer(cfg.detokenize_url or http.base_url(cfg.endpoint))
         self._jsonl = None
 
     # ----- one request -----
     def _body(self, spec: RequestSpec, model: str) -> dict:
         cfg = self.cfg
-        body = {
+        body = dict(cfg.extra_body)  # harness keys are refused there, so nothing below is replaced
+        body.update({
             "model": model,
             "messages": spec.messages,
             "tools": TOOLS,
@@ -197,33 +115,27 @@ class Runner:
             # Per-request sampling seed: reproducible, and identical between A/B runs.
             "seed": int(spec.prompt_sha256[:8], 16),
             "stream": cfg.stream,
-        }
+        })
         if cfg.token_ids and not cfg.stream:
             body["return_token_ids"] = True  # SGLang: choices[0].response_token_ids
         if cfg.thinking is not None:
-            body["chat_template_kwargs"] = {"thinking": cfg.thinking}
-        body.update(cfg.extra_body)
+            body["chat_template_kwargs"] = dict(body.get("chat_template_kwargs") or {}, thinking=cfg.thinking)
         return body
 
-    async def _maybe_detokenize(self, session, ids) -> tuple:
-        if self._detok_state.startswith("unavailable"):
-            return None, self._detok_state
-        base = self.cfg.detokenize_url or http.base_url(self.cfg.endpoint)
-        try:
-            text = await http.detokenize(session, base, ids)
-            self._detok_state = "ok"
-            return text, "token_ids"
-        except Exception as exc:
-            if self._detok_state == "untried":
-                # Routers often do not forward /detokenize: stop asking, say why.
-                self._detok_state = f"unavailable: {base}/detokenize failed ({exc}); run `sglang-dsv4 repro reparse` with --detokenize-url or --tokenizer"
-            return None, self._detok_state
+    async def _raw_text(self, session, obs, raw: dict):
+        if obs.transport != "ok":
+            return None, "none"
+        if obs.token_ids is None:
+            return raw_from_visible(raw)
+        text = await self.detokenizer.decode(session, obs.token_ids)
+        return (text, "token_ids") if text is not None else (None, self.detokenizer.state)
 
     async def _one(self, session, spec: RequestSpec, level_idx: int, concurrency: int, model: str, headers) -> dict:
         cfg = self.cfg
         started = time.time()
         t0 = time.monotonic()
-        obs = await http.chat(session, http.chat_url(cfg.endpoint), self._body(spec, model), cfg.request_timeout, headers)
+        body = self._body(spec, model)
+        obs = await http.chat(session, http.chat_url(cfg.endpoint), body, cfg.request_timeout, headers)
         latency = time.monotonic() - t0
         verdict, detail = classify(
             obs, spec.step, spec.expected_tool, spec.expected_args, TOOLS_BY_NAME, cfg.repetition, cfg.exact_args
@@ -248,105 +160,138 @@ class Runner:
         }
         if verdict != "ok":
             rec["raw"] = obs.raw_dict()
-            raw_text, source = None, "none"
-            if obs.transport == "ok" and obs.token_ids is not None:
-                raw_text, source = await self._maybe_detokenize(session, obs.token_ids)
-            elif obs.transport == "ok":
-                raw_text, source = raw_from_visible(rec["raw"])
+            raw_text, source = await self._raw_text(session, obs, rec["raw"])
             attach_reference(rec, raw_text, source, TOOLS_BY_NAME, cfg.repetition, cfg.exact_args)
         return rec
 
-    def _record(self, rec: dict, tally: _Tally, total_level: int, level_label: str, t_start: float) -> None:
-        self.records.append(rec)
-        tally.add(rec["verdict"])
+    def _record(self, rec: dict, tally: _Tally, bar: tqdm) -> None:
         self._jsonl.write(json.dumps(rec, ensure_ascii=False) + "\n")
         self._jsonl.flush()
-        elapsed = time.monotonic() - t_start
-        limit = f"/{self.cfg.time_limit:g}s" if self.cfg.time_limit else "s"
-        self.progress.update(
-            f"{level_label} {_bar(tally.n, total_level)} {tally.n}/{total_level}  {tally.line()}  "
-            f"{tally.n / max(elapsed, 1e-9):.1f} req/s  {elapsed:.0f}{limit}"
-        )
+        self.records.append(rec)
+        tally.add(rec["verdict"])
+        bar.set_postfix_str(tally.line(), refresh=False)
+        bar.update(1)
+
+    # ----- a level -----
+    async def _run_level(self, session, level_idx: int, conc: int, headers, deadline: Optional[float]) -> bool:
+        """Run one concurrency level; False when the time limit stopped it (no later level runs)."""
+        cfg = self.cfg
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            self.stopped_by_time_limit = True
+            return False
+        specs_by_session = [session_requests(cfg.scenario, level_idx, s) for s in range(cfg.sessions)]
+        tally = _Tally()
+        bar = _progress_bar(cfg.progress, sum(len(s) for s in specs_by_session),
+                            f"level {level_idx + 1}/{len(cfg.concurrency)} c={conc}")
+        sem = asyncio.Semaphore(conc)
+
+        async def run_session(specs):
+            async with sem:
+                for spec in specs:
+                    self._record(await self._one(session, spec, level_idx, conc, self.cfg.model, headers), tally, bar)
+
+        tasks = [asyncio.ensure_future(run_session(s)) for s in specs_by_session]
+        try:
+            done, pending = await asyncio.wait(tasks, timeout=remaining)
+            for t in done:
+                if t.exception() is not None:
+                    raise t.exception()
+            # Time bound: in-flight requests are abandoned; they are not recorded.
+            self.stopped_by_time_limit = bool(pending)
+        finally:
+            # Also on SIGINT/SIGTERM (this coroutine is cancelled): stop every session cleanly.
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            bar.close()
+        return not self.stopped_by_time_limit
 
     # ----- a whole run -----
-    async def _run(self) -> None:
+    async def _discover(self, session) -> None:
+        if not self.cfg.model:
+            self.cfg.model, self.model_note = await http.first_model(session, self.cfg.endpoint)
+            if self.model_note:
+                print(f"sglang-dsv4 repro: {self.model_note}", file=sys.stderr)
+        info = await http.get_json(session, http.base_url(self.cfg.endpoint) + "/server_info")
+        if isinstance(info, dict):
+            self.server_info = {k: info.get(k) for k in _SERVER_INFO_KEYS if k in info}
+
+    async def _run(self, headers: dict) -> None:
         import aiohttp
 
-        cfg = self.cfg
-        headers = {}
-        if cfg.api_key_env:
-            key = os.environ.get(cfg.api_key_env)
-            if not key:
-                raise SystemExit(f"--api-key-env {cfg.api_key_env}: that environment variable is not set")
-            headers["Authorization"] = f"Bearer {key}"
-        t_start = time.monotonic()
-        deadline = t_start + cfg.time_limit if cfg.time_limit else None
+        deadline = time.monotonic() + self.cfg.time_limit if self.cfg.time_limit else None
         connector = aiohttp.TCPConnector(limit=0, force_close=False)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
-            model = cfg.model
-            if not model:
-                models = await http.get_json(session, http.base_url(cfg.endpoint) + "/v1/models")
-                data = (models or {}).get("data") or []
-                model = data[0].get("id") if data else "default"
-                cfg.model = model
-            info = await http.get_json(session, http.base_url(cfg.endpoint) + "/server_info")
-            self.server_info = {k: info.get(k) for k in _SERVER_INFO_KEYS if k in info} if isinstance(info, dict) else None
-
-            for level_idx, conc in enumerate(cfg.concurrency):
-                specs_by_session = [session_requests(cfg.scenario, level_idx, s) for s in range(cfg.scenario.sessions)]
-                total_level = sum(len(s) for s in specs_by_session)
-                tally = _Tally()
-                label = f"level {level_idx + 1}/{len(cfg.concurrency)} c={conc}"
-                sem = asyncio.Semaphore(conc)
-
-                async def run_session(specs):
-                    async with sem:
-                        for spec in specs:
-                            rec = await self._one(session, spec, level_idx, conc, model, headers)
-                            self._record(rec, tally, total_level, label, t_start)
-
-                tasks = [asyncio.ensure_future(run_session(s)) for s in specs_by_session]
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    for t in tasks:
-                        t.cancel()
-                    self.stopped_by_time_limit = True
-                else:
-                    done, pending = await asyncio.wait(tasks, timeout=remaining)
-                    for t in done:
-                        if t.exception() is not None:
-                            raise t.exception()
-                    if pending:
-                        # Time bound: abandon in-flight requests; they are not recorded.
-                        for t in pending:
-                            t.cancel()
-                        await asyncio.gather(*pending, return_exceptions=True)
-                        self.stopped_by_time_limit = True
-                self.planned += total_level
-                self.progress.done(f"{label} {_bar(tally.n, total_level)} {tally.n}/{total_level}  {tally.line()}")
-                if self.stopped_by_time_limit:
-                    # Levels never started still count as planned-but-not-run.
-                    self.planned += (len(cfg.concurrency) - level_idx - 1) * total_level
+            await self._discover(session)
+            for level_idx, conc in enumerate(self.cfg.concurrency):
+                if not await self._run_level(session, level_idx, conc, headers, deadline):
                     break
 
-    def run(self) -> dict:
-        cfg = self.cfg
-        os.makedirs(cfg.out, exist_ok=True)
-        t0 = time.time()
-        with open(os.path.join(cfg.out, "requests.jsonl"), "w") as self._jsonl:
+    def _on_signal(self, signum: int, task: asyncio.Task) -> None:
+        if self.interrupted_by is None:  # a second signal while stopping changes nothing
+            self.interrupted_by = signal.Signals(signum).name
+            print(f"\nsglang-dsv4 repro: {self.interrupted_by}: stopping; writing the summary of what finished",
+                  file=sys.stderr)
+            task.cancel()
+
+    def _install_signal_handlers(self, loop, task) -> list:
+        installed = []
+        for sig in STOP_SIGNALS:
             try:
-                asyncio.run(self._run())
-            except KeyboardInterrupt:
-                self.progress.done("interrupted: writing the summary of what finished")
-                self.interrupted = True
-        summary = summarize(self.records, cfg, self.planned, self.stopped_by_time_limit)
+                loop.add_signal_handler(sig, self._on_signal, sig, task)
+            except (ValueError, RuntimeError, NotImplementedError):
+                # Not the main thread, or no loop signal support: SIGINT still arrives as
+                # KeyboardInterrupt and is handled in run().
+                continue
+            installed.append(sig)
+        return installed
+
+    async def _main(self, headers: dict) -> None:
+        loop = asyncio.get_running_loop()
+        installed = self._install_signal_handlers(loop, asyncio.current_task())
+        try:
+            await self._run(headers)
+        except asyncio.CancelledError:
+            if self.interrupted_by is None:
+                raise
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    def run(self) -> dict:
+        headers = auth_headers(self.cfg.api_key_env)  # refused before any file is created
+        self.cfg.out = rundir.claim(self.cfg.out, self.out_given)
+        t0 = time.time()
+        with self._open_requests() as self._jsonl:
+            try:
+                asyncio.run(self._main(headers))
+            except KeyboardInterrupt:  # only where the loop could not take SIGINT itself
+                self.interrupted_by = self.interrupted_by or "SIGINT"
+            except Exception as exc:
+                # A bug, not a request failure (those are verdicts): keep what was recorded, then raise.
+                self.aborted_by = f"{type(exc).__name__}: {exc}"
+                self.write_summary(t0)
+                raise
+        return self.write_summary(t0)
+
+    def _open_requests(self):
+        path = os.path.join(self.cfg.out, rundir.REQUESTS)
+        try:
+            return open(path, "x", encoding="utf-8")
+        except FileExistsError:  # another run claimed the same new directory a moment ago
+            raise ReproInputError(f"{path}: another run is writing there; runs are never overwritten") from None
+
+    def write_summary(self, t0: float) -> dict:
+        """The one place the summary is assembled and written (add run-level evidence here)."""
+        summary = summarize(self.records, self.cfg, self.planned, self.stopped_by_time_limit, self.interrupted_by)
         summary["started_at"] = t0
         summary["duration_s"] = round(time.time() - t0, 3)
-        summary["server_info"] = getattr(self, "server_info", None)
-        summary["interrupted"] = getattr(self, "interrupted", False)
-        summary["detokenize"] = self._detok_state
-        with open(os.path.join(cfg.out, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2, ensure_ascii=False)
+        summary["server_info"] = self.server_info
+        summary["model_note"] = self.model_note
+        summary["detokenize"] = self.detokenizer.state
+        summary["aborted_by"] = self.aborted_by
+        rundir.write_json_new(os.path.join(self.cfg.out, rundir.SUMMARY), summary)
         return summary
 
 
@@ -375,21 +320,17 @@ def _session_table(records: List[dict]) -> dict:
     return rate_with_interval(sum(sessions.values()), len(sessions))
 
 
-def summarize(records: List[dict], cfg: RunConfig, planned: int, stopped: bool) -> dict:
+def summarize(records: List[dict], cfg: RunConfig, planned: int, stopped: bool,
+              interrupted_by: Optional[str] = None) -> dict:
+    cut_short = stopped or interrupted_by is not None
     per_level = {}
     for idx, conc in enumerate(cfg.concurrency):
         recs = [r for r in records if r["level"] == idx]
-        if recs or not stopped:
+        if recs or not cut_short:
             t = _class_table(recs)
             t["concurrency"] = conc
             t["sessions_with_corruption"] = _session_table(recs)
             per_level[str(idx)] = t
-    origin: Dict[str, Dict[str, int]] = {}
-    for r in records:
-        if r["verdict"] != "ok":
-            o = (r.get("reference") or {}).get("origin", "unknown")
-            origin.setdefault(r["verdict"], {}).setdefault(o, 0)
-            origin[r["verdict"]][o] += 1
     overall = _class_table(records)
     overall["sessions_with_corruption"] = _session_table(records)
     return {
@@ -402,44 +343,50 @@ def summarize(records: List[dict], cfg: RunConfig, planned: int, stopped: bool) 
         "transport_classes": list(TRANSPORT_CLASSES),
         "requests_planned": planned,
         "requests_done": len(records),
-        "not_run": max(0, planned - len(records)),
+        "not_run": planned - len(records),
         "stopped_by_time_limit": stopped,
+        "interrupted": interrupted_by is not None,
+        "interrupted_by": interrupted_by,
         "overall": overall,
         "per_level": per_level,
-        "reference_origin_by_verdict": origin,
+        "reference_origin_by_verdict": origin_table(records),
         "rerun_command": shlex.join(cfg.to_argv()),
         "config": cfg.as_dict(),
     }
 
 
+def _cell(entry: dict) -> str:
+    if entry["n"] == 0:
+        return f"{'-':>26}"
+    lo, hi = entry["ci95"]
+    return f"{entry['count']:>5} {100 * entry['rate']:5.1f}% [{100 * lo:4.1f},{100 * hi:5.1f}]".rjust(26)
+
+
+def _stop_note(summary: dict) -> str:
+    if summary.get("interrupted_by"):
+        return f" (interrupted by {summary['interrupted_by']}; {summary['not_run']} not run)"
+    if summary["stopped_by_time_limit"]:
+        return f" (stopped at the time limit; {summary['not_run']} not run)"
+    return ""
+
+
 def format_summary(summary: dict) -> str:
     """A short human-readable table of a summary."""
-    lines = []
-    o = summary["overall"]
-    lines.append(
-        f"{summary.get('label') or 'run'}: {summary['requests_done']}/{summary['requests_planned']} requests"
-        + (" (stopped at the time limit)" if summary["stopped_by_time_limit"] else "")
-    )
-    head = f"{'class':<24}" + "".join(f"{'c=' + str(t['concurrency']):>26}" for t in summary["per_level"].values()) + f"{'all':>26}"
-    lines.append(head)
+    levels = list(summary["per_level"].values())
+    columns = levels + [summary["overall"]]
 
-    def cell(entry):
-        if entry["n"] == 0:
-            return f"{'-':>26}"
-        lo, hi = entry["ci95"]
-        return f"{entry['count']:>5} {100 * entry['rate']:5.1f}% [{100 * lo:4.1f},{100 * hi:5.1f}]".rjust(26)
+    def row(name: str, pick) -> str:
+        return f"{name:<24}" + "".join(_cell(pick(t)) for t in columns)
 
+    done, planned = summary["requests_done"], summary["requests_planned"]
+    lines = [f"{summary.get('label') or 'run'}: {done}/{planned} requests{_stop_note(summary)}"]
+    lines.append(f"{'class':<24}" + "".join(f"{'c=' + str(t['concurrency']):>26}" for t in levels) + f"{'all':>26}")
     for c in summary["classes"]:
-        lines.append(f"{c:<24}" + "".join(cell(t["per_class"][c]) for t in summary["per_level"].values()) + cell(o["per_class"][c]))
-    lines.append(f"{'corruption (responses)':<24}" + "".join(cell(t["corruption"]) for t in summary["per_level"].values()) + cell(o["corruption"]))
-    lines.append(
-        f"{'sessions w/ corruption':<24}"
-        + "".join(cell(t["sessions_with_corruption"]) for t in summary["per_level"].values())
-        + cell(o["sessions_with_corruption"])
-    )
+        lines.append(row(c, lambda t, c=c: t["per_class"][c]))
+    lines.append(row("corruption (responses)", lambda t: t["corruption"]))
+    lines.append(row("sessions w/ corruption", lambda t: t["sessions_with_corruption"]))
     if summary.get("reference_origin_by_verdict"):
         lines.append("failure origin from the raw-output re-parse:")
-        for v, row in summary["reference_origin_by_verdict"].items():
-            lines.append(f"  {v:<24} " + ", ".join(f"{k} {n}" for k, n in sorted(row.items())))
+        lines += format_origin_table(summary["reference_origin_by_verdict"])
     lines.append(f"re-run: {summary['rerun_command']}")
     return "\n".join(lines)

@@ -125,8 +125,16 @@ TOOLS_BY_NAME: Dict[str, dict] = {t["function"]["name"]: t for t in TOOLS}
 
 _MODULES = ["cache", "scheduler", "router", "indexer", "pool", "transfer", "metrics", "config"]
 _DIRS = ["src/core", "src/serving", "src/mem", "lib/util", "tests/unit"]
-_IDENTS = ["evict_pages", "LayerDoneCounter", "load_back", "bootstrap_port", "IndexKPool", "wait_layer_transfer", "radix_match", "hicache_ratio"]
-_COMMANDS = ["pytest -q tests/unit/test_{m}.py", "git log --oneline -n 5 -- src/core/{m}.py", "python -m compileall -q src/{m}", "grep -rn TODO src/{m}"]
+_IDENTS = [
+    "evict_pages", "LayerDoneCounter", "load_back", "bootstrap_port",
+    "IndexKPool", "wait_layer_transfer", "radix_match", "hicache_ratio",
+]  # fmt: skip
+_COMMANDS = [
+    "pytest -q tests/unit/test_{m}.py",
+    "git log --oneline -n 5 -- src/core/{m}.py",
+    "python -m compileall -q src/{m}",
+    "grep -rn TODO src/{m}",
+]
 _TASKS = [
     "We are chasing a flaky failure in the {m} module",
     "Before refactoring {m}, I want to see the current state",
@@ -203,32 +211,60 @@ def system_prompt(cfg: ScenarioConfig, project: str) -> str:
     return text[: max(cfg.system_prompt_chars, 40)] + f"\nRepository: {project}."
 
 
+# Requested arguments per tool. Each draws from the session's generator in a fixed order:
+# changing the order changes every prompt (and breaks pairing with earlier runs).
+def _read_file_args(rng: random.Random, module: str, path: str) -> dict:
+    args = {"path": path}
+    if rng.random() < 0.7:
+        args["start_line"] = rng.randint(1, 400)
+    if rng.random() < 0.7:
+        args["max_lines"] = rng.choice([50, 100, 200, 400])
+    return args
+
+
+def _search_code_args(rng: random.Random, module: str, path: str) -> dict:
+    args = {"query": rng.choice(_IDENTS)}
+    if rng.random() < 0.6:
+        args["path_glob"] = f"{rng.choice(_DIRS)}/**/*.py"
+    if rng.random() < 0.6:
+        args["max_results"] = rng.randint(5, 30)
+    return args
+
+
+def _run_command_args(rng: random.Random, module: str, path: str) -> dict:
+    return {"command": rng.choice(_COMMANDS).format(m=module), "timeout_s": rng.choice([30, 60, 120, 300])}
+
+
+def _write_file_args(rng: random.Random, module: str, path: str) -> dict:
+    note = f"# note {rng.randint(1000, 9999)}: revisit {rng.choice(_IDENTS)}"
+    return {"path": f"notes/{module}.md", "content": note, "mode": rng.choice(["overwrite", "append"])}
+
+
+def _list_directory_args(rng: random.Random, module: str, path: str) -> dict:
+    return {"path": rng.choice(_DIRS), "recursive": rng.random() < 0.5}
+
+
+def _get_ticket_args(rng: random.Random, module: str, path: str) -> dict:
+    ticket = f"{rng.choice(['INFRA', 'SERVE', 'KV'])}-{rng.randint(100, 9999)}"
+    return {"ticket_id": ticket, "include_comments": rng.random() < 0.5}
+
+
+_ARGS_BY_TOOL = {
+    "read_file": _read_file_args,
+    "search_code": _search_code_args,
+    "run_command": _run_command_args,
+    "write_file": _write_file_args,
+    "list_directory": _list_directory_args,
+    "get_ticket": _get_ticket_args,
+}
+
+
 def _args_for(tool: str, rng: random.Random, module: str) -> dict:
+    # The path is drawn for every tool (even those that ignore it): part of the fixed order.
     path = f"{rng.choice(_DIRS)}/{module}_{rng.randint(0, 99):02d}.py"
-    if tool == "read_file":
-        args = {"path": path}
-        if rng.random() < 0.7:
-            args["start_line"] = rng.randint(1, 400)
-        if rng.random() < 0.7:
-            args["max_lines"] = rng.choice([50, 100, 200, 400])
-        return args
-    if tool == "search_code":
-        args = {"query": rng.choice(_IDENTS)}
-        if rng.random() < 0.6:
-            args["path_glob"] = f"{rng.choice(_DIRS)}/**/*.py"
-        if rng.random() < 0.6:
-            args["max_results"] = rng.randint(5, 30)
-        return args
-    if tool == "run_command":
-        return {"command": rng.choice(_COMMANDS).format(m=module), "timeout_s": rng.choice([30, 60, 120, 300])}
-    if tool == "write_file":
-        note = f"# note {rng.randint(1000, 9999)}: revisit {rng.choice(_IDENTS)}"
-        return {"path": f"notes/{module}.md", "content": note, "mode": rng.choice(["overwrite", "append"])}
-    if tool == "list_directory":
-        return {"path": rng.choice(_DIRS), "recursive": rng.random() < 0.5}
-    if tool == "get_ticket":
-        return {"ticket_id": f"{rng.choice(['INFRA', 'SERVE', 'KV'])}-{rng.randint(100, 9999)}", "include_comments": rng.random() < 0.5}
-    raise ValueError(f"unknown tool {tool!r}")
+    if tool not in _ARGS_BY_TOOL:
+        raise ValueError(f"unknown tool {tool!r}")
+    return _ARGS_BY_TOOL[tool](rng, module, path)
 
 
 def _tool_result(tool: str, args: dict, rng: random.Random, size: int) -> str:
@@ -236,9 +272,12 @@ def _tool_result(tool: str, args: dict, rng: random.Random, size: int) -> str:
     while n < size:
         i = len(lines) + 1
         if tool == "read_file":
-            line = f"{args.get('start_line', 1) + i - 1:5d}  {rng.choice(['def', 'return', 'if', 'for'])} {rng.choice(_IDENTS)}_{rng.randint(0, 999)}(x{i})"
+            keyword = rng.choice(["def", "return", "if", "for"])
+            ident = f"{rng.choice(_IDENTS)}_{rng.randint(0, 999)}"
+            line = f"{args.get('start_line', 1) + i - 1:5d}  {keyword} {ident}(x{i})"
         elif tool == "search_code":
-            line = f"{rng.choice(_DIRS)}/{rng.choice(_MODULES)}.py:{rng.randint(1, 900)}: {args['query']}({rng.randint(0, 64)})"
+            where = f"{rng.choice(_DIRS)}/{rng.choice(_MODULES)}.py:{rng.randint(1, 900)}"
+            line = f"{where}: {args['query']}({rng.randint(0, 64)})"
         elif tool == "list_directory":
             line = f"{args['path']}/{rng.choice(_MODULES)}_{rng.randint(0, 99):02d}.py  {rng.randint(100, 90000)} bytes"
         elif tool == "get_ticket":
@@ -272,7 +311,11 @@ def _round_messages(rnd: Round, with_answer: bool) -> List[dict]:
             "role": "assistant",
             "content": "",
             "tool_calls": [
-                {"id": rnd.call_id, "type": "function", "function": {"name": rnd.tool, "arguments": canonical_json(rnd.args)}}
+                {
+                    "id": rnd.call_id,
+                    "type": "function",
+                    "function": {"name": rnd.tool, "arguments": canonical_json(rnd.args)},
+                }
             ],
         },
         {"role": "tool", "tool_call_id": rnd.call_id, "content": rnd.tool_result},

@@ -47,5 +47,6 @@ def mcnemar_exact(b: int, c: int) -> float:
     k = min(b, c)
     # Sum in log space so large n does not overflow floats.
     log_half_n = -n * math.log(2)
-    tail = sum(math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + log_half_n) for i in range(k + 1))
+    log_n_fact = math.lgamma(n + 1)
+    tail = sum(math.exp(log_n_fact - math.lgamma(i + 1) - math.lgamma(n - i + 1) + log_half_n) for i in range(k + 1))
     return min(1.0, 2 * tail)

@@ -1,7 +1,10 @@
 """One verdict class per request, from what the client saw.
 
 Order of the checks (first match wins), and why:
-  timeout, http_error              nothing to judge
+  timeout, http_error,             nothing to judge (transport classes: excluded from the
+  protocol_error                   corruption rate and from A/B). protocol_error: HTTP 200
+                                   with a body that is not a chat completion (not JSON, or
+                                   JSON of another shape)
   finish_reason == "length"        degenerate_repetition if the text loops, else
                                    truncated_length: a cut-off output has unclosed
                                    markup, which must not count as malformed
@@ -10,10 +13,16 @@ Order of the checks (first match wins), and why:
                                    (or a tool name/arguments holding DSML fragments),
                                    or well-formed but left unparsed by the server
   degenerate_repetition            a loop in content, reasoning or arguments
-  wrong_tool                       tool step: no call, an undeclared tool, or not the
-                                   requested one; answer step: an undeclared tool
-  invalid_arguments                not JSON, not an object, against the schema, or (tool
-                                   step, exact mode) a requested value changed
+  wrong_tool                       a call of an undeclared tool
+  invalid_arguments                a call's arguments: not JSON, not an object, or against
+                                   the tool's schema
+  wrong_tool                       tool step: anything but exactly one call of the requested
+                                   tool (none, another tool, another call alongside, the same
+                                   call twice). An answer step may call a declared tool with
+                                   valid arguments: its user turn asks for nothing specific,
+                                   and a model continuing the task is not corrupt output
+  invalid_arguments                tool step, exact mode: the arguments are not exactly the
+                                   requested ones (a value changed, one missing, one added)
   ok
 """
 
@@ -36,6 +45,7 @@ CLASSES = (
     "degenerate_repetition",
     "truncated_length",
     "http_error",
+    "protocol_error",
     "timeout",
 )
 # Classes that mean the model output (or its parsing) was broken: the incident metric.
@@ -48,14 +58,14 @@ CORRUPTION_CLASSES = (
     "degenerate_repetition",
 )
 # Classes that say nothing about the output: excluded from paired corruption tests.
-TRANSPORT_CLASSES = ("http_error", "timeout")
+TRANSPORT_CLASSES = ("http_error", "protocol_error", "timeout")
 
 
 @dataclass
 class Observation:
     """What came back for one request."""
 
-    transport: str = "ok"  # "ok" | "http_error" | "timeout"
+    transport: str = "ok"  # "ok" or a transport class
     error: str = ""
     http_status: Optional[int] = None
     finish_reason: Optional[str] = None
@@ -118,32 +128,31 @@ def _values_equal(requested, got) -> bool:
     return requested == got
 
 
-def classify(
-    obs: Observation,
-    step: str,
-    expected_tool: Optional[str],
-    expected_args: Optional[dict],
-    tools_by_name: Dict[str, dict],
-    repetition: RepetitionRule = RepetitionRule(),
-    exact_args: bool = True,
-) -> Tuple[str, str]:
-    """Return (class, detail) for one request; see the module docstring for the order."""
-    if obs.transport == "timeout":
-        return "timeout", obs.error or "request timed out"
-    if obs.transport != "ok":
-        return "http_error", obs.error or f"HTTP {obs.http_status}"
+def _transport_verdict(obs: Observation) -> Optional[Tuple[str, str]]:
+    if obs.transport == "ok":
+        return None
+    if obs.transport not in TRANSPORT_CLASSES:
+        raise ValueError(f"unknown transport outcome {obs.transport!r}; known: {TRANSPORT_CLASSES}")
+    return obs.transport, obs.error or (f"HTTP {obs.http_status}" if obs.http_status else obs.transport)
 
+
+def _loop_text(obs: Observation) -> str:
     arg_text = " ".join(str(c.get("arguments", "")) for c in obs.tool_calls)
-    loop_text = "\n".join(t for t in (obs.reasoning, obs.content, arg_text) if t)
-    if obs.finish_reason == "length":
-        loop = repetition.find(loop_text)
-        if loop:
-            return "degenerate_repetition", f"cut at length; {loop[0][:40]!r} repeated {loop[1]}x"
-        return "truncated_length", "finish_reason=length"
+    return "\n".join(t for t in (obs.reasoning, obs.content, arg_text) if t)
 
+
+def _length_verdict(obs: Observation, repetition: RepetitionRule) -> Optional[Tuple[str, str]]:
+    if obs.finish_reason != "length":
+        return None
+    loop = repetition.find(_loop_text(obs))
+    if loop:
+        return "degenerate_repetition", f"cut at length; {loop[0][:40]!r} repeated {loop[1]}x"
+    return "truncated_length", "finish_reason=length"
+
+
+def _markup_verdict(obs: Observation) -> Optional[Tuple[str, str]]:
     if dsml.has_dsml_fragment(obs.reasoning):
         return "tool_call_in_reasoning", "DSML markup in reasoning_content"
-
     if dsml.has_dsml_fragment(obs.content):
         parsed = dsml.parse(obs.content)
         if parsed.well_formed:
@@ -155,38 +164,83 @@ def classify(
             return "malformed_dsml", f"tool name is not an identifier: {name[:80]!r}"
         if dsml.has_dsml_fragment(str(call.get("arguments") or "")):
             return "malformed_dsml", f"DSML fragment inside the arguments of {name!r}"
+    return None
 
-    loop = repetition.find(loop_text)
-    if loop:
-        return "degenerate_repetition", f"{loop[0][:40]!r} repeated {loop[1]}x"
 
+def _parsed_arguments(call: dict, schema: dict) -> Tuple[Optional[dict], str]:
+    """(arguments, "") or (None, why they are invalid)."""
+    name, raw = call["name"], call.get("arguments")
+    try:
+        args = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError as exc:
+        return None, f"{name}: arguments are not JSON ({exc})"
+    if not isinstance(args, dict):
+        return None, f"{name}: arguments are not a JSON object"
+    err = _schema_error(schema, args)
+    return (None, f"{name}: {err}") if err else (args, "")
+
+
+def _call_set_error(names: List[str], step: str, expected_tool: Optional[str]) -> str:
+    """Why the calls are not the ones asked for ("" when they are)."""
+    if step != "tool":
+        return ""
+    if not names:
+        return f"no tool call (expected {expected_tool!r})"
+    if names != [expected_tool]:
+        return f"called {names} (expected exactly one call of {expected_tool!r})"
+    return ""
+
+
+def _exact_args_error(name: str, args: dict, expected_args: dict) -> str:
+    for key, want in expected_args.items():
+        if key not in args:
+            return f"{name}: {key!r} is missing, requested {want!r}"
+        if not _values_equal(want, args[key]):
+            return f"{name}: {key!r} is {args[key]!r}, requested {want!r}"
+    added = sorted(set(args) - set(expected_args))
+    if added:
+        return f"{name}: unrequested argument(s) {added}"
+    return ""
+
+
+def _calls_verdict(obs, step, expected_tool, expected_args, tools_by_name, exact_args) -> Tuple[str, str]:
     names = [str(c.get("name") or "") for c in obs.tool_calls]
     undeclared = [n for n in names if n not in tools_by_name]
     if undeclared:
         return "wrong_tool", f"undeclared tool {undeclared[0]!r}"
-    if step == "tool":
-        if not names:
-            return "wrong_tool", f"no tool call (expected {expected_tool!r})"
-        if expected_tool not in names:
-            return "wrong_tool", f"called {names} (expected {expected_tool!r})"
-
+    parsed = []
     for call in obs.tool_calls:
-        name = call["name"]
-        raw = call.get("arguments")
-        try:
-            args = json.loads(raw) if isinstance(raw, str) else raw
-        except ValueError as exc:
-            return "invalid_arguments", f"{name}: arguments are not JSON ({exc})"
-        if not isinstance(args, dict):
-            return "invalid_arguments", f"{name}: arguments are not a JSON object"
-        err = _schema_error(tools_by_name[name]["function"]["parameters"], args)
-        if err:
-            return "invalid_arguments", f"{name}: {err}"
-        if exact_args and step == "tool" and name == expected_tool and expected_args:
-            for key, want in expected_args.items():
-                if key not in args or not _values_equal(want, args[key]):
-                    return "invalid_arguments", f"{name}: {key!r} is {args.get(key)!r}, requested {want!r}"
+        args, why = _parsed_arguments(call, tools_by_name[call["name"]]["function"]["parameters"])
+        if why:
+            return "invalid_arguments", why
+        parsed.append(args)
+    why = _call_set_error(names, step, expected_tool)
+    if why:
+        return "wrong_tool", why
+    if exact_args and step == "tool" and expected_args:
+        why = _exact_args_error(names[0], parsed[0], expected_args)
+        if why:
+            return "invalid_arguments", why
     return "ok", ""
+
+
+def classify(
+    obs: Observation,
+    step: str,
+    expected_tool: Optional[str],
+    expected_args: Optional[dict],
+    tools_by_name: Dict[str, dict],
+    repetition: RepetitionRule = RepetitionRule(),
+    exact_args: bool = True,
+) -> Tuple[str, str]:
+    """Return (class, detail) for one request; see the module docstring for the order."""
+    early = _transport_verdict(obs) or _length_verdict(obs, repetition) or _markup_verdict(obs)
+    if early:
+        return early
+    loop = repetition.find(_loop_text(obs))
+    if loop:
+        return "degenerate_repetition", f"{loop[0][:40]!r} repeated {loop[1]}x"
+    return _calls_verdict(obs, step, expected_tool, expected_args, tools_by_name, exact_args)
 
 
 def reference_origin(verdict: str, reference_class: Optional[str]) -> str:

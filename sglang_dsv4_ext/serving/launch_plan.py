@@ -2,8 +2,8 @@
 
 Every server gets the same extension environment (``ExtConfig.to_env()``) and the same
 index-K flags: prefill and decode must agree on the index-K dtype, because a mismatch
-is not caught by SGLang's PD layout check (docs/patch-point-map.md, PD) and would
-corrupt transfers silently. Nothing here starts a process.
+is not caught by SGLang's PD layout check (docs/patch-point-map.md, "PD") and would corrupt
+transfers silently. Nothing here starts a process.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
-"""Reduced GPU replay of issue 4's index-K race (R3) and its wait-ahead fix (gpu/gate_replay.py).
+"""Reduced GPU replay of the index-K race (R3) and its wait-ahead fix in plain torch (benchmarks/gate_replay.py).
 
 Runs the same schedules as the full script with fewer trials: HiCache's layer-wise async H2D load on
 a side stream (events recorded through a verbatim mirror of SGLang's LayerLoadingEvent /
 LayerDoneCounter) against eager readers and against readers captured in per-segment CUDA graphs with
-eager breaks.  Needs a CUDA GPU; SGLang itself is not imported (it cannot be on the GPU machine).
+eager breaks.  Needs a CUDA GPU. This is the model; the same race in SGLang's own classes is
+tests/gpu/test_sglang_race_gpu.py.
 """
-
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,22 +13,12 @@ torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.gpu
 
-SCRIPT = Path(__file__).resolve().parents[2] / "gpu" / "gate_replay.py"
-
-
-def _load_gate_replay():
-    # gpu/ is a script folder, not a package: load the module from its file.
-    spec = importlib.util.spec_from_file_location("gate_replay", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="needs a CUDA GPU: replays async H2D layer loads against CUDA-graph readers")
 def test_stock_breakable_replay_reads_stale_index_k_and_wait_ahead_reads_none(tmp_path):
-    gr = _load_gate_replay()
+    from benchmarks import gate_replay as gr
+
     cfg = gr.ReplayConfig(trials=200, sweep_factors=(0.0, 2.0), sweep_trials=40, progress_every=0)
     report = gr.run_replay(cfg, out_dir=tmp_path, log=lambda *_: None)
     rows = {r.schedule: r for r in report.main_rows}

@@ -1,8 +1,10 @@
 """The bf16 index-K kernels on a real GPU against the float64 references.
 
 Fresh random inputs, outputs poisoned (NaN) first so unwritten elements show. Runs each
-configuration set of ``dispatch.CONFIGS`` on this GPU (the tile shapes differ, the
-semantics must not). Speed lives in ``python -m kernels_sm120.bench_kernels``.
+configuration set of ``dispatch.CONFIGS`` on this GPU, forced (the tile shapes differ, the
+semantics must not; on the H200 this is how the SM120 tilings execute), with both logits
+tilings (decode: one row per program; prefill: row groups sharing key tiles). Speed lives
+in ``python -m benchmarks.kernels``.
 """
 
 import math
@@ -92,32 +94,71 @@ def test_index_q(dev, name):
     assert rel_err(w_out, w_ref) < 1e-6
 
 
-@pytest.mark.parametrize("name", CONFIG_NAMES)
-def test_paged_logits(dev, name):
-    cfgs = dispatch.CONFIGS[name]
-    lens = [0, 1, 63, 64, 65, 1000, 2047, 2048] + torch.randint(1, 2049, (24,)).tolist()
-    rows, width, max_len = len(lens), 32, 2050
-    num_pages = sum(-(-n // 64) for n in lens) + 4
-    perm = torch.randperm(num_pages, device=dev).to(torch.int32)
-    pt = torch.full((rows, width), -1, dtype=torch.int32, device=dev)
-    off = 0
-    for r, n in enumerate(lens):
-        p = -(-n // 64)
-        pt[r, :p] = perm[off:off + p]
-        off += p
+def logits_inputs(dev, lens, width, shared=False, differing_row=None):
+    rows = len(lens)
+    if shared:  # prefill: one request's table on every row
+        num_pages = width + 4
+        table = torch.randperm(num_pages, device=dev)[:width].to(torch.int32)
+        pt = table[None, :].expand(rows, width).contiguous()
+        if differing_row is not None:
+            spare = [p for p in range(num_pages) if p not in table.tolist()][0]
+            pt[differing_row, 0] = spare
+    else:  # decode: own pages per row, padded with -1
+        num_pages = sum(-(-n // 64) for n in lens) + 4
+        perm = torch.randperm(num_pages, device=dev).to(torch.int32)
+        pt = torch.full((rows, width), -1, dtype=torch.int32, device=dev)
+        off = 0
+        for r, n in enumerate(lens):
+            p = -(-n // 64)
+            pt[r, :p] = perm[off:off + p]
+            off += p
     k_exact = torch.randn(num_pages * 64, 128, device=dev, dtype=torch.float64)
     q_exact = torch.randn(rows, 64, 128, device=dev, dtype=torch.float64)
     w = torch.randn(rows, 64, device=dev)
     seq = torch.tensor(lens, dtype=torch.int32, device=dev)
     cache = k_exact.to(torch.bfloat16).view(num_pages, 64 * 128).view(torch.uint8)
+    return k_exact, q_exact, w, seq, pt, cache
+
+
+def check_logits_against_references(dev, cfg, lens, width, max_len, **kw):
+    k_exact, q_exact, w, seq, pt, cache = logits_inputs(dev, lens, width, **kw)
     q = q_exact.to(torch.bfloat16)
-    out = torch.full((rows, max_len), float("nan"), device=dev)
-    dispatch.paged_mqa_logits_bf16(q.unsqueeze(1), cache, w, seq, pt, max_len, out=out, config=cfgs.logits)
+    out = torch.full((len(lens), max_len), float("nan"), device=dev)
+    dispatch.paged_mqa_logits_bf16(q.unsqueeze(1), cache, w, seq, pt, max_len, out=out, config=cfg)
     torch.cuda.synchronize()
     ref_same = R.paged_mqa_logits_reference(q, R.index_k_cache_as_rows(cache), w, seq, pt, max_len)
     ref_exact = R.paged_mqa_logits_reference(q_exact, k_exact, w, seq, pt, max_len)
-    fin = torch.isfinite(ref_same)
-    assert not torch.isnan(out).any(), "every element must be written"
-    assert torch.equal(torch.isneginf(out), ~fin), "-inf exactly past each row's length"
+    written = torch.arange(max_len, device=dev)[None, :] < seq.long().clamp(max=max_len)[:, None]
+    fin = torch.isfinite(ref_same) & written
+    assert not torch.isnan(out[written]).any(), "every column below a row's length must be written"
+    assert torch.isnan(out[~written]).all(), "columns past a row's length must stay untouched (output contract)"
+    assert torch.equal(torch.isneginf(out[written]), ~fin[written])
     assert rel_err(out[fin], ref_same[fin]) < 1e-4
     assert rel_err(out[fin], ref_exact[fin]) < 1e-2
+
+
+@pytest.mark.parametrize("tiling", ["logits", "logits_prefill"])
+@pytest.mark.parametrize("name", CONFIG_NAMES)
+def test_paged_logits_decode_rows_wide_output(dev, name, tiling):
+    """Own pages per row, -1 padding, an output 4x wider than the longest row (SGLang's decode
+    graph passes the whole context's width)."""
+    cfg = getattr(dispatch.CONFIGS[name], tiling)
+    lens = [0, 1, 63, 64, 65, 1000, 2047, 2048] + torch.randint(1, 2049, (25,)).tolist()
+    check_logits_against_references(dev, cfg, lens, width=128, max_len=128 * 64)
+
+
+@pytest.mark.parametrize("tiling", ["logits", "logits_prefill"])
+@pytest.mark.parametrize("name", CONFIG_NAMES)
+def test_paged_logits_prefill_rows_sharing_pages(dev, name, tiling):
+    """Causal prefill rows of one request (one page table), one row from another request in
+    the middle (its group falls back to one row at a time)."""
+    cfg = getattr(dispatch.CONFIGS[name], tiling)
+    lens = [int(x) for x in torch.linspace(1, 3000, 301)]
+    check_logits_against_references(dev, cfg, lens, width=47, max_len=47 * 64, shared=True, differing_row=150)
+
+
+def test_paged_logits_one_long_row_wide_output(dev):
+    """One row of 64K keys under a 262,144-column output: split over many programs
+    (device-side key split), still exact."""
+    cfg = dispatch.configs_for(dev).logits
+    check_logits_against_references(dev, cfg, [65536], width=4096, max_len=262144)

@@ -1,4 +1,4 @@
-"""Activation through SGLang's real plugin machinery (issue 2).
+"""Activation through SGLang's real plugin machinery.
 
 The fresh-process phases run in ``tests/support/activation_phases.py`` (one subprocess: entry-point
 discovery, kill switch, invalid values, a drifted table, the default activation).

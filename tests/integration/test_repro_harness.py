@@ -10,23 +10,24 @@ import time
 import pytest
 
 from sglang_dsv4_ext.cli import main
-from sglang_dsv4_ext.repro.runner import RunConfig, Runner
-from sglang_dsv4_ext.repro.scenario import ScenarioConfig
+from sglang_dsv4_ext.repro import rundir
+from sglang_dsv4_ext.repro.runner import Runner
+from sglang_dsv4_ext.repro.settings import RunConfig
 from sglang_dsv4_ext.repro.stats import wilson_interval
-from tests.support.repro_server import EXPECTED_VERDICT, KINDS, TOOL_STEP_ONLY, InjectingServer
+from tests.support.repro_server import EXPECTED_VERDICT, KINDS, SHAPE_KINDS, TOOL_STEP_ONLY, InjectingServer
 
 SMALL = dict(system_prompt_chars=300, tool_result_chars=200)
 ALL_FAILURES = {k: 0.055 for k in KINDS if k != "ok"}  # 12 kinds, 66% failing
 
 
 def _run(url, out, sessions, rounds, concurrency=(16,), seed=3, **kw):
-    scenario = ScenarioConfig(seed=seed, sessions=sessions, rounds=rounds, **SMALL)
-    cfg = RunConfig(endpoint=url, out=str(out), scenario=scenario, concurrency=list(concurrency), progress=False, **kw)
+    cfg = RunConfig(endpoint=url, out=str(out), seed=seed, sessions=sessions, rounds=rounds, concurrency=concurrency,
+                    progress=False, **SMALL, **kw)
     return Runner(cfg).run()
 
 
 def _records(out):
-    with open(os.path.join(out, "requests.jsonl")) as f:
+    with open(os.path.join(out, rundir.REQUESTS)) as f:
         return [json.loads(line) for line in f]
 
 
@@ -81,7 +82,7 @@ def test_every_injected_class_is_detected_at_its_rate(tmp_path):
     # Session-level metric (the incident's) and the re-run command are in the summary.
     assert summary["overall"]["sessions_with_corruption"]["n"] == 24
     assert summary["rerun_command"].startswith("sglang-dsv4 repro run --endpoint http://127.0.0.1:")
-    assert json.load(open(tmp_path / "run" / "summary.json"))["per_level"]["0"]["concurrency"] == 24
+    assert json.load(open(tmp_path / "run" / rundir.SUMMARY))["per_level"]["0"]["concurrency"] == 24
 
 
 def test_transport_failures_are_classified_not_crashes_and_streaming_works(tmp_path):
@@ -104,7 +105,8 @@ def test_transport_failures_are_classified_not_crashes_and_streaming_works(tmp_p
 def test_run_stops_at_its_time_bound(tmp_path):
     with InjectingServer({}, seed=0, delay=0.25) as srv:
         t0 = time.monotonic()
-        summary = _run(srv.url, tmp_path / "t", sessions=20, rounds=20, concurrency=(4, 20), time_limit=1.5, request_timeout=30)
+        summary = _run(srv.url, tmp_path / "t", sessions=20, rounds=20, concurrency=(4, 20), time_limit=1.5,
+                       request_timeout=30)
         elapsed = time.monotonic() - t0
     assert summary["stopped_by_time_limit"] is True
     assert elapsed < 1.5 + 2.0, elapsed
@@ -121,7 +123,7 @@ def test_ab_detects_an_injected_difference_and_not_a_null_one(tmp_path, capsys):
         rc = main(["repro", "ab", "--endpoint-a", bad.url, "--endpoint-b", good.url, "--label-a", "broken",
                    "--label-b", "fixed", "--out", str(tmp_path / "ab"), "--fail-if-significant", *common])  # fmt: skip
     out = capsys.readouterr().out
-    result = json.load(open(tmp_path / "ab" / "ab.json"))
+    result = json.load(open(tmp_path / "ab" / rundir.AB))
     assert rc == 3 and result["significant"], out
     assert result["corruption"]["a_only"] > 0 and result["corruption"]["b_only"] == 0
     assert result["per_class"]["malformed_dsml"]["p_value"] < 0.05
@@ -143,7 +145,9 @@ def test_ab_detects_an_injected_difference_and_not_a_null_one(tmp_path, capsys):
     # Runs made with different settings are refused, not compared unpaired.
     with InjectingServer({}, seed=0) as srv:
         other = tmp_path / "other"
-        assert main(["repro", "run", "--endpoint", srv.url, "--out", str(other), *common[:-1], "--seed", "10", "--no-progress"]) == 0
+        argv = ["repro", "run", "--endpoint", srv.url, "--out", str(other), *common[:-1], "--seed", "10",
+                "--no-progress"]
+        assert main(argv) == 0
     capsys.readouterr()
     assert main(["repro", "compare", runs[0], str(other)]) == 2
     assert "different prompts" in capsys.readouterr().err
@@ -158,11 +162,12 @@ def test_offline_reparse_and_rerun_command(tmp_path, capsys):
         origins = {r["reference"]["origin"] for r in _records(tmp_path / "r") if r["verdict"] != "ok"}
         assert origins == {"unknown"}
         assert main(["repro", "reparse", str(tmp_path / "r"), "--detokenize-url", srv.url]) == 0
-    reparsed = [json.loads(line) for line in open(tmp_path / "r" / "reparsed.jsonl")]
+    reparsed = [json.loads(line) for line in open(tmp_path / "r" / rundir.REPARSED)]
     for r in reparsed:
         if r["verdict"] != "ok":
             kind = srv.injected[r["prompt_sha256"]]
-            assert r["reference"]["origin"] == {"swallowed_malformed": "model_output", "swallowed_ok": "parser_or_serving"}[kind]
+            want = {"swallowed_malformed": "model_output", "swallowed_ok": "parser_or_serving"}[kind]
+            assert r["reference"]["origin"] == want
     assert "parser_or_serving" in capsys.readouterr().out
     # The recorded re-run command is accepted by the CLI parser as is.
     import shlex
@@ -171,4 +176,94 @@ def test_offline_reparse_and_rerun_command(tmp_path, capsys):
 
     argv = shlex.split(summary["rerun_command"])[1:]
     args = build_parser(argv).parse_args(argv)
-    assert args.sessions == 4 and args.rounds == 4 and args.concurrency == [4] and args.seed == 3
+    assert args.sessions == 4 and args.rounds == 4 and args.concurrency == (4,) and args.seed == 3
+
+
+def test_replies_of_the_wrong_shape_become_verdicts_and_the_run_completes(tmp_path):
+    """One bad reply used to end the run with an AttributeError and no summary."""
+    rates = {k: 0.1 for k in SHAPE_KINDS}
+    rates["malformed_dsml"] = 0.2
+    for stream in (False, True):
+        out = tmp_path / f"shapes-stream{stream}"
+        with InjectingServer(rates, seed=4) as srv:
+            summary = _run(srv.url, out, sessions=6, rounds=4, concurrency=(6,), stream=stream)
+        records = _records(out)
+        assert summary["requests_done"] == summary["requests_planned"] == len(records) == 48
+        injected = {srv.injected[r["prompt_sha256"]] for r in records}
+        assert set(SHAPE_KINDS) <= injected, injected  # every shape was sent
+        for r in records:
+            assert r["verdict"] == EXPECTED_VERDICT[srv.injected[r["prompt_sha256"]]], r
+        # Like http_error: counted, and left out of the corruption rate's denominator.
+        n_protocol = summary["overall"]["per_class"]["protocol_error"]["count"]
+        assert n_protocol > 0 and summary["overall"]["corruption"]["n"] == 48 - n_protocol
+
+
+def test_model_list_of_the_wrong_shape_falls_back_and_says_so(tmp_path, capsys):
+    with InjectingServer({}, seed=0, models_reply=[{"id": "a-list"}]) as srv:
+        rc = main(["repro", "run", "--endpoint", srv.url, "--out", str(tmp_path / "m"), "--sessions", "2",
+                   "--rounds", "1", "--no-progress"])  # fmt: skip
+    assert rc == 0
+    summary = json.load(open(tmp_path / "m" / "summary.json"))
+    assert summary["requests_done"] == 4 and summary["model"] == "default"
+    assert "not a model list" in summary["model_note"] and "not a model list" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_flushes_the_records_and_writes_an_interrupted_summary(signame, code, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = tmp_path / "sig"
+    with InjectingServer({"malformed_dsml": 0.3}, seed=2, delay=0.05) as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sglang_dsv4_ext.cli", "repro", "run", "--endpoint", srv.url, "--out", str(out),
+             "--sessions", "4", "--rounds", "20", "--concurrency", "2,4", "--system-prompt-chars", "200",
+             "--tool-result-chars", "100", "--no-progress"],
+            env=dict(os.environ, PYTHONPATH=root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and (not (out / "requests.jsonl").exists()
+                                                   or len(_records(out)) < 12):  # fmt: skip
+                time.sleep(0.05)
+            proc.send_signal(getattr(signal, signame))
+            stdout, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr and "Task was destroyed" not in stderr, stderr
+    summary = json.load(open(out / "summary.json"))
+    records = _records(out)
+    assert summary["interrupted"] is True and summary["interrupted_by"] == signame
+    assert summary["requests_planned"] == 2 * 4 * 20 * 2  # both levels, as planned
+    assert 12 <= summary["requests_done"] == len(records) < summary["requests_planned"]
+    assert summary["not_run"] == summary["requests_planned"] - len(records)
+    assert f"interrupted by {signame}" in stdout and f"{len(records)}/320" in stdout
+    # reparse accepts the directory.
+    assert main(["repro", "reparse", str(out)]) == 0
+
+
+def test_a_bug_mid_run_still_leaves_the_records_and_a_summary(tmp_path, monkeypatch):
+    """Not a request failure (those are verdicts) but a defect: the evidence so far is kept, the error raised."""
+    from sglang_dsv4_ext.repro import runner as runner_module
+
+    real = runner_module.classify
+    calls = []
+
+    def classify_then_break(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 6:
+            raise RuntimeError("injected defect")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "classify", classify_then_break)
+    with InjectingServer({}, seed=0) as srv, pytest.raises(RuntimeError, match="injected defect"):
+        _run(srv.url, tmp_path / "bug", sessions=1, rounds=6, concurrency=(1,))
+    summary = json.load(open(tmp_path / "bug" / "summary.json"))
+    assert summary["aborted_by"] == "RuntimeError: injected defect"
+    assert summary["requests_done"] == len(_records(tmp_path / "bug")) == 5
+    assert summary["not_run"] == 12 - 5

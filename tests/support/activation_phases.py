@@ -13,11 +13,8 @@ import sys
 from sglang_dsv4_ext import activation, compat
 from sglang_dsv4_ext.config import ENV_GATE, ENV_INDEX_K_DTYPE, ENV_KILL_SWITCH
 
-PROBE_TARGETS = [
-    "sglang.srt.mem_cache.deepseek_v4_memory_pool.get_dsv4_indexer_bytes_per_token",
-    "sglang.srt.mem_cache.deepseek_v4_memory_pool.DeepSeekV4TokenToKVPool._make_indexer_pool",
-    "sglang.srt.mem_cache.deepseek_v4_memory_pool.DeepSeekV4IndexerPool.get_index_k_with_scale_buffer",
-]
+PROBE_TARGETS = [t.path for t in (compat.INDEXER_BYTES_PER_TOKEN, compat.MAKE_INDEXER_POOL,
+                                   compat.SUBPOOL_INDEX_K_READERS[0])]
 
 
 def wrapped_targets():
@@ -87,7 +84,7 @@ def main():
     clear_env()
     activation.reset_for_tests()
     drifted = list(compat.TARGETS)
-    index = next(i for i, t in enumerate(drifted) if t.path.endswith("DeepSeekV4TokenToKVPool._make_indexer_pool"))
+    index = drifted.index(compat.MAKE_INDEXER_POOL)
     victim = drifted[index]
     changed = victim.signature.replace("force_fp4=False", "force_fp4=True")
     assert changed != victim.signature

@@ -32,15 +32,6 @@ def plugin_off(ext_active):
 
 
 @pytest.fixture
-def gate_mode(monkeypatch):
-    def set_mode(mode: str) -> None:
-        monkeypatch.setenv("SGLANG_DSV4_INDEX_K_GATE", mode)
-
-    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp8")
-    return set_mode
-
-
-@pytest.fixture
 def bf16_pool(monkeypatch):
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "bf16")
     with sized_pool(**RATIO_MODE) as (_, _, pool):
@@ -188,8 +179,8 @@ def test_shared_low_ratio_layers_wait_for_their_source_layer(gate_mode):
 @pytest.mark.parametrize("backend", ["breakable", "tc_piecewise"])
 def test_prefill_replay_waits_one_layer_ahead(gate_mode, backend):
     """SGLang's real PrefillCudaGraphRunner.execute with the stand-in replay of
-    tests/test_gate_prefill_replay.py (the CUDA graph itself cannot run on CPU)."""
-    from tests import test_gate_prefill_replay as replay_kit
+    tests/integration/test_gate_prefill_replay.py (the CUDA graph itself cannot run on CPU)."""
+    from tests.integration import test_gate_prefill_replay as replay_kit
 
     gate_mode("auto")
     replay, waits = replay_kit.replay_once(backend)
@@ -206,7 +197,7 @@ def test_prefill_replay_waits_one_layer_ahead(gate_mode, backend):
 
 
 def test_prefill_replay_adds_nothing_without_a_pending_load_or_for_full_graphs(gate_mode):
-    from tests import test_gate_prefill_replay as replay_kit
+    from tests.integration import test_gate_prefill_replay as replay_kit
 
     gate_mode("auto")
     for backend in ("breakable", "tc_piecewise", "full"):

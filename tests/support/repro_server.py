@@ -13,6 +13,11 @@ Kinds and the verdict each must produce:
   http_500, reset                                                -> http_error
   swallowed_malformed, swallowed_ok (tool steps only: the server  -> wrong_tool
     "parser" dropped the call; raw output is broken / fine)
+  SHAPE_KINDS: HTTP 200 with well-formed JSON of another shape     -> protocol_error
+    (``choices: [null]``, ``choices`` a string, ``message`` a string, ``tool_calls``
+    holding strings, the body or SSE chunk a list)
+
+``models_reply`` replaces the ``GET /v1/models`` answer (e.g. a list instead of an object).
 """
 
 from __future__ import annotations
@@ -44,8 +49,25 @@ KINDS = (
     "swallowed_malformed",
     "swallowed_ok",
 )
+# Replies of the wrong shape: (non-streaming body, one SSE chunk).
+SHAPES = {
+    "shape_choices_null": ({"choices": [None]}, {"choices": [None]}),
+    "shape_choices_string": ({"choices": "none today"}, {"choices": "none today"}),
+    "shape_message_string": (
+        {"choices": [{"message": "hello", "finish_reason": "stop"}]},
+        {"choices": [{"delta": "hello", "finish_reason": None}]},
+    ),
+    "shape_tool_calls_strings": (
+        {"choices": [{"message": {"role": "assistant", "tool_calls": ["read_file"]}, "finish_reason": "tool_calls"}]},
+        {"choices": [{"delta": {"tool_calls": ["read_file"]}, "finish_reason": None}]},
+    ),
+    "shape_list": ([{"choices": []}], [{"choices": []}]),
+}
+SHAPE_KINDS = tuple(SHAPES)
 EXPECTED_VERDICT = {k: k for k in KINDS}
-EXPECTED_VERDICT.update({"http_500": "http_error", "reset": "http_error", "swallowed_malformed": "wrong_tool", "swallowed_ok": "wrong_tool"})
+EXPECTED_VERDICT.update({"http_500": "http_error", "reset": "http_error", "swallowed_malformed": "wrong_tool",
+                         "swallowed_ok": "wrong_tool"})
+EXPECTED_VERDICT.update({k: "protocol_error" for k in SHAPE_KINDS})
 TOOL_STEP_ONLY = {"swallowed_malformed", "swallowed_ok"}
 
 
@@ -102,9 +124,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._send_json(200, {})
         elif self.path == "/v1/models":
-            self._send_json(200, {"object": "list", "data": [{"id": "stand-in-model"}]})
+            self._send_json(200, self.server.owner.models_reply)
         elif self.path == "/server_info":
-            self._send_json(200, {"version": "stand-in", "tool_call_parser": "deepseekv4", "label": self.server.owner.label})
+            info = {"version": "stand-in", "tool_call_parser": "deepseekv4", "label": self.server.owner.label}
+            self._send_json(200, info)
         else:
             self._send_json(404, {"error": "not found"})
 
@@ -131,15 +154,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.request.close()
             return
-        if req.get("stream"):
+        if kind in SHAPES:
+            self._send_shape(*SHAPES[kind], stream=req.get("stream"))
+        elif req.get("stream"):
             self._send_stream(resp)
         else:
             self._send_json(200, resp)
 
-    def _send_stream(self, resp: dict) -> None:
+    def _start_stream(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
+
+    def _send_shape(self, body, chunk, stream: bool) -> None:
+        if not stream:
+            self._send_json(200, body)
+            return
+        self._start_stream()
+        self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def _send_stream(self, resp: dict) -> None:
+        self._start_stream()
         choice = resp["choices"][0]
         msg = choice["message"]
 
@@ -156,7 +192,8 @@ class _Handler(BaseHTTPRequestHandler):
                     emit({field: piece})
         for i, tc in enumerate(msg.get("tool_calls") or []):
             args = tc["function"]["arguments"]
-            emit({"tool_calls": [{"index": i, "id": tc["id"], "type": "function", "function": {"name": tc["function"]["name"], "arguments": ""}}]})
+            head = {"name": tc["function"]["name"], "arguments": ""}
+            emit({"tool_calls": [{"index": i, "id": tc["id"], "type": "function", "function": head}]})
             half = len(args) // 2
             for piece in (args[:half], args[half:]):
                 emit({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
@@ -171,13 +208,17 @@ class _Server(ThreadingHTTPServer):
 
 
 class InjectingServer:
-    def __init__(self, rates: Dict[str, float], seed: int = 0, timeout_sleep: float = 2.0, delay: float = 0.0, label: str = ""):
-        unknown = set(rates) - set(KINDS)
+    def __init__(self, rates: Dict[str, float], seed: int = 0, timeout_sleep: float = 2.0, delay: float = 0.0,
+                 label: str = "", models_reply=None):
+        known = KINDS + SHAPE_KINDS
+        unknown = set(rates) - set(known)
         if unknown:
-            raise ValueError(f"unknown kinds {sorted(unknown)}; known: {KINDS}")
+            raise ValueError(f"unknown kinds {sorted(unknown)}; known: {known}")
         if sum(rates.values()) > 1 + 1e-9:
             raise ValueError(f"rates sum to {sum(rates.values())} > 1")
-        self.rates = [(k, rates[k]) for k in KINDS if k in rates and k != "ok"]
+        self.rates = [(k, rates[k]) for k in known if k in rates and k != "ok"]
+        default_models = {"object": "list", "data": [{"id": "stand-in-model"}]}
+        self.models_reply = default_models if models_reply is None else models_reply
         self.seed = seed
         self.timeout_sleep = timeout_sleep
         self.delay = delay
@@ -232,51 +273,102 @@ class InjectingServer:
         else:  # an answer step: a plausible call for the failure kinds that need one
             tool = rng.choice(sorted(TOOLS_BY_NAME))
             args = _args_for(tool, rng, "cache")
-        good_raw = dsml.render([(tool, args)])
-        content, reasoning, calls, finish, raw = "", "", [], "stop", None
-        if kind in ("ok", "timeout"):
-            if step == "tool":
-                calls, finish, raw = [(tool, json.dumps(args))], "tool_calls", good_raw
-            else:
-                content = raw = "Done: noted the result; ready for the next step."
-        elif kind == "dsml_in_content":
-            content = raw = good_raw
-        elif kind == "malformed_dsml":
-            content = raw = _malformed(good_raw, rng)
-        elif kind == "tool_call_in_reasoning":
-            reasoning = "I should call the tool now.\n" + good_raw
-            raw = reasoning + dsml.THINK_END
-        elif kind == "invalid_arguments":
-            calls, finish = [(tool, _invalid_args(tool, args, rng))], "tool_calls"
-        elif kind == "wrong_tool":
-            if step == "tool":
-                other = rng.choice(sorted(set(TOOLS_BY_NAME) - {tool}))
-                calls = [(other, json.dumps(_args_for(other, rng, "cache")))]
-            else:
-                calls = [("delete_repository", json.dumps({"confirm": True}))]
-            finish = "tool_calls"
-        elif kind == "degenerate_repetition":
-            content = raw = "I will check the cache module now. " * 40
-            finish = rng.choice(["stop", "length"])
-        elif kind == "truncated_length":
-            content = raw = "Let me look at the eviction path in"
-            finish = "length"
-        elif kind == "swallowed_malformed":
-            raw = _malformed(good_raw, rng)
-        elif kind == "swallowed_ok":
-            raw = good_raw
-        msg = {"role": "assistant", "content": content or None, "reasoning_content": reasoning or None}
-        if calls:
-            msg["tool_calls"] = [
-                {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}} for i, (n, a) in enumerate(calls)
-            ]
-        choice = {"index": 0, "message": msg, "finish_reason": finish}
-        if req.get("return_token_ids") and raw is not None:
-            choice["response_token_ids"] = [ord(c) for c in raw]
-        return kind, {
-            "id": "chatcmpl-standin",
-            "object": "chat.completion",
-            "model": req.get("model"),
-            "choices": [choice],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }
+        out = _Output()
+        _BUILDERS.get(kind, _build_nothing)(out, step, tool, args, rng)
+        return kind, _completion(req, out)
+
+
+class _Output:
+    """What the stand-in "model" produced and what the client is sent."""
+
+    def __init__(self):
+        self.content, self.reasoning, self.calls, self.finish, self.raw = "", "", [], "stop", None
+
+
+def _build_ok(out: _Output, step, tool, args, rng) -> None:
+    if step == "tool":
+        out.calls, out.finish, out.raw = [(tool, json.dumps(args))], "tool_calls", dsml.render([(tool, args)])
+    else:
+        out.content = out.raw = "Done: noted the result; ready for the next step."
+
+
+def _build_dsml_in_content(out: _Output, step, tool, args, rng) -> None:
+    out.content = out.raw = dsml.render([(tool, args)])
+
+
+def _build_malformed(out: _Output, step, tool, args, rng) -> None:
+    out.content = out.raw = _malformed(dsml.render([(tool, args)]), rng)
+
+
+def _build_in_reasoning(out: _Output, step, tool, args, rng) -> None:
+    out.reasoning = "I should call the tool now.\n" + dsml.render([(tool, args)])
+    out.raw = out.reasoning + dsml.THINK_END
+
+
+def _build_invalid_arguments(out: _Output, step, tool, args, rng) -> None:
+    out.calls, out.finish = [(tool, _invalid_args(tool, args, rng))], "tool_calls"
+
+
+def _build_wrong_tool(out: _Output, step, tool, args, rng) -> None:
+    if step == "tool":
+        other = rng.choice(sorted(set(TOOLS_BY_NAME) - {tool}))
+        out.calls = [(other, json.dumps(_args_for(other, rng, "cache")))]
+    else:
+        out.calls = [("delete_repository", json.dumps({"confirm": True}))]
+    out.finish = "tool_calls"
+
+
+def _build_repetition(out: _Output, step, tool, args, rng) -> None:
+    out.content = out.raw = "I will check the cache module now. " * 40
+    out.finish = rng.choice(["stop", "length"])
+
+
+def _build_truncated(out: _Output, step, tool, args, rng) -> None:
+    out.content = out.raw = "Let me look at the eviction path in"
+    out.finish = "length"
+
+
+def _build_swallowed_malformed(out: _Output, step, tool, args, rng) -> None:
+    out.raw = _malformed(dsml.render([(tool, args)]), rng)
+
+
+def _build_swallowed_ok(out: _Output, step, tool, args, rng) -> None:
+    out.raw = dsml.render([(tool, args)])
+
+
+def _build_nothing(out: _Output, step, tool, args, rng) -> None:
+    """Transport and shape kinds: the handler sends something else."""
+
+
+_BUILDERS = {
+    "ok": _build_ok,
+    "timeout": _build_ok,  # a good answer, sent too late
+    "dsml_in_content": _build_dsml_in_content,
+    "malformed_dsml": _build_malformed,
+    "tool_call_in_reasoning": _build_in_reasoning,
+    "invalid_arguments": _build_invalid_arguments,
+    "wrong_tool": _build_wrong_tool,
+    "degenerate_repetition": _build_repetition,
+    "truncated_length": _build_truncated,
+    "swallowed_malformed": _build_swallowed_malformed,
+    "swallowed_ok": _build_swallowed_ok,
+}
+
+
+def _completion(req: dict, out: _Output) -> dict:
+    msg = {"role": "assistant", "content": out.content or None, "reasoning_content": out.reasoning or None}
+    if out.calls:
+        msg["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(out.calls)
+        ]
+    choice = {"index": 0, "message": msg, "finish_reason": out.finish}
+    if req.get("return_token_ids") and out.raw is not None:
+        choice["response_token_ids"] = [ord(c) for c in out.raw]
+    return {
+        "id": "chatcmpl-standin",
+        "object": "chat.completion",
+        "model": req.get("model"),
+        "choices": [choice],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }

@@ -1,4 +1,4 @@
-"""bf16 index-K everywhere SGLang copies or ships it: HiCache host pools, L3 keys, PD, writers (issue 3).
+"""bf16 index-K everywhere SGLang copies or ships it: HiCache host pools, L3 keys, PD, writers.
 
 All against SGLang 0.5.23's real classes on CPU. Transfers themselves are CUDA kernels
 (``sgl_kernel.kvcacheio``) and cannot run here; what is tested is the geometry the host
@@ -15,13 +15,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sglang_dsv4_ext import activation, errors, index_k
+from sglang_dsv4_ext import activation, compat, errors, index_k
 from sglang_dsv4_ext.hooks import hicache as hicache_patch
 from tests.support.dsv4_pools import BF16_POOL_LAYOUT_MISUSES, sized_pool
 
 RATIO_MODE = dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True)
-BF16_ROW = 64 * 128 * 2  # 64 compressed slots x 128 dims x 2 B
-FP8_ROW = 64 * (128 + 4)
+# One page row = 64 compressed slots x bytes per index-K token (the formula under test lives in index_k).
+BF16_ROW = 64 * index_k.index_k_bytes_per_token("bf16", 128)
+FP8_ROW = 64 * index_k.index_k_bytes_per_token("fp8", 128)
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def _indexer_host_pool(kv_pool, layout: str, host_pages: int = 4):
 @pytest.mark.parametrize("layout", ["layer_first", "page_first"])
 def test_hicache_host_pool_geometry_follows_bf16_rows(bf16_pool, layout):
     region, host = _indexer_host_pool(bf16_pool, layout)
-    assert region.item_bytes == BF16_ROW == 16384
+    assert region.item_bytes == BF16_ROW
     assert region.page_aligned_only is True  # the 584-B token-granular kernel must never see these rows
     layers = len(bf16_pool.index_pools[4].contiguous_page_row_buffers())
     assert host.layer_num == layers == 21
@@ -133,15 +134,18 @@ def _decode_side_check(prefill_layout: str, decode_layout: str):
 
     handler = type("Route", (_BootstrapRoute,), {"info": dict(
         attn_tp_size=1, attn_cp_size=1, dp_size=1, pp_size=1, page_size=256, kv_cache_dtype="fp8_e4m3",
-        follow_bootstrap_room=True, kv_layout=prefill_layout,
+        follow_bootstrap_room=True, kv_layout=prefill_layout, dsv41_spec_layout=None,
     )})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
+        # The decode manager's fields the handshake check reads; the rank mapping that follows an
+        # accepted pair is out of scope here and stubbed (it needs a full TP/CP/PP topology).
         decode = SimpleNamespace(
             prefill_info_table={}, kv_args=SimpleNamespace(page_size=256, state_types=()),
-            kv_cache_dtype_str="fp8_e4m3", attn_tp_size=1, kv_layout=decode_layout,
+            kv_cache_dtype_str="fp8_e4m3", attn_tp_size=1, kv_layout=decode_layout, dsv41_spec_layout=None,
+            is_mla_backend=True, is_hybrid_mla_backend=False, dcp_size=1, _resolve_rank_mapping=lambda info: None,
         )
         return CommonKVManager.try_ensure_parallel_info(decode, f"127.0.0.1:{server.server_address[1]}")
     finally:
@@ -159,6 +163,18 @@ def test_pd_layout_carries_index_k_dtype_and_sglang_refuses_the_pair(bf16_pool, 
     assert bf16_layout in str(excinfo.value) and fp8_layout in str(excinfo.value)
     with pytest.raises(RuntimeError, match="KV layout mismatch"):
         _decode_side_check(prefill_layout=fp8_layout, decode_layout=bf16_layout)
+
+
+def test_stock_pd_layout_lets_a_bf16_fp8_pair_through(bf16_pool, fp8_pool):
+    """The regression the PD hook fixes: with SGLang's own pd_kv_layout the strings match, so the
+    handshake accepts a bf16 prefill with an fp8 decode whose index-K items differ in size."""
+    stock_layout = compat.unwrap_to_original(type(bf16_pool).pd_kv_layout)
+    bf16_stock, fp8_stock = stock_layout(bf16_pool), stock_layout(fp8_pool)
+    assert bf16_stock == fp8_stock
+    assert _decode_side_check(prefill_layout=bf16_stock, decode_layout=fp8_stock) is True  # accepted: the hazard
+    bf16_items = bf16_pool.get_contiguous_buf_infos()[2][21:42]
+    fp8_items = fp8_pool.get_contiguous_buf_infos()[2][21:42]
+    assert set(bf16_items) == {BF16_ROW} and set(fp8_items) == {FP8_ROW}
 
 
 def test_pd_buffer_infos_use_bf16_item_length(bf16_pool):

@@ -1,4 +1,4 @@
-"""Index-K read gate (issue 4): probe verdicts, sub-pool and raw-list gating, strict/auto/off.
+"""Index-K read gate: probe verdicts, sub-pool and raw-list gating, strict/auto/off.
 
 Everything runs on SGLang 0.5.23's real classes on CPU: ``DeepSeekV4TokenToKVPool`` and its
 ``DeepSeekV4IndexerPool`` sub-pools, and the real ``LayerDoneCounter`` whose per-layer events
@@ -25,12 +25,9 @@ from sglang_dsv4_ext import activation, compat, errors
 from sglang_dsv4_ext.hooks import gate
 from tests.support import gate_doubles as gd
 
-MP = "sglang.srt.mem_cache.deepseek_v4_memory_pool"
-POOL = f"{MP}.DeepSeekV4TokenToKVPool"
-SUB = f"{MP}.DeepSeekV4IndexerPool"
-READER_TARGETS = [f"{POOL}.{name}" for name in gate.TOPLEVEL_READERS] + [
-    f"{SUB}.{name}" for name in gate.SUBPOOL_READERS
-]
+POOL = compat.POOL_INIT.owner_path
+SUB = compat.SUBPOOL_INDEX_K_READERS[0].owner_path
+READER_TARGETS = [t.path for t in (*compat.TOPLEVEL_INDEX_K_READERS, *compat.SUBPOOL_INDEX_K_READERS)]
 GATE_LOGGER = gate.logger.name
 
 
@@ -38,44 +35,60 @@ GATE_LOGGER = gate.logger.name
 # Oracle: does the function's source wait for its own layer before anything else?
 # ---------------------------------------------------------------------------------------
 
-def source_waits_for_its_layer(fn) -> bool:
-    """True if ``fn``'s source calls ``self.wait_layer_transfer(<its layer argument>)``.
+def _is_wait_for_own_layer(stmt, self_name: str, layer_name: str) -> bool:
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    return (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "wait_layer_transfer"
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == self_name
+        and len(call.args) == 1
+        and isinstance(call.args[0], ast.Name)
+        and call.args[0].id == layer_name
+    )
 
-    Read from the source with ``ast``, independently of the probe (which runs the function).
+
+def source_waits_for_its_layer(fn) -> bool:
+    """True if the first statement of ``fn`` (after its docstring) is ``self.wait_layer_transfer(<its layer>)``.
+
+    Read from the source with ``ast``, independently of the probe (which runs the function). A wait
+    that comes after the function has already touched index-K, or only in one branch, is no gate.
     """
     fn = compat.unwrap_to_original(fn)
-    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    func = tree.body[0]
+    func = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
     self_name, layer_name = func.args.args[0].arg, func.args.args[1].arg
-    for node in ast.walk(func):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "wait_layer_transfer"
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == self_name
-            and node.args
-            and isinstance(node.args[0], ast.Name)
-            and node.args[0].id == layer_name
-        ):
-            return True
-    return False
+    body = list(func.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    return bool(body) and _is_wait_for_own_layer(body[0], self_name, layer_name)
+
+
+def test_oracle_refuses_a_wait_that_comes_after_the_read():
+    # The oracle must tell "waits first" from "waits somewhere": both functions call the wait.
+    def waits_first(self, layer_id):
+        """doc"""
+        self.wait_layer_transfer(layer_id)
+        return self.buffers[layer_id]
+
+    def reads_then_waits(self, layer_id):
+        rows = self.buffers[layer_id]
+        self.wait_layer_transfer(layer_id)
+        return rows
+
+    def waits_in_one_branch(self, layer_id):
+        if layer_id:
+            self.wait_layer_transfer(layer_id)
+        return self.buffers[layer_id]
+
+    assert source_waits_for_its_layer(waits_first)
+    assert not source_waits_for_its_layer(reads_then_waits)
+    assert not source_waits_for_its_layer(waits_in_one_branch)
 
 
 def oracle_verdict(target: str) -> str:
     _, _, current = compat.resolve(target)
     return gate.UPSTREAM_GATED if source_waits_for_its_layer(current) else gate.EXTENSION_GATED
-
-
-@pytest.fixture
-def gate_mode(monkeypatch):
-    """Set SGLANG_DSV4_INDEX_K_GATE for the pools built afterwards (read at pool creation)."""
-
-    def set_mode(mode: str) -> None:
-        monkeypatch.setenv("SGLANG_DSV4_INDEX_K_GATE", mode)
-
-    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp8")
-    return set_mode
 
 
 def raw_item(buffers, index):
@@ -108,7 +121,7 @@ def test_probe_verdict_matches_what_the_source_does(ext_active, target):
 
 def test_oracle_sees_both_kinds_in_sglang_0_5_23(ext_active):
     # Guards the oracle itself: on 0.5.23 the top-level getters wait, the sub-pool getters
-    # do not (code map A.3), so a constant oracle would fail here.
+    # do not (docs/patch-point-map.md, "Index-K readers"), so a constant oracle would fail here.
     verdicts = {t: oracle_verdict(t) for t in READER_TARGETS}
     assert {verdicts[t] for t in READER_TARGETS if t.startswith(POOL + ".")} == {gate.UPSTREAM_GATED}
     assert {verdicts[t] for t in READER_TARGETS if t.startswith(SUB + ".")} == {gate.EXTENSION_GATED}
@@ -123,7 +136,7 @@ def test_doctor_reports_each_accessor_as_upstream_or_extension_gated(ext_active)
         expected_status = activation.NOT_NEEDED if rows[target]["gate"] == gate.UPSTREAM_GATED else activation.APPLIED
         assert rows[target]["status"] == expected_status, target
     # Rows that are not index-K readers carry no gate verdict.
-    assert "gate" not in rows[f"{POOL}.wait_layer_transfer"]
+    assert "gate" not in rows[compat.POOL_WAIT_LAYER_TRANSFER.path]
 
 
 # ---------------------------------------------------------------------------------------

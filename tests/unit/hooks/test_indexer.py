@@ -1,4 +1,4 @@
-"""bf16 index-K data path hooks inside SGLang's DSV4 C4 indexer (issue 5), on CPU.
+"""bf16 index-K data path hooks inside SGLang's DSV4 C4 indexer, on CPU.
 
 Every method called here is SGLang 0.5.23's real (hooked) class function, run on stand-in
 instances (``tests/support/indexer_doubles.py``) that carry a REAL DSV4 pool built through SGLang's
@@ -25,6 +25,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from kernels_sm120 import reference
 from sglang_dsv4_ext import activation, errors
 from sglang_dsv4_ext.hooks import indexer as indexer_patch
+from sglang_dsv4_ext.index_k import index_k_bytes_per_token
 from tests.support import indexer_doubles as dbl
 from tests.support.dsv4_pools import sized_pool
 from tests.support.gate_doubles import StreamWaits
@@ -221,7 +222,8 @@ def test_forward_c4_indexer_dispatch(stubs, monkeypatch, rng, dtype):
         return
     for ours in dbl.CudaStubs.OURS:
         assert stubs.called(ours) == 0, ours
-    name, row_bytes = ("deep_gemm_fp4_logits", 68) if dtype == "fp4" else ("deep_gemm_fp8_logits", 132)
+    name = "deep_gemm_fp4_logits" if dtype == "fp4" else "deep_gemm_fp8_logits"
+    row_bytes = index_k_bytes_per_token(dtype, dbl.HEAD_DIM)
     assert stubs.called(name) == 1
     call = stubs.calls[name][0]
     # SGLang's own view of its own layout, on the pool's buffer of this layer.

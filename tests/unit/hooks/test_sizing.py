@@ -1,7 +1,7 @@
-"""Index-K sizing: SGLang's real DSV4 configurator and pool agree byte for byte (issue 3).
+"""Index-K sizing: SGLang's real DSV4 configurator and pool agree byte for byte.
 
 The expected bytes per full token are derived here from the layer counts and the
-per-layer formula of the DSV4 layout (code map C.2), not copied from the code under test.
+per-layer formula of the DSV4 layout (docs/patch-point-map.md, "Sizing"), not copied from the code under test.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def test_configurator_budget_and_pool_allocation_agree(ext_active, monkeypatch, 
 
 
 def test_regression_fork_sizing_gap_replayed(ext_active, monkeypatch):
-    """The seed fork: bf16 storage on, configurator sizing unpatched -> the self-check fails with the 651 B gap."""
+    """bf16 storage on, configurator sizing unpatched (the fork) -> the self-check fails with the 124 B / 4 gap."""
     import sglang.srt.mem_cache.deepseek_v4_memory_pool as mp
     import sglang.srt.model_executor.pool_configurator as pc
 
@@ -115,10 +115,10 @@ def test_regression_fork_sizing_gap_replayed(ext_active, monkeypatch):
         with sized_pool(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True):
             pass
     message = str(excinfo.value)
-    gap = 21 * (INDEX_BYTES["bf16"] - INDEX_BYTES["fp8"]) / 4
-    assert gap == 651
-    assert f"gap {gap:+.2f} B per full token" in message
-    assert "allocated 1344.00 B" in message and "budgeted 693.00 B" in message
+    n_c4 = MODEL.layer_counts()[4]
+    allocated, budgeted = n_c4 * INDEX_BYTES["bf16"] / 4, n_c4 * INDEX_BYTES["fp8"] / 4
+    assert f"gap {allocated - budgeted:+.2f} B per full token" in message
+    assert f"allocated {allocated:.2f} B" in message and f"budgeted {budgeted:.2f} B" in message
 
     # With the sizing patch back on, the same build passes the self-check.
     monkeypatch.setattr(mp, "get_dsv4_indexer_bytes_per_token", patched)
@@ -133,7 +133,8 @@ def test_stock_fp4_budget_on_cuda_disagrees_with_allocation(ext_active, monkeypa
 
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp4")
     monkeypatch.setattr(pc, "get_dsv4_indexer_bytes_per_token", pc.get_dsv4_indexer_bytes_per_token.__wrapped__)
-    with pytest.raises(errors.IndexKSizingError, match=r"budgeted 693\.00 B"):
+    budgeted_as_fp8 = MODEL.layer_counts()[4] * INDEX_BYTES["fp8"] / 4
+    with pytest.raises(errors.IndexKSizingError, match=rf"budgeted {budgeted_as_fp8:.2f} B"):
         with sized_pool(enable_deepseek_v4_fp4_indexer=True, swa_full_tokens_ratio=0.1,
                         _swa_full_tokens_ratio_explicitly_set=True):
             pass

@@ -33,7 +33,9 @@ MALFORMED = {
     "ascii bars": GOOD.replace(M, "|DSML|"),
     "text in block": GOOD.replace(f"</{M}invoke>", f"</{M}invoke>\nstray words"),
     "invoke outside block": f'<{M}invoke name="read_file">{{"path": "x"}}</{M}invoke>',
-    "duplicate parameter": GOOD.replace(f"</{M}invoke>", f'<{M}parameter name="path" string="true">b</{M}parameter>\n</{M}invoke>'),
+    "duplicate parameter": GOOD.replace(
+        f"</{M}invoke>", f'<{M}parameter name="path" string="true">b</{M}parameter>\n</{M}invoke>'
+    ),
 }
 
 
@@ -41,8 +43,12 @@ def test_reference_parser_accepts_the_grammar():
     p = dsml.parse("Let me look.\n\n" + GOOD)
     assert p.well_formed and p.prose_before == "Let me look.\n\n"
     assert [(c.name, c.arguments) for c in p.calls] == [CALL]
-    j = dsml.parse(f'<{M}tool_calls>\n<{M}invoke name="read_file">\n{{"path": "x"}}\n</{M}invoke>\n<{M}invoke name="list_directory"/>\n</{M}tool_calls>')
-    assert j.well_formed and [(c.name, c.body_format) for c in j.calls] == [("read_file", "json"), ("list_directory", "empty")]
+    j = dsml.parse(
+        f'<{M}tool_calls>\n<{M}invoke name="read_file">\n{{"path": "x"}}\n</{M}invoke>\n'
+        f'<{M}invoke name="list_directory"/>\n</{M}tool_calls>'
+    )
+    assert j.well_formed
+    assert [(c.name, c.body_format) for c in j.calls] == [("read_file", "json"), ("list_directory", "empty")]
     v32 = dsml.parse(dsml.render([CALL], block="function_calls"))
     assert v32.well_formed
     assert not dsml.parse("plain answer").has_markup
@@ -74,7 +80,8 @@ def _obs(**kw):
 
 
 def _cls(obs, step="tool", tool="read_file", args=None):
-    return classify(obs, step, tool if step == "tool" else None, args if args is not None else dict(CALL[1]), TOOLS_BY_NAME)[0]
+    expected_args = args if args is not None else dict(CALL[1])
+    return classify(obs, step, tool if step == "tool" else None, expected_args, TOOLS_BY_NAME)[0]
 
 
 def _call(name, args):
@@ -99,7 +106,8 @@ def test_verdict_classes_and_their_order():
     assert _cls(_obs(tool_calls=[_call("rm_rf", {})]), step="answer") == "wrong_tool"
     assert _cls(_obs(tool_calls=[_call("read_file", '{"path": ')])) == "invalid_arguments"
     assert _cls(_obs(tool_calls=[_call("read_file", {"path": 3})])) == "invalid_arguments"
-    assert _cls(_obs(tool_calls=[_call("read_file", {"path": "src/a.py", "max_lines": 100, "x": 1})])) == "invalid_arguments"
+    undeclared_key = {"path": "src/a.py", "max_lines": 100, "x": 1}
+    assert _cls(_obs(tool_calls=[_call("read_file", undeclared_key)])) == "invalid_arguments"
     assert _cls(_obs(tool_calls=[_call("read_file", {"path": "src/b.py", "max_lines": 100})])) == "invalid_arguments"
     assert _cls(_obs(content="Done."), step="answer") == "ok"
     # With exact-args off, any schema-valid arguments pass.

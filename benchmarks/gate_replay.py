@@ -1,4 +1,4 @@
-"""GPU replay of the index-K read race R3 (issue 4) and of the wait-ahead fix, in plain torch.
+"""GPU replay of the index-K read race R3 and of the wait-ahead fix, in plain torch.
 
 What it replays: SGLang's HiCache loads each layer's KV/index-K host->device on a side stream and
 records one CUDA event per layer (``LayerLoadingEvent.complete(i)``).  Readers gate themselves with
@@ -15,9 +15,12 @@ and records one event per layer through a verbatim mirror of SGLang's classes.  
 stream sum each layer's rows into a device result tensor; after each trial (one sync) every sum is
 compared with the sum the trial's content must give.  A mismatch is a stale (or torn) read.
 
-SGLang cannot be imported on the GPU machine, so the two classes are mirrored below, unchanged.
+This is the model: it runs with torch alone, so the two classes are mirrored below, unchanged
+(tests/integration/test_replay_copy_of_layer_done_counter.py compares them with the installed SGLang).
+The same race in SGLang's own pool, host pool, HiCacheController and breakable CUDA graph, with the
+extension activated, is benchmarks/sglang_gpu/race.py.
 
-Run:  PYTHONUNBUFFERED=1 python gpu/gate_replay.py        (writes CSV + JSON under $OUT or out/gate_replay)
+Run:  PYTHONUNBUFFERED=1 python -m benchmarks.gate_replay        (writes CSV + JSON under $OUT or out/gate_replay)
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ class LayerDoneCounter:
 # ---------------------------------------------------------------------------------------------------
 # Schedules
 # ---------------------------------------------------------------------------------------------------
-# Required by issue 4 (main phase, each >= 2000 trials, interleaved round-robin).
+# The main phase (each >= 2000 trials, interleaved round-robin).
 EAGER_UNGATED = "eager_ungated"  # (1) no waits at all: must read stale (proves the detector)
 EAGER_GATED = "eager_gated"  # (2) wait_until(L) before reading L: must read nothing stale
 GRAPH_STOCK = "graph_stock_r3"  # (3) breakable replay, break L waits only for L: must read stale
@@ -174,7 +177,7 @@ class Row:
     torn: int = 0  # stale reads whose sum is neither the new nor the previous content (partial landing)
     # Trials where the GPU had passed the start fence before the host finished enqueueing the whole
     # trial.  Conservative: the GPU only starves if the host falls behind it, which it does not while the
-    # host enqueues a layer faster than the GPU runs one (see gpu/NOTES.md).
+    # host enqueues a layer faster than the GPU runs one (see benchmarks/GPU-NOTES.md).
     overruns: int = 0
     times_ms: list = field(default_factory=list)
     load_ms: list = field(default_factory=list)
@@ -211,7 +214,7 @@ class GateReplay:
             raise RuntimeError(
                 "gate_replay needs a CUDA GPU: torch.cuda.is_available() is False "
                 f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}). "
-                "Run it on the lent H200: PYTHONUNBUFFERED=1 python gpu/gate_replay.py")
+                "Run it on the lent H200: PYTHONUNBUFFERED=1 python -m benchmarks.gate_replay")
         cfg.validate()
         self.cfg = cfg
         self.log = log
@@ -483,7 +486,7 @@ def card_info() -> dict:
 
 
 def check(main_rows, sweep_rows) -> list:
-    """The acceptance rules of issue 4; returns human-readable failures (empty when all hold)."""
+    """The acceptance rules (stale where nothing waits, clean where the fix waits); failures, empty when all hold."""
     failures = []
     for row in main_rows:
         if row.schedule in MUST_READ_STALE and row.stale_trials == 0:
@@ -594,7 +597,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--launch-window-us", type=float, default=d.launch_window_us,
                    help="GPU-side hold at trial start while the host enqueues everything (default %(default)s)")
     p.add_argument("--out", type=str, default=None,
-                   help="output folder for the per-trial CSV and the JSON summary (default: $OUT, else out/gate_replay)")
+                   help="output folder for the per-trial CSV and the JSON summary "
+                        "(default: $OUT, else out/gate_replay)")
     return p.parse_args(argv)
 
 
@@ -603,7 +607,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print(f"gate_replay.py: needs a CUDA GPU, but torch.cuda.is_available() is False (torch {torch.__version__}, "
               f"CUDA build {torch.version.cuda}). Run it on the lent H200: "
-              "PYTHONUNBUFFERED=1 python gpu/gate_replay.py", file=sys.stderr)
+              "PYTHONUNBUFFERED=1 python -m benchmarks.gate_replay", file=sys.stderr)
         return 2
     try:
         factors = tuple(float(f) for f in args.sweep_factors.split(",") if f.strip())

@@ -35,7 +35,7 @@ from kernels_sm120 import reference as R
 
 
 @contextlib.contextmanager
-def interpreted_kernels(*modules):
+def interpreted_kernels(*modules):  # noqa: C901  one block that must undo every patch it makes
     import triton.experimental.gluon  # noqa: F401  mangle_type imports it lazily; it must see the real stdlib
     import triton.language.standard as tl_standard
     import triton.runtime.interpreter as interp_mod
@@ -308,7 +308,8 @@ def test_store_kernel_fp32_norm_weight_vs_bf16(interp, gen):
 
 def test_store_and_q_tilings_agree(interp, gen):
     """Persistent grids with and without the next-tile prefetch, one or several tiles per
-    program, give the same bytes (the math is identical; only the schedule changes)."""
+    program, q tiles with one RoPE row per tile or one per row, give the same bytes (the
+    math is identical; only the schedule and the loads change)."""
     freqs = random_freqs(gen)
     kv = torch.randn(70, 128, generator=gen).to(torch.bfloat16)
     w = torch.rand(128, generator=gen) + 0.5
@@ -317,13 +318,15 @@ def test_store_and_q_tilings_agree(interp, gen):
     q = torch.randn(5, 64 * 128, generator=gen).to(torch.bfloat16)
     hw = torch.randn(5, 64, generator=gen).to(torch.bfloat16)
     caches, qs = [], []
-    for prefetch, per_sm in ((True, 1), (False, 1), (True, 64)):
+    for prefetch, per_sm, one_token in ((True, 1, True), (False, 1, True), (True, 64, True), (True, 1, False),
+                                        (False, 3, False)):
         cache = poisoned_cache(4)
         dispatch.store_index_k_bf16(kv, w, 1e-6, freqs, pos, loc, cache,
                                     config=dispatch.StoreConfig(16, 4, programs_per_sm=per_sm, prefetch=prefetch))
         caches.append(cache)
         qs.append(dispatch.index_q_bf16(q, hw, 0.5, freqs, pos[:5],
-                                        config=dispatch.QConfig(16, 4, programs_per_sm=per_sm, prefetch=prefetch)))
+                                        config=dispatch.QConfig(16, 4, programs_per_sm=per_sm, prefetch=prefetch,
+                                                                one_token_tiles=one_token)))
     for cache in caches[1:]:
         assert torch.equal(cache, caches[0])
     for q_out, w_out in qs[1:]:
@@ -388,17 +391,34 @@ def logits_case(gen, rows, lens, width, heads=64, pages=None):
     return cache, q, w, torch.tensor(lens, dtype=torch.int32), pt
 
 
+def written_columns(seq_lens, max_len):
+    """The columns the logits kernel writes: t < min(seq_lens[r], max_len)."""
+    n = seq_lens.reshape(-1).long().clamp(min=0, max=max_len)
+    return torch.arange(max_len)[None, :] < n[:, None]
+
+
+def check_logits_contract(out, ref, seq_lens, max_len, poison_is_nan=True):
+    """Written columns match the float64 reference (-inf only past the page table's reach),
+    columns past each row's length keep the poison."""
+    written = written_columns(seq_lens, max_len)
+    assert not torch.isnan(out[written]).any(), "every column below the row's length must be written"
+    if poison_is_nan:
+        assert torch.isnan(out[~written]).all(), "columns past the row's length must not be written"
+    fin = torch.isfinite(ref) & written
+    assert torch.equal(torch.isneginf(out[written]), ~fin[written])
+    assert rel_err(out[fin], ref[fin]) < 1e-5
+
+
 def test_logits_kernel_matches_reference_and_masks(interp, gen):
-    lens = [0, 1, 64, 65, 300, 700]  # 700 > 6 pages * 64: clamped to the table
+    lens = [0, 1, 64, 65, 300, 700]  # 700 > 6 pages * 64: -inf past the table's reach
     cache, q, w, seq, pt = logits_case(gen, 6, lens, width=6)
     max_len = 450  # also shorter than some rows
-    out = dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, max_len)
+    out = torch.full((6, max_len), float("nan"))
+    got = dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, max_len, out=out)
     ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, max_len)
-    assert out.shape == (6, max_len) and out.dtype == torch.float32
-    fin = torch.isfinite(ref)
-    assert torch.equal(torch.isneginf(out), ~fin), "-inf exactly past each row's length"
-    assert not torch.isnan(out).any()
-    assert rel_err(out[fin], ref[fin]) < 1e-5
+    assert got is out and out.shape == (6, max_len) and out.dtype == torch.float32
+    check_logits_contract(out, ref, seq, max_len)
+    assert torch.isneginf(out[5, 384:450]).all()  # seq 700 > 6 pages: written as -inf up to max_len
 
 
 def test_logits_kernel_sglang_call_shapes(interp, gen):
@@ -411,29 +431,183 @@ def test_logits_kernel_sglang_call_shapes(interp, gen):
                                          pt.to(torch.int64), 320, out=out)
     assert got is out
     ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 320)
-    fin = torch.isfinite(ref)
-    assert torch.equal(torch.isneginf(out), ~fin)
-    assert rel_err(out[fin], ref[fin]) < 1e-5
+    check_logits_contract(out, ref, seq, 320)
 
 
-def test_logits_kernel_tiling_does_not_change_results(interp, gen):
-    cache, q, w, seq, pt = logits_case(gen, 2, [500, 257], width=8, heads=16)
-    outs = []
-    for cfg in (dispatch.LogitsConfig(64, 64, 4, 2), dispatch.LogitsConfig(128, 256, 4, 3),
-                dispatch.LogitsConfig(32, 512, 4, 1)):
-        outs.append(dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, 512, config=cfg))
-    ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 512)
-    fin = torch.isfinite(ref)
-    for out in outs:
-        assert torch.equal(torch.isneginf(out), ~fin)
-        assert rel_err(out[fin], ref[fin]) < 1e-5
+LOGITS_TILINGS = [
+    dispatch.LogitsConfig(64, 4, 2, programs_per_sm=1),  # few parts: long walks
+    dispatch.LogitsConfig(32, 4, 1, programs_per_sm=64),  # many parts: one tile each, most programs idle
+    dispatch.LogitsConfig(16, 4, 3, programs_per_sm=2, max_chunk=64),  # parts bounded by max_chunk
+    dispatch.LogitsConfig(64, 4, 2, page_block=4),  # page ids 4 at a time, gathered per tile
+    dispatch.LogitsConfig(32, 4, 3, programs_per_sm=8, min_chunk=96, page_block=2),  # half-page tiles, min chunk
+    dispatch.LogitsConfig(128, 4, 2, programs_per_sm=16, page_block=2),  # two pages per tile
+    dispatch.LogitsConfig(32, 4, 2, programs_per_sm=8, busy_per_sm=2, page_block=4),  # one chunk from the batch total
+    dispatch.LogitsConfig(64, 4, 2, rows_per_program=2),  # row pairs (rows here do not share pages)
+    dispatch.LogitsConfig(32, 4, 2, programs_per_sm=3, rows_per_program=4),
+]
 
 
-def test_pick_chunk_spreads_small_grids():
-    assert paged_mqa_logits.pick_chunk(64, 32768, 128, 132, 1024) == 1024  # 2048 programs
-    assert paged_mqa_logits.pick_chunk(1, 32768, 128, 132, 1024) == 128  # 256 programs
-    assert paged_mqa_logits.pick_chunk(1, 100, 64, 188, 1024) == 64
-    assert paged_mqa_logits.pick_chunk(4, 32768, 64, 188, 1024) % 64 == 0
+@pytest.mark.parametrize("cfg", LOGITS_TILINGS,
+                         ids=lambda c: f"bn{c.block_n}-p{c.programs_per_sm}-r{c.rows_per_program}-pb{c.page_block}")
+def test_logits_kernel_tilings_and_splits(interp, gen, cfg):
+    """Any split of the rows' keys over programs, any rows per program: same logits, same
+    written columns (a wide output, as under SGLang's decode CUDA graph)."""
+    lens = [500, 257, 0, 64, 1, 130]
+    cache, q, w, seq, pt = logits_case(gen, 6, lens, width=12, heads=16)
+    out = torch.full((6, 768), float("nan"))
+    dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, 768, out=out, config=cfg)
+    ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 768)
+    check_logits_contract(out, ref, seq, 768)
+
+
+def test_logits_batch_balanced_chunks_over_many_rows(interp, gen):
+    """busy_per_sm: every program sums all rows' lengths (here 300 rows, more than one
+    256-row block) to size its part; short and long rows, a wide output."""
+    lens = [int(x) for x in torch.randint(0, 40, (300,), generator=gen)]
+    lens[7], lens[150], lens[299] = 700, 0, 513
+    cache, q, w, seq, pt = logits_case(gen, 300, lens, width=12, heads=16)
+    out = torch.full((300, 768), float("nan"))
+    cfg = dispatch.LogitsConfig(64, 4, 2, programs_per_sm=1, max_chunk=256, busy_per_sm=1, page_block=8)
+    dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, 768, out=out, config=cfg)
+    ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 768)
+    check_logits_contract(out, ref, seq, 768)
+
+
+def shared_pages_case(gen, lens, width, heads=16, differing_row=None):
+    """Prefill-like rows: one request's page table repeated on every row (causal lengths)."""
+    rows = len(lens)
+    pages = width + 4
+    cache = torch.randn(pages, 64, 128, generator=gen).to(torch.bfloat16)
+    q = torch.randn(rows, heads, 128, generator=gen).to(torch.bfloat16)
+    w = torch.randn(rows, heads, generator=gen)
+    table = torch.randperm(pages, generator=gen)[:width].to(torch.int32)
+    pt = table[None, :].expand(rows, width).contiguous()
+    if differing_row is not None:  # another request's row: its first page differs
+        pt[differing_row, 0] = int(torch.tensor([p for p in range(pages) if p not in table.tolist()][0]))
+    return cache, q, w, torch.tensor(lens, dtype=torch.int32), pt
+
+
+@pytest.mark.parametrize("rows_per_program", [2, 4])
+def test_logits_rows_sharing_pages_load_each_key_tile_once(interp, gen, monkeypatch, rows_per_program):
+    """Rows whose page tables agree over a program's part take the shared path (one key
+    tile for all of them): here the one-row path must not run at all."""
+    lens = [1, 70, 130, 200, 0, 250, 256, 129]
+    cache, q, w, seq, pt = shared_pages_case(gen, lens, width=4)
+
+    def one_row_must_not_run(*args, **kwargs):
+        raise AssertionError("rows sharing their pages fell back to the one-row path")
+
+    monkeypatch.setattr(paged_mqa_logits, "_one_row", one_row_must_not_run)
+    cfg = dispatch.LogitsConfig(32, 4, 2, programs_per_sm=2, rows_per_program=rows_per_program)
+    out = torch.full((8, 256), float("nan"))
+    dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, 256, out=out, config=cfg)
+    ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 256)
+    check_logits_contract(out, ref, seq, 256)
+
+
+def test_logits_rows_with_different_pages_fall_back_per_row(interp, gen):
+    """A row group that straddles two requests (row 5's table differs) is done row by row
+    and gives the same logits; the other groups still share."""
+    lens = [40, 80, 120, 160, 200, 240, 250, 7]
+    cache, q, w, seq, pt = shared_pages_case(gen, lens, width=4, differing_row=5)
+    out = torch.full((8, 256), float("nan"))
+    cfg = dispatch.LogitsConfig(32, 4, 2, programs_per_sm=1, rows_per_program=4)
+    dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, 256, out=out, config=cfg)
+    ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 256)
+    check_logits_contract(out, ref, seq, 256)
+
+
+def test_pick_split_fills_the_chip_without_growing_with_the_output_width():
+    split = paged_mqa_logits.pick_split
+    # decode under a CUDA graph: 262,144 columns; the grid stays ~ programs_per_sm * SMs
+    assert split(1, 262144, 128, 264, 16384) == 264
+    assert split(8, 262144, 128, 264, 16384) == 33
+    assert split(64, 262144, 128, 264, 16384) == 16  # at least max_seq_len / max_chunk parts per row
+    assert split(128, 262144, 128, 264, 1 << 30) == 2
+    # never more parts than the output has tiles, never fewer than one
+    assert split(1, 100, 64, 376, 16384) == 2
+    assert split(4096, 8192, 128, 132, 16384) == 1
+
+
+# ---------------------------------------------------------------------------
+# The output contract against SGLang's own top-k transform
+# ---------------------------------------------------------------------------
+
+TOPK = 512  # DeepSeek-V4's index_topk: SGLang's c4_sparse_page_indices are [rows, 512]
+
+
+@pytest.fixture(scope="module")
+def sglang_topk_transform():
+    from sglang.srt.layers.attention.dsv4.indexer import topk_transform_pytorch_vectorized
+
+    return topk_transform_pytorch_vectorized
+
+
+POISONS = {
+    "-inf (fully written, SGLang's SM120 torch fallback)": float("-inf"),
+    "NaN": float("nan"),
+    "+inf": float("inf"),
+    "huge": 3.0e38,
+    "0.0 (SGLang's non-SM120 torch fallback)": 0.0,
+}
+
+
+def test_topk_is_the_same_whatever_lies_past_each_row(interp, gen, sglang_topk_transform):
+    """The contract: the kernel writes columns t < seq_len only, and SGLang's real top-k
+    transform (``topk_transform_pytorch_vectorized``, the one that runs on CPU; the CUDA
+    ones read ``scores[b, :seq_len]`` too, see the kernel's docstring) selects the same
+    pool slots and raw indices whatever the columns past each row hold. Rows shorter than
+    the top-k (sequential path) and longer ones (torch.topk path); width = 64 x page-table
+    width, as SGLang passes it."""
+    lens = [0, 1, 300, 512, 513, 700, 1500, 2048]
+    width = 32
+    max_len = 64 * width
+    cache, q, w, seq, pt = logits_case(gen, len(lens), lens, width=width, pages=sum(-(-n // 64) for n in lens) + 3)
+    # SGLang's page tables hold valid page ids everywhere (padding 0); the transform gathers
+    # page_table[:, raw // 64] for every selected raw index, so no -1 padding here
+    pt = pt.clamp(min=0)
+    results = {}
+    for name, poison in POISONS.items():
+        out = torch.full((len(lens), max_len), poison)
+        dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, max_len, out=out)
+        past = ~written_columns(seq, max_len)
+        untouched = torch.isnan(out[past]).all() if poison != poison else (out[past] == poison).all()
+        assert untouched, f"{name}: the kernel wrote past a row's length"
+        page_indices = torch.full((len(lens), TOPK), -7, dtype=torch.int32)
+        raw_indices = torch.full((len(lens), TOPK), -7, dtype=torch.int32)
+        sglang_topk_transform(out, seq, pt, page_indices, 64, raw_indices)
+        results[name] = (page_indices.sort(dim=1).values, raw_indices.sort(dim=1).values, out)
+    base_pages, base_raw, base_out = results[next(iter(POISONS))]
+    written = written_columns(seq, max_len)
+    for name, (pages, raw, out) in results.items():
+        assert torch.equal(out[written], base_out[written])
+        assert torch.equal(pages, base_pages), f"top-k pool slots differ with {name} past each row"
+        assert torch.equal(raw, base_raw), f"top-k raw indices differ with {name} past each row"
+    # the selection is a real one: rows longer than k pick k in-range columns, shorter rows all of theirs
+    for r, n in enumerate(lens):
+        valid = base_raw[r][base_raw[r] >= 0]
+        assert valid.numel() == min(n, TOPK) and (valid < n).all()
+    # ... and the top-k of the float64 reference (ties aside) is what was picked for long rows
+    ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, max_len)
+    for r, n in enumerate(lens):
+        if n > TOPK:
+            want = ref[r, :n].topk(TOPK).indices.sort().values.to(torch.int32)
+            assert (base_raw[r] == want).float().mean() > 0.98
+
+
+def test_topk_contract_check_can_fail(interp, gen, sglang_topk_transform):
+    """The comparison above is sensitive: a stray large value written INSIDE a row's length
+    changes SGLang's selection."""
+    lens = [700]
+    cache, q, w, seq, pt = logits_case(gen, 1, lens, width=16, pages=16)
+    out = dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt.clamp(min=0), 1024)
+    a = torch.empty(1, TOPK, dtype=torch.int32)
+    sglang_topk_transform(out, seq, pt.clamp(min=0), a, 64)
+    smallest = out[0, :700].argmin()
+    out[0, smallest] = 3.0e38
+    b = torch.empty(1, TOPK, dtype=torch.int32)
+    sglang_topk_transform(out, seq, pt.clamp(min=0), b, 64)
+    assert not torch.equal(a.sort().values, b.sort().values)
 
 
 # ---------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 Checks what only the compiler can tell on a CPU machine: each kernel's configuration for
 each architecture compiles, fits that architecture's shared memory per block (SM120:
 101376 B), and the logits kernel's SM120 SASS uses mma.sync tensor-core instructions
-(HMMA) and nothing Hopper/datacenter-Blackwell-only (wgmma HGMMA, tcgen05 UTC*MMA), and
-the store / q kernels need no tensor cores at all (butterfly Hadamard).
+(HMMA) and nothing Hopper/datacenter-Blackwell-only (wgmma HGMMA, tcgen05 UTC*MMA) with both
+of its tilings (decode; prefill row groups), and the store / q kernels need no tensor cores
+at all (butterfly Hadamard). The same SM120 tilings are executed (forced) on the H200 by
+tests/gpu/test_kernels_gpu.py and ``python -m benchmarks.kernels``.
 """
 
 import pytest
@@ -22,7 +24,7 @@ def results():
 
 def test_every_kernel_compiles_for_every_arch(results):
     names = {s.name for s in aot.kernel_specs()}
-    assert len(names) == 4
+    assert len(names) == 5  # store, scatter, q, logits with the decode and with the prefill tiling
     assert set(results) == {(n, a) for n in names for a in aot.ARCHS}
     for (name, arch), r in results.items():
         assert r.ptx_target == f"sm_{arch}a", (name, r.ptx_target)
@@ -37,8 +39,9 @@ def test_shared_memory_fits(results):
         assert results[(name, 120)].shared <= 101376
 
 
-def test_logits_kernel_sm120_uses_hmma_only(results):
-    tc = results[("paged_mqa_logits_kernel", 120)].tensor_core_ops
+@pytest.mark.parametrize("kernel", ["paged_mqa_logits_kernel", "paged_mqa_logits_kernel[prefill]"])
+def test_logits_kernel_sm120_uses_hmma_only(results, kernel):
+    tc = results[(kernel, 120)].tensor_core_ops
     assert tc["HMMA"] > 0, "the SM120 logits kernel must run on tensor cores (mma.sync -> HMMA)"
     assert tc["HGMMA"] == 0 and tc["UTCMMA"] == 0, tc
 

@@ -1,0 +1,683 @@
+"""GPU check + benchmark of the bf16 index-K kernels (one call on the lent H200).
+
+    PYTHONUNBUFFERED=1 python -m benchmarks.kernels --out $OUT
+
+(a) correctness against float64 references on fresh random inputs, outputs poisoned
+    first, for every configuration set run here: this GPU's own and, forced, the SM120
+    and default tilings (the only way the SM120 tilings execute without an SM120 card),
+    decode and prefill logits tilings; the logits' output contract (columns past each
+    row's length untouched); plus the ahead-of-time sm_120a build of every kernel
+    (shared memory <= 101376 B, mma.sync only);
+(b) top-512 set recall against float64 logits for bf16 keys/queries (this path) and for
+    SGLang's fp8 quantize-dequantize of the same inputs;
+(c) ceilings measured in the same run: device-to-device copy (2 GiB) and the bf16 matrix
+    rate (8192^3, random data; and a K=128 product like the logits' own);
+(d) timing (``triton.testing.do_bench`` median of CUDA-graph replays that run every input set
+    once, the sets rotated so L2 does not serve them; the torch baselines eagerly, as the
+    torch fallbacks run): decode logits at 1/8/64/128 rows x 2K..64K keys with SGLang's wide
+    decode-graph output (262,144 columns), prefill logits, store and index-Q; % of copy
+    (on key bytes for the logits), % of the matrix rate, ratio over the torch baseline, and
+    each issue goal with met / NOT met; plus a sweep of tilings.
+Full results go to ``<out>/bench_kernels.json`` (and the AOT SASS summary); ONE table is
+printed last. Needs CUDA; no SGLang.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+import torch
+import triton
+
+from kernels_sm120 import aot, dispatch, index_k_store
+from kernels_sm120 import reference as R
+from kernels_sm120._validate import as_index_k_pages, as_rope_table
+
+INF = float("inf")
+ROPE_POSITIONS = 1 << 16
+FAILURES: List[str] = []
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def sync(dev) -> None:
+    """Wait for the device and surface launch errors (a no-op for the CPU interpreter dry run)."""
+    if torch.device(dev).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def check(name: str, ok: bool, detail: str) -> None:
+    status = "ok  " if ok else "FAIL"
+    log(f"  [{status}] {name}: {detail}")
+    if not ok:
+        FAILURES.append(f"{name}: {detail}")
+
+
+def random_freqs(device, positions: int = ROPE_POSITIONS) -> torch.Tensor:
+    ang = torch.rand(positions, 32, device=device, dtype=torch.float64) * (2 * math.pi)
+    return torch.polar(torch.ones_like(ang), ang).to(torch.complex64)
+
+
+# ---------------------------------------------------------------------------
+# (a) correctness
+# ---------------------------------------------------------------------------
+
+
+def check_store(cfgs: dispatch.ArchConfigs, dev) -> Dict[str, float]:
+    n, pages = 3000, 64
+    kv = torch.randn(n, 128, device=dev).to(torch.bfloat16) * 3
+    w = torch.rand(128, device=dev) + 0.5
+    pos = torch.randint(0, ROPE_POSITIONS, (n,), device=dev)
+    loc = torch.randperm(pages * 64, device=dev)[:n]
+    loc[::7] = -1  # padding rows must be skipped, and their positions never read
+    pos[::7] = -7
+    freqs = random_freqs(dev)
+    cache = torch.full((pages, 64 * 256), 0xFF, dtype=torch.uint8, device=dev)  # bf16 NaN poison
+    dispatch.store_index_k_bf16(kv, w, 1e-6, freqs, pos, loc, cache, config=cfgs.store)
+    sync(dev)
+    rows = R.index_k_cache_as_rows(cache)
+    keep = loc >= 0
+    ref = R.index_k_transform_reference(kv[keep], w, 1e-6, freqs, pos[keep])
+    got = rows[loc[keep]]
+    written = torch.zeros(pages * 64, dtype=torch.bool, device=dev)
+    written[loc[keep]] = True
+    err = rel_err(got, ref)
+    off_rn = (got.double() != ref.to(torch.bfloat16).double()).float().mean().item()
+    check(f"{cfgs.name} store rel err", err < 4e-3 and torch.isfinite(got).all().item(),
+          f"{err:.2e} (bf16 rounding ~1.6e-3)")
+    check(f"{cfgs.name} store one rounding", off_rn < 2e-3,
+          f"{100 * off_rn:.3f}% of elements differ from round-to-nearest(float64)")
+    check(f"{cfgs.name} store leaves other slots", torch.isnan(rows[~written].float()).all().item(),
+          "unwritten slots still poisoned")
+    # scatter of the already-transformed rows must give the same bytes
+    cache2 = torch.full_like(cache, 0xFF)
+    dispatch.scatter_index_k_bf16(got, loc[keep], cache2, config=cfgs.scatter)
+    sync(dev)
+    check(f"{cfgs.name} scatter", torch.equal(cache2[:, :].view(torch.bfloat16).view(-1, 128)[loc[keep]], got),
+          "bitwise equal to the stored rows")
+    return {"store_rel_err": err, "store_frac_not_rn": off_rn}
+
+
+def check_q(cfgs: dispatch.ArchConfigs, dev) -> Dict[str, float]:
+    n = 333
+    q = torch.randn(n, 64 * 128, device=dev).to(torch.bfloat16)
+    w = torch.randn(n, 64, device=dev).to(torch.bfloat16)
+    pos = torch.randint(0, ROPE_POSITIONS, (n,), device=dev, dtype=torch.int32)
+    freqs = random_freqs(dev)
+    q_out = torch.full((n, 64, 128), float("nan"), dtype=torch.bfloat16, device=dev)
+    w_out = torch.full((n, 64), float("nan"), device=dev)
+    dispatch.index_q_bf16(q, w, 0.0123, freqs, pos, q_out=q_out, weights_out=w_out, config=cfgs.q)
+    sync(dev)
+    q_ref, w_ref = R.index_q_reference(q, w, 0.0123, freqs, pos)
+    eq, ew = rel_err(q_out, q_ref), rel_err(w_out, w_ref)
+    off_rn = (q_out.double() != q_ref.to(torch.bfloat16).double()).float().mean().item()
+    check(f"{cfgs.name} q rel err", eq < 4e-3 and torch.isfinite(q_out).all().item(), f"{eq:.2e}")
+    check(f"{cfgs.name} q one rounding", off_rn < 2e-3,
+          f"{100 * off_rn:.3f}% of elements differ from round-to-nearest(float64)")
+    check(f"{cfgs.name} q weights rel err", ew < 1e-6 and torch.isfinite(w_out).all().item(), f"{ew:.2e}")
+    return {"q_rel_err": eq, "q_frac_not_rn": off_rn, "w_rel_err": ew}
+
+
+def make_logits_case(rows: int, lens: List[int], max_len: int, dev, shared_table: bool = False,
+                     heads: int = 64, k_dtype=torch.bfloat16):
+    """Random q/k/weights and per-row page tables over one index-K pool."""
+    pages_per_row = [triton.cdiv(n, 64) for n in lens]
+    width = max(triton.cdiv(max_len, 64), 1)
+    if shared_table:
+        num_pages = width + 3
+        perm = torch.randperm(num_pages, device=dev)[:width].to(torch.int32)
+        page_table = perm.unsqueeze(0).expand(rows, width).contiguous()
+    else:
+        num_pages = sum(pages_per_row) + 3
+        perm = torch.randperm(num_pages, device=dev).to(torch.int32)
+        page_table = torch.full((rows, width), -1, dtype=torch.int32, device=dev)  # padding: -1
+        off = 0
+        for r, p in enumerate(pages_per_row):
+            page_table[r, :p] = perm[off: off + p]
+            off += p
+    k_exact = torch.randn(num_pages * 64, 128, device=dev, dtype=torch.float64)
+    q_exact = torch.randn(rows, heads, 128, device=dev, dtype=torch.float64)
+    w = torch.randn(rows, heads, device=dev, dtype=torch.float32)
+    seq = torch.tensor(lens, dtype=torch.int32, device=dev)
+    return dict(k_exact=k_exact, q_exact=q_exact, w=w, seq=seq, page_table=page_table, max_len=max_len,
+                cache=k_exact.to(torch.bfloat16).view(num_pages, 64 * 128).view(torch.uint8),
+                q=q_exact.to(torch.bfloat16))
+
+
+def check_logits(cfgs: dispatch.ArchConfigs, dev) -> Dict[str, float]:
+    """Both logits tilings of ``cfgs`` (decode; prefill with row groups) on decode-like rows
+    (own pages, -1 padding, a wide output) and prefill-like rows (one shared table)."""
+    out = {}
+    cases = {
+        "decode": (37, [1, 63, 64, 65, 500, 4095, 4096, 0] + [int(x) for x in torch.randint(1, 4096, (29,))], 64 * 200,
+                   False),
+        "prefill": (300, [int(x) for x in torch.linspace(1, 3000, 300)], 3000, True),
+    }
+    for name, (rows, lens, max_len, shared) in cases.items():
+        c = make_logits_case(rows, lens, max_len, dev, shared_table=shared)
+        ref_same = R.paged_mqa_logits_reference(c["q"], R.index_k_cache_as_rows(c["cache"]), c["w"], c["seq"],
+                                                c["page_table"], max_len)
+        ref_exact = R.paged_mqa_logits_reference(c["q_exact"], c["k_exact"], c["w"], c["seq"], c["page_table"], max_len)
+        written = torch.arange(max_len, device=dev)[None, :] < c["seq"].long().clamp(max=max_len)[:, None]
+        for tiling, cfg in (("decode tiling", cfgs.logits), ("prefill tiling", cfgs.logits_prefill)):
+            label = f"{cfgs.name} logits {name} rows, {tiling}"
+            logits = torch.full((rows, max_len), float("nan"), device=dev)
+            dispatch.paged_mqa_logits_bf16(c["q"].unsqueeze(1), c["cache"], c["w"].unsqueeze(-1),
+                                           c["seq"].unsqueeze(-1), c["page_table"], max_len, out=logits, config=cfg)
+            sync(dev)
+            fin = torch.isfinite(ref_same) & written
+            contract = (not torch.isnan(logits[written]).any().item() and torch.isnan(logits[~written]).all().item()
+                        and torch.equal(torch.isneginf(logits[written]), ~fin[written]))
+            e_same, e_exact = rel_err(logits[fin], ref_same[fin]), rel_err(logits[fin], ref_exact[fin])
+            check(f"{label}: contract", contract, "every column < seq_len written, every column past it untouched")
+            check(f"{label} vs same-bf16 ref", e_same < 1e-4, f"{e_same:.2e} (fp32 accumulation)")
+            check(f"{label} vs exact ref", e_exact < 1e-2, f"{e_exact:.2e} (bf16 q,k storage)")
+            key = f"logits_{name}_{tiling.split()[0]}"
+            out[f"{key}_rel_err_same"], out[f"{key}_rel_err_exact"] = e_same, e_exact
+    return out
+
+
+def check_aot_sm120() -> List[Dict[str, object]]:
+    """The sm_120a ahead-of-time build of every kernel: shared memory per block and the
+    tensor-core instructions in its SASS (SM120 has mma.sync only)."""
+    rows = []
+    for r in aot.run_aot(archs=(120,)):
+        tc = r.tensor_core_ops
+        ok = r.fits and tc["HGMMA"] == 0 and tc["UTCMMA"] == 0
+        if r.kernel.startswith("paged_mqa_logits_kernel"):
+            ok = ok and tc["HMMA"] > 0
+        check(f"AOT {r.kernel} sm_120a", ok,
+              f"{r.shared} B shared <= {r.max_shared}, HMMA {tc['HMMA']} HGMMA {tc['HGMMA']} UTCMMA {tc['UTCMMA']}")
+        rows.append(dict(kernel=r.kernel, ptx_target=r.ptx_target, shared=r.shared, limit=r.max_shared,
+                         warps=r.num_warps, stages=r.num_stages, **tc))
+    return rows
+
+
+# ---------------------------------------------------------------------------
+# (b) recall
+# ---------------------------------------------------------------------------
+
+
+def recall_study(dev, rows: int = 64, max_len: int = 8192, k: int = 512) -> Dict[str, float]:
+    lens = [int(x) for x in torch.randint(1024, max_len + 1, (rows,))]
+    c = make_logits_case(rows, lens, max_len, dev)
+    ref = R.paged_mqa_logits_reference(c["q_exact"], c["k_exact"], c["w"], c["seq"], c["page_table"], max_len)
+    bf16 = dispatch.paged_mqa_logits_bf16(c["q"], c["cache"], c["w"], c["seq"], c["page_table"], max_len)
+    # SGLang's fp8 path: per-token k scale, per-(token, head) q scale, both max(1e-4, amax)/448.
+    k_fp8 = R.fp8_quant_dequant_rows(c["k_exact"])
+    q_fp8 = R.fp8_quant_dequant_rows(c["q_exact"])
+    fp8 = R.paged_mqa_logits_reference(q_fp8, k_fp8, c["w"], c["seq"], c["page_table"], max_len)
+    res = {
+        "rows": rows, "max_len": max_len, "k": k,
+        "recall_bf16": R.topk_set_recall(bf16, ref, k),
+        "recall_fp8": R.topk_set_recall(fp8, ref, k),
+        "rel_err_bf16": rel_err(bf16[torch.isfinite(ref)], ref[torch.isfinite(ref)]),
+        "rel_err_fp8": rel_err(fp8[torch.isfinite(ref)], ref[torch.isfinite(ref)]),
+    }
+    check("recall bf16 > fp8", res["recall_bf16"] > res["recall_fp8"],
+          f"top-{k} recall bf16 {res['recall_bf16']:.4f} vs fp8 {res['recall_fp8']:.4f}")
+    return res
+
+
+# ---------------------------------------------------------------------------
+# (c) timing
+# ---------------------------------------------------------------------------
+
+
+def bench(fn: Callable[[int], None], sets: int, graph: bool = True) -> float:
+    """Median ms of one fn(i), i cycling over the input sets.
+
+    With ``graph`` (our kernels, which are capturable), one CUDA graph runs every set once
+    and its replays are timed, so host launch overhead (Python validation, Triton's
+    launcher: tens of microseconds, more on a slow host) is not counted; SGLang replays
+    decode in CUDA graphs too. Falls back to eager timing if capture fails.
+    """
+    if graph:
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for i in range(sets):  # warm up: compile and autotune outside the capture
+                    fn(i)
+            torch.cuda.current_stream().wait_stream(stream)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for i in range(sets):
+                    fn(i)
+            return triton.testing.do_bench(g.replay, warmup=25, rep=150, return_mode="median") / sets
+        except Exception as err:  # noqa: BLE001  report and time eagerly
+            log(f"    (graph capture failed: {type(err).__name__}: {err}; timing eagerly)")
+    state = {"i": 0}
+
+    def call():
+        fn(state["i"] % sets)
+        state["i"] += 1
+
+    return triton.testing.do_bench(call, warmup=25, rep=150, return_mode="median")
+
+
+def n_sets(bytes_per_set: int, target: int = 512 << 20, cap: int = 8) -> int:
+    return max(2, min(cap, triton.cdiv(target, max(bytes_per_set, 1))))
+
+
+def measure_copy_bandwidth(dev) -> float:
+    src = torch.randn(1 << 29, device=dev, dtype=torch.float32)  # 2 GiB
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
+    return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
+
+
+def measure_matmul_tflops(dev, m: int, n: int, k: int) -> float:
+    """bf16 torch.matmul rate on random data (cuBLAS), TFLOP/s."""
+    a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+    c = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+    ms = triton.testing.do_bench(lambda: torch.matmul(a, b, out=c), warmup=25, rep=150, return_mode="median")
+    a = b = c = None
+    torch.cuda.empty_cache()
+    return 2.0 * m * n * k / (ms * 1e-3) / 1e12
+
+
+# Graphed copies of >= 1 GB measured ~2.7 TB/s against 4.2 TB/s at 0.5 GB (2026-12-01, H200; not
+# understood), so the same-size column stops at 512 MB, where the 2 GiB copy is the ceiling anyway.
+SAME_SIZE_COPY_MAX = 512 << 20
+
+
+def measure_copy_at(dev, nbytes: int) -> float:
+    """GB/s (read + write) of a device-to-device copy of nbytes / 2 each way, CUDA-graph timed
+    like the kernels (the ceiling at that size: launch and ramp included)."""
+    n = max(1, nbytes // 2 // 4)
+    nset = n_sets(nbytes, cap=8)
+    src = [torch.randn(n, device=dev) for _ in range(nset)]
+    dst = [torch.empty_like(x) for x in src]
+    ms = bench(lambda i: dst[i].copy_(src[i]), nset)
+    gbs = 2 * n * 4 / (ms * 1e-3) / 1e9
+    log(f"    copy of {2 * n * 4 / 1e6:.1f} MB (graphed, {nset} sets): {ms * 1e3:.2f} us, {gbs:.0f} GB/s")
+    return gbs
+
+
+def row(kind: str, shape: str, nbytes: float, ms: float, ceil: Dict[str, float], torch_ms: Optional[float],
+        flops: float = 0.0, copy_bytes: Optional[float] = None, goal: str = "", met: Optional[bool] = None,
+        copy_same_size_gbs: Optional[float] = None) -> Dict[str, object]:
+    """One table row. copy_bytes: the bytes the % of copy counts (logits: key bytes only)."""
+    counted = nbytes if copy_bytes is None else copy_bytes
+    gbs = counted / (ms * 1e-3) / 1e9
+    tflops = flops / (ms * 1e-3) / 1e12 if flops else None
+    return dict(kernel=kind, shape=shape, bytes=nbytes, counted_bytes=counted, ms=ms, gbs=gbs,
+                pct_copy=100 * gbs / ceil["copy_gbs"], tflops=tflops,
+                pct_matmul=100 * tflops / ceil["matmul_tflops"] if tflops else None,
+                torch_ms=torch_ms, speedup=(torch_ms / ms) if torch_ms else None, goal=goal, met=met,
+                pct_copy_same_size=100 * gbs / copy_same_size_gbs if copy_same_size_gbs else None)
+
+
+def timing_logits_case(rows: int, lens: List[int], max_len: int, dev, shared: bool):
+    """bf16 inputs only (no float64 copies): SGLang's layout, page table padded with 0."""
+    width = max(triton.cdiv(max_len, 64), 1)
+    if shared:
+        num_pages = width + 3
+        table = torch.randperm(num_pages, device=dev)[:width].to(torch.int32)
+        page_table = table.unsqueeze(0).expand(rows, width).contiguous()
+    else:
+        need = [triton.cdiv(n, 64) for n in lens]
+        num_pages = sum(need) + 3
+        perm = torch.randperm(num_pages, device=dev).to(torch.int32)
+        page_table = torch.zeros((rows, width), dtype=torch.int32, device=dev)
+        off = 0
+        for r, p in enumerate(need):
+            page_table[r, :p] = perm[off: off + p]
+            off += p
+    return dict(cache=torch.randn(num_pages, 64 * 128, device=dev, dtype=torch.bfloat16),
+                q=torch.randn(rows, 64, 128, device=dev, dtype=torch.bfloat16),
+                w=torch.randn(rows, 64, device=dev), seq=torch.tensor(lens, dtype=torch.int32, device=dev),
+                page_table=page_table, out=torch.empty(rows, max_len, device=dev))
+
+
+def time_logits(dev, ceil, cfg: Optional[dispatch.LogitsConfig], rows, lens, max_len, label, shared=False,
+                with_torch=True, goal: str = "", copy_same_size: bool = False) -> Dict[str, object]:
+    key_bytes = sum(lens) * 256  # what the rows read (shared pages: from L2 after the first row)
+    unique = (max(lens) * 256) if shared else key_bytes
+    nset = n_sets(unique + rows * 64 * 128 * 2, cap=8)
+    sets = [timing_logits_case(rows, lens, max_len, dev, shared) for _ in range(nset)]
+    ms = bench(lambda i: dispatch.paged_mqa_logits_bf16(
+        sets[i]["q"], sets[i]["cache"], sets[i]["w"], sets[i]["seq"], sets[i]["page_table"], max_len,
+        out=sets[i]["out"], config=cfg), nset)
+    torch_ms = None
+    if with_torch:
+        torch_ms = bench(lambda i: R.paged_mqa_logits_torch(
+            sets[i]["q"], sets[i]["cache"], sets[i]["w"], sets[i]["seq"], sets[i]["page_table"], max_len), nset,
+            graph=False)
+    written = sum(min(n, max_len) for n in lens) * 4
+    other = rows * 64 * (128 * 2 + 4) + sum(triton.cdiv(n, 64) for n in lens) * 4 + written
+    flops = 2.0 * 64 * 128 * sum(lens)
+    sets.clear()
+    torch.cuda.empty_cache()
+    us = ms * 1e3
+    same = measure_copy_at(dev, key_bytes) if copy_same_size and key_bytes <= SAME_SIZE_COPY_MAX else None
+    if goal == "copy85":
+        r = row("logits", label, unique + other, ms, ceil, torch_ms, flops, copy_bytes=key_bytes,
+                goal=">=85% copy (keys)", copy_same_size_gbs=same)
+        r["met"] = r["pct_copy"] >= 85.0
+    elif goal == "10us":
+        r = row("logits", label, unique + other, ms, ceil, torch_ms, flops, copy_bytes=key_bytes, goal="<=10 us",
+                met=us <= 10.0, copy_same_size_gbs=same)
+    elif goal == "matmul60":
+        r = row("logits", label, unique + other, ms, ceil, torch_ms, flops, goal=">=60% matmul")
+        r["met"] = r["pct_matmul"] >= 60.0
+    else:
+        r = row("logits", label, unique + other, ms, ceil, torch_ms, flops, copy_bytes=key_bytes)
+    return r
+
+
+def store_ablated(kv, w, eps, freqs, pos, loc, cache, *, cfg: dispatch.StoreConfig, with_hadamard: bool,
+                  with_rope_table: bool) -> None:
+    """The store kernel with a stage left out (wrong output): how much that stage costs."""
+    table = as_rope_table(freqs)
+    pages = as_index_k_pages("index_k_cache", cache)
+    grid = (max(1, min(triton.cdiv(kv.shape[0], cfg.block_m), cfg.programs_per_sm * dispatch.num_sms(kv.device))),)
+    index_k_store.index_k_norm_rope_hadamard_store_kernel[grid](
+        kv, kv.stride(0), w, table, table.stride(0), pos, loc, pages, pages.stride(0), kv.shape[0], float(eps),
+        D=128, ROPE_DIM=64, PAGE=64, BLOCK_M=cfg.block_m, PREFETCH=cfg.prefetch,
+        WITH_HADAMARD=with_hadamard, WITH_ROPE_TABLE=with_rope_table,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+
+
+GOAL_MIN_BYTES = 32 << 20  # store / index-Q goal: >= 85% of copy for >= 32 MiB moved
+
+
+def with_copy_goal(r: Dict[str, object]) -> Dict[str, object]:
+    if r["bytes"] >= GOAL_MIN_BYTES:
+        r["goal"], r["met"] = ">=85% copy", r["pct_copy"] >= 85.0
+    return r
+
+
+def time_store(dev, ceil, n: int, cfg=None, with_torch=True, with_scatter=True,
+               label: Optional[str] = None, launch: Optional[Callable[..., None]] = None,
+               distinct_positions: bool = False, copy_same_size: bool = False) -> List[Dict[str, object]]:
+    pages = triton.cdiv(n, 64) + 16
+    per_set = n * (256 + 256 + 256 + 16)  # kv in, rope row in, bf16 row out, pos + slot
+    nset = n_sets(per_set, cap=4)
+    # distinct_positions: every row reads its own RoPE row (consecutive positions, as a long
+    # prefill does), so the table comes from DRAM rather than L2 (the default draws 1M rows
+    # from a 64K-position table that the 50 MB L2 mostly holds).
+    freqs = random_freqs(dev, n * nset) if distinct_positions else random_freqs(dev)
+    sets = []
+    for i in range(nset):
+        sets.append(dict(
+            kv=torch.randn(n, 128, device=dev).to(torch.bfloat16),
+            pos=(torch.arange(i * n, (i + 1) * n, device=dev) if distinct_positions
+                 else torch.randint(0, ROPE_POSITIONS, (n,), device=dev)),
+            loc=torch.randperm(pages * 64, device=dev)[:n],
+            cache=torch.empty(pages, 64 * 256, dtype=torch.uint8, device=dev),
+        ))
+    w = torch.rand(128, device=dev) + 0.5
+    if launch is None:
+        def launch(kv, w, eps, freqs, pos, loc, cache):
+            dispatch.store_index_k_bf16(kv, w, eps, freqs, pos, loc, cache, config=cfg)
+    ms = bench(lambda i: launch(sets[i]["kv"], w, 1e-6, freqs, sets[i]["pos"], sets[i]["loc"], sets[i]["cache"]), nset)
+    torch_ms = None
+    if with_torch:
+        h = R.hadamard_matrix(128, torch.float32, dev)
+        torch_ms = bench(lambda i: R.store_index_k_torch(sets[i]["kv"], w, 1e-6, freqs, sets[i]["pos"], sets[i]["loc"],
+                                                         sets[i]["cache"], h), nset, graph=False)
+    same = measure_copy_at(dev, per_set) if copy_same_size and per_set <= SAME_SIZE_COPY_MAX else None
+    out = [with_copy_goal(row("store", label or f"N={n}", per_set, ms, ceil, torch_ms, copy_same_size_gbs=same))]
+    if with_scatter:
+        rows_bf16 = [torch.randn(n, 128, device=dev).to(torch.bfloat16) for _ in range(nset)]
+        ms_scatter = bench(lambda i: dispatch.scatter_index_k_bf16(rows_bf16[i], sets[i]["loc"], sets[i]["cache"]),
+                           nset)
+        torch_scatter = bench(lambda i: R.scatter_reference(sets[i]["cache"], rows_bf16[i], sets[i]["loc"]), nset,
+                              graph=False) if with_torch else None
+        out.append(row("scatter", f"N={n}", n * (256 + 256 + 8), ms_scatter, ceil, torch_scatter))
+        rows_bf16.clear()
+    sets.clear()
+    torch.cuda.empty_cache()
+    return out
+
+
+def time_q(dev, ceil, n: int, cfg=None, with_torch=True, label: Optional[str] = None,
+           copy_same_size: bool = False) -> Dict[str, object]:
+    freqs = random_freqs(dev)
+    per_set = n * 64 * (256 + 256 + 2 + 4) + n * (256 + 8)  # q in/out, weights in/out, rope row + pos
+    nset = n_sets(per_set, cap=4)
+    sets = [dict(q=torch.randn(n, 64 * 128, device=dev).to(torch.bfloat16),
+                 w=torch.randn(n, 64, device=dev).to(torch.bfloat16),
+                 pos=torch.randint(0, ROPE_POSITIONS, (n,), device=dev)) for _ in range(nset)]
+    ms = bench(lambda i: dispatch.index_q_bf16(sets[i]["q"], sets[i]["w"], 0.01, freqs, sets[i]["pos"], config=cfg),
+               nset)
+    torch_ms = None
+    if with_torch:
+        h = R.hadamard_matrix(128, torch.float32, dev)
+        torch_ms = bench(lambda i: R.index_q_torch(sets[i]["q"], sets[i]["w"], 0.01, freqs, sets[i]["pos"], hadamard=h),
+                         nset,
+                         graph=False)
+    sets.clear()
+    torch.cuda.empty_cache()
+    same = measure_copy_at(dev, per_set) if copy_same_size and per_set <= SAME_SIZE_COPY_MAX else None
+    return with_copy_goal(row("index_q", label or f"N={n}", per_set, ms, ceil, torch_ms, copy_same_size_gbs=same))
+
+
+def format_rows(rows: List[Dict[str, object]]) -> str:
+    head = (f"{'kernel':8s} {'shape':40s} {'MB':>8s} {'us':>9s} {'GB/s':>6s} {'%copy':>6s} {'%cp@N':>6s} "
+            f"{'TFLOP/s':>7s} {'%mm':>5s} {'torch us':>9s} {'x torch':>8s}  goal")
+    lines = [head, "-" * (len(head) + 24)]
+    for r in rows:
+        def opt(key, fmt, width):
+            v = r.get(key)
+            return format(v, fmt) if v is not None else f"{'-':>{width}s}"
+        torch_us = format(r["torch_ms"] * 1e3, "9.1f") if r.get("torch_ms") else f"{'-':>9s}"
+        goal = r.get("goal") or ""
+        if goal:
+            goal = f"{goal}: {'met' if r.get('met') else 'NOT met'}"
+        lines.append(
+            f"{r['kernel']:8s} {r['shape']:40s} {r['counted_bytes'] / 1e6:8.1f} {r['ms'] * 1e3:9.2f} {r['gbs']:6.0f} "
+            f"{r['pct_copy']:6.1f} {opt('pct_copy_same_size', '6.1f', 6)} {opt('tflops', '7.1f', 7)} "
+            f"{opt('pct_matmul', '5.1f', 5)} {torch_us} "
+            f"{opt('speedup', '7.1f', 7)}{'x' if r.get('speedup') else ' '}  {goal}")
+    return "\n".join(lines)
+
+
+WIDE = 262144  # SGLang's max_seq_len under a decode CUDA graph for 1M tokens: page-table width x 64
+DECODE_ROWS = (1, 8, 64, 128)
+DECODE_KEYS = (2048, 4096, 8192, 16384, 32768, 65536)
+TORCH_BASELINE_DECODE = {(1, 65536), (8, 32768), (64, 8192), (128, 65536)}
+
+
+def decode_shapes() -> List[tuple]:
+    """(label, rows, lens, goal): every rows x keys with >= 16 MiB of keys (goal: 85% of copy),
+    plus the smallest decode (1 x 2K, goal: 10 us) and one mixed batch (no goal)."""
+    shapes = [("decode 1 x 2K (wide out)", 1, [2048], "10us")]
+    for rows in DECODE_ROWS:
+        for keys in DECODE_KEYS:
+            if rows * keys * 256 >= 16 << 20:
+                shapes.append((f"decode {rows} x {keys // 1024}K (wide out)", rows, [keys] * rows, "copy85"))
+    shapes.append(("decode 128 mixed: 1 x 64K + 127 x 2K (wide)", 128, [65536] + [2048] * 127, ""))
+    return shapes
+
+
+def prefill_lens() -> List[int]:
+    return [int(x) for x in torch.linspace(4, 8192, 2048)]
+
+
+def _sweep_logits(dev, ceil, note) -> None:
+    # (block_n, stages, programs per SM, max_chunk, min_chunk, page_block, busy_per_sm); earlier
+    # sweeps (NOTES.md, logits v2) fixed the first six; this one compares the batch-total chunk.
+    variants = [(128, 3, 2, 8192, 256, 64, 0), (128, 3, 2, 8192, 256, 64, 2), (128, 3, 2, 8192, 256, 64, 4),
+                (128, 3, 2, 8192, 256, 64, 8)]
+    for rows, lens in ((1, [65536]), (64, [4096] * 64), (64, [8192] * 64), (128, [8192] * 128),
+                       (128, [65536] * 128), (128, [65536] + [2048] * 127)):
+        for bn, stages, per_sm, max_chunk, min_chunk, page_block, busy in variants:
+            cfg = dispatch.LogitsConfig(block_n=bn, num_warps=4, num_stages=stages, programs_per_sm=per_sm,
+                                        max_chunk=max_chunk, min_chunk=min_chunk, page_block=page_block,
+                                        busy_per_sm=busy)
+            note(time_logits(dev, ceil, cfg, rows, lens, WIDE,
+                             f"{rows}x{lens[0] // 1024}K{'mix' if len(set(lens)) > 1 else ''} bn{bn} s{stages} "
+                             f"{per_sm}/SM mc{max_chunk} min{min_chunk} pb{page_block} busy{busy}", with_torch=False))
+
+
+def _sweep_prefill(dev, ceil, note) -> None:
+    for bn, warps, stages, per_sm, rpp in [(128, 4, 3, 2, 1), (128, 4, 3, 1, 2), (128, 8, 3, 1, 2), (128, 8, 3, 1, 4),
+                                           (128, 8, 2, 1, 4), (64, 4, 3, 1, 4), (128, 8, 3, 2, 4)]:
+        cfg = dispatch.LogitsConfig(block_n=bn, num_warps=warps, num_stages=stages, programs_per_sm=per_sm,
+                                    rows_per_program=rpp)
+        note(time_logits(dev, ceil, cfg, 2048, prefill_lens(), 8192,
+                         f"prefill bn{bn} w{warps} s{stages} {per_sm}/SM rows{rpp}", shared=True, with_torch=False))
+
+
+# (block_m, num_warps, programs per SM, prefetch); the default first and last (repeat spread)
+TILE_VARIANTS = [(16, 2, 8, True), (16, 2, 16, True), (32, 2, 8, False), (32, 4, 8, True), (16, 2, 8, True)]
+
+
+def _sweep_store(dev, ceil, note) -> None:
+    for n in (43008, 1 << 20):
+        for bm, warps, per_sm, prefetch in TILE_VARIANTS:
+            cfg = dispatch.StoreConfig(block_m=bm, num_warps=warps, programs_per_sm=per_sm, prefetch=prefetch)
+            for r in time_store(dev, ceil, n, cfg, with_torch=False, with_scatter=False,
+                                label=f"N={n} bm{bm} w{warps} {per_sm}/SM pf{int(prefetch)}"):
+                note(r)
+
+
+def _sweep_q(dev, ceil, note) -> None:
+    for n in (1024, 32768):
+        for bm, warps, per_sm, prefetch in TILE_VARIANTS:
+            for one_token in (True, False):
+                cfg = dispatch.QConfig(block_m=bm, num_warps=warps, programs_per_sm=per_sm, prefetch=prefetch,
+                                       one_token_tiles=one_token)
+                note(time_q(dev, ceil, n, cfg, with_torch=False,
+                            label=f"N={n} bm{bm} w{warps} {per_sm}/SM pf{int(prefetch)} tok{int(one_token)}"))
+
+
+SWEEPS = {"logits": _sweep_logits, "prefill": _sweep_prefill, "store": _sweep_store, "q": _sweep_q}
+
+
+def run_sweeps(dev, ceil, sweeps, t0) -> List[Dict[str, object]]:
+    sweep: List[Dict[str, object]] = []
+
+    def note(r):
+        sweep.append(r)
+        log(f"  sweep {r['kernel']} {r['shape']}: {r['ms'] * 1e3:.2f} us  [{time.time() - t0:.0f}s]")
+
+    for name, fn in SWEEPS.items():
+        if name in sweeps:
+            fn(dev, ceil, note)
+    return sweep
+
+
+def run_timing(dev, ceil, skip_torch: bool, t0: float) -> List[Dict[str, object]]:
+    timing: List[Dict[str, object]] = []
+    for label, rows_, lens, goal in decode_shapes():
+        torch_too = not skip_torch and (rows_, lens[0]) in TORCH_BASELINE_DECODE and len(set(lens)) == 1
+        timing.append(time_logits(dev, ceil, None, rows_, lens, WIDE, label, with_torch=torch_too, goal=goal,
+                                  copy_same_size=bool(goal)))
+        log(f"  {label}: {timing[-1]['ms'] * 1e3:.2f} us  [{time.time() - t0:.0f}s]")
+    timing.append(time_logits(dev, ceil, None, 2048, prefill_lens(), 8192, "prefill 2048 rows x <=8K, shared pages",
+                              shared=True, with_torch=not skip_torch, goal="matmul60"))
+    log(f"  prefill: {timing[-1]['ms'] * 1e3:.2f} us  [{time.time() - t0:.0f}s]")
+    for n in (43008, 65536, 1 << 18, 1 << 20):
+        timing.extend(time_store(dev, ceil, n, with_torch=not skip_torch and n == 1 << 20,
+                                 with_scatter=n == 1 << 20, copy_same_size=True))
+        log(f"  store N={n}: {timing[-1]['ms'] * 1e3:.2f} us  [{time.time() - t0:.0f}s]")
+    timing.extend(time_store(dev, ceil, 1 << 20, with_torch=False, with_scatter=False,
+                             label="N=1M distinct pos (RoPE rows from DRAM)", distinct_positions=True))
+    for n in (1024, 4096, 32768):
+        timing.append(time_q(dev, ceil, n, with_torch=not skip_torch and n == 32768, copy_same_size=True))
+        log(f"  q N={n}: {timing[-1]['ms'] * 1e3:.2f} us  [{time.time() - t0:.0f}s]")
+    return timing
+
+
+def print_summary(results, info, own, ceil) -> None:
+    sweep, timing = results["sweep"], results["timing"]
+    log("")
+    if sweep:
+        log("sweep:")
+        log(format_rows(sweep))
+    for a in results.get("aot_sm120", []):
+        log(f"sm_120a AOT {a['kernel']}: {a['shared']} B shared (<= {a['limit']}), HMMA {a['HMMA']} "
+            f"HGMMA {a['HGMMA']} UTCMMA {a['UTCMMA']}")
+    rc = results["recall"]
+    log(f"top-{rc['k']} recall vs float64 ({rc['rows']} rows, <= {rc['max_len']} keys): bf16 {rc['recall_bf16']:.4f}, "
+        f"fp8 q/k quant-dequant {rc['recall_fp8']:.4f}")
+    log(f"{info['device']} ({info['capability']}, {info['sms']} SMs), torch {info['torch']}, triton {info['triton']}, "
+        f"config {own.name}; copy {ceil['copy_gbs']:.0f} GB/s; bf16 matmul {ceil['matmul_tflops']:.0f} TFLOP/s "
+        f"(8192^3; K=128 shape {ceil['matmul_k128_tflops']:.0f}). %copy: logits on key bytes, others on all bytes; "
+        f"%cp@N: over a graphed copy of the same bytes; %mm: over the 8192^3 rate; us: CUDA-graph median per call")
+    log(format_rows(timing))
+    goals = [r for r in timing if r.get("goal")]
+    log(f"goals met: {sum(bool(r['met']) for r in goals)} / {len(goals)}; correctness failures: {len(FAILURES)}"
+        + "".join(f"\n  {x}" for x in FAILURES))
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.kernels", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"),
+                        help="folder for bench_kernels.json (default: $OUT, else ./bench_out)")
+    parser.add_argument("--sweep", default="",
+                        help="comma-separated tiling sweeps to add: logits, prefill, store, q, or all (default: none)")
+    parser.add_argument("--skip-torch", action="store_true", help="skip the torch baselines (no 'x torch' column)")
+    parser.add_argument("--skip-aot", action="store_true", help="skip the sm_120a ahead-of-time build check")
+    args = parser.parse_args(argv)
+    sweeps = {x.strip() for x in args.sweep.split(",") if x.strip()}
+    if sweeps == {"all"}:
+        sweeps = set(SWEEPS)
+    if not sweeps <= set(SWEEPS):
+        parser.error(f"--sweep takes a comma-separated subset of {','.join(SWEEPS)} or 'all', got {args.sweep!r}")
+    args.sweeps = sweeps
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks.kernels needs a CUDA GPU (run it on the lent H200)", file=sys.stderr)
+        return 2
+    dev = torch.device("cuda")
+    torch.manual_seed(1234)
+    t0 = time.time()
+    props = torch.cuda.get_device_properties(dev)
+    own = dispatch.configs_for(dev)
+    info = dict(device=props.name, capability=f"{props.major}.{props.minor}", sms=props.multi_processor_count,
+                torch=torch.__version__, triton=triton.__version__, config=own.name)
+    log(f"device {info}")
+    ceil = dict(copy_gbs=measure_copy_bandwidth(dev), matmul_tflops=measure_matmul_tflops(dev, 8192, 8192, 8192),
+                matmul_k128_tflops=measure_matmul_tflops(dev, 8192, 2048 * 64, 128))
+    log(f"ceilings: copy {ceil['copy_gbs']:.0f} GB/s (read + write, 2 GiB); bf16 matmul 8192^3 "
+        f"{ceil['matmul_tflops']:.0f} TFLOP/s; K=128 (8192 x 131072 x 128) {ceil['matmul_k128_tflops']:.0f} TFLOP/s")
+    results: Dict[str, object] = dict(info=info, ceilings=ceil)
+
+    log("(a) correctness vs float64 (outputs poisoned first); SM120 and default tilings forced on this GPU")
+    results["correctness"] = {
+        name: {**check_store(dispatch.CONFIGS[name], dev), **check_q(dispatch.CONFIGS[name], dev),
+               **check_logits(dispatch.CONFIGS[name], dev)}
+        for name in dict.fromkeys([own.name, "sm120", "default"])
+    }
+    if not args.skip_aot:
+        results["aot_sm120"] = check_aot_sm120()
+    log(f"  [{time.time() - t0:.0f}s]")
+    log("(b) top-512 recall vs float64 logits")
+    results["recall"] = recall_study(dev)
+    log(f"  {results['recall']}  [{time.time() - t0:.0f}s]")
+    log("(d) timing (CUDA-graph replays, medians)")
+    results["timing"] = run_timing(dev, ceil, args.skip_torch, t0)
+    results["sweep"] = run_sweeps(dev, ceil, args.sweeps, t0)
+    results["failures"] = FAILURES
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bench_kernels.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    print_summary(results, info, own, ceil)
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""A run directory: its file names, claiming one without overwriting, reading its records back.
+
+Why here: a run is evidence. Every module that writes or reads a run goes through these names
+and functions, so no code path can truncate an earlier run's ``requests.jsonl``, and every
+reader reports a bad line as ``FILE:LINE: what is wrong`` instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Dict, Iterator, Tuple
+
+from sglang_dsv4_ext.errors import ReproInputError
+from sglang_dsv4_ext.repro.verdict import CLASSES
+
+REQUESTS = "requests.jsonl"  # one line per finished request
+SUMMARY = "summary.json"  # rates, configuration, counts, re-run command
+REPARSED = "reparsed.jsonl"  # `repro reparse`: the records with a fresh reference re-parse
+AB = "ab.json"  # `repro ab`: the paired comparison
+AB_SIDES = ("a", "b")  # `repro ab`: one run directory per endpoint
+
+# Every record carries these; readers refuse a line without them.
+RECORD_KEYS = ("key", "prompt_sha256", "verdict", "step")
+
+
+def default_out(prefix: str) -> str:
+    """``repro-runs/<prefix>-<time>``: the directory used when ``--out`` is not given."""
+    return os.path.join("repro-runs", time.strftime(f"{prefix}-%Y%m%d-%H%M%S"))
+
+
+def _holds_something(path: str) -> bool:
+    return os.path.isdir(path) and any(os.scandir(path))
+
+
+def check_out_free(out: str, flag: str = "--out") -> None:
+    """Refuse an output directory that is a file or already holds anything (an earlier run)."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ReproInputError(f"{flag} {out}: exists and is not a directory")
+    if _holds_something(out):
+        raise ReproInputError(
+            f"{flag} {out}: already holds files (an earlier run?); runs are never overwritten. "
+            f"Choose a new directory, or leave {flag} out for a new timestamped one"
+        )
+
+
+def claim(out: str, explicit: bool, flag: str = "--out") -> str:
+    """Create the directory a run will write into and return it.
+
+    ``explicit`` (the user named it): refuse it when it holds anything. Otherwise (a default,
+    timestamped name) never refuse: add ``-2``, ``-3`` ... until the name is free.
+    """
+    if explicit:
+        check_out_free(out, flag)
+        try:
+            os.makedirs(out, exist_ok=True)
+        except OSError as exc:
+            raise ReproInputError(f"{flag} {out}: cannot create it ({exc.strerror})") from None
+        return out
+    candidate, n = out, 1
+    while True:
+        try:
+            os.makedirs(candidate)
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = f"{out}-{n}"
+        except OSError as exc:
+            raise ReproInputError(f"cannot create the output directory {candidate} ({exc.strerror})") from None
+
+
+def free_name(directory: str, name: str) -> str:
+    """``directory/name``, or ``directory/<stem>-<time>[-n]<ext>`` when that exists (never overwrite)."""
+    path = os.path.join(directory, name)
+    if not os.path.exists(path):
+        return path
+    stem, ext = os.path.splitext(name)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path, n = os.path.join(directory, f"{stem}-{stamp}{ext}"), 1
+    while os.path.exists(path):
+        n += 1
+        path = os.path.join(directory, f"{stem}-{stamp}-{n}{ext}")
+    return path
+
+
+def requests_path(run_dir: str) -> str:
+    path = os.path.join(run_dir, REQUESTS)
+    if not os.path.isfile(path):
+        raise ReproInputError(f"{path} not found: is {run_dir!r} a repro run directory?")
+    return path
+
+
+def _record_from_line(path: str, lineno: int, line: str, is_last: bool) -> dict:
+    where = f"{path}:{lineno}"
+    try:
+        rec = json.loads(line)
+    except ValueError as exc:
+        cut_short = is_last and not line.endswith("\n")
+        cut = " (the line is cut short: was the run killed while writing?)" if cut_short else ""
+        raise ReproInputError(f"{where}: not a JSON line{cut}: {exc}") from None
+    if not isinstance(rec, dict):
+        raise ReproInputError(f"{where}: expected a JSON object (a request record), got a {type(rec).__name__}")
+    missing = [k for k in RECORD_KEYS if not isinstance(rec.get(k), str)]
+    if missing:
+        raise ReproInputError(f"{where}: record lacks {', '.join(repr(k) for k in missing)} (or it is not a string)")
+    if rec["verdict"] not in CLASSES:
+        raise ReproInputError(f"{where}: unknown verdict {rec['verdict']!r}; known: {', '.join(CLASSES)}")
+    return rec
+
+
+def iter_records(path: str) -> Iterator[dict]:
+    """Every record of a ``requests.jsonl``, checked; a bad line raises naming FILE:LINE."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    for i, line in enumerate(lines, start=1):
+        if line.strip():
+            yield _record_from_line(path, i, line, i == len(lines))
+
+
+def load_records(run_dir: str) -> Tuple[str, Dict[str, dict]]:
+    """(path, records by key) of a run; a key recorded twice is refused naming both lines."""
+    path = requests_path(run_dir)
+    records: Dict[str, dict] = {}
+    first_line: Dict[str, int] = {}
+    for n, rec in enumerate(iter_records(path), start=1):
+        key = rec["key"]
+        if key in records:
+            raise ReproInputError(f"{path}: request {key!r} is recorded twice (records {first_line[key]} and {n})")
+        records[key], first_line[key] = rec, n
+    return path, records
+
+
+def load_summary(run_dir: str, required: bool) -> dict:
+    """The run's ``summary.json`` ({} when absent and not ``required``)."""
+    path = os.path.join(run_dir, SUMMARY)
+    if not os.path.isfile(path):
+        if required:
+            raise ReproInputError(
+                f"{path} not found: the run did not write its summary (killed with SIGKILL?); "
+                "it holds the verdict settings this command needs"
+            )
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+    except ValueError as exc:
+        raise ReproInputError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(summary, dict):
+        raise ReproInputError(f"{path}: expected a JSON object, got a {type(summary).__name__}")
+    return summary
+
+
+def write_json_new(path: str, obj) -> None:
+    """Write ``obj`` to a file that must not exist yet (exclusive create)."""
+    with open(path, "x", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)

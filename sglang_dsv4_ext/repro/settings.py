@@ -1,0 +1,322 @@
+"""The settings of a repro run, declared once.
+
+Why a table: a setting used to be written three times (the argparse flag, the run
+configuration, the re-run command line), and the three drifted. Each :class:`Setting` here
+says its name, default, help, how its text is parsed and checked, and how it is written back;
+:func:`add_flags` (argparse), :data:`RunConfig` (the configuration dataclass) and
+:meth:`RunConfig.to_argv` (the exact re-run command) are derived from :data:`SETTINGS`.
+
+A check refuses bad values with a message naming the flag (NaN and infinities included), both
+on the command line (argparse shows it) and when a :data:`RunConfig` is built in code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Tuple
+
+from sglang_dsv4_ext.repro.scenario import ScenarioConfig
+from sglang_dsv4_ext.repro.verdict import RepetitionRule
+
+# Request-body keys the harness sets itself; --extra-body may not replace them, or the server
+# would get a different workload than the records claim. Value: what to use instead.
+HARNESS_BODY_KEYS = {
+    "model": "--model",
+    "messages": "nothing: the prompts are scripted (and hashed into every record)",
+    "tools": "nothing: the tool schemas are scripted (and hashed into every record)",
+    "tool_choice": "nothing: the harness sends 'auto'",
+    "max_tokens": "--max-tokens",
+    "max_completion_tokens": "--max-tokens",
+    "temperature": "--temperature",
+    "seed": "--seed (it decides every per-request sampling seed)",
+    "stream": "--stream",
+    "return_token_ids": "--no-token-ids",
+    "n": "nothing: one choice per request is judged",
+}
+# chat_template_kwargs may carry other template switches; only this key is the harness's.
+HARNESS_TEMPLATE_KEYS = {"thinking": "--thinking on|off"}
+
+
+# ----- parsers (text -> value) and checks (value -> None or ValueError naming the problem) -----
+def _finite(value: float) -> None:
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {value}")
+
+
+def _positive_finite(value: float) -> None:
+    _finite(value)
+    if value <= 0:
+        raise ValueError(f"must be > 0, got {value:g}")
+
+
+def _non_negative_finite(value: float) -> None:
+    _finite(value)
+    if value < 0:
+        raise ValueError(f"must be >= 0, got {value:g}")
+
+
+def _at_least(low: int) -> Callable[[int], None]:
+    def check(value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"must be an integer >= {low}, got {value!r}")
+
+    return check
+
+
+def _any_int(value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"must be an integer, got {value!r}")
+
+
+def _parse_levels(text: str) -> Tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"expected comma-separated integers like 8,32,80, got {text!r}") from None
+
+
+def _check_levels(levels) -> None:
+    if not levels or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in levels):
+        raise ValueError(f"needs integers >= 1 like 8,32,80, got {levels!r}")
+
+
+def _parse_on_off(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise ValueError(f"expected on or off, got {text!r}")
+    return text == "on"
+
+
+def _parse_repetition(text: str) -> RepetitionRule:
+    try:
+        repeats, chars, period = (int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"expected MIN_REPEATS,MIN_CHARS,MAX_PERIOD like 8,160,200, got {text!r}") from None
+    return RepetitionRule(repeats, chars, period)
+
+
+def _check_repetition(rule: RepetitionRule) -> None:
+    if rule.min_repeats < 2 or rule.min_chars < 1 or rule.max_period < 1:
+        raise ValueError(f"needs MIN_REPEATS >= 2, MIN_CHARS >= 1, MAX_PERIOD >= 1, got {_render_repetition(rule)}")
+
+
+def _render_repetition(rule: RepetitionRule) -> str:
+    return f"{rule.min_repeats},{rule.min_chars},{rule.max_period}"
+
+
+def _parse_json_object(text: str) -> dict:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+
+
+def _check_extra_body(body) -> None:
+    if not isinstance(body, dict):
+        raise ValueError(f"must be a JSON object, got {type(body).__name__}")
+    owned = sorted(k for k in body if k in HARNESS_BODY_KEYS)
+    if owned:
+        instead = "; ".join(f"{k}: {HARNESS_BODY_KEYS[k]}" for k in owned)
+        raise ValueError(f"sets {', '.join(owned)}, which the harness owns (instead use {instead})")
+    template = body.get("chat_template_kwargs")
+    if template is not None and not isinstance(template, dict):
+        raise ValueError("chat_template_kwargs must be a JSON object")
+    owned = sorted(k for k in (template or {}) if k in HARNESS_TEMPLATE_KEYS)
+    if owned:
+        raise ValueError(f"chat_template_kwargs.{owned[0]} is the harness's (use {HARNESS_TEMPLATE_KEYS[owned[0]]})")
+
+
+def url_check(url) -> None:
+    """Refuse a URL the HTTP client would fail on for every request."""
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or not url.split("://", 1)[1]:
+        raise ValueError(f"must be an http:// or https:// URL, got {url!r}")
+
+
+def check_url(flag: str, url) -> None:
+    """:func:`url_check`, naming ``flag``."""
+    try:
+        url_check(url)
+    except ValueError as exc:
+        raise ValueError(f"{flag}: {exc}") from None
+
+
+def _no_check(value) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a run: its flag, default, help, parsing, checking and re-run text.
+
+    ``switch``: a flag without a value that flips the default (``--stream`` sets True, ``--no-x``
+    sets False). ``scenario``: the setting decides prompts (part of :class:`ScenarioConfig`).
+    ``rerun``: written into the re-run command.
+    """
+
+    name: str
+    default: Any
+    help: str
+    parse: Callable[[str], Any] = str
+    check: Callable[[Any], None] = _no_check
+    render: Callable[[Any], str] = str
+    switch: Optional[str] = None
+    metavar: Optional[str] = None
+    scenario: bool = False
+    rerun: bool = True
+
+    @property
+    def flag(self) -> str:
+        return self.switch or "--" + self.name.replace("_", "-")
+
+    def validate(self, value) -> None:
+        if value is None and self.default is None:
+            return
+        if self.switch is not None and not isinstance(value, bool):
+            raise ValueError(f"{self.flag}: must be true or false, got {value!r}")
+        try:
+            self.check(value)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{self.flag}: {exc}") from None
+
+    def argparse_type(self, text: str):
+        try:
+            value = self.parse(text)
+            self.check(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    def argv(self, value) -> List[str]:
+        """This setting's part of the re-run command ([] when it is at its unset default)."""
+        if not self.rerun:
+            return []
+        if self.switch is not None:
+            return [self.flag] if value != self.default else []
+        if value is None or value == "" or value == {}:
+            return []
+        return [self.flag, self.render(value)]
+
+
+def _levels_text(levels) -> str:
+    return ",".join(str(c) for c in levels)
+
+
+SETTINGS: Tuple[Setting, ...] = (
+    Setting("model", None, "model name to send (default: first id of GET /v1/models)"),
+    Setting("sessions", 8, "concurrent agentic sessions per level (default 8)", int, _at_least(1), scenario=True),
+    Setting("rounds", 4, "user turns per session; each asks for one tool call (default 4)", int, _at_least(1),
+            scenario=True),
+    Setting("answer_step", True, "skip the request that follows each tool result", switch="--no-answer-step",
+            scenario=True),
+    Setting("concurrency", (8,), "sessions in flight; a comma list runs a ladder, one level after another (default 8)",
+            _parse_levels, _check_levels, _levels_text, metavar="N[,N...]"),
+    Setting("seed", 0, "decides every prompt and per-request sampling seed (default 0)", int, _any_int,
+            scenario=True),
+    Setting("temperature", 0.0, "sampling temperature, finite and >= 0 (default 0.0)", float, _non_negative_finite,
+            repr),
+    Setting("max_tokens", 2048, "max_tokens per request (default 2048)", int, _at_least(1)),
+    Setting("request_timeout", 300.0, "seconds per request before it counts as a timeout (default 300)", float,
+            _positive_finite, repr),
+    Setting("time_limit", None, "total seconds; in-flight requests are abandoned and the run summarised", float,
+            _positive_finite, repr),
+    Setting("system_prompt_chars", 4000, "size of the shared system prompt (default 4000)", int, _at_least(0),
+            scenario=True),
+    Setting("tool_result_chars", 1500, "size of each scripted tool result (default 1500)", int, _at_least(0),
+            scenario=True),
+    Setting("stream", False, "use streaming responses (exercises the streaming parser; no token ids)",
+            switch="--stream"),
+    Setting("token_ids", True, "do not ask SGLang for response_token_ids", switch="--no-token-ids"),
+    Setting("detokenize_url", None, "server whose /detokenize decodes failures' token ids (default: the endpoint)",
+            check=url_check),
+    Setting("thinking", None, "send chat_template_kwargs.thinking on|off (default: the server's default)",
+            _parse_on_off, render=lambda v: "on" if v else "off", metavar="{on,off}"),
+    Setting("extra_body", {}, "JSON object merged into every request body (not the keys the harness sets)",
+            _parse_json_object, _check_extra_body, lambda v: json.dumps(v, sort_keys=True), metavar="JSON"),
+    Setting("exact_args", True, "do not require exactly the requested arguments, only schema-valid ones",
+            switch="--no-exact-args"),
+    Setting("repetition", RepetitionRule(), "degenerate-repetition rule (default 8,160,200)", _parse_repetition,
+            _check_repetition, _render_repetition, metavar="REPEATS,CHARS,PERIOD"),
+    Setting("api_key_env", None, "environment variable holding a bearer token (checked before anything runs)"),
+    Setting("progress", True, "no progress output", switch="--no-progress", rerun=False),
+)
+SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def add_flags(group) -> None:
+    """Add one argparse flag per setting to ``group`` (dest = the setting's name)."""
+    for s in SETTINGS:
+        if s.switch is not None:
+            action = "store_false" if s.default else "store_true"
+            group.add_argument(s.flag, dest=s.name, action=action, help=s.help)
+        else:
+            group.add_argument(s.flag, dest=s.name, type=s.argparse_type, default=s.default, metavar=s.metavar,
+                               help=s.help)
+
+
+def _check_run(cfg) -> None:
+    check_url("--endpoint", cfg.endpoint)
+    for s in SETTINGS:
+        s.validate(getattr(cfg, s.name))
+
+
+def _scenario(cfg) -> ScenarioConfig:
+    return ScenarioConfig(**{s.name: getattr(cfg, s.name) for s in SETTINGS if s.scenario})
+
+
+def _to_argv(cfg) -> List[str]:
+    """The command line that repeats this run exactly (same prompts, same settings)."""
+    argv = ["sglang-dsv4", "repro", "run", "--endpoint", cfg.endpoint]
+    if cfg.label:
+        argv += ["--label", cfg.label]
+    for s in SETTINGS:
+        argv += s.argv(getattr(cfg, s.name))
+    return argv + ["--out", cfg.out + "-rerun"]
+
+
+def _as_dict(cfg) -> dict:
+    d = dataclasses.asdict(cfg)
+    d["concurrency"] = list(cfg.concurrency)
+    return d
+
+
+def requests_per_session(cfg) -> int:
+    return cfg.rounds * (2 if cfg.answer_step else 1)
+
+
+def requests_planned(cfg) -> int:
+    """Every request of the run: all levels, all sessions, all rounds and steps."""
+    return len(cfg.concurrency) * cfg.sessions * requests_per_session(cfg)
+
+
+def _post_init(cfg) -> None:
+    if isinstance(cfg.concurrency, list):
+        object.__setattr__(cfg, "concurrency", tuple(cfg.concurrency))
+    _check_run(cfg)
+
+
+def _default_factory(value):
+    return lambda: type(value)(value) if isinstance(value, dict) else value
+
+
+# The run configuration: endpoint, output directory and label, then one field per setting.
+RunConfig = dataclasses.make_dataclass(
+    "RunConfig",
+    [("endpoint", str), ("out", str), ("label", str, dataclasses.field(default=""))]
+    + [(s.name, Any, dataclasses.field(default_factory=_default_factory(s.default))) for s in SETTINGS],
+    namespace={
+        "__doc__": "One repro run: where, into which directory, and every setting of :data:`SETTINGS`.",
+        "__post_init__": _post_init,
+        "scenario": property(_scenario),
+        "to_argv": _to_argv,
+        "as_dict": _as_dict,
+    },
+)
+RunConfig.__module__ = __name__
+
+
+def run_config_from_args(args, endpoint: str, out: str, label: str):
+    """The :data:`RunConfig` of parsed command-line ``args`` (flags named after the settings)."""
+    return RunConfig(endpoint=endpoint, out=out, label=label, **{s.name: getattr(args, s.name) for s in SETTINGS})

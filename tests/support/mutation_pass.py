@@ -1,0 +1,178 @@
+"""Mutation pass: disable one fix at a time in a copy of the repository and run the tests that claim it.
+
+Run from the repository root:  python -m tests.support.mutation_pass [--only NAME ...] [--list]
+
+Each row names a fix, the exact source text that implements it, a replacement that disables it,
+and the tests that must then fail. For every row the script copies the working tree (without
+.git, .venv and build outputs) to a temporary directory, applies the one replacement, and runs
+those tests there with pytest in a fresh process. A row whose tests still pass is a test gap;
+a row whose source text is no longer found is stale (the code moved) and must be updated: both
+make the script exit 1. Not part of the suite: each row costs one SGLang import (~10 s) plus its
+tests. Add a row with every new fix (docs/adding-a-fix.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Sequence, Tuple
+
+ROOT = Path(__file__).resolve().parents[2]
+_IGNORE = shutil.ignore_patterns(".git", ".venv", ".wt", ".gpu_carry", ".whl", "*.egg-info", "__pycache__",
+                                 "build", "dist", "serve-logs", "runs")
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str  # file relative to the repository root
+    original: str  # exact text of the fix (must occur exactly once)
+    mutant: str  # the same place with the fix disabled
+    tests: Tuple[str, ...]  # pytest node ids or paths that must fail on the mutant
+
+
+MUTATIONS: List[Mutation] = [
+    Mutation("activation verifies every hook is installed", "sglang_dsv4_ext/activation.py",
+             "        if not carries_hook(current, hook.fn):", "        if False:",
+             ("tests/integration/test_activation_verify.py",)),
+    Mutation("sizing: bf16 index-K budgeted at 256 B", "sglang_dsv4_ext/hooks/sizing.py",
+             "    if dtype == BF16:\n        return index_k_bytes_per_token(BF16, index_head_dim)",
+             "    if False:\n        return index_k_bytes_per_token(BF16, index_head_dim)",
+             ("tests/unit/hooks/test_sizing.py",)),
+    Mutation("pool: startup self-check allocation == budget", "sglang_dsv4_ext/hooks/pool.py",
+             "    if allocated != budgeted:", "    if False:",
+             ("tests/unit/hooks/test_sizing.py",)),
+    Mutation("pool: bf16 indexer pool built for bf16", "sglang_dsv4_ext/hooks/pool.py",
+             "    if force_fp4 or effective_index_k_dtype(False) != BF16:", "    if True:",
+             ("tests/unit/hooks/test_bf16_storage.py", "tests/unit/hooks/test_sizing.py")),
+    Mutation("PD: layout string carries c4idx:bf16", "sglang_dsv4_ext/hooks/pd.py",
+             '        return f"{result},{INDEX_K_LAYOUT_TAG}:bf16"', "        return None",
+             ("tests/unit/hooks/test_bf16_storage.py",)),
+    Mutation("HiCache: index-K region page-aligned only", "sglang_dsv4_ext/hooks/hicache.py",
+             "    return [dataclasses.replace(region, page_aligned_only=True) for region in result]",
+             "    return None",
+             ("tests/unit/hooks/test_bf16_storage.py",)),
+    Mutation("HiCache: L3 keys tagged for bf16", "sglang_dsv4_ext/hooks/hicache.py",
+             "        self.storage_format_tag = ", "        _unused_tag = ",
+             ("tests/unit/hooks/test_bf16_storage.py",)),
+    Mutation("gate: sub-pool read waits for a pending load", "sglang_dsv4_ext/hooks/gate/subpool.py",
+             "    if waited_upto(counter) >= local:", "    if True:",
+             ("tests/unit/hooks/test_gate.py",)),
+    Mutation("gate: replay waits for layer 0 first (R3)", "sglang_dsv4_ext/hooks/gate/replay.py",
+             "        counter.wait_until(0)\n", "        pass\n",
+             ("tests/integration/test_gate_prefill_replay.py",)),
+    Mutation("gate: wait one layer ahead during replay (R3)", "sglang_dsv4_ext/hooks/gate/waits.py",
+             "        ahead = local + 1", "        ahead = local",
+             ("tests/integration/test_gate_prefill_replay.py",)),
+    Mutation("indexer: non-paged fp8 branch off for bf16", "sglang_dsv4_ext/hooks/indexer.py",
+             "        return False  # the non-paged path gathers fp8 rows for DeepGEMM",
+             "        pass",
+             ("tests/unit/hooks/test_indexer.py",)),
+    # --- repro ---
+    Mutation("repro: --extra-body may not set harness keys", "sglang_dsv4_ext/repro/settings.py",
+             "    owned = sorted(k for k in body if k in HARNESS_BODY_KEYS)\n    if owned:",
+             "    owned = sorted(k for k in body if k in HARNESS_BODY_KEYS)\n    if False:",
+             ("tests/unit/repro/test_bad_input_run.py",)),
+    Mutation("repro: NaN/inf refused for float settings", "sglang_dsv4_ext/repro/settings.py",
+             "    if not math.isfinite(value):", "    if False:",
+             ("tests/unit/repro/test_bad_input_run.py",)),
+    Mutation("repro: a used --out is refused", "sglang_dsv4_ext/repro/rundir.py",
+             "    if _holds_something(out):", "    if False:",
+             ("tests/unit/repro/test_bad_input_run.py",)),
+    Mutation("repro: --api-key-env checked before the directory is claimed", "sglang_dsv4_ext/repro/runner.py",
+             "        headers = auth_headers(self.cfg.api_key_env)  # refused before any file is created\n"
+             "        self.cfg.out = rundir.claim(self.cfg.out, self.out_given)",
+             "        self.cfg.out = rundir.claim(self.cfg.out, self.out_given)\n"
+             "        open(os.path.join(self.cfg.out, 'requests.jsonl'), 'w').close()\n"
+             "        headers = auth_headers(self.cfg.api_key_env)",
+             ("tests/unit/repro/test_bad_input_run.py",)),
+    Mutation("repro: exactly one call of the requested tool", "sglang_dsv4_ext/repro/verdict.py",
+             "    if names != [expected_tool]:", "    if expected_tool not in names:",
+             ("tests/unit/repro/test_verdict_table.py",)),
+    Mutation("repro: unrequested arguments fail in exact mode", "sglang_dsv4_ext/repro/verdict.py",
+             "    if added:\n", "    if False:\n",
+             ("tests/unit/repro/test_verdict_table.py",)),
+    Mutation("repro: a reply of the wrong shape is a protocol_error", "sglang_dsv4_ext/repro/client.py",
+             "    except ValidationError as exc:\n        return _protocol_error(\"reply is not a chat completion\"",
+             "    except ZeroDivisionError as exc:\n        return _protocol_error(\"reply is not a chat completion\"",
+             ("tests/unit/repro/test_verdict_table.py",
+              "tests/integration/test_repro_harness.py::test_replies_of_the_wrong_shape_become_verdicts_and_the_run_completes")),
+    Mutation("repro: SIGINT/SIGTERM stop the run cleanly", "sglang_dsv4_ext/repro/runner.py",
+             "                loop.add_signal_handler(sig, self._on_signal, sig, task)",
+             "                raise NotImplementedError",
+             ("tests/integration/test_repro_harness.py::test_a_signal_flushes_the_records_and_writes_an_interrupted_summary",)),
+    Mutation("repro: record errors name FILE:LINE", "sglang_dsv4_ext/repro/rundir.py",
+             '        raise ReproInputError(f"{where}: not a JSON line{cut}: {exc}") from None',
+             "        raise",
+             ("tests/unit/repro/test_bad_input_compare.py", "tests/unit/repro/test_bad_input_reparse.py")),
+    Mutation("repro: --tokenizer path checked", "sglang_dsv4_ext/repro/reparse.py",
+             "    if not os.path.isdir(path):", "    if False:",
+             ("tests/unit/repro/test_bad_input_reparse.py::test_reparse_tokenizer_that_does_not_exist",)),
+]
+
+
+def _existing(tests: Sequence[str], root: Path) -> List[str]:
+    return [t for t in tests if (root / t.split("::")[0]).exists()]
+
+
+def run_one(mutation: Mutation, python: str) -> Tuple[str, float]:
+    """'caught', 'MISSED' or 'STALE: why', and the seconds it took."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dsv4-mutant-") as tmp:
+        copy = Path(tmp) / "repo"
+        shutil.copytree(ROOT, copy, ignore=_IGNORE, symlinks=True)
+        target = copy / mutation.path
+        if not target.exists():
+            return f"STALE: {mutation.path} does not exist", time.monotonic() - started
+        text = target.read_text()
+        if text.count(mutation.original) != 1:
+            return (f"STALE: the fix's text occurs {text.count(mutation.original)} times in {mutation.path}",
+                    time.monotonic() - started)
+        target.write_text(text.replace(mutation.original, mutation.mutant))
+        tests = _existing(mutation.tests, copy)
+        if not tests:
+            return f"STALE: none of {', '.join(mutation.tests)} exists", time.monotonic() - started
+        proc = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], cwd=copy,
+                              env={**_env(), "PYTHONPATH": str(copy)}, capture_output=True, text=True)
+        verdict = "caught" if proc.returncode == 1 else ("MISSED" if proc.returncode == 0 else
+                                                         f"STALE: pytest exit {proc.returncode}")
+        return verdict, time.monotonic() - started
+
+
+def _env():
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4")}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.support.mutation_pass", description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only rows whose name contains one of these")
+    parser.add_argument("--list", action="store_true", help="list the rows and exit")
+    parser.add_argument("--python", default=sys.executable, help="interpreter with SGLang installed")
+    args = parser.parse_args(argv)
+    rows = [m for m in MUTATIONS if not args.only or any(o in m.name for o in args.only)]
+    if args.list:
+        for m in rows:
+            print(f"{m.name}: {m.path} -> {', '.join(m.tests)}")
+        return 0
+    results = []
+    for i, m in enumerate(rows, 1):
+        print(f"[{i}/{len(rows)}] {m.name} ...", file=sys.stderr, flush=True)
+        verdict, seconds = run_one(m, args.python)
+        results.append((m, verdict, seconds))
+    width = max(len(m.name) for m in rows)
+    print(f"{'fix disabled':<{width}}  {'verdict':<8}  seconds  tests")
+    for m, verdict, seconds in results:
+        print(f"{m.name:<{width}}  {verdict:<8}  {seconds:7.1f}  {', '.join(m.tests)}")
+    return 0 if all(v == "caught" for _, v, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
