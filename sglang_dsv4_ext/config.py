@@ -86,7 +86,8 @@ def load_config(environ: Optional[Mapping[str, str]] = None) -> ExtConfig:
     env = os.environ if environ is None else environ
     enabled = _read_bool(env, ENV_KILL_SWITCH, True)
     dtype = _read_choice(env, ENV_INDEX_K_DTYPE, INDEX_K_DTYPES, "")
-    alias = _read_bool(env, ENV_BF16_ALIAS, False) if env.get(ENV_BF16_ALIAS) is not None else None
+    # Empty means unset, as for every other variable (``export SGLANG_DSV4_BF16_INDEX_K=``).
+    alias = _read_bool(env, ENV_BF16_ALIAS, False) if (env.get(ENV_BF16_ALIAS) or "").strip() else None
     if alias is not None:
         if alias and dtype not in ("", "bf16"):
             raise ConfigError(

@@ -16,6 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterator, List, Optional
 
+from sglang_dsv4_ext.errors import PlanInputError
+
 BUNDLED_CONFIG = "deepseek-v4-flash-config.json"
 PAGE_SIZE = 256  # DSV4's full page (paged SWA requires 256)
 
@@ -39,38 +41,88 @@ class Dsv4Model:
         return {ratio: stage.count(ratio) for ratio in sorted(set(stage))}
 
 
-def load_model(path: Optional[str] = None) -> Dsv4Model:
-    """Load a HF-style DSV4 ``config.json``; default: the bundled DeepSeek-V4-Flash config."""
+# The compression ratios DSV4's pool configurator sizes: 0 (uncompressed / MTP), c4, c128.
+COMPRESS_RATIOS = (0, 4, 128)
+_OPTIONAL_DIMS = {  # config key -> default when absent (DeepSeek-V4-Flash's values)
+    "qk_nope_head_dim": 448,
+    "qk_rope_head_dim": 64,
+    "index_head_dim": 128,
+    "max_position_embeddings": 1 << 20,
+}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive_int(raw: dict, key: str, default: int, name: str) -> int:
+    value = raw.get(key, default)
+    if not _is_int(value) or value <= 0:
+        raise PlanInputError(f"model config {name}: {key} = {value!r}: must be a positive integer")
+    return value
+
+
+def _read_config_text(path: Optional[str]):
+    """(text, display name) of the config file; errors name the path."""
     if path is None:
         text = resources.files("sglang_dsv4_ext.data").joinpath(BUNDLED_CONFIG).read_text()
-        name = "DeepSeek-V4-Flash (bundled config)"
-    else:
-        config_path = Path(path)
-        if config_path.is_dir():
-            config_path = config_path / "config.json"
-        if not config_path.is_file():
-            raise FileNotFoundError(f"model config {path!r}: no such file (expected a config.json or its directory)")
-        text = config_path.read_text()
-        name = str(config_path)
-    raw = json.loads(text)
+        return text, "DeepSeek-V4-Flash (bundled config)"
+    config_path = Path(path)
+    if config_path.is_dir():
+        config_path = config_path / "config.json"
+    if not config_path.is_file():
+        raise PlanInputError(f"--model-config {path!r}: no such file (expected a config.json or its directory)")
+    try:
+        return config_path.read_text(), str(config_path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanInputError(f"--model-config {path!r}: cannot read {config_path}: {exc}") from None
+
+
+def _compress_ratios(raw: dict, layers: int, name: str) -> List[int]:
+    ratios = raw["compress_ratios"]
+    if not isinstance(ratios, list) or not all(_is_int(r) and r in COMPRESS_RATIOS for r in ratios):
+        raise PlanInputError(
+            f"model config {name}: compress_ratios = {ratios!r}: must be a list with one of "
+            f"{', '.join(map(str, COMPRESS_RATIOS))} per layer"
+        )
+    if len(ratios) < layers:
+        raise PlanInputError(
+            f"model config {name}: compress_ratios has {len(ratios)} entries for {layers} layers (num_hidden_layers)"
+        )
+    return list(ratios)
+
+
+def load_model(path: Optional[str] = None) -> Dsv4Model:
+    """Load a HF-style DSV4 ``config.json``; default: the bundled DeepSeek-V4-Flash config.
+
+    Every field that sizes a pool is checked; :class:`PlanInputError` names the field.
+    """
+    text, name = _read_config_text(path)
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise PlanInputError(f"model config {name}: not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise PlanInputError(f"model config {name}: a JSON object is expected, found {type(raw).__name__}")
     missing = [k for k in ("num_hidden_layers", "compress_ratios") if k not in raw]
     if missing:
-        raise ValueError(f"model config {name}: missing {', '.join(missing)} (not a DeepSeek-V4 config?)")
-    if len(raw["compress_ratios"]) < raw["num_hidden_layers"]:
-        raise ValueError(
-            f"model config {name}: compress_ratios has {len(raw['compress_ratios'])} entries for "
-            f"{raw['num_hidden_layers']} layers"
-        )
+        raise PlanInputError(f"model config {name}: missing {', '.join(missing)} (not a DeepSeek-V4 config?)")
+    layers = _positive_int(raw, "num_hidden_layers", 0, name)
+    dims = {key: _positive_int(raw, key, default, name) for key, default in _OPTIONAL_DIMS.items()}
+    window_key = "window_size" if "window_size" in raw else "sliding_window"
+    source_ids = raw.get("kv_source_layer_ids", [])
+    if not isinstance(source_ids, list) or not all(_is_int(i) and i >= 0 for i in source_ids):
+        raise PlanInputError(f"model config {name}: kv_source_layer_ids = {source_ids!r}: must be a list of layer ids")
     return Dsv4Model(
         name=name,
-        num_hidden_layers=int(raw["num_hidden_layers"]),
-        compress_ratios=[int(r) for r in raw["compress_ratios"]],
-        qk_nope_head_dim=int(raw.get("qk_nope_head_dim", 448)),
-        qk_rope_head_dim=int(raw.get("qk_rope_head_dim", 64)),
-        index_head_dim=int(raw.get("index_head_dim", 128)),
-        window_size=int(raw.get("window_size", raw.get("sliding_window", 128))),
-        context_len=int(raw.get("max_position_embeddings", 1 << 20)),
-        kv_source_layer_ids=list(raw.get("kv_source_layer_ids", [])),
+        num_hidden_layers=layers,
+        compress_ratios=_compress_ratios(raw, layers, name),
+        qk_nope_head_dim=dims["qk_nope_head_dim"],
+        qk_rope_head_dim=dims["qk_rope_head_dim"],
+        index_head_dim=dims["index_head_dim"],
+        window_size=_positive_int(raw, window_key, 128, name),
+        context_len=dims["max_position_embeddings"],
+        kv_source_layer_ids=list(source_ids),
     )
 
 

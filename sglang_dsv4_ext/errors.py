@@ -39,6 +39,10 @@ class Bf16IndexKUnsupported(Dsv4ExtError, RuntimeError):
     """A feature combined with bf16 index-K that this extension does not implement."""
 
 
+class PlanInputError(Dsv4ExtError, ValueError):
+    """``sglang-dsv4 plan`` input (a flag or a model config field) is not valid; the message names it."""
+
+
 # --- serve ------------------------------------------------------------------------------------
 class CommandLineError(Dsv4ExtError, ValueError):
     """A generated or passed-through command line is invalid; the message names the flag."""

@@ -12,12 +12,15 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import sys
 from typing import Dict, Optional
 
-from sglang_dsv4_ext import dsv4_model
+from sglang_dsv4_ext import dsv4_model, exit_codes
+from sglang_dsv4_ext.cli import _SUMMARIES
 from sglang_dsv4_ext.config import ENV_INDEX_K_DTYPE, INDEX_K_DTYPES
+from sglang_dsv4_ext.errors import Dsv4ExtError, PlanInputError
 
 GIB = 1 << 30
 
@@ -55,7 +58,12 @@ def plan_one(model: dsv4_model.Dsv4Model, dtype: str, *, kv_budget_bytes: int, m
         kvc = dsv4_model.kv_cache_configurator_stub(model, start_layer=start_layer, end_layer=end_layer,
                                                     speculative=speculative)
         configurator = dsv4_model.make_configurator(kvc)
-        pool = configurator.calculate_pool_sizes(kv_budget_bytes, dsv4_model.PAGE_SIZE)
+        try:
+            pool = configurator.calculate_pool_sizes(kv_budget_bytes, dsv4_model.PAGE_SIZE)
+        except (RuntimeError, ValueError) as exc:  # SGLang's own refusal (e.g. the budget is too small)
+            raise PlanInputError(
+                f"SGLang's DSV4PoolConfigurator refuses a {kv_budget_bytes / GIB:g} GiB budget ({dtype}): {exc}"
+            ) from None
     c4_layers = configurator.num_layers(4)
     index_page = dsv4_model.PAGE_SIZE // 4
     c4_logical = pool.c128_max_total_num_tokens * 32  # the pool's indexer size (DeepSeekV4TokenToKVPool.__init__)
@@ -84,7 +92,7 @@ def build_plan(args: argparse.Namespace) -> Dict[str, object]:
     model = dsv4_model.load_model(args.model_config)
     end_layer = model.num_hidden_layers if args.end_layer is None else args.end_layer
     if not 0 <= args.start_layer < end_layer <= model.num_hidden_layers:
-        raise ValueError(
+        raise PlanInputError(
             f"--start-layer {args.start_layer} / --end-layer {end_layer}: need 0 <= start < end <= "
             f"{model.num_hidden_layers}"
         )
@@ -146,9 +154,9 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("sglang_dsv4_ext").setLevel(logging.WARNING)
     try:
         plan = build_plan(args)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        print(f"sglang-dsv4 plan: {exc}", file=sys.stderr)
-        return 2
+    except Dsv4ExtError as exc:  # a refusal naming the input (flag, config field, environment variable)
+        print(f"sglang-dsv4 plan: error: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
     if args.json:
         json.dump(plan, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -168,16 +176,49 @@ def _dtype_list(text: str):
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a finite number > 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: an integer >= 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: an integer >= 0")
+    return value
+
+
+def _chunk_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value != -1 and value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: an integer >= 1, or -1 (chunked prefill off)")
     return value
 
 
 def add_subparser(subparsers) -> None:
     parser = subparsers.add_parser(
         "plan",
-        help="run SGLang's real DSV4 pool configurator for fp8, bf16 and fp4 index-K side by side",
+        help=_SUMMARIES["plan"],
         description="Size DeepSeek-V4 KV pools with SGLang's own DSV4PoolConfigurator (CPU only, nothing "
         "allocated) for each index-K dtype and print tokens, pool sizes and bytes per token.",
     )
@@ -185,16 +226,19 @@ def add_subparser(subparsers) -> None:
                         help="a DeepSeek-V4 config.json (or its directory); default: bundled DeepSeek-V4-Flash")
     parser.add_argument("--kv-budget-gib", type=_positive_float, default=12.0,
                         help="KV-cache bytes available per rank, GiB (default 12)")
-    parser.add_argument("--max-running-requests", type=int, default=256,
+    parser.add_argument("--max-running-requests", type=_positive_int, default=256,
                         help="per rank; sizes the request-scoped c128 state (default 256)")
     parser.add_argument("--swa-full-tokens-ratio", type=_positive_float, default=0.1,
                         help="SWA tokens per full token (SGLang's --swa-full-tokens-ratio, default 0.1)")
     parser.add_argument("--cap-mode", action="store_true",
                         help="size SWA by SGLang's cap mode (ratio not given) instead of the ratio")
-    parser.add_argument("--chunked-prefill-size", type=int, default=8192, help="(default 8192)")
+    parser.add_argument("--chunked-prefill-size", type=_chunk_size, default=8192,
+                        help="SGLang's --chunked-prefill-size; -1 turns chunking off (default 8192)")
     parser.add_argument("--mtp", action="store_true", help="MTP speculative decoding on (EAGLE, 2 draft tokens)")
-    parser.add_argument("--start-layer", type=int, default=0, help="pipeline stage start layer (default 0)")
-    parser.add_argument("--end-layer", type=int, default=None, help="pipeline stage end layer (default: all)")
+    parser.add_argument("--start-layer", type=_non_negative_int, default=0,
+                        help="pipeline stage start layer (default 0)")
+    parser.add_argument("--end-layer", type=_positive_int, default=None,
+                        help="pipeline stage end layer (default: all)")
     parser.add_argument("--dtypes", type=_dtype_list, default=list(INDEX_K_DTYPES),
                         help="comma-separated index-K dtypes to compare (default fp8,bf16,fp4)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")

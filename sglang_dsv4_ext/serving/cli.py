@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
+import shutil
 import sys
 import time
-from typing import List
+from typing import List, Optional
 
-from sglang_dsv4_ext.config import GATE_MODES, INDEX_K_DTYPES, ConfigError, load_config
+from sglang_dsv4_ext import exit_codes
+from sglang_dsv4_ext.cli import _SUMMARIES
+from sglang_dsv4_ext.config import (
+    ENV_BF16_ALIAS,
+    ENV_GATE,
+    ENV_INDEX_K_DTYPE,
+    GATE_MODES,
+    INDEX_K_DTYPES,
+    ConfigError,
+    load_config,
+)
 from sglang_dsv4_ext.serving.preset import (
     HICACHE_SIZE_MESSAGE,
     MODES,
+    PORT_RANGE,
     ROLES,
     PresetError,
     StackSpec,
@@ -21,15 +34,25 @@ from sglang_dsv4_ext.serving.preset import (
     load_preset,
 )
 
-EXIT_USAGE = 2
+EXIT_USAGE = exit_codes.USAGE
 PLACEHOLDER_SUFFIX = ".invalid"  # reserved TLD used for node addresses in shipped presets
 
 _EPILOG = """\
 SGLang's own flags pass through untouched: after "--" for every server, or per role
 with --prefill-args/--decode-args (a quoted string; repeatable), and --router-args for
-the router. A single flag needs the "=" form: --decode-args=--enable-foo. Flags this tool controls (role, ports, HiCache, index-K, transfer backend,
-node layout, model path) are rejected there, naming the flag and what to use instead.
-Every generated command line is checked by SGLang's own argument parser first.
+the router. A single flag needs the "=" form: --decode-args=--enable-foo. Flags this tool
+controls (role, ports, HiCache, index-K, transfer backend, node layout, model path) are
+rejected there, naming the flag and what to use instead; so is a flag given twice in one
+source. Every generated command line is checked by SGLang's own argument parser first;
+--router-module and --server-module are looked up on disk, never imported.
+
+The children inherit this shell's environment except SGLANG_DSV4_BF16_INDEX_K (the stack
+sets SGLANG_DSV4_EXT, SGLANG_DSV4_INDEX_K_DTYPE and SGLANG_DSV4_INDEX_K_GATE itself);
+--dry-run prints each child's exact environment changes.
+
+Any fatal signal (Ctrl-C, SIGTERM, SIGHUP from a dropped SSH session, SIGQUIT, ...) stops
+the whole stack: every child and everything it started. Exit codes: 1 a child failed,
+2 bad input (nothing started), 128+N stopped by signal N.
 
 examples:
   sglang-dsv4 serve --list-presets
@@ -40,6 +63,57 @@ examples:
   # two nodes: run on each node with its rank
   sglang-dsv4 serve --preset dsv4-flash-2node-pd-1p1d-tp8-bf16-hicache --node-hosts 10.0.0.1,10.0.0.2 --node-rank 0
 """
+
+
+# ----------------------------------------------------------------------------- flag types
+# argparse reports a type error as "argument --flag: <message>", so each message says what is allowed.
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def positive_seconds(text: str) -> float:
+    value = _number(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a finite number of seconds > 0")
+    return value
+
+
+def non_negative_seconds(text: str) -> float:
+    value = _number(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a finite number of seconds >= 0")
+    return value
+
+
+def positive_ratio(text: str) -> float:
+    value = _number(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a finite number > 0")
+    return value
+
+
+def port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not PORT_RANGE[0] <= value <= PORT_RANGE[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed range {PORT_RANGE[0]}-{PORT_RANGE[1]}")
+    return value
+
+
+def node_rank(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed: an integer >= 0")
+    return value
 
 
 def _split(values: List[str], flag: str) -> List[str]:
@@ -55,7 +129,7 @@ def _split(values: List[str], flag: str) -> List[str]:
 def add_subparser(subparsers) -> None:
     p = subparsers.add_parser(
         "serve",
-        help="start a DeepSeek-V4 PD (or single-server) stack with the extension's flags",
+        help=_SUMMARIES["serve"],
         description="Start a DeepSeek-V4 stack: prefill server(s), decode server(s) and SGLang's router "
         "(PD mode), or one server (single mode), with the extension's configuration in every child; "
         "health-check each child, tee its log, stop everything on Ctrl-C or when a child dies.",
@@ -65,62 +139,82 @@ def add_subparser(subparsers) -> None:
     g = p.add_argument_group("stack")
     g.add_argument("--preset", help="a shipped preset name (see --list-presets) or a path to a TOML preset")
     g.add_argument("--list-presets", action="store_true", help="list the shipped presets and exit")
-    g.add_argument("--mode", choices=MODES, help="pd: prefill + decode + router; single: one server (default: the preset's, else pd)")
+    g.add_argument("--mode", choices=MODES,
+                   help="pd: prefill + decode + router; single: one server (default: the preset's, else pd)")
     g.add_argument("--model-path", help="model directory or hub id (overrides the preset)")
 
     e = p.add_argument_group("extension (reaches every child as SGLANG_DSV4_* variables)")
-    e.add_argument("--index-k-dtype", choices=INDEX_K_DTYPES, help="index-K cache dtype; fp4 also passes --enable-deepseek-v4-fp4-indexer")
+    e.add_argument("--index-k-dtype", choices=INDEX_K_DTYPES,
+                   help="index-K cache dtype; fp4 also passes --enable-deepseek-v4-fp4-indexer")
     e.add_argument("--index-k-gate", choices=GATE_MODES, help="HiCache index-K read gate mode")
-    e.add_argument("--no-extension", action="store_true", help="kill switch: SGLANG_DSV4_EXT=0 (stock SGLang behaviour)")
+    e.add_argument("--no-extension", action="store_true",
+                   help="kill switch: SGLANG_DSV4_EXT=0 (stock SGLang behaviour)")
 
     h = p.add_argument_group("HiCache")
     hs = h.add_mutually_exclusive_group()
-    hs.add_argument("--hicache", dest="hicache", action="store_true", default=None, help="--enable-hierarchical-cache on the HiCache roles")
+    hs.add_argument("--hicache", dest="hicache", action="store_true", default=None,
+                    help="--enable-hierarchical-cache on the HiCache roles")
     hs.add_argument("--no-hicache", dest="hicache", action="store_false", help="HiCache off")
-    h.add_argument("--hicache-ratio", type=float, help="host pool = device pool x ratio (SGLang's default 2.0)")
+    h.add_argument("--hicache-ratio", type=positive_ratio,
+                   help="host pool = device pool x ratio, a finite number > 0 (SGLang's default 2.0)")
     h.add_argument("--hicache-size", help="rejected: " + HICACHE_SIZE_MESSAGE)
-    h.add_argument("--hicache-roles", help="pd mode: comma list of roles with HiCache (default: the preset's, else prefill)")
+    h.add_argument("--hicache-roles",
+                   help="pd mode: comma list of roles with HiCache (default: the preset's, else prefill)")
 
     d = p.add_argument_group("PD and nodes")
-    d.add_argument("--transfer-backend", help="--disaggregation-transfer-backend for prefill and decode (default nixl)")
-    d.add_argument("--node-rank", type=int, default=0, help="this node's index in the cluster (default 0)")
-    d.add_argument("--node-hosts", help="comma list of node addresses, index = node rank (overrides [cluster].nodes)")
+    d.add_argument("--transfer-backend",
+                   help="--disaggregation-transfer-backend for prefill and decode (default nixl)")
+    d.add_argument("--node-rank", type=node_rank, default=0, help="this node's index in the cluster (default 0)")
+    d.add_argument("--node-hosts",
+                   help="comma list of node addresses, index = node rank (overrides [cluster].nodes)")
     d.add_argument("--dist-init-addr", help="HOST:PORT for the one server that spans several nodes")
     d.add_argument("--router-host", help="router bind address (overrides [router].host)")
-    d.add_argument("--router-port", type=int, help="router port (overrides [router].port)")
+    d.add_argument("--router-port", type=port, help="router port, 1-65535 (overrides [router].port)")
     d.add_argument("--no-router", action="store_true", help="pd mode without the router")
-    d.add_argument("--router-module", help="router entry module (default sglang_router.launch_router)")
+    d.add_argument("--router-module",
+                   help="router entry module, run as python -m (default sglang_router.launch_router); never imported "
+                   "by the validation")
 
     a = p.add_argument_group("pass-through (SGLang's own flags)")
-    a.add_argument("--prefill-args", action="append", default=[], metavar="ARGS", help="flags for every prefill server, e.g. \"--tp 4\"")
+    a.add_argument("--prefill-args", action="append", default=[], metavar="ARGS",
+                   help="flags for every prefill server, e.g. \"--tp 4\"")
     a.add_argument("--decode-args", action="append", default=[], metavar="ARGS", help="flags for every decode server")
-    a.add_argument("--router-args", action="append", default=[], metavar="ARGS", help="flags for the router, e.g. \"--policy cache_aware\"")
+    a.add_argument("--router-args", action="append", default=[], metavar="ARGS",
+                   help="flags for the router, e.g. \"--policy cache_aware\"")
     a.add_argument("sglang_args", nargs="*", metavar="-- SGLANG_ARGS", help="flags for every server (after --)")
 
     r = p.add_argument_group("run")
-    r.add_argument("--dry-run", action="store_true", help="print the exact commands and environment, then exit 0")
+    r.add_argument("--dry-run", action="store_true",
+                   help="print the exact commands and environment, then exit 0")
     r.add_argument("--all-nodes", action="store_true", help="with --dry-run: print every node's commands")
-    r.add_argument("--log-dir", help="per-child logs (default serve-logs/<time>)")
-    r.add_argument("--health-timeout", type=float, default=1800.0, help="seconds each phase may wait for /health (default 1800)")
-    r.add_argument("--grace-period", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL on shutdown (default 30)")
-    r.add_argument("--quiet-logs", action="store_true", help="do not stream child output (it is still written to the log dir)")
+    r.add_argument("--log-dir", help="per-child logs, a directory (default serve-logs/<time>)")
+    r.add_argument("--health-timeout", type=positive_seconds, default=1800.0,
+                   help="seconds each phase may wait for /health, > 0 (default 1800)")
+    r.add_argument("--grace-period", type=non_negative_seconds, default=30.0,
+                   help="seconds between SIGTERM and SIGKILL on shutdown, >= 0 (default 30)")
+    r.add_argument("--quiet-logs", action="store_true",
+                   help="do not stream child output (it is still written to the log dir)")
     r.add_argument("--python", default=sys.executable, help="interpreter for the children (default: this one)")
-    r.add_argument("--server-module", default="sglang.launch_server", help="server entry module (default sglang.launch_server)")
+    r.add_argument("--server-module", default="sglang.launch_server",
+                   help="server entry module, run as python -m (default sglang.launch_server)")
     p.set_defaults(func=run)
 
 
-def spec_from_args(args) -> StackSpec:
-    """The stack: preset (or defaults) with command-line overrides applied."""
+def _base_spec(args) -> StackSpec:
     if args.hicache_size is not None:
         raise PresetError(f"--hicache-size {args.hicache_size}: {HICACHE_SIZE_MESSAGE}")
     if args.preset:
         spec = load_preset(args.preset)
         if args.mode and args.mode != spec.mode:
             raise PresetError(f"--mode {args.mode} contradicts the preset's mode = {spec.mode!r} ({spec.source})")
-    else:
-        spec = default_spec(args.mode or "pd")
-        env = load_config()  # no preset: the shell's SGLANG_DSV4_* are the defaults
-        spec.ext_enabled, spec.index_k_dtype, spec.index_k_gate = env.enabled, env.index_k_dtype, env.gate
+        return spec
+    spec = default_spec(args.mode or "pd")
+    env = load_config()  # no preset: the shell's SGLANG_DSV4_* are the defaults
+    spec.ext_enabled, spec.index_k_dtype, spec.index_k_gate = env.enabled, env.index_k_dtype, env.gate
+    return spec
+
+
+def _apply_extension_flags(spec: StackSpec, args) -> None:
     if args.model_path:
         spec.model_path = args.model_path
     if args.index_k_dtype:
@@ -129,6 +223,9 @@ def spec_from_args(args) -> StackSpec:
         spec.index_k_gate = args.index_k_gate
     if args.no_extension:
         spec.ext_enabled = False
+
+
+def _apply_hicache_flags(spec: StackSpec, args) -> None:
     if args.hicache is not None:
         spec.hicache = args.hicache
     if args.hicache_ratio is not None:
@@ -139,12 +236,19 @@ def spec_from_args(args) -> StackSpec:
         if bad:
             raise PresetError(f"--hicache-roles: {bad[0]!r} is not a role; allowed: {', '.join(ROLES)}")
         spec.hicache_roles = roles
+
+
+def _apply_node_flags(spec: StackSpec, args) -> None:
     if args.transfer_backend:
         spec.transfer_backend = args.transfer_backend
     if args.node_hosts:
         hosts = [h.strip() for h in args.node_hosts.split(",") if h.strip()]
+        if not hosts:
+            raise PresetError(f"--node-hosts {args.node_hosts!r}: give a comma list of node addresses")
         if args.preset and len(spec.nodes) > 1 and len(hosts) != len(spec.nodes):
-            raise PresetError(f"--node-hosts gives {len(hosts)} addresses; the preset's cluster has {len(spec.nodes)} nodes")
+            raise PresetError(
+                f"--node-hosts gives {len(hosts)} addresses; the preset's cluster has {len(spec.nodes)} nodes"
+            )
         spec.nodes = hosts
     if args.dist_init_addr:
         spanning = [i for i in spec.servers() if len(i.nodes) > 1]
@@ -154,6 +258,9 @@ def spec_from_args(args) -> StackSpec:
                 "such servers: set dist_init_addr per server in the preset"
             )
         spanning[0].dist_init_addr = args.dist_init_addr
+
+
+def _apply_router_flags(spec: StackSpec, args) -> None:
     if args.router_host:
         spec.router.host = args.router_host
     if args.router_port is not None:
@@ -162,68 +269,138 @@ def spec_from_args(args) -> StackSpec:
         spec.router.enabled = False
     if args.router_module:
         spec.router.module = args.router_module
+
+
+def _apply_passthrough(spec: StackSpec, args) -> None:
     if spec.mode == "single" and (args.prefill_args or args.decode_args or args.router_args):
-        raise PresetError("--prefill-args/--decode-args/--router-args need pd mode; in single mode pass SGLang flags after --")
-    spec.role_args = {"prefill": _split(args.prefill_args, "--prefill-args"), "decode": _split(args.decode_args, "--decode-args")}
+        raise PresetError(
+            "--prefill-args/--decode-args/--router-args need pd mode; in single mode pass SGLang flags after --"
+        )
+    spec.role_args = {
+        "prefill": _split(args.prefill_args, "--prefill-args"),
+        "decode": _split(args.decode_args, "--decode-args"),
+    }
     spec.router_extra_args = _split(args.router_args, "--router-args")
-    spec.common_args = list(spec.common_args) + list(args.sglang_args or [])
+    spec.cli_common_args = list(args.sglang_args or [])
+
+
+def spec_from_args(args) -> StackSpec:
+    """The stack: preset (or defaults) with command-line overrides applied."""
+    spec = _base_spec(args)
+    _apply_extension_flags(spec, args)
+    _apply_hicache_flags(spec, args)
+    _apply_node_flags(spec, args)
+    _apply_router_flags(spec, args)
+    _apply_passthrough(spec, args)
     return spec
 
 
 def _env_notes(spec: StackSpec) -> List[str]:
     """Say when the shell's SGLANG_DSV4_* differ from what the children will get."""
+    notes = []
+    alias = os.environ.get(ENV_BF16_ALIAS)
+    if alias is not None:
+        notes.append(
+            f"this shell has {ENV_BF16_ALIAS}={alias}; the children do not inherit it (env -u): they run "
+            f"index-K {spec.index_k_dtype if spec.ext_enabled else '(extension off)'} as this stack says"
+        )
     try:
         env = load_config()
     except ConfigError as exc:
-        return [f"the shell's extension environment is invalid ({exc}); children get the stack's values instead"]
-    notes = []
-    if env.index_k_dtype != spec.index_k_dtype and os.environ.get("SGLANG_DSV4_INDEX_K_DTYPE"):
-        notes.append(f"shell has SGLANG_DSV4_INDEX_K_DTYPE={env.index_k_dtype}; children get {spec.index_k_dtype}")
-    if env.gate != spec.index_k_gate and os.environ.get("SGLANG_DSV4_INDEX_K_GATE"):
-        notes.append(f"shell has SGLANG_DSV4_INDEX_K_GATE={env.gate}; children get {spec.index_k_gate}")
+        return notes + [f"the shell's extension environment is invalid ({exc}); the children get the stack's values"]
+    if env.index_k_dtype != spec.index_k_dtype and os.environ.get(ENV_INDEX_K_DTYPE):
+        notes.append(f"shell has {ENV_INDEX_K_DTYPE}={env.index_k_dtype}; children get {spec.index_k_dtype}")
+    if env.gate != spec.index_k_gate and os.environ.get(ENV_GATE):
+        notes.append(f"shell has {ENV_GATE}={env.gate}; children get {spec.index_k_gate}")
     return notes
 
 
-def run(args) -> int:
-    from sglang_dsv4_ext.serving.launch_plan import build_plan, format_plan
-    from sglang_dsv4_ext.serving.validate import CommandLineError, SGLangArgs
+def check_python(python: str) -> str:
+    """The children's interpreter: an executable file (a bare name is looked up on PATH)."""
+    path = python if os.sep in python else shutil.which(python)
+    if not path or not os.path.exists(path):
+        raise PresetError(f"--python {python!r}: no such file; give the path of a Python interpreter")
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        raise PresetError(f"--python {python!r}: not an executable file")
+    return python
 
-    if args.list_presets:
-        for name in list_presets():
-            spec = load_preset(name)
-            print(f"{name:<48} {spec.description}")
-        return 0
+
+def prepare_log_dir(log_dir: Optional[str]) -> str:
+    """Create (or reuse) the log directory; error names --log-dir. Nothing in it is overwritten."""
+    log_dir = log_dir or os.path.join("serve-logs", time.strftime("%Y%m%d-%H%M%S"))
+    if os.path.exists(log_dir) and not os.path.isdir(log_dir):
+        raise PresetError(f"--log-dir {log_dir!r}: exists and is not a directory")
     try:
-        spec = spec_from_args(args)
-        sglang = SGLangArgs()
-        ranks = range(len(spec.nodes)) if (args.dry_run and args.all_nodes) else [args.node_rank]
-        plans = [build_plan(spec, rank, sglang, python=args.python, server_module=args.server_module) for rank in ranks]
-    except (PresetError, CommandLineError, ConfigError) as exc:
-        print(f"sglang-dsv4 serve: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        os.makedirs(log_dir, exist_ok=True)
+    except OSError as exc:
+        raise PresetError(f"--log-dir {log_dir!r}: cannot create it ({exc.strerror or exc})") from None
+    if not os.access(log_dir, os.W_OK | os.X_OK):
+        raise PresetError(f"--log-dir {log_dir!r}: not writable")
+    return log_dir
+
+
+def _list_presets() -> int:
+    for name in list_presets():
+        print(f"{name:<48} {load_preset(name).description}")
+    return exit_codes.OK
+
+
+def _error(message: str) -> int:
+    print(f"sglang-dsv4 serve: error: {message}", file=sys.stderr)
+    return exit_codes.USAGE
+
+
+def _plans(args):
+    from sglang_dsv4_ext.serving.launch_plan import build_plan
+    from sglang_dsv4_ext.serving.validate import SGLangArgs
+
+    if args.all_nodes and not args.dry_run:
+        raise PresetError("--all-nodes prints every node's commands and needs --dry-run; to start, run each node")
+    check_python(args.python)
+    spec = spec_from_args(args)
+    sglang = SGLangArgs()
+    ranks = range(len(spec.nodes)) if (args.dry_run and args.all_nodes) else [args.node_rank]
+    plans = [build_plan(spec, rank, sglang, python=args.python, server_module=args.server_module) for rank in ranks]
     for plan in plans:
         plan.notes = _env_notes(spec) + plan.notes
-    if args.dry_run:
-        print("\n\n".join(format_plan(p) for p in plans))
-        return 0
+    return spec, plans
+
+
+def _startable(spec: StackSpec, plan) -> Optional[str]:
+    """Why this node cannot start, or None."""
     placeholders = [h for h in spec.nodes if h.endswith(PLACEHOLDER_SUFFIX)]
     if placeholders:
-        print(
-            f"sglang-dsv4 serve: error: node address {placeholders[0]!r} is a placeholder; pass the real "
-            "addresses with --node-hosts (or edit [cluster].nodes in a copy of the preset)",
-            file=sys.stderr,
+        return (
+            f"node address {placeholders[0]!r} is a placeholder; pass the real addresses with --node-hosts "
+            "(or edit [cluster].nodes in a copy of the preset)"
         )
-        return EXIT_USAGE
-    plan = plans[0]
     if not plan.children:
-        print(f"sglang-dsv4 serve: error: node {plan.node_rank} runs nothing in this stack", file=sys.stderr)
-        return EXIT_USAGE
+        return f"node {plan.node_rank} runs nothing in this stack"
+    return None
+
+
+def run(args) -> int:
+    from sglang_dsv4_ext.errors import CommandLineError
+    from sglang_dsv4_ext.serving.launch_plan import format_plan
+
+    if args.list_presets:
+        return _list_presets()
+    try:
+        spec, plans = _plans(args)
+        if args.dry_run:
+            print("\n\n".join(format_plan(p) for p in plans))
+            return exit_codes.OK
+        plan = plans[0]
+        problem = _startable(spec, plan)
+        if problem:
+            return _error(problem)
+        log_dir = prepare_log_dir(args.log_dir)
+    except (PresetError, CommandLineError, ConfigError) as exc:
+        return _error(str(exc))
     from sglang_dsv4_ext.serving.supervise import Supervisor
 
-    log_dir = args.log_dir or os.path.join("serve-logs", time.strftime("%Y%m%d-%H%M%S"))
-    os.makedirs(log_dir, exist_ok=True)
-    with open(os.path.join(log_dir, "commands.sh"), "w") as f:
-        f.write(format_plan(plan) + "\n")
+    with open(os.path.join(log_dir, "commands.sh"), "a") as f:  # appended: a reused --log-dir keeps earlier runs
+        f.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')}\n" + format_plan(plan) + "\n")
     print(format_plan(plan))
     return Supervisor(
         plan.children,

@@ -8,17 +8,39 @@ transfers silently. Nothing here starts a process.
 
 from __future__ import annotations
 
+import math
+import os
 import shlex
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
-from sglang_dsv4_ext.config import ExtConfig
-from sglang_dsv4_ext.serving.preset import DEFAULT_DIST_PORT, HICACHE_SIZE_MESSAGE, Instance, PresetError, StackSpec
-from sglang_dsv4_ext.serving.validate import CommandLineError, SGLangArgs, check_router, gpus_per_node
+from sglang_dsv4_ext.config import ENV_BF16_ALIAS, ExtConfig
+from sglang_dsv4_ext.serving.preset import (
+    DEFAULT_DIST_PORT,
+    HICACHE_SIZE_MESSAGE,
+    PORT_RANGE,
+    Instance,
+    PresetError,
+    StackSpec,
+    env_entry_problem,
+)
+from sglang_dsv4_ext.serving.validate import (
+    CommandLineError,
+    SGLangArgs,
+    check_module_name,
+    check_router,
+    gpus_per_node,
+    locate_module,
+)
 
 SERVER_MODULE = "sglang.launch_server"
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+# Inherited variables removed from every child's environment. The stack sets
+# SGLANG_DSV4_EXT / _INDEX_K_DTYPE / _INDEX_K_GATE itself; the seed fork's alias
+# SGLANG_DSV4_BF16_INDEX_K would otherwise contradict them (an inherited =1 with an fp8
+# stack makes every child refuse to start), so the children never inherit it.
+UNSET_IN_CHILDREN = (ENV_BF16_ALIAS,)
 
 
 @dataclass
@@ -29,10 +51,18 @@ class ChildSpec:
     env: Dict[str, str]  # set on top of the inherited environment
     health_url: Optional[str]  # None: no HTTP server on this node (a non-first node of a server)
     node: int = 0
+    unset: List[str] = field(default_factory=list)  # removed from the inherited environment
+
+    def environment(self, inherited: Mapping[str, str]) -> Dict[str, str]:
+        """The child's complete environment when started from ``inherited``."""
+        env = {k: v for k, v in inherited.items() if k not in self.unset}
+        env.update(self.env)
+        return env
 
     def shell(self) -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return (f"env {env} " if env else "") + shlex.join(self.argv)
+        words = [f"-u {shlex.quote(k)}" for k in self.unset]
+        words += [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        return (f"env {' '.join(words)} " if words else "") + shlex.join(self.argv)
 
 
 @dataclass
@@ -61,42 +91,83 @@ def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def check_spec(spec: StackSpec, node_rank: int) -> None:
-    """Structural checks that need no SGLang; raise PresetError naming the problem."""
+def _check_stack(spec: StackSpec, node_rank: int) -> None:
     src = spec.source
     if not spec.model_path:
         raise PresetError(f"{src}: no model path: pass --model-path or set model_path in the preset")
     if spec.mode == "pd" and (not spec.prefill or not spec.decode):
         raise PresetError(f"{src}: pd mode needs at least one [[prefill]] and one [[decode]] server")
     if not 0 <= node_rank < len(spec.nodes):
-        raise PresetError(f"--node-rank {node_rank}: the cluster has {len(spec.nodes)} node(s) ({spec.nodes}); allowed 0..{len(spec.nodes) - 1}")
+        raise PresetError(
+            f"--node-rank {node_rank}: the cluster has {len(spec.nodes)} node(s) ({spec.nodes}); "
+            f"allowed 0..{len(spec.nodes) - 1}"
+        )
     if spec.hicache_ratio is not None and not spec.hicache:
         raise PresetError(f"{src}: --hicache-ratio {spec.hicache_ratio} needs HiCache on (--hicache)")
-    if spec.hicache_ratio is not None and spec.hicache_ratio <= 0:
-        raise PresetError(f"{src}: --hicache-ratio must be > 0, got {spec.hicache_ratio}")
+    if spec.hicache_ratio is not None and not (math.isfinite(spec.hicache_ratio) and spec.hicache_ratio > 0):
+        raise PresetError(f"{src}: --hicache-ratio {spec.hicache_ratio}: allowed: a finite number > 0")
+
+
+def _check_nodes(spec: StackSpec) -> None:
+    src, count = spec.source, len(spec.nodes)
+    for inst in spec.servers():
+        for n in inst.nodes:
+            if not 0 <= n < count:
+                raise PresetError(f"{src}: {inst.name} runs on node {n}, but [cluster].nodes has {count} entries")
+        if inst.base_gpu_id is not None and inst.base_gpu_id < 0:
+            raise PresetError(f"{src}: {inst.name} base_gpu_id {inst.base_gpu_id}: allowed: an integer >= 0")
+    if spec.mode == "pd" and spec.router.enabled and not 0 <= spec.router.node < count:
+        raise PresetError(f"{src}: router.node {spec.router.node} is not a node of the cluster ({count} nodes)")
+
+
+def _check_ports(spec: StackSpec) -> None:
+    src = spec.source
     used: Dict[Tuple[int, int], str] = {}
 
     def claim(node: int, port: int, what: str):
+        if not PORT_RANGE[0] <= port <= PORT_RANGE[1]:
+            raise PresetError(f"{src}: {what} port {port}: allowed range {PORT_RANGE[0]}-{PORT_RANGE[1]}")
         if (node, port) in used:
             raise PresetError(f"{src}: port {port} on node {node} is used by both {used[(node, port)]} and {what}")
         used[(node, port)] = what
 
     for inst in spec.servers():
-        for n in inst.nodes:
-            if not 0 <= n < len(spec.nodes):
-                raise PresetError(f"{src}: {inst.name} runs on node {n}, but [cluster].nodes has {len(spec.nodes)} entries")
         claim(inst.nodes[0], inst.port, f"{inst.name} (HTTP)")
         if inst.bootstrap_port is not None:
             claim(inst.nodes[0], inst.bootstrap_port, f"{inst.name} (bootstrap)")
     if spec.mode == "pd" and spec.router.enabled:
-        if not 0 <= spec.router.node < len(spec.nodes):
-            raise PresetError(f"{src}: router.node {spec.router.node} is not a node of the cluster ({len(spec.nodes)} nodes)")
         claim(spec.router.node, spec.router.port, "router")
 
 
-def _server_argv(spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: int, python: str, server_module: str) -> Tuple[List[str], List[Tuple[str, List[str]]]]:
+def _check_env(spec: StackSpec) -> None:
+    tables = [("common.env", spec.common_env)] + [(f"{i.name} env", i.env) for i in spec.servers()]
+    for where, env in tables:
+        for name, value in env.items():
+            problem = env_entry_problem(name, value)
+            if problem:
+                raise PresetError(f"{spec.source}: {where}: {problem}")
+
+
+def check_spec(spec: StackSpec, node_rank: int) -> None:
+    """Structural checks that need no SGLang; raise PresetError naming the problem.
+
+    The preset schema already refuses most of these; a spec built or changed in code
+    (command-line overrides) is checked again here.
+    """
+    _check_stack(spec, node_rank)
+    _check_nodes(spec)
+    _check_ports(spec)
+    _check_env(spec)
+    passthrough = spec.common_args + spec.cli_common_args + [a for inst in spec.servers() for a in inst.args]
+    if any("--hicache-size" == a.split("=", 1)[0] for a in passthrough):
+        raise CommandLineError(f"--hicache-size: {HICACHE_SIZE_MESSAGE}")
+
+
+def _server_argv(spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: int, python: str,
+                 server_module: str) -> Tuple[List[str], List[Tuple[str, List[str]]]]:
     """(full argv, pass-through sources) for one server on this node."""
-    ours = ["--model-path", spec.model_path, "--host", inst.host, "--port", str(inst.port), "--base-gpu-id", str(base_gpu_id)]
+    ours = ["--model-path", spec.model_path, "--host", inst.host, "--port", str(inst.port),
+            "--base-gpu-id", str(base_gpu_id)]
     if inst.role in ("prefill", "decode"):
         ours += ["--disaggregation-mode", inst.role, "--disaggregation-transfer-backend", spec.transfer_backend]
         if inst.bootstrap_port is not None:
@@ -111,16 +182,113 @@ def _server_argv(spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: i
         ours.append("--enable-deepseek-v4-fp4-indexer")
     if len(inst.nodes) > 1:
         dist = inst.dist_init_addr or f"{spec.nodes[inst.nodes[0]]}:{DEFAULT_DIST_PORT}"
-        ours += ["--nnodes", str(len(inst.nodes)), "--node-rank", str(inst.nodes.index(node_rank)), "--dist-init-addr", dist]
+        ours += ["--nnodes", str(len(inst.nodes)), "--node-rank", str(inst.nodes.index(node_rank)),
+                 "--dist-init-addr", dist]
     role_args = spec.role_args.get(inst.role, [])
     sources = [
-        ("common args ([common].args / after --)", list(spec.common_args)),
+        ("[common].args", list(spec.common_args)),
+        ("the args after --", list(spec.cli_common_args)),
         (f"{inst.name} args (preset)", list(inst.args)),
     ]
     if role_args:
         sources.append((f"--{inst.role}-args", list(role_args)))
     passthrough = [a for _, args in sources for a in args]
     return [python, "-m", server_module] + ours + passthrough, sources
+
+
+class _GpuLayout:
+    """Every server of every node, so a node's layout does not depend on which node is asking.
+
+    Servers without base_gpu_id take the next free GPUs of their node; overlaps are errors.
+    """
+
+    def __init__(self, source: str):
+        self.source = source
+        self.next_free: Dict[int, int] = {}
+        self.taken: Dict[int, List[Tuple[int, int, str]]] = {}
+
+    def claim(self, inst: Instance, node: int, width: int) -> int:
+        base = inst.base_gpu_id if inst.base_gpu_id is not None else self.next_free.get(node, 0)
+        for lo, hi, other in self.taken.get(node, []):
+            if base < hi and lo < base + width:
+                raise PresetError(
+                    f"{self.source}: {inst.name} would use GPUs {base}-{base + width - 1} on node {node}, "
+                    f"overlapping {other} (GPUs {lo}-{hi - 1}); set base_gpu_id"
+                )
+        self.taken.setdefault(node, []).append((base, base + width, inst.name))
+        self.next_free[node] = max(self.next_free.get(node, 0), base + width)
+        return base
+
+
+def _router_runs_on(spec: StackSpec, node_rank: int) -> bool:
+    return spec.mode == "pd" and spec.router.enabled and spec.router.node == node_rank
+
+
+def _add_servers(plan: Plan, sglang: SGLangArgs, python: str, server_module: str) -> None:
+    spec, node_rank = plan.spec, plan.node_rank
+    layout = _GpuLayout(spec.source)
+    for inst in spec.servers():
+        argv0, sources = _server_argv(spec, inst, inst.nodes[0], 0, python, server_module)
+        sglang.check_sources(sources, inst.name)
+        width = gpus_per_node(sglang.parse_full(argv0[3:], inst.name), len(inst.nodes))
+        for n in inst.nodes:
+            base = layout.claim(inst, n, width)
+            if n != node_rank:
+                continue
+            argv, _ = _server_argv(spec, inst, node_rank, base, python, server_module)
+            sglang.parse_full(argv[3:], inst.name)
+            health = _url(_local_health_host(inst.host), inst.port) + "/health" if n == inst.nodes[0] else None
+            env = dict(spec.common_env)
+            env.update(inst.env)
+            env.update(plan.ext_env)  # ours last (the schema already refuses a preset env that sets them)
+            child = ChildSpec(inst.name, inst.role, argv, env, health, node=n, unset=list(UNSET_IN_CHILDREN))
+            plan.children.append(child)
+        if _router_runs_on(spec, node_rank) and inst.nodes[0] != node_rank:
+            # Its HTTP server runs on its first node, elsewhere; the router waits for it.
+            plan.remote_health.append((inst.name, _url(_addr(spec, inst), inst.port) + "/health"))
+
+
+def _router_child(plan: Plan, python: str, validate_router: bool) -> ChildSpec:
+    spec, r = plan.spec, plan.spec.router
+    generated = ["--pd-disaggregation"]
+    for inst in spec.prefill:
+        bootstrap = str(inst.bootstrap_port) if inst.bootstrap_port is not None else "none"
+        generated += ["--prefill", _url(_addr(spec, inst), inst.port), bootstrap]
+    for inst in spec.decode:
+        generated += ["--decode", _url(_addr(spec, inst), inst.port)]
+    generated += ["--host", r.host, "--port", str(r.port)]
+    router_user = list(r.args) + list(spec.router_extra_args)
+    full = generated + router_user
+    if validate_router:
+        note = check_router(r.module, full, router_user)
+        if note:
+            plan.notes.append(note)
+    env = dict(spec.common_env)
+    env.update(plan.ext_env)
+    health = _url(_local_health_host(r.host), r.port) + "/health"
+    return ChildSpec("router", "router", [python, "-m", r.module] + full, env, health, node=r.node,
+                     unset=list(UNSET_IN_CHILDREN))
+
+
+def _check_modules(plan: Plan, python: str) -> None:
+    """Each child's ``-m`` module exists for the children's interpreter; nothing is imported.
+
+    Looked up on the child's PYTHONPATH, then this interpreter's sys.path. For another
+    interpreter (--python) the lookup would answer for the wrong one: a note says so.
+    """
+    for child in plan.children:
+        module, flag = child.argv[2], "--router-module" if child.role == "router" else "--server-module"
+        check_module_name(module, flag)
+        if python != sys.executable:
+            continue
+        paths = [p for p in child.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", "")).split(os.pathsep) if p]
+        if not locate_module(module, paths):
+            raise CommandLineError(
+                f"{flag} {module!r}: no such module for {python} (searched the child's PYTHONPATH and sys.path); "
+                f"{child.name} could not start"
+            )
+    if python != sys.executable and plan.children:
+        plan.notes.append(f"--python {python}: the child modules were not looked up (another interpreter)")
 
 
 def build_plan(
@@ -133,66 +301,13 @@ def build_plan(
 ) -> Plan:
     """Build and validate every child command line for ``node_rank``."""
     check_spec(spec, node_rank)
-    if any("--hicache-size" == a.split("=", 1)[0] for a in spec.common_args + [x for i in spec.servers() for x in i.args]):
-        raise CommandLineError(f"--hicache-size: {HICACHE_SIZE_MESSAGE}")
     sglang = sglang or SGLangArgs()
-    ext = ExtConfig(enabled=spec.ext_enabled, index_k_dtype=spec.index_k_dtype, gate=spec.index_k_gate)
-    ext_env = ext.to_env()
+    ext_env = ExtConfig(enabled=spec.ext_enabled, index_k_dtype=spec.index_k_dtype, gate=spec.index_k_gate).to_env()
     plan = Plan(spec=spec, node_rank=node_rank, children=[], ext_env=ext_env)
-
-    # GPU layout: every server of every node, so a node's layout does not depend on which
-    # node is asking. Servers without base_gpu_id take the next free GPUs of their node.
-    next_free: Dict[int, int] = {}
-    taken: Dict[int, List[Tuple[int, int, str]]] = {}
-    for inst in spec.servers():
-        argv0, sources = _server_argv(spec, inst, inst.nodes[0], 0, python, server_module)
-        sglang.check_sources(sources, inst.name)
-        ns = sglang.parse_full(argv0[3:], inst.name)
-        width = gpus_per_node(ns, len(inst.nodes))
-        for n in inst.nodes:
-            base = inst.base_gpu_id if inst.base_gpu_id is not None else next_free.get(n, 0)
-            for lo, hi, other in taken.get(n, []):
-                if base < hi and lo < base + width:
-                    raise PresetError(
-                        f"{spec.source}: {inst.name} would use GPUs {base}-{base + width - 1} on node {n}, "
-                        f"overlapping {other} (GPUs {lo}-{hi - 1}); set base_gpu_id"
-                    )
-            taken.setdefault(n, []).append((base, base + width, inst.name))
-            next_free[n] = max(next_free.get(n, 0), base + width)
-            if n != node_rank:
-                continue
-            argv, _ = _server_argv(spec, inst, node_rank, base, python, server_module)
-            sglang.parse_full(argv[3:], inst.name)
-            first = n == inst.nodes[0]
-            health = _url(_local_health_host(inst.host), inst.port) + "/health" if first else None
-            env = dict(spec.common_env)
-            env.update(inst.env)
-            env.update(ext_env)  # ours last: a preset env cannot contradict the flags
-            plan.children.append(ChildSpec(inst.name, inst.role, argv, env, health, node=n))
-        router_here = spec.mode == "pd" and spec.router.enabled and spec.router.node == node_rank
-        if router_here and inst.nodes[0] != node_rank:
-            # Its HTTP server runs on its first node, elsewhere; the router waits for it.
-            plan.remote_health.append((inst.name, _url(_addr(spec, inst), inst.port) + "/health"))
-
-    if spec.mode == "pd" and spec.router.enabled and spec.router.node == node_rank:
-        r = spec.router
-        generated = ["--pd-disaggregation"]
-        for inst in spec.prefill:
-            generated += ["--prefill", _url(_addr(spec, inst), inst.port), str(inst.bootstrap_port) if inst.bootstrap_port is not None else "none"]
-        for inst in spec.decode:
-            generated += ["--decode", _url(_addr(spec, inst), inst.port)]
-        generated += ["--host", r.host, "--port", str(r.port)]
-        router_user = list(r.args) + list(spec.router_extra_args)
-        full = generated + router_user
-        if validate_router:
-            note = check_router(r.module, full, router_user)
-            if note:
-                plan.notes.append(note)
-        env = dict(spec.common_env)
-        env.update(ext_env)
-        plan.children.append(
-            ChildSpec("router", "router", [python, "-m", r.module] + full, env, _url(_local_health_host(r.host), r.port) + "/health", node=r.node)
-        )
+    _add_servers(plan, sglang, python, server_module)
+    if _router_runs_on(spec, node_rank):
+        plan.children.append(_router_child(plan, python, validate_router))
+    _check_modules(plan, python)
     if not plan.children:
         plan.notes.append(f"node {node_rank} runs nothing in this stack")
     return plan
@@ -203,12 +318,14 @@ def format_plan(plan: Plan) -> str:
     lines = [
         f"# stack: {spec.description or spec.source} (mode {spec.mode}, node {plan.node_rank} of {len(spec.nodes)})",
         "# extension environment in every child: " + " ".join(f"{k}={v}" for k, v in sorted(plan.ext_env.items())),
-        "# each child inherits the rest of this shell's environment",
+        "# each child inherits the rest of this shell's environment"
+        + (f", except {', '.join(UNSET_IN_CHILDREN)} (env -u)" if plan.children else ""),
     ]
     for note in plan.notes:
         lines.append(f"# note: {note}")
     for c in plan.children:
-        lines.append(f"\n# {c.name} (node {c.node})" + (f", health: {c.health_url}" if c.health_url else ", no HTTP endpoint on this node"))
+        where = f", health: {c.health_url}" if c.health_url else ", no HTTP endpoint on this node"
+        lines.append(f"\n# {c.name} (node {c.node}){where}")
         lines.append(c.shell())
     for name, url in plan.remote_health:
         lines.append(f"\n# waits for {name} on another node: {url}")

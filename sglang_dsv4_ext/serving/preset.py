@@ -1,6 +1,7 @@
 """Presets: readable TOML files that describe a stack, loaded into :class:`StackSpec`.
 
-Schema (every key optional unless noted; unknown keys are errors, so typos surface)::
+Schema (every key optional; unknown keys are errors, so typos surface; the pydantic models
+below are the schema, and an error names the key in one line)::
 
     description = "one line"
     mode = "pd"                      # "pd" (prefill + decode + router) | "single"
@@ -50,11 +51,22 @@ Schema (every key optional unless noted; unknown keys are errors, so typos surfa
 
 from __future__ import annotations
 
+import math
 import os
+import typing
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Annotated, Dict, List, Literal, Optional
 
-from sglang_dsv4_ext.config import GATE_MODES, INDEX_K_DTYPES
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sglang_dsv4_ext.config import (
+    ENV_BF16_ALIAS,
+    ENV_GATE,
+    ENV_INDEX_K_DTYPE,
+    ENV_KILL_SWITCH,
+    GATE_MODES,
+    INDEX_K_DTYPES,
+)
 from sglang_dsv4_ext.errors import PresetError
 
 PRESET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets")
@@ -62,6 +74,11 @@ MODES = ("pd", "single")
 ROLES = ("prefill", "decode")
 DEFAULT_ROUTER_MODULE = "sglang_router.launch_router"
 DEFAULT_DIST_PORT = 5757
+HICACHE_SIZE_MESSAGE = (
+    "SGLang 0.5.23 rejects --hicache-size for DeepSeek-V4: the host pools are sized from the device "
+    "pool (hybrid_pool_assembler._deepseek_v4_num_host_pages). Use --hicache-ratio instead "
+    "(host pages = device pages x ratio; SGLang's default is 2)."
+)
 
 
 
@@ -108,6 +125,7 @@ class StackSpec:
     transfer_backend: str = "nixl"
     nodes: List[str] = field(default_factory=lambda: ["127.0.0.1"])
     common_args: List[str] = field(default_factory=list)
+    cli_common_args: List[str] = field(default_factory=list)  # SGLang flags after "--" (every server)
     common_env: Dict[str, str] = field(default_factory=dict)
     prefill: List[Instance] = field(default_factory=list)
     decode: List[Instance] = field(default_factory=list)
@@ -147,161 +165,295 @@ def resolve_preset_path(name_or_path: str) -> str:
         return name_or_path
     path = os.path.join(PRESET_DIR, name_or_path + ".toml")
     if not os.path.isfile(path):
-        raise PresetError(f"--preset {name_or_path!r} is not a shipped preset; shipped: {', '.join(list_presets()) or '(none)'}")
+        shipped = ", ".join(list_presets()) or "(none)"
+        raise PresetError(f"--preset {name_or_path!r} is not a shipped preset; shipped: {shipped}")
     return path
 
 
-class _Table:
-    """Typed access to one TOML table that reports the exact key on error."""
+# ----------------------------------------------------------------------------- schema
+# The preset file's schema as pydantic models: strict types (no "4" for 4, no true for 1) and
+# extra="forbid" (a typo is an unknown key). Checks that need several keys at once live in
+# spec_from_dict; every error is turned into one line naming the key (see _preset_error).
 
-    def __init__(self, data: dict, where: str, source: str):
-        if not isinstance(data, dict):
-            raise PresetError(f"{source}: [{where}] must be a table")
-        self.data, self.where, self.source = data, where, source
-        self.used = set()
-
-    def _name(self, key):
-        return f"{self.source}: {self.where + '.' if self.where else ''}{key}"
-
-    def get(self, key, types, default=None, choices=None):
-        self.used.add(key)
-        if key not in self.data:
-            return default
-        value = self.data[key]
-        if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-            raise PresetError(f"{self._name(key)} = {value!r}: expected {types}")
-        if not isinstance(value, types):
-            raise PresetError(f"{self._name(key)} = {value!r}: expected {getattr(types, '__name__', types)}")
-        if choices is not None and value not in choices:
-            raise PresetError(f"{self._name(key)} = {value!r}: allowed values: {', '.join(map(repr, choices))}")
-        return value
-
-    def str_list(self, key, default=None):
-        value = self.get(key, list, default)
-        if value is not None and not all(isinstance(v, str) for v in value):
-            raise PresetError(f"{self._name(key)}: every element must be a string (write numbers as \"4\")")
-        return list(value) if value is not None else None
-
-    def int_list(self, key, default=None):
-        value = self.get(key, list, default)
-        if value is not None and (not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
-            raise PresetError(f"{self._name(key)}: must be a non-empty list of node ranks (integers)")
-        return list(value) if value is not None else None
-
-    def str_dict(self, key):
-        value = self.get(key, dict, {})
-        bad = [k for k, v in value.items() if not isinstance(v, str)]
-        if bad:
-            raise PresetError(f"{self._name(key)}.{bad[0]}: environment values must be strings")
-        return dict(value)
-
-    def finish(self):
-        unknown = set(self.data) - self.used
-        if unknown:
-            raise PresetError(f"{self._name(sorted(unknown)[0])}: unknown key; known keys here: {', '.join(sorted(self.used))}")
+PORT_RANGE = (1, 65535)
+# Variables a preset's env table may not set: [extension] sets them in every child.
+EXTENSION_ENV = (ENV_KILL_SWITCH, ENV_INDEX_K_DTYPE, ENV_BF16_ALIAS, ENV_GATE)
 
 
-def _instance(table: dict, role: str, index: int, where: str, source: str, defaults: Instance) -> Instance:
-    t = _Table(table, where, source)
-    nodes = t.int_list("nodes", None)
-    node = t.get("node", int, None)
-    if nodes is not None and node is not None:
+def _port(value: int) -> int:
+    if not PORT_RANGE[0] <= value <= PORT_RANGE[1]:
+        raise ValueError(f"allowed range {PORT_RANGE[0]}-{PORT_RANGE[1]}")
+    return value
+
+
+def _non_negative(value: int) -> int:
+    if value < 0:
+        raise ValueError("allowed: an integer >= 0")
+    return value
+
+
+def _ratio(value: float) -> float:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError("allowed: a finite number > 0")
+    return float(value)
+
+
+def _module_name(value: str) -> str:
+    if not value or not all(part.isidentifier() for part in value.split(".")):
+        raise ValueError("not a module name (dotted Python identifiers, e.g. pkg.module)")
+    return value
+
+
+def env_entry_problem(name: str, value: str) -> Optional[str]:
+    """Why ``name=value`` cannot be passed to a child process, or None (execve's rules)."""
+    if not name:
+        return "an environment variable name cannot be empty"
+    if "=" in name or "\0" in name:
+        what = "'='" if "=" in name else "a NUL byte"
+        return f"environment variable name {name!r} contains {what}"
+    if "\0" in value:
+        return f"the value of {name} contains a NUL byte"
+    if name in EXTENSION_ENV:
+        return f"{name} is set by the [extension] table in every child; set [extension] instead"
+    return None
+
+
+def _env_table(value: Dict[str, str]) -> Dict[str, str]:
+    for name, text in value.items():
+        problem = env_entry_problem(name, text)
+        if problem:
+            raise ValueError(problem)
+    return value
+
+
+Port = Annotated[int, AfterValidator(_port)]
+NodeRank = Annotated[int, AfterValidator(_non_negative)]
+GpuId = Annotated[int, AfterValidator(_non_negative)]
+Ratio = Annotated[float, AfterValidator(_ratio)]
+ModuleName = Annotated[str, AfterValidator(_module_name)]
+EnvTable = Annotated[Dict[str, str], AfterValidator(_env_table)]
+
+
+class _Schema(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ExtensionTable(_Schema):
+    enabled: bool = True
+    index_k_dtype: Literal[INDEX_K_DTYPES] = "fp8"
+    index_k_gate: Literal[GATE_MODES] = "auto"
+
+
+class HiCacheTable(_Schema):
+    enabled: bool = False
+    ratio: Optional[Ratio] = None
+    roles: List[Literal[ROLES]] = Field(default_factory=lambda: ["prefill"])
+    size: Optional[object] = None  # refused with the reason (HICACHE_SIZE_MESSAGE)
+
+    @field_validator("size")
+    @classmethod
+    def _no_size(cls, value):
+        raise ValueError(HICACHE_SIZE_MESSAGE)
+
+
+class PdTable(_Schema):
+    transfer_backend: str = "nixl"
+
+
+class ClusterTable(_Schema):
+    nodes: List[str] = Field(default_factory=lambda: ["127.0.0.1"])
+
+
+class CommonTable(_Schema):
+    args: List[str] = Field(default_factory=list)
+    env: EnvTable = Field(default_factory=dict)
+
+
+class ServerTable(_Schema):
+    node: Optional[NodeRank] = None
+    nodes: Optional[List[NodeRank]] = None
+    dist_init_addr: Optional[str] = None
+    host: Optional[str] = None
+    port: Optional[Port] = None
+    bootstrap_port: Optional[Port] = None
+    base_gpu_id: Optional[GpuId] = None
+    args: List[str] = Field(default_factory=list)
+    env: EnvTable = Field(default_factory=dict)
+
+
+class RouterTable(_Schema):
+    enabled: bool = True
+    node: NodeRank = 0
+    host: str = "127.0.0.1"
+    port: Port = 8000
+    module: ModuleName = DEFAULT_ROUTER_MODULE
+    args: List[str] = Field(default_factory=list)
+
+
+class PresetFile(_Schema):
+    description: str = ""
+    mode: Literal[MODES] = "pd"
+    model_path: Optional[str] = None
+    extension: ExtensionTable = Field(default_factory=ExtensionTable)
+    hicache: HiCacheTable = Field(default_factory=HiCacheTable)
+    pd: PdTable = Field(default_factory=PdTable)
+    cluster: ClusterTable = Field(default_factory=ClusterTable)
+    common: CommonTable = Field(default_factory=CommonTable)
+    prefill: List[ServerTable] = Field(default_factory=list)
+    decode: List[ServerTable] = Field(default_factory=list)
+    single: Optional[ServerTable] = None
+    router: RouterTable = Field(default_factory=RouterTable)
+
+
+_EXPECTED = {
+    "string_type": 'a string (quote numbers: "4")',
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "list_type": "a list (an array of tables is written [[name]])",
+    "dict_type": "a table",
+    "model_type": "a table",
+}
+
+
+def _where(loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (("." if out else "") + str(part))
+    return out
+
+
+def _model_at(loc) -> Optional[type]:
+    """The schema model that holds the last key of ``loc`` (None inside a plain dict)."""
+    model = PresetFile
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if model else None
+        if field is None:
+            return None
+        inner = [t for t in _flat_types(field.annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
+        model = inner[0] if inner else None
+    return model
+
+
+def _flat_types(annotation) -> List[object]:
+    args = typing.get_args(annotation)
+    return [annotation] if not args else [t for a in args for t in _flat_types(a)] + [annotation]
+
+
+def _allowed_values(loc) -> List[object]:
+    while loc and isinstance(loc[-1], int):  # an element of a list: the list's field
+        loc = loc[:-1]
+    model = _model_at(loc)
+    field = model.model_fields.get(loc[-1]) if model else None
+    if field is None:
+        return []
+    literals = [t for t in _flat_types(field.annotation) if typing.get_origin(t) is Literal]
+    return list(typing.get_args(literals[0])) if literals else []
+
+
+def _preset_error(exc: ValidationError, source: str) -> PresetError:
+    """One line naming the key (the first problem pydantic found), never pydantic's dump."""
+    err = exc.errors(include_url=False)[0]
+    loc, kind, value = err["loc"], err["type"], err.get("input")
+    where = f"{source}: {_where(loc)}"
+    if kind == "extra_forbidden":
+        model = _model_at(loc)
+        known = ", ".join(model.model_fields) if model else ""
+        return PresetError(f"{where}: unknown key; known keys here: {known}")
+    if kind == "literal_error":
+        allowed = ", ".join(map(repr, _allowed_values(loc)))
+        return PresetError(f"{where} = {value!r}: allowed values: {allowed}")
+    if kind in _EXPECTED:
+        return PresetError(f"{where} = {value!r}: expected {_EXPECTED[kind]}")
+    reason = err.get("ctx", {}).get("error", err["msg"])
+    shown = f" = {value!r}" if isinstance(value, (int, float, str)) else ""
+    return PresetError(f"{where}{shown}: {reason}")
+
+
+# ----------------------------------------------------------------------------- loading
+
+def _instance(table: ServerTable, role: str, index: int, where: str, source: str) -> Instance:
+    defaults = default_instance(role, index)
+    if table.nodes is not None and table.node is not None:
         raise PresetError(f"{source}: {where}: give 'node' or 'nodes', not both")
-    inst = Instance(
+    if table.nodes is not None and not table.nodes:
+        raise PresetError(f"{source}: {where}.nodes: must be a non-empty list of node ranks (integers)")
+    if role != "prefill" and table.bootstrap_port is not None:
+        raise PresetError(f"{source}: {where}.bootstrap_port: only prefill servers have a bootstrap port")
+    nodes = table.nodes if table.nodes is not None else [table.node or 0]
+    if len(set(nodes)) != len(nodes):
+        raise PresetError(f"{source}: {where}.nodes lists a node twice: {nodes}")
+    return Instance(
         role=role,
         index=index,
-        nodes=nodes if nodes is not None else [node if node is not None else 0],
-        dist_init_addr=t.get("dist_init_addr", str, None),
-        host=t.get("host", str, defaults.host),
-        port=t.get("port", int, defaults.port),
-        bootstrap_port=t.get("bootstrap_port", int, defaults.bootstrap_port) if role == "prefill" else None,
-        base_gpu_id=t.get("base_gpu_id", int, None),
-        args=t.str_list("args", []),
-        env=t.str_dict("env"),
+        nodes=list(nodes),
+        dist_init_addr=table.dist_init_addr,
+        host=table.host if table.host is not None else defaults.host,
+        port=table.port if table.port is not None else defaults.port,
+        bootstrap_port=(table.bootstrap_port if table.bootstrap_port is not None else defaults.bootstrap_port)
+        if role == "prefill" else None,
+        base_gpu_id=table.base_gpu_id,
+        args=list(table.args),
+        env=dict(table.env),
     )
-    if role != "prefill" and "bootstrap_port" in table:
-        raise PresetError(f"{source}: {where}.bootstrap_port: only prefill servers have a bootstrap port")
-    if len(set(inst.nodes)) != len(inst.nodes):
-        raise PresetError(f"{source}: {where}.nodes lists a node twice: {inst.nodes}")
-    t.finish()
-    return inst
 
 
 def load_preset(name_or_path: str) -> StackSpec:
     path = resolve_preset_path(name_or_path)
-    with open(path, "rb") as f:
-        try:
-            data = _toml().load(f)
-        except Exception as exc:  # tomllib.TOMLDecodeError
-            raise PresetError(f"{path}: not valid TOML: {exc}")
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError as exc:
+        raise PresetError(f"--preset {name_or_path!r}: cannot read {path} ({exc.strerror or exc})") from None
+    try:
+        data = _toml().loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, _toml().TOMLDecodeError) as exc:
+        raise PresetError(f"{path}: not valid TOML: {exc}") from None
     return spec_from_dict(data, path)
 
 
-def spec_from_dict(data: dict, source: str) -> StackSpec:
-    top = _Table(data, "", source)
-    spec = StackSpec(source=source)
-    spec.description = top.get("description", str, "")
-    spec.mode = top.get("mode", str, "pd", MODES)
-    spec.model_path = top.get("model_path", str, None)
-
-    ext = _Table(top.get("extension", dict, {}), "extension", source)
-    spec.ext_enabled = ext.get("enabled", bool, True)
-    spec.index_k_dtype = ext.get("index_k_dtype", str, "fp8", INDEX_K_DTYPES)
-    spec.index_k_gate = ext.get("index_k_gate", str, "auto", GATE_MODES)
-    ext.finish()
-
-    hic = _Table(top.get("hicache", dict, {}), "hicache", source)
-    spec.hicache = hic.get("enabled", bool, False)
-    ratio = hic.get("ratio", (int, float), None)
-    spec.hicache_ratio = float(ratio) if ratio is not None else None
-    if "size" in hic.data:
-        raise PresetError(f"{source}: hicache.size: {HICACHE_SIZE_MESSAGE}")
-    roles = hic.str_list("roles", ["prefill"])
-    for r in roles:
-        if r not in ROLES:
-            raise PresetError(f"{source}: hicache.roles: {r!r} is not a role; allowed: {', '.join(ROLES)}")
-    spec.hicache_roles = roles
-    hic.finish()
-
-    pd = _Table(top.get("pd", dict, {}), "pd", source)
-    spec.transfer_backend = pd.get("transfer_backend", str, "nixl")
-    pd.finish()
-
-    cluster = _Table(top.get("cluster", dict, {}), "cluster", source)
-    spec.nodes = cluster.str_list("nodes", ["127.0.0.1"])
-    if not spec.nodes:
-        raise PresetError(f"{source}: cluster.nodes must list at least one node address")
-    cluster.finish()
-
-    common = _Table(top.get("common", dict, {}), "common", source)
-    spec.common_args = common.str_list("args", [])
-    spec.common_env = common.str_dict("env")
-    common.finish()
-
+def _servers_from(preset: PresetFile, spec: StackSpec, source: str) -> None:
     for role in ROLES:
-        tables = top.get(role, list, [])
+        tables = getattr(preset, role)
         if spec.mode == "single" and tables:
             raise PresetError(f"{source}: [[{role}]] tables need mode = \"pd\"")
         for i, table in enumerate(tables):
-            default = default_instance(role, i)
-            getattr(spec, role).append(_instance(table, role, i, f"{role}[{i}]", source, default))
-    single = top.get("single", dict, None)
+            getattr(spec, role).append(_instance(table, role, i, f"{role}[{i}]", source))
     if spec.mode == "single":
-        spec.single = _instance(single or {}, "single", 0, "single", source, default_instance("single", 0))
-    elif single is not None:
+        spec.single = _instance(preset.single or ServerTable(), "single", 0, "single", source)
+    elif preset.single is not None:
         raise PresetError(f"{source}: [single] needs mode = \"single\"")
 
-    router = _Table(top.get("router", dict, {}), "router", source)
-    spec.router = RouterSpec(
-        enabled=router.get("enabled", bool, True),
-        node=router.get("node", int, 0),
-        host=router.get("host", str, "127.0.0.1"),
-        port=router.get("port", int, 8000),
-        module=router.get("module", str, DEFAULT_ROUTER_MODULE),
-        args=router.str_list("args", []),
+
+def spec_from_dict(data: dict, source: str) -> StackSpec:
+    """Validate a preset's contents against the schema and build the stack it describes."""
+    try:
+        preset = PresetFile.model_validate(data)
+    except ValidationError as exc:
+        raise _preset_error(exc, source) from None
+    if not preset.cluster.nodes:
+        raise PresetError(f"{source}: cluster.nodes must list at least one node address")
+    ext, hic, router = preset.extension, preset.hicache, preset.router
+    spec = StackSpec(
+        source=source,
+        description=preset.description,
+        mode=preset.mode,
+        model_path=preset.model_path,
+        ext_enabled=ext.enabled,
+        index_k_dtype=ext.index_k_dtype,
+        index_k_gate=ext.index_k_gate,
+        hicache=hic.enabled,
+        hicache_ratio=hic.ratio,
+        hicache_roles=list(hic.roles),
+        transfer_backend=preset.pd.transfer_backend,
+        nodes=list(preset.cluster.nodes),
+        common_args=list(preset.common.args),
+        common_env=dict(preset.common.env),
+        router=RouterSpec(router.enabled, router.node, router.host, router.port, router.module, list(router.args)),
     )
-    router.finish()
-    top.finish()
+    _servers_from(preset, spec, source)
     return spec
 
 
@@ -325,11 +477,6 @@ def default_spec(mode: str) -> StackSpec:
     return spec
 
 
-HICACHE_SIZE_MESSAGE = (
-    "SGLang 0.5.23 rejects --hicache-size for DeepSeek-V4: the host pools are sized from the device "
-    "pool (hybrid_pool_assembler._deepseek_v4_num_host_pages). Use --hicache-ratio instead "
-    "(host pages = device pages x ratio; SGLang's default is 2)."
-)
 
 __all__ = [
     "Instance",

@@ -1,11 +1,22 @@
 """Start the children, wait for health, tee their logs, stop everything cleanly.
 
-Each child runs in its own process group (``start_new_session``), so stopping it also
-stops what it spawned (SGLang's scheduler, detokenizer and TP workers) and a terminal
-Ctrl-C reaches only this supervisor, which then stops the children in reverse start
-order: SIGTERM to each group, then SIGKILL to any group still alive after the grace
-period. Exit codes: 0 never while serving (a stack only ends by a signal or a failure),
-130/143 after SIGINT/SIGTERM, 1 when a child died or did not become healthy in time.
+Each child runs in its own process group (``start_new_session``), so a terminal Ctrl-C
+reaches only this supervisor, which then stops the children in reverse start order.
+Stopping a child means stopping its whole tree: its process group (SGLang's scheduler,
+detokenizer and TP workers) and every descendant psutil has seen, including one that
+left the group (``setsid``) or was orphaned when its parent died. SIGTERM first, SIGKILL
+for whatever is still alive after the grace period.
+
+Every signal whose default action would end the supervisor (SIGINT, SIGTERM, SIGHUP from
+a dropped SSH session, SIGQUIT, SIGUSR1, ...; see :data:`FATAL_SIGNALS`) stops the stack
+the same way; a signal the supervisor was started with ignored (``nohup``, a background
+job) stays ignored. Supervisor messages also go to ``serve.log`` in the log directory, so
+they survive a terminal that is gone.
+
+Exit codes (:mod:`sglang_dsv4_ext.exit_codes`): never 0 while serving (a stack only ends
+by a signal or a failure); ``ATTENTION`` (1) when a child died or did not become healthy
+in time; ``for_signal(N)`` (128 + N, e.g. 129 SIGHUP, 130 SIGINT, 143 SIGTERM) after
+signal N.
 """
 
 from __future__ import annotations
@@ -17,13 +28,33 @@ import sys
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Dict, List, Optional, Tuple
 
+import psutil
+
+from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.serving.launch_plan import ChildSpec
 
-EXIT_CHILD_FAILED = 1
+EXIT_CHILD_FAILED = exit_codes.ATTENTION
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+# Catchable signals whose default action ends a process. Left out: SIGKILL/SIGSTOP (cannot be
+# caught), SIGPIPE (Python ignores it; a closed stdout is handled where we write), and the
+# fault signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS) that report a bug in
+# this process rather than a request to stop.
+_FATAL_NAMES = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU",
+                "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGIO", "SIGPWR", "SIGSTKFLT")
+FATAL_SIGNALS: Tuple[int, ...] = tuple(
+    dict.fromkeys(int(getattr(signal, n)) for n in _FATAL_NAMES if hasattr(signal, n))
+) + tuple(range(getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1) + 1))  # real-time: terminate
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:  # a real-time signal between SIGRTMIN and SIGRTMAX
+        return f"signal {signum}"
 
 
 def healthy(url: str, timeout: float = 2.0) -> bool:
@@ -31,8 +62,34 @@ def healthy(url: str, timeout: float = 2.0) -> bool:
     try:
         with _NO_PROXY.open(url, timeout=timeout) as resp:
             return resp.status == 200
-    except Exception:
+    except Exception:  # any failure to answer 200 is "not healthy yet"; the caller times out
         return False
+
+
+def _alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie (psutil also guards against a reused pid)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def process_groups() -> Dict[int, List[psutil.Process]]:
+    """Every process by process group, one pass over the process table."""
+    groups: Dict[int, List[psutil.Process]] = {}
+    for p in psutil.process_iter():
+        try:
+            groups.setdefault(os.getpgid(p.pid), []).append(p)
+        except OSError:  # exited meanwhile
+            continue
+    return groups
+
+
+def _send(proc: psutil.Process, sig: int) -> None:
+    try:
+        proc.send_signal(sig)
+    except psutil.Error:  # gone meanwhile, or not ours to signal
+        pass
 
 
 @dataclass
@@ -42,6 +99,37 @@ class _Running:
     log_path: str
     tee: threading.Thread
     started: float
+    # Every process seen in this child's tree (psutil handles keep their identity).
+    tree: Dict[int, psutil.Process] = field(default_factory=dict)
+
+    def remember_tree(self, groups: Dict[int, List[psutil.Process]]) -> None:
+        """Record the child's current descendants and its process group's members (``groups``: pgid -> processes)."""
+        try:
+            root = psutil.Process(self.proc.pid)
+            self.tree.setdefault(root.pid, root)
+            for p in root.children(recursive=True):
+                self.tree.setdefault(p.pid, p)
+        except psutil.Error:  # the child is gone: what was recorded stays
+            pass
+        for p in groups.get(self.proc.pid, []):
+            self.tree.setdefault(p.pid, p)
+
+    def alive(self) -> List[psutil.Process]:
+        """Processes of this tree still running; the child itself counts until it is reaped."""
+        self.proc.poll()  # reap our own child, so an exited leader is not a zombie "alive"
+        left = [p for pid, p in self.tree.items() if pid != self.proc.pid and _alive(p)]
+        root = self.tree.get(self.proc.pid)
+        if self.proc.returncode is None and root is not None:
+            left.append(root)
+        return left
+
+    def signal_tree(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for p in self.alive():
+            _send(p, sig)
 
 
 class Supervisor:
@@ -69,12 +157,26 @@ class Supervisor:
         self.running: List[_Running] = []
         self._signal: Optional[int] = None
         self._lock = threading.Lock()
+        self._out_gone = False  # the terminal went away (SIGHUP): keep going, log only
+        self._own_log: Optional[IO[str]] = None
 
     # ----- output -----
-    def say(self, text: str) -> None:
-        with self._lock:
-            self.out.write(f"[serve] {text}\n")
+    def _write_out(self, text: str) -> None:
+        if self._out_gone:
+            return
+        try:
+            self.out.write(text)
             self.out.flush()
+        except (OSError, ValueError):  # EIO/EPIPE on a dropped terminal, or a closed stream
+            self._out_gone = True
+
+    def say(self, text: str) -> None:
+        line = f"[serve] {text}\n"
+        with self._lock:
+            self._write_out(line)
+            if self._own_log is not None:
+                self._own_log.write(f"{time.strftime('%H:%M:%S')} {line}")
+                self._own_log.flush()
 
     def _tee(self, name: str, pipe, log: IO[bytes]) -> None:
         for line in iter(pipe.readline, b""):
@@ -82,15 +184,13 @@ class Supervisor:
             log.flush()
             if self.stream_logs:
                 with self._lock:
-                    self.out.write(f"[{name}] {line.decode(errors='replace').rstrip()}\n")
-                    self.out.flush()
+                    self._write_out(f"[{name}] {line.decode(errors='replace').rstrip()}\n")
         pipe.close()
         log.close()
 
     # ----- processes -----
     def _start(self, spec: ChildSpec) -> None:
-        env = dict(os.environ)
-        env.update(spec.env)
+        env = spec.environment(os.environ)
         log_path = os.path.join(self.log_dir, f"{spec.name}.log")
         log = open(log_path, "ab")
         log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {spec.shell()}\n".encode())
@@ -101,12 +201,19 @@ class Supervisor:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # own process group: stopping it stops its descendants
+            start_new_session=True,  # own process group: a terminal's Ctrl-C reaches only us
         )
         tee = threading.Thread(target=self._tee, args=(spec.name, proc.stdout, log), daemon=True)
         tee.start()
-        self.running.append(_Running(spec, proc, log_path, tee, time.monotonic()))
+        running = _Running(spec, proc, log_path, tee, time.monotonic())
+        self.running.append(running)
+        self._remember_trees()
         self.say(f"started {spec.name} (pid {proc.pid}, log {log_path})")
+
+    def _remember_trees(self) -> None:
+        groups = process_groups()
+        for r in self.running:
+            r.remember_tree(groups)
 
     def _dead_child(self) -> Optional[_Running]:
         for r in self.running:
@@ -114,64 +221,32 @@ class Supervisor:
                 return r
         return None
 
-    @staticmethod
-    def _group_alive(pgid: int) -> bool:
-        """True while any non-zombie process is in the group.
-
-        Zombies are skipped: a descendant reparented to a PID 1 that does not reap would
-        otherwise keep the group "alive" until the grace period ran out.
-        """
-        if os.path.isdir("/proc"):
-            for entry in os.listdir("/proc"):
-                if not entry.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{entry}/stat") as f:
-                        fields = f.read().rsplit(")", 1)[1].split()
-                except (OSError, IndexError):
-                    continue
-                if int(fields[2]) == pgid and fields[0] != "Z":
-                    return True
-            return False
-        try:
-            os.killpg(pgid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-
-    @staticmethod
-    def _signal_group(pgid: int, sig: int) -> None:
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+    def _wait_trees(self, seconds: float) -> List[_Running]:
+        """Wait up to ``seconds`` for every tree to end; return those with a process left."""
+        deadline = time.monotonic() + seconds
+        while True:
+            left = [r for r in self.running if r.alive()]
+            if not left or time.monotonic() >= deadline:
+                return left
+            time.sleep(0.1)
 
     def stop_all(self) -> None:
-        """SIGTERM every child's group (reverse start order), SIGKILL stragglers after the grace period."""
+        """SIGTERM every child's tree (reverse start order), SIGKILL what is left after the grace period."""
         if not self.running:
             return
+        self._remember_trees()
         for r in reversed(self.running):
-            self._signal_group(r.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_period
-        while time.monotonic() < deadline:
-            for r in self.running:
-                r.proc.poll()  # reap, so an exited leader is not counted as alive
-            if not any(self._group_alive(r.proc.pid) for r in self.running):
-                break
-            time.sleep(0.1)
-        for r in reversed(self.running):
-            if self._group_alive(r.proc.pid):
-                self.say(f"{r.spec.name} did not stop within {self.grace_period:g} s: SIGKILL")
-                self._signal_group(r.proc.pid, signal.SIGKILL)
+            r.signal_tree(signal.SIGTERM)
+        for r in reversed(self._wait_trees(self.grace_period)):
+            self.say(f"{r.spec.name} did not stop within {self.grace_period:g} s: SIGKILL")
+            r.signal_tree(signal.SIGKILL)
+        for r in self._wait_trees(10.0):
+            pids = ", ".join(str(p.pid) for p in r.alive())
+            self.say(f"{r.spec.name}: processes {pids} are still alive after SIGKILL")
         for r in self.running:
-            try:
-                r.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.say(f"{r.spec.name} (pid {r.proc.pid}) is still not reaped after SIGKILL")
             r.tee.join(timeout=5)
-        self.say("all children stopped: " + ", ".join(f"{r.spec.name} (exit {r.proc.returncode})" for r in self.running))
+        stopped = ", ".join(f"{r.spec.name} (exit {r.proc.returncode})" for r in self.running)
+        self.say("all children stopped: " + stopped)
 
     # ----- health -----
     def _wait_healthy(self, targets: List[Tuple[str, str]], phase: str) -> Optional[int]:
@@ -194,7 +269,8 @@ class Supervisor:
                 break
             elapsed = time.monotonic() - t0
             if elapsed > self.health_timeout:
-                self.say(f"FAILED: {', '.join(pending)} not healthy after {self.health_timeout:g} s; stopping the stack")
+                names = ", ".join(pending)
+                self.say(f"FAILED: {names} not healthy after {self.health_timeout:g} s; stopping the stack")
                 return EXIT_CHILD_FAILED
             if elapsed - last_report >= self.progress_interval:
                 last_report = elapsed
@@ -204,9 +280,10 @@ class Supervisor:
 
     def _check_stop(self) -> Optional[int]:
         if self._signal is not None:
-            name = signal.Signals(self._signal).name
+            name = signal_name(self._signal)
             self.say(f"{name} received: stopping the stack")
-            return 128 + self._signal
+            return exit_codes.for_signal(self._signal)
+        self._remember_trees()  # so a grandchild orphaned later is still known at stop
         dead = self._dead_child()
         if dead is not None:
             self.say(
@@ -217,38 +294,66 @@ class Supervisor:
         return None
 
     def _on_signal(self, signum, frame) -> None:
-        self._signal = signum
+        if self._signal is None:  # the first one names the reason; later ones change nothing
+            self._signal = signum
+
+    def _install_handlers(self) -> Dict[int, object]:
+        """Our handler for every fatal signal not ignored at start; returns the previous handlers."""
+        previous = {}
+        for sig in FATAL_SIGNALS:
+            current = signal.getsignal(sig)
+            if current == signal.SIG_IGN:  # nohup / background job: the caller asked to ignore it
+                continue
+            previous[sig] = signal.signal(sig, self._on_signal)
+        return previous
 
     # ----- the whole life -----
     def run(self) -> int:
         os.makedirs(self.log_dir, exist_ok=True)
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = self._install_handlers()
+        self._own_log = open(os.path.join(self.log_dir, "serve.log"), "a")
         try:
             code = self._run()
         finally:
-            self.stop_all()
-            for s, h in previous.items():
-                signal.signal(s, h)
+            try:
+                self.stop_all()
+            finally:
+                for s, h in previous.items():
+                    signal.signal(s, h)
+                self._own_log.close()
+                self._own_log = None
         return code
+
+    def _start_all(self, children: List[ChildSpec]) -> Optional[int]:
+        """Start each child; an exit code when one cannot be started (the rest are stopped by run())."""
+        for c in children:
+            try:
+                self._start(c)
+            except OSError as exc:  # exec or log file failure: the ones already started are stopped
+                self.say(f"FAILED: cannot start {c.name}: {exc}; stopping the others")
+                return EXIT_CHILD_FAILED
+        return None
 
     def _run(self) -> int:
         servers = [c for c in self.children if c.role != "router"]
         routers = [c for c in self.children if c.role == "router"]
-        for c in servers:
-            self._start(c)
+        code = self._start_all(servers)
+        if code is not None:
+            return code
         targets = [(c.name, c.health_url) for c in servers if c.health_url]
         if routers:
             targets += self.remote_health
         code = self._wait_healthy(targets, "servers")
         if code is not None:
             return code
-        for c in routers:
-            self._start(c)
+        code = self._start_all(routers)
+        if code is not None:
+            return code
         code = self._wait_healthy([(c.name, c.health_url) for c in routers if c.health_url], "router")
         if code is not None:
             return code
-        entry = next((c.health_url for c in routers), None) or next((c.health_url for c in servers if c.health_url), None)
-        self.say("stack is up" + (f": {entry.rsplit('/health', 1)[0]}" if entry else "") + " (Ctrl-C stops it)")
+        urls = [c.health_url for c in routers + servers if c.health_url]
+        self.say("stack is up" + (f": {urls[0].rsplit('/health', 1)[0]}" if urls else "") + " (Ctrl-C stops it)")
         while True:
             code = self._check_stop()
             if code is not None:

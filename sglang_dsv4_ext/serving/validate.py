@@ -13,12 +13,20 @@ Three checks per server:
   2. no explicit flag sets a destination this tool owns (role, ports, HiCache, index-K,
      transfer backend, node layout), and no destination is set by two sources;
   3. the complete generated command line parses.
+
+A flag given twice inside one source is refused (argparse would silently keep the last).
+
+Validation never imports or runs a user's module: ``--router-module`` / ``--server-module``
+are located on disk only (:func:`locate_module`); the router's own argument parser is used
+only for SGLang's router package (``sglang_router``), which is part of the installation.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.machinery
+import importlib.util
 import shlex
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -53,13 +61,22 @@ ROUTER_OWNED = {
 }
 
 
+# The router whose argument parser may be imported for validation (SGLang's own router package).
+TRUSTED_ROUTER_PACKAGE = "sglang_router"
+_ROUTER_OWNED_FLAGS = ("--pd-disaggregation", "--prefill", "--decode", "--worker-urls", "--host", "--port")
+# argparse actions for which giving the flag again adds to it rather than replacing it.
+_ACCUMULATING_ACTIONS = (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction,
+                         argparse._ExtendAction)
+
 
 class _RaisingParser(argparse.ArgumentParser):
     def error(self, message):  # argparse would print usage and exit(2)
         raise CommandLineError(message)
 
     def exit(self, status=0, message=None):  # e.g. --help inside pass-through args
-        raise CommandLineError(message or f"argument parser exited with status {status} (was -h/--help passed through?)")
+        raise CommandLineError(
+            message or f"argument parser exited with status {status} (was -h/--help passed through?)"
+        )
 
 
 class _Unset:
@@ -68,6 +85,77 @@ class _Unset:
 
 
 UNSET = _Unset()
+
+
+class _RecordingNamespace(argparse.Namespace):
+    """A namespace that starts with every destination UNSET and records each one argparse sets.
+
+    Pre-setting every destination keeps argparse from writing defaults, so what is recorded
+    is exactly one entry per flag occurrence on the command line.
+    """
+
+    def __init__(self, dests):
+        for dest in dests:
+            object.__setattr__(self, dest, UNSET)
+        object.__setattr__(self, "_recorded", [])
+
+    def __setattr__(self, name, value):
+        self._recorded.append(name)
+        object.__setattr__(self, name, value)
+
+    def settings(self) -> Dict[str, object]:
+        return {k: v for k, v in vars(self).items() if k != "_recorded" and v is not UNSET}
+
+
+def _probe_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Make ``parser`` a probe: nothing required, every default the UNSET sentinel."""
+    for action in parser._actions:
+        action.required = False
+        if action.dest != argparse.SUPPRESS:
+            action.default = UNSET
+    return parser
+
+
+def parse_once_each(parser: argparse.ArgumentParser, args: Sequence[str], flag_of) -> Dict[str, object]:
+    """Parse ``args`` on a probe parser; refuse a flag given twice; return what was set.
+
+    ``flag_of(dest)`` names a destination's flag in the error.
+    """
+    dests = {a.dest for a in parser._actions if a.dest != argparse.SUPPRESS}
+    accumulating = {a.dest for a in parser._actions if isinstance(a, _ACCUMULATING_ACTIONS)}
+    ns = parser.parse_args(list(args), namespace=_RecordingNamespace(dests))
+    seen = set()
+    for dest in ns._recorded:
+        if dest in seen and dest not in accumulating:
+            raise CommandLineError(f"{flag_of(dest)} is given more than once (argparse would keep only the last); "
+                                   "give it once")
+        seen.add(dest)
+    return ns.settings()
+
+
+def locate_module(module: str, extra_paths: Sequence[str] = ()) -> bool:
+    """True when ``module`` can be found on ``extra_paths`` + sys.path, without running any of it.
+
+    ``importlib.util.find_spec("a.b")`` would import (run) package ``a``; here each dotted part
+    is looked up on disk under its parent's search locations instead.
+    """
+    parts = module.split(".")
+    spec = importlib.machinery.PathFinder.find_spec(parts[0], list(extra_paths) or None)
+    if spec is None and not extra_paths:
+        spec = importlib.util.find_spec(parts[0])  # also meta-path finders (editable installs)
+    elif spec is None:
+        return locate_module(module)
+    for part in parts[1:]:
+        if spec is None or not spec.submodule_search_locations:
+            return False
+        spec = importlib.machinery.PathFinder.find_spec(part, list(spec.submodule_search_locations))
+    return spec is not None
+
+
+def check_module_name(module: str, flag: str) -> None:
+    """A dotted module name (what ``python -m`` accepts); error names the flag."""
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        raise CommandLineError(f"{flag} {module!r}: not a module name (dotted Python identifiers, e.g. pkg.module)")
 
 
 class SGLangArgs:
@@ -85,10 +173,7 @@ class SGLangArgs:
         # fragment parses alone and reveals exactly what it sets.
         self.probe = _RaisingParser(prog="sglang.launch_server", add_help=False)
         ServerArgs.add_cli_args(self.probe)
-        for action in self.probe._actions:
-            action.required = False
-            if action.dest != argparse.SUPPRESS:
-                action.default = UNSET
+        _probe_parser(self.probe)
         self._flag_of = {}
         for action in self.full._actions:
             if action.option_strings:
@@ -100,10 +185,9 @@ class SGLangArgs:
     def explicit(self, args: Sequence[str], source: str) -> Dict[str, object]:
         """Destinations set by ``args`` (parsed alone); error names the source."""
         try:
-            ns = self.probe.parse_args(list(args))
+            return parse_once_each(self.probe, args, self.flag)
         except CommandLineError as exc:
             raise CommandLineError(f"{source}: {exc}") from None
-        return {k: v for k, v in vars(ns).items() if v is not UNSET}
 
     def parse_full(self, argv: Sequence[str], name: str) -> argparse.Namespace:
         try:
@@ -111,7 +195,9 @@ class SGLangArgs:
             self.server_args_cls.from_cli_args(ns)  # the same construction prepare_server_args does
             return ns
         except CommandLineError as exc:
-            raise CommandLineError(f"{name}: SGLang rejects the generated command line: {exc}\n  {shlex.join(argv)}") from None
+            raise CommandLineError(
+                f"{name}: SGLang rejects the generated command line: {exc}\n  {shlex.join(argv)}"
+            ) from None
         except Exception as exc:  # ServerArgs construction
             raise CommandLineError(f"{name}: SGLang's ServerArgs rejects the arguments: {exc}") from None
 
@@ -152,48 +238,69 @@ def gpus_per_node(ns: argparse.Namespace, nnodes: int) -> int:
 # ----------------------------------------------------------------------------- router
 
 def router_parser(module: str):
-    """(parser, RouterArgs class) from the router package, or (None, reason) if not importable."""
-    package = module.rsplit(".", 1)[0] if "." in module else module
+    """(parser, RouterArgs class) from SGLang's router package, or (None, reason).
+
+    Only ``sglang_router`` (installed with SGLang's PD extra) is imported; any other
+    ``--router-module`` is a user module and is never imported or run here.
+    """
+    package = module.split(".", 1)[0]
+    if package != TRUSTED_ROUTER_PACKAGE:
+        return None, f"{module} is not SGLang's router ({TRUSTED_ROUTER_PACKAGE}), and user modules are not imported"
     try:
-        mod = importlib.import_module(package + ".router_args")
+        mod = importlib.import_module(TRUSTED_ROUTER_PACKAGE + ".router_args")
         router_args_cls = mod.RouterArgs
-    except Exception as exc:
-        return None, f"{package}.router_args is not importable here ({type(exc).__name__}: {exc})"
+    except Exception as exc:  # a missing or broken optional dependency: say so, validate by spelling
+        return None, (
+            f"{TRUSTED_ROUTER_PACKAGE}.router_args is not importable here ({type(exc).__name__}: {exc}); "
+            "install the router (pip install sglang-router) to validate it"
+        )
     parser = _RaisingParser(prog=module, add_help=False)
     router_args_cls.add_cli_args(parser, use_router_prefix=False)
     return (parser, router_args_cls), None
 
 
-def check_router(module: str, generated: List[str], user_args: List[str]) -> Optional[str]:
-    """Validate the router command line; return a note when the parser is unavailable."""
-    found, reason = router_parser(module)
-    if found is None:
-        # Without the parser only our own flags can be protected: spelling-based check.
-        owned_flags = ("--pd-disaggregation", "--prefill", "--decode", "--worker-urls", "--host", "--port")
-        for tok in user_args:
-            flag = tok.split("=", 1)[0]
-            if flag.startswith("--") and any(f == flag or f.startswith(flag) and len(flag) > 3 for f in owned_flags):
-                raise CommandLineError(f"router: router args set {flag}, which sglang-dsv4 generates")
-        return f"router command line not validated: {reason}; install the router (pip install sglang-router) to validate it"
-    parser, cls = found
+def _check_router_by_spelling(user_args: List[str]) -> None:
+    """Without the router's parser only our own flags can be protected (prefix match, as argparse)."""
+    for tok in user_args:
+        flag = tok.split("=", 1)[0]
+        owned = any(f == flag or f.startswith(flag) and len(flag) > 3 for f in _ROUTER_OWNED_FLAGS)
+        if flag.startswith("--") and owned:
+            raise CommandLineError(f"router: router args set {flag}, which sglang-dsv4 generates")
+
+
+def _check_router_user_args(cls, module: str, user_args: List[str]) -> None:
+    """The user's router args parse alone, set nothing we generate, and give no flag twice."""
     probe = _RaisingParser(prog=module, add_help=False)
     cls.add_cli_args(probe, use_router_prefix=False)
-    for action in probe._actions:
-        action.required = False
-        if action.dest != argparse.SUPPRESS:
-            action.default = UNSET
+    _probe_parser(probe)
     try:
-        ns = probe.parse_args(user_args)
+        settings = parse_once_each(probe, user_args, lambda dest: "--" + dest.replace("_", "-"))
     except CommandLineError as exc:
         raise CommandLineError(f"router: router args: {exc}") from None
-    for dest, value in vars(ns).items():
-        if value is not UNSET and dest in ROUTER_OWNED:
+    for dest in settings:
+        if dest in ROUTER_OWNED:
             raise CommandLineError(f"router: router args set {dest.replace('_', '-')!r}: {ROUTER_OWNED[dest]}")
+
+
+def _check_router_full(parser, cls, generated: List[str]) -> None:
     try:
         full = parser.parse_args(generated)
         cls.from_cli_args(full, use_router_prefix=False)
     except CommandLineError as exc:
-        raise CommandLineError(f"router: the router rejects the generated command line: {exc}\n  {shlex.join(generated)}") from None
-    except Exception as exc:
+        raise CommandLineError(
+            f"router: the router rejects the generated command line: {exc}\n  {shlex.join(generated)}"
+        ) from None
+    except Exception as exc:  # RouterArgs construction: its own validation errors
         raise CommandLineError(f"router: RouterArgs rejects the arguments: {exc}") from None
+
+
+def check_router(module: str, generated: List[str], user_args: List[str]) -> Optional[str]:
+    """Validate the router command line; return a note when the router's parser is not used."""
+    found, reason = router_parser(module)
+    if found is None:
+        _check_router_by_spelling(user_args)
+        return f"router command line not validated by a parser: {reason}"
+    parser, cls = found
+    _check_router_user_args(cls, module, user_args)
+    _check_router_full(parser, cls, generated)
     return None

@@ -8,18 +8,24 @@ receive the exact command lines and environment an SGLang server would.
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import threading
 import time
 
+import psutil
+import pytest
+
 from sglang_dsv4_ext.cli import main
 from sglang_dsv4_ext.serving.launch_plan import build_plan
 from sglang_dsv4_ext.serving.preset import load_preset
-from sglang_dsv4_ext.serving.supervise import Supervisor
+from sglang_dsv4_ext.serving.supervise import FATAL_SIGNALS, Supervisor
 from tests.support.serve_helpers import TESTS_DIR, free_port, pid_alive, sglang_args
 
 REPO = os.path.dirname(TESTS_DIR)
@@ -71,9 +77,17 @@ def _all_pids(records):
     pids = []
     for rec in records.values():
         pids.append(rec["pid"])
-        if rec["grandchild_pid"]:
-            pids.append(rec["grandchild_pid"])
+        pids += rec["descendant_pids"]
     return pids
+
+
+def _kill_leftovers(pids):
+    """Test hygiene only: whatever the code under test left behind does not outlive the test."""
+    for pid in pids:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
 
 
 def test_child_death_stops_the_others_and_names_it(tmp_path, capsys):
@@ -94,7 +108,9 @@ def test_child_death_stops_the_others_and_names_it(tmp_path, capsys):
     assert not any(pid_alive(pid) for pid in _all_pids(records))
     # Our configuration reached every child, and the command lines are the generated ones.
     for rec in records.values():
-        assert rec["env"] == {"SGLANG_DSV4_EXT": "1", "SGLANG_DSV4_INDEX_K_DTYPE": "bf16", "SGLANG_DSV4_INDEX_K_GATE": "strict"}
+        assert rec["env"] == {
+            "SGLANG_DSV4_EXT": "1", "SGLANG_DSV4_INDEX_K_DTYPE": "bf16", "SGLANG_DSV4_INDEX_K_GATE": "strict"
+        }
     assert "--enable-hierarchical-cache" in records[p]["argv"] and "prefill" in records[p]["argv"]
     assert "--enable-hierarchical-cache" not in records[d]["argv"]
     assert records[r]["argv"][:1] == ["--pd-disaggregation"]
@@ -150,3 +166,103 @@ def test_health_timeout_names_the_child_and_stops_the_rest(tmp_path, capsys):
     records = _records(record)
     assert r not in records  # the router never started
     assert not any(pid_alive(pid) for pid in _all_pids(records))
+
+
+EVERY_KIND_OF_DESCENDANT = ', STANDIN_ESCAPED = "1", STANDIN_ORPHAN = "1"'
+
+
+def _wait_for(path, text, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_fatal_signal_stops_the_whole_stack_and_its_descendants(tmp_path, sig):
+    """The supervisor runs in its own process (signalling pytest is not an option) with stand-in
+    servers that leave a grandchild in their group, one in a new session (out of killpg's reach)
+    and one orphaned; the shell it runs in has an inherited SGLANG_DSV4_BF16_INDEX_K=0 that
+    contradicts the bf16 stack (the children must not inherit it)."""
+    preset, record, _ = _preset(tmp_path, EVERY_KIND_OF_DESCENDANT, EVERY_KIND_OF_DESCENDANT)
+    plan = build_plan(load_preset(preset), 0, sglang_args(), python=sys.executable, server_module=STANDIN)
+    for child in plan.children:
+        if child.role == "router":
+            child.argv[2] = STANDIN
+    children = tmp_path / "children.json"
+    children.write_text(json.dumps([dataclasses.asdict(c) for c in plan.children]))
+    out, logs = tmp_path / "supervisor.out", tmp_path / "logs"
+    env = dict(os.environ, PYTHONPATH=REPO, SGLANG_DSV4_BF16_INDEX_K="0")
+    with open(out, "w") as f:
+        sup = subprocess.Popen([sys.executable, "-m", "tests.support.serve_supervisor_driver", str(children),
+                                str(logs), "3"], cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
+    records = {}
+    try:
+        assert _wait_for(out, "stack is up"), out.read_text()
+        records = _records(record)
+        assert len(_all_pids(records)) == 3 + 2 * 3  # servers, router; 3 descendants per server
+        sup.send_signal(sig)
+        rc = sup.wait(timeout=60)
+        assert rc == 128 + sig, out.read_text()
+        survivors = [pid for pid in _all_pids(records) if pid_alive(pid)]
+        assert survivors == [], out.read_text()
+        serve_log = (logs / "serve.log").read_text()  # the supervisor's own record, terminal or not
+        assert f"{sig.name} received: stopping the stack" in serve_log and "all children stopped" in serve_log
+        for rec in records.values():
+            assert rec["env"] == {"SGLANG_DSV4_EXT": "1", "SGLANG_DSV4_INDEX_K_DTYPE": "bf16",
+                                  "SGLANG_DSV4_INDEX_K_GATE": "strict"}
+    finally:
+        if sup.poll() is None:  # the test failed early: let the supervisor clean up, then make sure
+            sup.terminate()
+            try:
+                sup.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                sup.kill()
+                sup.wait()
+        _kill_leftovers(_all_pids(records or _records(record)))
+
+
+def test_every_terminating_signal_is_handled_and_an_ignored_one_stays_ignored(tmp_path):
+    """nohup (SIGHUP ignored at start) keeps its meaning; every other fatal signal gets the handler."""
+    sup = Supervisor([], str(tmp_path))
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        previous = sup._install_handlers()
+        try:
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGUSR1, signal.SIGALRM):
+                assert signal.getsignal(sig) == sup._on_signal, sig
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+    finally:
+        signal.signal(signal.SIGHUP, before)
+    assert signal.SIGHUP in FATAL_SIGNALS and signal.SIGKILL not in FATAL_SIGNALS
+
+
+def test_a_dropped_terminal_does_not_stop_the_shutdown(tmp_path):
+    """After SIGHUP the terminal is gone and writes fail; the supervisor keeps logging to serve.log."""
+    gone = io.StringIO()
+    gone.close()  # writing to it raises ValueError, as a dead tty raises OSError
+    sup = Supervisor([], str(tmp_path), out=gone)
+    sup._own_log = open(tmp_path / "serve.log", "a")
+    sup.say("still here")
+    sup._own_log.close()
+    assert "still here" in (tmp_path / "serve.log").read_text()
+
+
+def test_a_child_that_cannot_be_started_stops_the_ones_already_running(tmp_path):
+    """The second server's executable is gone between the dry run and the start (exec fails)."""
+    preset, _, _ = _preset(tmp_path)
+    plan = build_plan(load_preset(preset), 0, sglang_args(), python=sys.executable, server_module=STANDIN)
+    plan.children[1].argv[0] = str(tmp_path / "vanished-python")
+    out = io.StringIO()
+    rc = Supervisor(plan.children, str(tmp_path / "logs"), grace_period=5, out=out).run()
+    text = out.getvalue()
+    assert rc == 1, text
+    assert "FAILED: cannot start decode-0" in text
+    started = int(text.split("started prefill-0 (pid ", 1)[1].split(",", 1)[0])
+    assert "all children stopped: prefill-0 (exit" in text
+    assert not pid_alive(started)

@@ -41,24 +41,42 @@ def free_port() -> int:
 
 def pid_alive(pid: int) -> bool:
     """False for a missing process or a zombie."""
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
-    return state != "Z"
 
 
-def commands_from_dry_run(text: str) -> List[Tuple[dict, List[str]]]:
-    """(env, argv) of every command line printed by ``serve --dry-run``."""
+def dry_run_children(text: str) -> List[Tuple[List[str], dict, List[str]]]:
+    """(unset, env, argv) of every command line printed by ``serve --dry-run``.
+
+    Each line reads ``env [-u NAME]... [NAME=VALUE]... argv``, what env(1) would run.
+    """
     out = []
     for line in text.splitlines():
         if not line.startswith("env "):
             continue
         words = shlex.split(line)[1:]
-        env = {}
+        unset, env = [], {}
+        while words and words[0] == "-u":
+            unset.append(words[1])
+            words = words[2:]
         while words and "=" in words[0] and not words[0].startswith("-"):
             k, v = words.pop(0).split("=", 1)
             env[k] = v
-        out.append((env, words))
+        out.append((unset, env, words))
+    return out
+
+
+def commands_from_dry_run(text: str) -> List[Tuple[dict, List[str]]]:
+    """(env, argv) of every command line printed by ``serve --dry-run``."""
+    return [(env, argv) for _, env, argv in dry_run_children(text)]
+
+
+def environment_from_dry_run(unset: List[str], env: dict, inherited: dict) -> dict:
+    """What env(1) gives the child when the printed line runs in a shell with ``inherited``."""
+    out = {k: v for k, v in inherited.items() if k not in unset}
+    out.update(env)
     return out

@@ -10,6 +10,10 @@ comes from environment variables (the preset's per-server ``env`` table sets the
   STANDIN_DIE_AFTER=S         exit after S seconds with STANDIN_EXIT_CODE (default 3)
   STANDIN_IGNORE_SIGTERM=1    ignore SIGTERM (forces the supervisor's SIGKILL path)
   STANDIN_GRANDCHILD=1        spawn a sleeping grandchild in the same process group
+  STANDIN_ESCAPED=1           also spawn one in a new session (setsid): killpg cannot reach it
+  STANDIN_ORPHAN=1            also leave one orphaned in the group (its parent exits at once)
+
+Every descendant's pid is recorded (``descendant_pids``) so a test can check none survives.
 """
 
 from __future__ import annotations
@@ -24,6 +28,31 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+def _orphan() -> int:
+    """Start a sleeper through a parent that exits at once; return the sleeper's pid."""
+    parent = subprocess.run(
+        [sys.executable, "-c", f"import subprocess; print(subprocess.Popen({SLEEPER!r}, stdout=-3).pid)"],
+        stdout=subprocess.PIPE, check=True, text=True,
+    )
+    return int(parent.stdout)
+
+
+def _descendants():
+    """(the same-group grandchild or None, every descendant pid) as the environment asks."""
+    grandchild = None
+    descendants = []
+    if os.environ.get("STANDIN_GRANDCHILD") == "1":
+        grandchild = subprocess.Popen(SLEEPER)
+        descendants.append(grandchild.pid)
+    if os.environ.get("STANDIN_ESCAPED") == "1":
+        descendants.append(subprocess.Popen(SLEEPER, start_new_session=True).pid)
+    if os.environ.get("STANDIN_ORPHAN") == "1":
+        descendants.append(_orphan())
+    return grandchild, descendants
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(add_help=False)
@@ -37,9 +66,7 @@ def main() -> None:
     if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
-    grandchild = None
-    if os.environ.get("STANDIN_GRANDCHILD") == "1":
-        grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    grandchild, descendants = _descendants()
 
     record_dir = os.environ.get("STANDIN_RECORD_DIR")
     if record_dir:
@@ -47,6 +74,7 @@ def main() -> None:
             "argv": sys.argv[1:],
             "pid": os.getpid(),
             "grandchild_pid": grandchild.pid if grandchild else None,
+            "descendant_pids": descendants,
             "env": {k: v for k, v in os.environ.items() if k.startswith("SGLANG_DSV4")},
         }
         with open(os.path.join(record_dir, f"{args.port}.json"), "w") as f:

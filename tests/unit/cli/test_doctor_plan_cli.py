@@ -48,7 +48,8 @@ def test_plan_json_token_ratio_follows_bytes_per_token(ext_active, capsys):
     c4_layers = model.layer_counts()[4]
     per_token = {d: index_k_bytes_per_token(d, model.index_head_dim) for d in ("fp8", "bf16", "fp4")}
     # Only index-K differs between the columns: c4 layers x (bf16 - fp8 bytes) / 4 tokens per c4 slot.
-    assert bf16["bytes_per_full_token"] - fp8["bytes_per_full_token"] == c4_layers * (per_token["bf16"] - per_token["fp8"]) / 4
+    extra = c4_layers * (per_token["bf16"] - per_token["fp8"]) / 4
+    assert bf16["bytes_per_full_token"] - fp8["bytes_per_full_token"] == extra
     assert fp8["indexer_bytes_per_token"] == per_token["fp8"] and bf16["indexer_bytes_per_token"] == per_token["bf16"]
     token_ratio = fp8["full_tokens"] / bf16["full_tokens"]
     bytes_ratio = bf16["bytes_per_full_token"] / fp8["bytes_per_full_token"]
@@ -56,22 +57,6 @@ def test_plan_json_token_ratio_follows_bytes_per_token(ext_active, capsys):
     # floored to 256-token pages, so they agree to within one page of the smaller count.
     assert abs(token_ratio - bytes_ratio) <= 256 / bf16["full_tokens"]
     assert plan["dtypes"]["fp4"]["indexer_bytes_per_token"] == per_token["fp4"]
-
-
-@pytest.mark.parametrize("argv,needle", [
-    (["plan", "--dtypes", "int8"], "allowed values are fp8, bf16, fp4"),
-    (["plan", "--kv-budget-gib", "-1"], "must be > 0"),
-])
-def test_plan_bad_input_names_the_input(argv, needle, capsys):
-    with pytest.raises(SystemExit) as excinfo:
-        cli.main(argv)
-    assert excinfo.value.code == 2
-    assert needle in capsys.readouterr().err
-
-
-def test_plan_bad_stage_is_an_error(ext_active, capsys):
-    assert cli.main(["plan", "--start-layer", "40", "--end-layer", "10"]) == 2
-    assert "--start-layer 40" in capsys.readouterr().err
 
 
 def test_help_lists_every_subcommand_the_readme_documents(capsys):

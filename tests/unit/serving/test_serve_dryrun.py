@@ -71,7 +71,7 @@ def test_single_node_pd_preset(capsys):
     assert "--pd-disaggregation" in router
 
 
-@pytest.mark.skipif(not ROUTER_IMPORTABLE, reason="sglang-router is not installed: the router parser cannot be imported")
+@pytest.mark.skipif(not ROUTER_IMPORTABLE, reason="sglang-router is not installed: no router parser to import")
 def test_router_command_parses_with_the_router_parser(capsys):
     from sglang_router.launch_router import parse_router_args
 
@@ -82,7 +82,8 @@ def test_router_command_parses_with_the_router_parser(capsys):
 
 def test_multi_node_pd_preset_every_node(capsys):
     out, cmds = _dry_run(
-        capsys, "--preset", "dsv4-flash-2node-pd-1p1d-tp8-bf16-hicache", "--all-nodes", "--node-hosts", "127.0.0.1,127.0.0.2"
+        capsys, "--preset", "dsv4-flash-2node-pd-1p1d-tp8-bf16-hicache", "--all-nodes",
+        "--node-hosts", "127.0.0.1,127.0.0.2",
     )
     servers = _servers(cmds)
     modes = sorted(parse_like_sglang(argv[3:]).disaggregation_mode for _, argv in servers)
@@ -163,7 +164,9 @@ def test_single_server_preset_and_cli_overrides(capsys, monkeypatch):
 
 
 def test_gpu_layout_follows_tp_when_base_gpu_id_is_not_given(capsys):
-    _, cmds = _dry_run(capsys, "--mode", "pd", "--model-path", "m", "--prefill-args", "--tp 2", "--decode-args", "--tp 4")
+    _, cmds = _dry_run(
+        capsys, "--mode", "pd", "--model-path", "m", "--prefill-args", "--tp 2", "--decode-args", "--tp 4"
+    )
     ns = {parse_like_sglang(a[3:]).disaggregation_mode: parse_like_sglang(a[3:]) for _, a in _servers(cmds)}
     assert (ns["prefill"].base_gpu_id, ns["decode"].base_gpu_id) == (0, 2)
 
@@ -213,15 +216,19 @@ def test_preset_errors_name_the_key(tmp_path):
     with pytest.raises(PresetError, match="hicache.size"):
         spec_from_dict({"hicache": {"size": "64"}}, "t.toml")
     spec = spec_from_dict(
-        {"model_path": "m", "prefill": [{"base_gpu_id": 0, "args": ["--tp", "4"]}], "decode": [{"base_gpu_id": 2}]}, "t.toml"
+        {"model_path": "m", "prefill": [{"base_gpu_id": 0, "args": ["--tp", "4"]}], "decode": [{"base_gpu_id": 2}]},
+        "t.toml",
     )
     with pytest.raises(PresetError, match="overlapping prefill-0"):
         build_plan(spec, 0, sglang_args(), validate_router=False)
     spec = spec_from_dict({"model_path": "m", "prefill": [{"port": 9000}], "decode": [{"port": 9000}]}, "t.toml")
     with pytest.raises(PresetError, match="port 9000 on node 0 is used by both prefill-0"):
         build_plan(spec, 0, sglang_args(), validate_router=False)
+    config_in_args = spec_from_dict(
+        {"model_path": "m", "mode": "single", "common": {"args": ["--config", "x.yaml"]}}, "t"
+    )
     with pytest.raises(CommandLineError, match="--config"):
-        build_plan(spec_from_dict({"model_path": "m", "mode": "single", "common": {"args": ["--config", "x.yaml"]}}, "t"), 0, sglang_args())
+        build_plan(config_in_args, 0, sglang_args())
 
 
 def test_presets_are_reachable_from_serve_dir_and_scripts_name_real_presets():

@@ -1,0 +1,110 @@
+"""`sglang-dsv4 plan`: the README's bad-input table, row by row, through the real CLI entry.
+
+Each row is an input and the one error line the user must see: exit 2, the flag or the
+model-config field named with what is allowed, no traceback, no plan printed. The rows
+mirror the README table "Bad input: sglang-dsv4 plan".
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglang_dsv4_ext import cli
+
+# (row, arguments after `plan`, what the user sees); argparse rejects these before any work.
+FLAG_ROWS = [
+    ("KV budget inf", ["--kv-budget-gib", "inf"], "argument --kv-budget-gib: 'inf': allowed: a finite number > 0"),
+    ("KV budget nan", ["--kv-budget-gib", "nan"], "argument --kv-budget-gib: 'nan': allowed: a finite number > 0"),
+    ("KV budget negative", ["--kv-budget-gib", "-1"], "argument --kv-budget-gib: '-1': allowed: a finite number > 0"),
+    ("max running requests 0", ["--max-running-requests", "0"],
+     "argument --max-running-requests: '0': allowed: an integer >= 1"),
+    ("max running requests negative", ["--max-running-requests", "-4"],
+     "argument --max-running-requests: '-4': allowed: an integer >= 1"),
+    ("chunked prefill size 0", ["--chunked-prefill-size", "0"],
+     "argument --chunked-prefill-size: '0': allowed: an integer >= 1, or -1 (chunked prefill off)"),
+    ("SWA ratio inf", ["--swa-full-tokens-ratio", "inf"],
+     "argument --swa-full-tokens-ratio: 'inf': allowed: a finite number > 0"),
+    ("start layer negative", ["--start-layer", "-1"], "argument --start-layer: '-1': allowed: an integer >= 0"),
+    ("end layer 0", ["--end-layer", "0"], "argument --end-layer: '0': allowed: an integer >= 1"),
+    ("unknown dtype", ["--dtypes", "int8"], "allowed values are fp8, bf16, fp4"),
+]
+
+
+def _plan(argv) -> int:
+    try:
+        return cli.main(["plan", *argv])
+    except SystemExit as exc:  # argparse's usage errors
+        return exc.code
+
+
+def _assert_refused(capsys, argv, needle):
+    rc = _plan(argv)
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and needle in errors[0], err
+    assert "Traceback" not in err and out == ""
+
+
+@pytest.mark.parametrize("argv, needle", [r[1:] for r in FLAG_ROWS], ids=[r[0] for r in FLAG_ROWS])
+def test_bad_flag_is_refused_naming_it(capsys, argv, needle):
+    _assert_refused(capsys, argv, needle)
+
+
+GOOD = {"num_hidden_layers": 4, "compress_ratios": [0, 4, 128, 4, 0], "index_head_dim": 128}
+
+# (row, config.json contents (text), what the user sees after "model config <path>: ")
+CONFIG_ROWS = [
+    ("valid JSON, not an object", "42", "a JSON object is expected, found int"),
+    ("a list", "[1, 2]", "a JSON object is expected, found list"),
+    ("not JSON", "{", "not valid JSON"),
+    ("compress_ratios null", json.dumps({**GOOD, "compress_ratios": None}),
+     "compress_ratios = None: must be a list with one of 0, 4, 128 per layer"),
+    ("compress_ratios with an unknown ratio", json.dumps({**GOOD, "compress_ratios": [0, 4, 8, 4, 0]}),
+     "compress_ratios = [0, 4, 8, 4, 0]: must be a list with one of 0, 4, 128 per layer"),
+    ("compress_ratios too short", json.dumps({**GOOD, "compress_ratios": [0, 4]}),
+     "compress_ratios has 2 entries for 4 layers"),
+    ("num_hidden_layers a string", json.dumps({**GOOD, "num_hidden_layers": "four"}),
+     "num_hidden_layers = 'four': must be a positive integer"),
+    ("num_hidden_layers negative", json.dumps({**GOOD, "num_hidden_layers": -4}),
+     "num_hidden_layers = -4: must be a positive integer"),
+    ("num_hidden_layers true", json.dumps({**GOOD, "num_hidden_layers": True}),
+     "num_hidden_layers = True: must be a positive integer"),
+    ("index_head_dim 0", json.dumps({**GOOD, "index_head_dim": 0}), "index_head_dim = 0: must be a positive integer"),
+    ("qk_rope_head_dim negative", json.dumps({**GOOD, "qk_rope_head_dim": -64}),
+     "qk_rope_head_dim = -64: must be a positive integer"),
+    ("window_size a float", json.dumps({**GOOD, "window_size": 128.5}),
+     "window_size = 128.5: must be a positive integer"),
+    ("kv_source_layer_ids not a list", json.dumps({**GOOD, "kv_source_layer_ids": 3}),
+     "kv_source_layer_ids = 3: must be a list of layer ids"),
+    ("missing keys", json.dumps({"hidden_size": 4096}), "missing num_hidden_layers, compress_ratios"),
+]
+
+
+@pytest.mark.parametrize("text, needle", [r[1:] for r in CONFIG_ROWS], ids=[r[0] for r in CONFIG_ROWS])
+def test_bad_model_config_is_refused_naming_the_field(tmp_path, capsys, text, needle):
+    config = tmp_path / "config.json"
+    config.write_text(text)
+    _assert_refused(capsys, ["--model-config", str(tmp_path)], f"model config {config}: {needle}")
+
+
+def test_the_good_config_of_these_rows_plans(ext_active, tmp_path, capsys):
+    """The base config is valid, so each row above fails for its one field only."""
+    (tmp_path / "config.json").write_text(json.dumps(GOOD))
+    assert _plan(["--model-config", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layers"] == {"0": 1, "4": 2, "128": 1}
+
+
+def test_missing_model_config(tmp_path, capsys):
+    _assert_refused(capsys, ["--model-config", str(tmp_path / "nope")], "--model-config")
+
+
+def test_budget_sglang_refuses_is_one_line_naming_the_budget(ext_active, capsys):
+    _assert_refused(capsys, ["--kv-budget-gib", "0.001", "--dtypes", "fp8"],
+                    "SGLang's DSV4PoolConfigurator refuses a 0.000999999 GiB budget (fp8)")
+
+
+def test_bad_stage_names_both_flags(ext_active, capsys):
+    _assert_refused(capsys, ["--start-layer", "40", "--end-layer", "10"], "--start-layer 40 / --end-layer 10")

@@ -1,0 +1,224 @@
+"""`sglang-dsv4 serve`: the README's bad-input table, row by row, through the real CLI entry.
+
+Each row is an input a careless or hostile user gives and the one error line they must see
+(exit 2, no traceback, no command printed as if valid, nothing started). Validation runs
+SGLang 0.5.23's real argument parser; nothing is stubbed. The rows mirror the README table
+"Bad input: sglang-dsv4 serve".
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sglang_dsv4_ext.cli import main
+from sglang_dsv4_ext.config import load_config
+from tests.support.serve_helpers import dry_run_children, environment_from_dry_run
+
+BF16 = "dsv4-flash-8gpu-pd-4p4d-bf16-hicache"
+FP8 = "dsv4-flash-8gpu-pd-4p4d-fp8-hicache"
+
+
+def _serve(argv) -> int:
+    """The exit code; argparse's own usage errors arrive as SystemExit(2)."""
+    try:
+        return main(["serve", *argv])
+    except SystemExit as exc:
+        return exc.code
+
+
+def _assert_refused(capsys, argv, needle):
+    rc = _serve(argv)
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and needle in errors[0], err  # one line, naming the input
+    assert "Traceback" not in err
+    assert not dry_run_children(out)  # nothing printed as if it were valid
+
+
+# (row, arguments after `serve --preset <bf16 preset> --dry-run`, what the user sees)
+FLAG_ROWS = [
+    ("router port above 65535", ["--router-port", "70000"], "argument --router-port: '70000': allowed range 1-65535"),
+    ("router port 0", ["--router-port", "0"], "argument --router-port: '0': allowed range 1-65535"),
+    ("negative node rank", ["--node-rank", "-1"], "argument --node-rank: '-1': allowed: an integer >= 0"),
+    ("HiCache ratio nan", ["--hicache-ratio", "nan"], "argument --hicache-ratio: 'nan': allowed: a finite number > 0"),
+    ("HiCache ratio inf", ["--hicache-ratio", "inf"], "argument --hicache-ratio: 'inf': allowed: a finite number > 0"),
+    ("health timeout nan", ["--health-timeout", "nan"],
+     "argument --health-timeout: 'nan': allowed: a finite number of seconds > 0"),
+    ("health timeout inf", ["--health-timeout", "inf"],
+     "argument --health-timeout: 'inf': allowed: a finite number of seconds > 0"),
+    ("negative grace period", ["--grace-period", "-1"],
+     "argument --grace-period: '-1': allowed: a finite number of seconds >= 0"),
+    ("flag repeated in one source", ["--prefill-args", "--tp 4 --tp 8"],
+     "--prefill-args: --tp-size is given more than once"),
+    ("flag repeated through its alias", ["--decode-args", "--tp-size 4 --tp 4"],
+     "--decode-args: --tp-size is given more than once"),
+    ("router flag repeated", ["--router-args", "--policy random --policy cache_aware"],
+     "router: router args: --policy is given more than once"),
+    ("children's interpreter missing", ["--python", "/nonexistent"], "--python '/nonexistent': no such file"),
+    ("children's interpreter a directory", ["--python", os.path.dirname(os.path.abspath(__file__))],
+     "not an executable file"),
+    ("router module that does not exist", ["--router-module", "no_such_router_xyz.launch"],
+     "--router-module 'no_such_router_xyz.launch': no such module"),
+    ("router module that is not a module name", ["--router-module", "my router"], "not a module name"),
+    ("no node address", ["--node-hosts", ","], "--node-hosts ',': give a comma list of node addresses"),
+    ("server module that does not exist", ["--server-module", "no_such_server_xyz"],
+     "--server-module 'no_such_server_xyz': no such module"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", [r[1:] for r in FLAG_ROWS], ids=[r[0] for r in FLAG_ROWS])
+def test_bad_flag_is_refused_naming_it(capsys, argv, needle):
+    _assert_refused(capsys, ["--preset", BF16, "--dry-run", *argv], needle)
+
+
+PRESET_TEMPLATE = """\
+mode = "pd"
+model_path = "m"
+[hicache]
+enabled = true
+{hicache}
+[common]
+env = {{ {env} }}
+[[prefill]]
+{prefill}
+[[decode]]
+[router]
+{router}
+"""
+
+# (row, preset fragments, what the user sees after "<preset file>: ")
+PRESET_ROWS = [
+    ("server port above 65535", {"prefill": "port = 70000"}, "prefill[0].port = 70000: allowed range 1-65535"),
+    ("negative bootstrap port", {"prefill": "bootstrap_port = -1"},
+     "prefill[0].bootstrap_port = -1: allowed range 1-65535"),
+    ("router port above 65535", {"router": "port = 65536"}, "router.port = 65536: allowed range 1-65535"),
+    ("negative base_gpu_id", {"prefill": "base_gpu_id = -1"}, "prefill[0].base_gpu_id = -1: allowed: an integer >= 0"),
+    ("HiCache ratio nan", {"hicache": "ratio = nan"}, "hicache.ratio = nan: allowed: a finite number > 0"),
+    ("HiCache ratio inf", {"hicache": "ratio = inf"}, "hicache.ratio = inf: allowed: a finite number > 0"),
+    ("env name with '='", {"env": '"A=B" = "1"'}, "common.env: environment variable name 'A=B' contains '='"),
+    ("env name with NUL", {"env": '"A\\u0000B" = "1"'},
+     "common.env: environment variable name 'A\\x00B' contains a NUL"),
+    ("env value with NUL", {"env": 'A = "x\\u0000y"'}, "common.env: the value of A contains a NUL byte"),
+    ("env name empty", {"env": '"" = "1"'}, "common.env: an environment variable name cannot be empty"),
+    ("env sets the extension's variable", {"env": 'SGLANG_DSV4_BF16_INDEX_K = "1"'},
+     "common.env: SGLANG_DSV4_BF16_INDEX_K is set by the [extension] table in every child"),
+    ("server env with '='", {"prefill": 'env = { "X=1" = "2" }'},
+     "prefill[0].env: environment variable name 'X=1' contains '='"),
+    ("router module not a module name", {"router": 'module = "bad name"'},
+     "router.module = 'bad name': not a module name"),
+    ("port written as a string", {"prefill": 'port = "30000"'}, "prefill[0].port = '30000': expected an integer"),
+    ("typo in a key", {"prefill": "bootstrap_prot = 1"}, "prefill[0].bootstrap_prot: unknown key; known keys here:"),
+]
+
+
+@pytest.mark.parametrize("fragments, needle", [r[1:] for r in PRESET_ROWS], ids=[r[0] for r in PRESET_ROWS])
+def test_bad_preset_is_refused_naming_the_key(tmp_path, capsys, fragments, needle):
+    text = PRESET_TEMPLATE.format(**{k: fragments.get(k, "") for k in ("hicache", "env", "prefill", "router")})
+    preset = tmp_path / "stack.toml"
+    preset.write_text(text)
+    _assert_refused(capsys, ["--preset", str(preset), "--dry-run"], f"{preset}: {needle}")
+
+
+def test_a_flag_the_preset_already_gives_may_be_repeated_with_the_same_value_after_dashes(capsys):
+    """Two sources agreeing is fine (one source repeating itself is the refused case above)."""
+    rc = main(["serve", "--preset", BF16, "--dry-run", "--", "--trust-remote-code"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert len(dry_run_children(out)) == 3
+
+
+def test_all_nodes_without_dry_run_starts_nothing(capsys):
+    _assert_refused(capsys, ["--preset", BF16, "--all-nodes"], "--all-nodes prints every node's commands")
+
+
+def test_preset_that_is_not_toml(tmp_path, capsys):
+    preset = tmp_path / "bad.toml"
+    preset.write_bytes(b"\xff\xfe not text")
+    _assert_refused(capsys, ["--preset", str(preset), "--dry-run"], f"{preset}: not valid TOML")
+
+
+def test_log_dir_that_is_a_file_is_refused_before_anything_starts(tmp_path, capsys):
+    evidence = tmp_path / "not-a-dir"
+    evidence.write_text("an earlier run's notes\n")
+    _assert_refused(capsys, ["--preset", BF16, "--log-dir", str(evidence)],
+                    f"--log-dir '{evidence}': exists and is not a directory")
+    assert evidence.read_text() == "an earlier run's notes\n"  # untouched
+
+
+def test_log_dir_under_a_file_is_refused(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    _assert_refused(capsys, ["--preset", BF16, "--log-dir", str(blocker / "logs")], f"--log-dir '{blocker / 'logs'}'")
+
+
+ROUTER_MODULE_BODY = """\
+import pathlib
+pathlib.Path({marker!r}).write_text("executed")
+"""
+
+
+@pytest.mark.parametrize("module", ["evil_router", "evil_pkg.launch"])
+def test_router_module_is_never_executed_by_validation(tmp_path, capsys, monkeypatch, module):
+    """A user module with import-time effects (here: it writes a file) is located, never run.
+
+    Both shapes: a module without a dot (formerly imported as a package, i.e. run as a script)
+    and a package whose __init__ runs when its router_args would be imported.
+    """
+    marker = tmp_path / "executed"
+    body = ROUTER_MODULE_BODY.format(marker=str(marker))
+    if "." in module:
+        pkg = tmp_path / "evil_pkg"
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text(body)
+        (pkg / "launch.py").write_text(body)
+    else:
+        (tmp_path / "evil_router.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = main(["serve", "--preset", BF16, "--dry-run", "--router-module", module])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert not marker.exists(), "validation executed the user's router module"
+    assert "router command line not validated by a parser" in out and "user modules are not imported" in out
+    router = [argv for _, _, argv in dry_run_children(out) if argv[2] == module]
+    assert len(router) == 1
+
+
+def test_inherited_bf16_alias_does_not_reach_the_children_of_an_fp8_stack(capsys, monkeypatch):
+    """The shell exports the seed fork's SGLANG_DSV4_BF16_INDEX_K=1; the preset says fp8.
+
+    Decision: the children's environment is cleaned of it (env -u) and the dry run says so;
+    each printed command line, run from this very shell, gives a child whose configuration
+    loads as fp8 (an inherited =1 next to SGLANG_DSV4_INDEX_K_DTYPE=fp8 would make every
+    child refuse to start).
+    """
+    monkeypatch.setenv("SGLANG_DSV4_BF16_INDEX_K", "1")
+    rc = main(["serve", "--preset", FP8, "--dry-run"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    children = dry_run_children(out)
+    assert len(children) == 3
+    for unset, env, argv in children:
+        child_env = environment_from_dry_run(unset, env, dict(os.environ))
+        assert load_config(child_env).index_k_dtype == "fp8", argv
+    assert "this shell has SGLANG_DSV4_BF16_INDEX_K=1; the children do not inherit it (env -u)" in out
+
+
+def test_dry_run_without_a_router_parser_still_refuses_owned_router_flags(capsys, tmp_path, monkeypatch):
+    (tmp_path / "my_router.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _assert_refused(capsys, ["--preset", BF16, "--dry-run", "--router-module", "my_router",
+                             "--router-args", "--port 9"], "router: router args set --port")
+
+
+def test_preset_text_in_this_module_is_a_valid_stack_without_the_bad_fragment(tmp_path, capsys):
+    """The template itself is valid, so each row above fails for its fragment only."""
+    preset = tmp_path / "ok.toml"
+    preset.write_text(PRESET_TEMPLATE.format(hicache="", env="", prefill="", router=""))
+    rc = main(["serve", "--preset", str(preset), "--dry-run"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert len(dry_run_children(out)) == 3
+
