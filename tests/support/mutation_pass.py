@@ -37,6 +37,11 @@ class Mutation:
     tests: Tuple[str, ...]  # pytest node ids or paths that must fail on the mutant
 
 
+_SUP = "tests/integration/test_serve_supervise.py::test_a_fatal_signal_stops_the_whole_stack_and_its_descendants"
+_SERVE = "tests/unit/serving/test_bad_input_serve.py"
+_PLAN = "tests/unit/cli/test_bad_input_plan.py"
+
+
 MUTATIONS: List[Mutation] = [
     Mutation("activation verifies every hook is installed", "sglang_dsv4_ext/activation.py",
              "        if not carries_hook(current, hook.fn):", "        if False:",
@@ -118,6 +123,52 @@ MUTATIONS: List[Mutation] = [
     Mutation("repro: --tokenizer path checked", "sglang_dsv4_ext/repro/reparse.py",
              "    if not os.path.isdir(path):", "    if False:",
              ("tests/unit/repro/test_bad_input_reparse.py::test_reparse_tokenizer_that_does_not_exist",)),
+    # --- serve, plan, configuration ---
+    Mutation("serve: every fatal signal stops the stack", "sglang_dsv4_ext/serving/supervise.py",
+             "        for sig in FATAL_SIGNALS:", "        for sig in (signal.SIGINT, signal.SIGTERM):",
+             (f"{_SUP}[SIGHUP]",)),
+    Mutation("serve: descendants outside the process group are stopped", "sglang_dsv4_ext/serving/supervise.py",
+             "        for p in self.alive():\n            _send(p, sig)",
+             "        for p in []:\n            _send(p, sig)",
+             (f"{_SUP}[SIGTERM]",)),
+    Mutation("serve: validation never imports a user's router module", "sglang_dsv4_ext/serving/validate.py",
+             "    if package != TRUSTED_ROUTER_PACKAGE:\n"
+             "        return None, f\"{module} is not SGLang's router ({TRUSTED_ROUTER_PACKAGE}), "
+             "and user modules are not imported\"\n"
+             "    try:\n"
+             "        mod = importlib.import_module(TRUSTED_ROUTER_PACKAGE + \".router_args\")",
+             "    try:\n        mod = importlib.import_module(package + \".router_args\")",
+             (f"{_SERVE}::test_router_module_is_never_executed_by_validation",)),
+    Mutation("serve: children never inherit SGLANG_DSV4_BF16_INDEX_K", "sglang_dsv4_ext/serving/launch_plan.py",
+             "UNSET_IN_CHILDREN = (ENV_BF16_ALIAS,)", "UNSET_IN_CHILDREN = ()",
+             (f"{_SERVE}::test_inherited_bf16_alias_does_not_reach_the_children_of_an_fp8_stack", f"{_SUP}[SIGHUP]")),
+    Mutation("serve: a flag repeated inside one source is refused", "sglang_dsv4_ext/serving/validate.py",
+             "        if dest in seen and dest not in accumulating:", "        if False:",
+             (f"{_SERVE}::test_bad_flag_is_refused_naming_it[flag repeated in one source]",)),
+    Mutation("serve: env names with '=' or NUL are refused", "sglang_dsv4_ext/serving/preset.py",
+             '    if "=" in name or "\\0" in name:', "    if False:",
+             (f"{_SERVE}::test_bad_preset_is_refused_naming_the_key[env name with '=']",)),
+    Mutation("serve: --health-timeout must be finite", "sglang_dsv4_ext/serving/cli.py",
+             '    if not (math.isfinite(value) and value > 0):\n'
+             '        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a finite number of seconds > 0")',
+             '    if False:\n'
+             '        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a finite number of seconds > 0")',
+             (f"{_SERVE}::test_bad_flag_is_refused_naming_it[health timeout nan]",)),
+    Mutation("serve: --python must exist", "sglang_dsv4_ext/serving/cli.py",
+             "    check_python(args.python)\n", "    pass\n",
+             (f"{_SERVE}::test_bad_flag_is_refused_naming_it[children's interpreter missing]",)),
+    Mutation("serve: --log-dir must not be a file", "sglang_dsv4_ext/serving/cli.py",
+             "    if os.path.exists(log_dir) and not os.path.isdir(log_dir):", "    if False:",
+             (f"{_SERVE}::test_log_dir_that_is_a_file_is_refused_before_anything_starts",)),
+    Mutation("plan: a model config must be a JSON object", "sglang_dsv4_ext/dsv4_model.py",
+             "    if not isinstance(raw, dict):", "    if False:",
+             (f"{_PLAN}::test_bad_model_config_is_refused_naming_the_field[valid JSON, not an object]",)),
+    Mutation("plan: model dimensions must be positive", "sglang_dsv4_ext/dsv4_model.py",
+             "    if not _is_int(value) or value <= 0:", "    if not _is_int(value):",
+             (f"{_PLAN}::test_bad_model_config_is_refused_naming_the_field[index_head_dim 0]",)),
+    Mutation("config: an empty SGLANG_DSV4_BF16_INDEX_K is unset", "sglang_dsv4_ext/config.py",
+             '(env.get(ENV_BF16_ALIAS) or "").strip()', "env.get(ENV_BF16_ALIAS) is not None",
+             ("tests/unit/cli/test_bad_input_config.py::test_empty_means_unset[empty alias next to bf16]",)),
 ]
 
 
