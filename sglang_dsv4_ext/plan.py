@@ -12,12 +12,12 @@ import argparse
 import contextlib
 import json
 import logging
-import math
 import os
 import sys
 from typing import Dict, Optional
 
 from sglang_dsv4_ext import dsv4_model, exit_codes
+from sglang_dsv4_ext.arg_types import finite_float, int_at_least
 from sglang_dsv4_ext.cli import _SUMMARIES
 from sglang_dsv4_ext.config import ENV_INDEX_K_DTYPE, INDEX_K_DTYPES
 from sglang_dsv4_ext.errors import Dsv4ExtError, PlanInputError
@@ -175,44 +175,10 @@ def _dtype_list(text: str):
     return values
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a finite number > 0")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed: an integer >= 1")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed: an integer >= 0")
-    return value
-
-
-def _chunk_size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value != -1 and value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed: an integer >= 1, or -1 (chunked prefill off)")
-    return value
+_positive_float = finite_float(minimum=0, inclusive=False)
+_positive_int = int_at_least(1)
+_non_negative_int = int_at_least(0)
+_chunk_size = int_at_least(1, also=-1, also_means="chunked prefill off")
 
 
 def add_subparser(subparsers) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shlex
 import shutil
@@ -12,6 +11,7 @@ import time
 from typing import List, Optional
 
 from sglang_dsv4_ext import exit_codes
+from sglang_dsv4_ext.arg_types import finite_float, int_at_least, int_in_range
 from sglang_dsv4_ext.cli import _SUMMARIES
 from sglang_dsv4_ext.config import (
     ENV_BF16_ALIAS,
@@ -68,52 +68,11 @@ examples:
 # ----------------------------------------------------------------------------- flag types
 # argparse reports a type error as "argument --flag: <message>", so each message says what is allowed.
 
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
-
-
-def positive_seconds(text: str) -> float:
-    value = _number(text)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a finite number of seconds > 0")
-    return value
-
-
-def non_negative_seconds(text: str) -> float:
-    value = _number(text)
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a finite number of seconds >= 0")
-    return value
-
-
-def positive_ratio(text: str) -> float:
-    value = _number(text)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed: a finite number > 0")
-    return value
-
-
-def port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not PORT_RANGE[0] <= value <= PORT_RANGE[1]:
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed range {PORT_RANGE[0]}-{PORT_RANGE[1]}")
-    return value
-
-
-def node_rank(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: allowed: an integer >= 0")
-    return value
+positive_seconds = finite_float(minimum=0, inclusive=False, unit="seconds")
+non_negative_seconds = finite_float(minimum=0, inclusive=True, unit="seconds")
+positive_ratio = finite_float(minimum=0, inclusive=False)
+port = int_in_range(*PORT_RANGE)
+node_rank = int_at_least(0)
 
 
 def _split(values: List[str], flag: str) -> List[str]:
