@@ -16,7 +16,8 @@ and an AFTER hook on ``LogicalHostPool.__init__`` sets that anchor's
 ``storage_format_tag`` (SGLang's own mechanism for page-format-specific keys) to
 ``dsv4-idxk-bf16``. fp8 stacks keep the stock keys.
 
-Upstream status: not upstream. Retire when: SGLang sizes/tags a bf16 index-K itself.
+Upstream status: not upstream.
+Retire when: SGLang sizes/tags a bf16 index-K itself.
 """
 
 from __future__ import annotations

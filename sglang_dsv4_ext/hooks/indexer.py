@@ -5,7 +5,7 @@ its query path quantizes to fp8/fp4 and folds the q scale into the head weights,
 logits kernel views the cache as 132-B (or 68-B) rows (docs/patch-point-map.md, "Indexer"). A bf16 index-K
 pool needs its own store, query and logits, and must never reach the fp8 kernels.
 
-How (only when the DSV4 pool's c4 indexer is the bf16 pool; fp8 and fp4 stay on SGLang's
+How: only when the DSV4 pool's c4 indexer is the bf16 pool (fp8 and fp4 stay on SGLang's
 own code, unwrapped at call time):
   * ``CompressorBackendMixin.forward_indexer_compressor`` (the class alias of
     ``forward_unified`` that the indexer calls), indexer branch: SGLang's ``compress_forward``
@@ -24,7 +24,8 @@ own code, unwrapped at call time):
     SGLang's own top-k transforms; the non-paged branch is never taken for bf16
     (``_can_use_nonpaged_indexer`` also answers False).
 
-Upstream status: not upstream. Retire when: SGLang ships a bf16 DSV4 index-K path.
+Upstream status: not upstream.
+Retire when: SGLang ships a bf16 DSV4 index-K path.
 """
 
 from __future__ import annotations

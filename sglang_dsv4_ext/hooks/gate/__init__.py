@@ -12,7 +12,7 @@ top-level ``DeepSeekV4TokenToKVPool.get_index_k_*`` getters wait, but (docs/patc
       break, which waited for load L-1 only. ``_wait_for_layer_loads`` covers only the
       full-graph backend.
 
-How (one module per concern):
+How: one module per concern.
   * :mod:`.probe`: at activation, drives each top-level index-K reader with a recording
     counter and reports whether the installed SGLang already waits for the right layer; only
     readers that do not wait get our wait (the rest are reported ``not-needed``).
