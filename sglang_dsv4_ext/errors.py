@@ -89,3 +89,7 @@ class RebaseError(Dsv4ExtError, RuntimeError):
 
 class HistoryError(Dsv4ExtError, RuntimeError):
     """Building the history failed; the message names the version, wheel or repository."""
+
+
+class MissingExtraError(Dsv4ExtError, RuntimeError):
+    """An optional dependency (a pip extra such as ``[series]``) is not installed; the message names it."""

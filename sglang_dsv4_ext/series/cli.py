@@ -9,30 +9,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .classify import APPLIED_KINDS, UPSTREAM_KINDS, Kind, Result
-from .gitrepo import GitError, GitRepo
-from .series import SeriesError, load_series, read_tombstones, unlisted_patch_files
+from sglang_dsv4_ext.errors import Dsv4ExtError
 
-ENV_SERIES_DIR = "SGLANG_DSV4_PATCHES_DIR"
+from .classify import APPLIED_KINDS, UPSTREAM_KINDS, Kind, Result
+from .gitrepo import GitRepo
+from .paths import ENV_SERIES_DIR, default_series_dir, series_origin
+from .series import SeriesError, load_series, read_tombstones, unlisted_patch_files
 
 EXIT_OK, EXIT_ATTENTION, EXIT_INPUT = 0, 1, 2
 
 
-def default_series_dir() -> Path:
-    """$SGLANG_DSV4_PATCHES_DIR, else the project's patches/ (source checkout), else ./patches."""
-    env = os.environ.get(ENV_SERIES_DIR)
-    if env:
-        return Path(env)
-    project = Path(__file__).resolve().parents[2] / "patches"
-    if (project / "series").exists():
-        return project
-    return Path("patches")
+def _series_dir(args) -> Path:
+    """--series-dir, else the default series directory (see :mod:`.paths`)."""
+    return args.series_dir if args.series_dir is not None else default_series_dir()
 
 
 def _progress(message: str) -> None:
@@ -106,7 +100,7 @@ def _classify_target(args, series) -> Tuple[str, List[Result]]:
 
 
 def cmd_check(args) -> int:
-    series = load_series(args.series_dir)
+    series = load_series(_series_dir(args))
     problems = []
     for patch in series.patches:
         missing = patch.missing_fields()
@@ -126,54 +120,68 @@ def cmd_check(args) -> int:
     return EXIT_ATTENTION if attention or (problems and args.strict_headers) else EXIT_OK
 
 
-def cmd_status(args) -> int:
-    series = load_series(args.series_dir)
-    label, results = _classify_target(args, series)
-    rebase_state = None
-    if args.repo:
-        from . import rebase as rebase_mod
+def _rebase_state(repo_path: Optional[Path]) -> Optional[dict]:
+    """A patch-series rebase in progress in ``repo_path`` (status --repo), or None."""
+    if not repo_path:
+        return None
+    from . import rebase as rebase_mod
 
-        repo = GitRepo(args.repo)
-        if rebase_mod.in_progress(repo):
-            state = rebase_mod.load_state(repo)
-            rebase_state = {
-                "onto": state.onto, "stopped_at": state.names[state.stop_index] if state.stop_index is not None else None,
-                "done": len(state.results), "total": len(state.names),
-            }
+    repo = GitRepo(repo_path)
+    if not rebase_mod.in_progress(repo):
+        return None
+    state = rebase_mod.load_state(repo)
+    stopped_at = state.names[state.stop_index] if state.stop_index is not None else None
+    return {"onto": state.onto, "stopped_at": stopped_at, "done": len(state.results), "total": len(state.names)}
+
+
+def _status_rows(series, results: List[Result]) -> List[dict]:
     from .upstream import verdicts_from_results
 
-    rows = [
+    return [
         {"name": v.patch, "subject": v.subject, "mirrors": list(v.mirrors), "targets": list(v.targets),
          "upstream": v.upstream, "result": v.result, "detail": v.detail,
          "forwarded": series.get(v.patch).fields.get("Forwarded", "")}
         for v in verdicts_from_results(series, results)
     ]
-    tombstones = read_tombstones(series.directory)
-    if args.json:
-        print(json.dumps({"target": label, "pin": series.pin, "patches": rows, "rebase": rebase_state,
-                          "dropped": tombstones}, indent=1))
-        return EXIT_OK
+
+
+def _print_status(series, label: str, rows: List[dict], tombstones: List[dict], rebase_state: Optional[dict]) -> None:
     pin = series.pin
-    print(f"series: {series.directory} ({len(series.patches)} patches), pinned to "
-          f"{pin.get('tag', '(no pin)')}" + (f" [wheel sha256 {pin['wheel_sha256'][:16]}...]" if pin.get("wheel_sha256") else ""))
+    sha = f" [wheel sha256 {pin['wheel_sha256'][:16]}...]" if pin.get("wheel_sha256") else ""
+    print(f"series: {series.directory} ({series_origin(series.directory)}, {len(series.patches)} patches), "
+          f"pinned to {pin.get('tag', '(no pin)')}{sha}")
     print(f"target: {label}")
     width = max([len(r["name"]) for r in rows] + [5])
     for row in rows:
         verdict = "already upstream" if row["upstream"] else ("needed" if row["result"] == "applies" else row["result"])
-        print(f"  {row['name']:<{width}}  {verdict:<17} mirrors {', '.join(row['mirrors']) or '-'}"
-              + (f"  ({row['detail']})" if row["detail"] and not row["upstream"] else ""))
+        detail = f"  ({row['detail']})" if row["detail"] and not row["upstream"] else ""
+        print(f"  {row['name']:<{width}}  {verdict:<17} mirrors {', '.join(row['mirrors']) or '-'}{detail}")
     for stone in tombstones:
         print(f"  dropped: {stone.get('Tombstone')} on {stone.get('Dropped-On')}: {stone.get('Reason')}")
     if rebase_state:
         print(f"rebase in progress onto {rebase_state['onto']}: {rebase_state['done']}/{rebase_state['total']} "
               f"patches, stopped at {rebase_state['stopped_at']}")
+
+
+def cmd_status(args) -> int:
+    series = load_series(_series_dir(args))
+    label, results = _classify_target(args, series)
+    rebase_state = _rebase_state(args.repo)
+    rows = _status_rows(series, results)
+    tombstones = read_tombstones(series.directory)
+    if args.json:
+        print(json.dumps({"target": label, "series_dir": str(series.directory), "pin": series.pin, "patches": rows,
+                          "rebase": rebase_state, "dropped": tombstones}, indent=1))
+    else:
+        _print_status(series, label, rows, tombstones, rebase_state)
     return EXIT_OK
 
 
 def cmd_apply(args) -> int:
-    series = load_series(args.series_dir)
     if bool(args.repo) == bool(args.sglang_dir):
-        raise SeriesError("give exactly one of --repo (a git checkout: git am -3) or --sglang-dir (a package directory)")
+        raise SeriesError("give exactly one of --repo (a git checkout: git am -3) or --sglang-dir DIR "
+                          "(an sglang package directory)")
+    series = load_series(_series_dir(args))
     if args.sglang_dir:
         from .package_dir import apply_to_package
 
@@ -207,7 +215,7 @@ def cmd_rebase(args) -> int:
     else:
         if not args.onto:
             raise SeriesError("rebase needs --onto REF (or --continue / --abort)")
-        outcome = rebase_mod.start(args.repo, args.series_dir, args.onto, drops, _progress)
+        outcome = rebase_mod.start(args.repo, _series_dir(args), args.onto, drops, _progress)
     if not outcome.finished:
         print(outcome.message)
         return EXIT_ATTENTION
@@ -221,7 +229,7 @@ def cmd_rebase(args) -> int:
 def cmd_export(args) -> int:
     from .checkrepo import export_range
 
-    changed = export_range(args.repo, args.series_dir, args.base, args.head, _drops(args), check_only=args.check,
+    changed = export_range(args.repo, _series_dir(args), args.base, args.head, _drops(args), check_only=args.check,
                            progress=_progress)
     if args.check:
         if changed:
@@ -273,7 +281,8 @@ def add_subparser(subparsers) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=description or help_text,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--series-dir", type=Path, default=None,
-                       help=f"the series directory (default: ${ENV_SERIES_DIR}, else the project's patches/)")
+                       help=f"the series directory (default: ${ENV_SERIES_DIR}, else the checkout's patches/, "
+                       "else the copy shipped in the installed package)")
         p.set_defaults(func=_guarded(func))
         return p
 
@@ -343,18 +352,12 @@ def add_subparser(subparsers) -> argparse.ArgumentParser:
 
 
 def _guarded(func):
-    """Turn expected failures into one clear line on stderr and exit code 2."""
+    """Turn the tool's deliberate errors into one clear line on stderr and exit code 2."""
 
     def run(args) -> int:
-        from .package_dir import PackageDirError
-        from .rebase import RebaseError
-        from .upstream_history import HistoryError
-
-        if getattr(args, "series_dir", None) is None:
-            args.series_dir = default_series_dir()
         try:
             return func(args)
-        except (SeriesError, GitError, RebaseError, HistoryError, PackageDirError) as exc:
+        except Dsv4ExtError as exc:
             print(f"sglang-dsv4 patches: error: {exc}", file=sys.stderr)
             return EXIT_INPUT
 

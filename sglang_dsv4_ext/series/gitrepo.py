@@ -1,81 +1,45 @@
-"""A thin GitPython wrapper that makes every git call deterministic and every failure readable.
+"""A git repository driven through GitPython (the ``[series]`` extra), with readable failures.
 
-Why a wrapper: the series must export byte-identically on any machine, so no user or system
-git configuration may leak into the output (``diff.noprefix``, ``format.signature``,
-``core.abbrev``, ``diff.algorithm`` ...). Commits made while applying patches need a
-committer even on a bare CI box without ``user.name``. And a failed git call must say which
-command failed and why, not raise an opaque exception from deep inside GitPython.
+Every call goes through the deterministic configuration of :mod:`.gitcmd` (no user or system
+git configuration leaks into exported patches). GitPython is imported when a repository is
+first opened, not at import: without it, the commands that drive a repository fail with one
+line naming the extra to install, and everything that needs only the ``git`` program (reading
+the series, ``status`` / ``check`` / ``apply`` against a package directory, ``doctor``) works.
 """
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-import git  # GitPython
+from sglang_dsv4_ext.errors import GitError, MissingExtraError
 
-from sglang_dsv4_ext.errors import GitError
+from .gitcmd import GitResult, git_command, git_env, git_result, run_git_in
 
-# The identity used for commits this tool creates locally (rebase, apply, history).
-# Author identity of the series' patches is preserved from the patch files by `git am`.
-TOOL_NAME = "sglang-dsv4 patches"
-TOOL_EMAIL = "sglang-dsv4-patches@localhost"
+__all__ = ["GitError", "GitRepo", "gitpython", "run_git", "run_git_in"]
 
-# Configuration forced on every call so output does not depend on ~/.gitconfig or the
-# repository's own config. Passed as `-c key=value` (highest precedence after the CLI).
-_FORCED_CONFIG: Dict[str, str] = {
-    "core.abbrev": "12",
-    "core.autocrlf": "false",
-    "core.quotePath": "true",
-    "diff.noprefix": "false",
-    "diff.mnemonicPrefix": "false",
-    "diff.renames": "false",
-    "diff.algorithm": "myers",
-    "diff.relative": "false",
-    "diff.suppressBlankEmpty": "false",
-    "diff.context": "3",
-    "diff.interHunkContext": "0",
-    "format.signature": "",
-    "format.coverLetter": "false",
-    "format.numbered": "false",
-    "format.thread": "false",
-    "format.signOff": "false",
-    "format.useAutoBase": "false",
-    "am.keepcr": "false",
-    "am.threeWay": "false",
-    "apply.whitespace": "nowarn",
-    "commit.gpgSign": "false",
-    "tag.gpgSign": "false",
-    "i18n.commitEncoding": "UTF-8",
-    "i18n.logOutputEncoding": "UTF-8",
-    "rerere.enabled": "false",
-    "advice.detachedHead": "false",
-    "merge.conflictStyle": "merge",
-    "gc.auto": "0",
-    "core.hooksPath": "/dev/null",  # no repository hooks run inside our am/commit calls
-}
+SERIES_EXTRA_HINT = "pip install 'sglang-dsv4-ext[series]'"
 
 
-
-def _env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    env = {
-        "GIT_COMMITTER_NAME": TOOL_NAME,
-        "GIT_COMMITTER_EMAIL": TOOL_EMAIL,
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_EDITOR": "true",
-        "GIT_PAGER": "cat",
-        "LC_ALL": "C",
-        "LANG": "C",
-    }
-    if extra:
-        env.update(extra)
-    return env
+def gitpython():
+    """The ``git`` module of GitPython, or a one-line error naming the extra that provides it."""
+    try:
+        return importlib.import_module("git")
+    except ModuleNotFoundError as exc:
+        if exc.name != "git":
+            raise
+        raise MissingExtraError(
+            f"this command drives a git repository through GitPython, which is not installed: {SERIES_EXTRA_HINT}"
+        ) from None
+    except ImportError as exc:  # GitPython is there but cannot start (e.g. no git program)
+        raise GitError(f"GitPython cannot start: {str(exc).splitlines()[0]}") from None
 
 
 def run_git(
-    runner: "git.Git",
+    runner,
     args: Sequence[str],
     *,
     stdin: Union[None, bytes, str] = None,
@@ -83,54 +47,29 @@ def run_git(
     env: Optional[Dict[str, str]] = None,
     binary: bool = False,
     where: str = "",
-) -> Tuple[int, Union[str, bytes], str]:
-    """Run ``git ARGS`` through a GitPython runner; return (status, stdout, stderr)."""
-    cmd = ["git", *git_config_args(), *args]
+) -> GitResult:
+    """Run ``git ARGS`` through a GitPython runner (``git.Git``); return (status, stdout, stderr)."""
     with tempfile.TemporaryFile() as stdin_file:
         if stdin is not None:
             stdin_file.write(stdin.encode() if isinstance(stdin, str) else stdin)
             stdin_file.seek(0)
         status, stdout, stderr = runner.execute(
-            cmd,
+            git_command(args),
             istream=stdin_file if stdin is not None else None,
             with_extended_output=True,
             with_exceptions=False,
             stdout_as_string=False,
             strip_newline_in_stdout=False,
-            env=_env(env),
+            env=git_env(env),
         )
-    stdout = stdout or b""
-    err = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else (stderr or "")
-    out: Union[str, bytes] = stdout if binary else stdout.decode("utf-8", "replace")
-    if check and status != 0:
-        detail = err.strip() or (out.strip() if isinstance(out, str) else "")
-        shown = " ".join(args[:3]) + (" ..." if len(args) > 3 else "")
-        raise GitError(f"git {shown} failed in {where or runner._working_dir} (exit {status}): {detail}")
-    return status, out, err
-
-
-def run_git_in(directory: Union[str, Path], args: Sequence[str], **kw) -> Tuple[int, Union[str, bytes], str]:
-    """Run git in a plain directory that need not be a repository (e.g. ``git apply``).
-
-    GIT_CEILING_DIRECTORIES stops git from discovering a repository *above* the directory,
-    so ``git apply`` patches files relative to ``directory`` and nothing else.
-    """
-    directory = Path(directory).resolve()
-    env = {"GIT_CEILING_DIRECTORIES": str(directory.parent), **(kw.pop("env", None) or {})}
-    return run_git(git.Git(str(directory)), args, env=env, where=str(directory), **kw)
-
-
-def git_config_args() -> List[str]:
-    args: List[str] = []
-    for key, value in _FORCED_CONFIG.items():
-        args += ["-c", f"{key}={value}"]
-    return args
+    return git_result(args, status, stdout, stderr, check=check, binary=binary, where=where or runner._working_dir)
 
 
 class GitRepo:
     """One git work tree (or bare repository), driven through GitPython."""
 
     def __init__(self, path: Union[str, Path], *, search_parent: bool = False):
+        git = gitpython()
         self.path = Path(path).resolve()
         try:
             self.repo = git.Repo(str(self.path), search_parent_directories=search_parent)
@@ -142,6 +81,7 @@ class GitRepo:
 
     @classmethod
     def init(cls, path: Union[str, Path], *, bare: bool = False) -> "GitRepo":
+        git = gitpython()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         git.Repo.init(str(path), bare=bare, initial_branch="main")
@@ -156,7 +96,7 @@ class GitRepo:
         check: bool = True,
         env: Optional[Dict[str, str]] = None,
         binary: bool = False,
-    ) -> Tuple[int, Union[str, bytes], str]:
+    ) -> GitResult:
         """Run ``git ARGS`` in this repository; return (status, stdout, stderr).
 
         stdout is returned exactly (no newline stripping) so patch text survives intact.
@@ -176,13 +116,7 @@ class GitRepo:
         (GitPython kills the process when the wrapper is garbage-collected). The wrapper
         forwards ``stdin``, ``communicate`` and ``returncode`` to the Popen object.
         """
-        proc = self.repo.git.execute(
-            ["git", *git_config_args(), *args],
-            istream=subprocess.PIPE,
-            as_process=True,
-            env=_env(env),
-        )
-        return proc
+        return self.repo.git.execute(git_command(args), istream=subprocess.PIPE, as_process=True, env=git_env(env))
 
     # ---- queries -----------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, List, Optional
 from sglang_dsv4_ext.errors import PackageDirError
 
 from .classify import Kind, Result, failing_hunks
-from .gitrepo import run_git_in
+from .gitcmd import run_git_in
 from .series import PatchFile, Series
 
 TREE_PREFIX = "python/sglang/"

@@ -35,7 +35,8 @@ from sglang_dsv4_ext.errors import RebaseError
 from . import export as export_mod
 from . import rangediff
 from .classify import APPLIED_KINDS, STOP_KINDS, UPSTREAM_KINDS, Kind, Result, classify_and_apply
-from .gitrepo import GitRepo, run_git_in
+from .gitcmd import run_git_in
+from .gitrepo import GitRepo
 from .series import (
     PIN_FILE,
     SERIES_FILE,

@@ -15,17 +15,25 @@ git's line number), before any repository is touched.
 
 from __future__ import annotations
 
+import email.policy
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from email.message import Message
+from email.parser import HeaderParser
 from typing import Dict, List, Optional, Sequence, Tuple
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, published as tomli
+    import tomli as tomllib
 
 from sglang_dsv4_ext.errors import PatchFileError, SeriesError
 
-from .gitrepo import run_git_in
+from .gitcmd import run_git_in
+from .paths import PIN_FILE, SERIES_FILE
 
-SERIES_FILE = "series"
-PIN_FILE = "UPSTREAM_PIN"
 TOMBSTONE_DIR = "dropped"
 TOMBSTONE_SUFFIX = ".tombstone"
 
@@ -86,81 +94,69 @@ class PatchFile:
         return [m.strip() for m in re.split(r"[,\s]+", self.fields.get("Mirrors", "")) if m.strip()]
 
 
-def _unfold_headers(lines: Sequence[str]) -> Dict[str, str]:
-    headers: Dict[str, str] = {}
-    last = None
-    for line in lines:
-        if line[:1] in (" ", "\t") and last:
-            headers[last] += " " + line.strip()
-            continue
-        key, _, value = line.partition(":")
-        last = key.strip()
-        headers[last] = value.strip()
-    return headers
+def mail_headers(head: str) -> Message:
+    """The mail header block of a format-patch file (after its ``From <sha>`` line), parsed by
+    :mod:`email.parser`: folded lines are unfolded and RFC 2047 encoded words (``git format-patch
+    --encode-email-headers`` writes them for non-ASCII subjects) are decoded."""
+    return HeaderParser(policy=email.policy.default).parsestr(head.rstrip("\n") + "\n\n")
 
 
 def parse_dep3(message: str) -> Dict[str, str]:
-    """DEP-3 fields from a commit message body; continuation lines start with whitespace.
+    """DEP-3 fields from a commit message body: each paragraph that starts with a ``Field:`` line
+    is a block of RFC 822 style fields, parsed by :mod:`email.parser`.
 
-    A field value keeps its line structure (joined with newlines) so multi-line
-    descriptions survive; a lone " ." line stands for an empty line as in DEP-3.
+    A field value keeps its line structure (joined with newlines) so multi-line descriptions
+    survive; a lone " ." continuation line stands for an empty line as in DEP-3.
     """
     fields: Dict[str, str] = {}
-    current = None
-    for line in message.splitlines():
-        m = _FIELD_RE.match(line)
-        if m and not line[:1].isspace():
-            current = m.group(1)
-            fields[current] = m.group(2).rstrip()
-        elif current and line[:1] in (" ", "\t"):
-            chunk = line.strip()
-            fields[current] += "\n" + ("" if chunk == "." else chunk)
-        elif not line.strip():
-            current = None
-    return {k: v.strip() for k, v in fields.items()}
+    for paragraph in re.split(r"\n[ \t]*\n", message):
+        paragraph = paragraph.strip("\n")
+        if not _FIELD_RE.match(paragraph.split("\n", 1)[0]):
+            continue
+        block = HeaderParser(policy=email.policy.compat32).parsestr(paragraph + "\n\n")
+        for key, value in block.items():
+            first, *rest = str(value).split("\n")
+            lines = [first.strip()] + ["" if line.strip() == "." else line.strip() for line in rest]
+            fields[key] = "\n".join(lines).strip()
+    return fields
 
 
 def split_hunks(text: str) -> List[Tuple[str, str, List[Hunk]]]:
-    files: List[Tuple[str, str, List[Hunk]]] = []
-    path = None
-    header: List[str] = []
-    hunks: List[Hunk] = []
-    hunk_lines: List[str] = []
+    """Split a patch into (path, file header text, hunks) per file."""
+    return [(path, *_split_file_block(path, lines)) for path, lines in _file_blocks(text)]
 
-    def close_hunk():
-        if hunk_lines:
-            m = _HUNK_RE.match(hunk_lines[0])
-            hunks.append(Hunk(path, len(hunks) + 1, hunk_lines[0].rstrip("\n"), int(m.group(1)), "".join(hunk_lines)))
-            hunk_lines.clear()
 
-    def close_file():
-        nonlocal header, hunks
-        close_hunk()
-        if path is not None:
-            files.append((path, "".join(header), hunks))
-        header, hunks = [], []
-
+def _file_blocks(text: str) -> List[Tuple[str, List[str]]]:
+    """(path, lines) for each ``diff --git`` section; anything before the first one is dropped."""
+    blocks: List[Tuple[str, List[str]]] = []
     for line in text.splitlines(keepends=True):
         m = _DIFF_RE.match(line.rstrip("\n"))
         if m:
-            close_file()
-            path = m.group(2)
-            header = [line]
-            continue
-        if path is None:
-            continue
+            blocks.append((m.group(2), [line]))
+        elif blocks:
+            blocks[-1][1].append(line)
+    return blocks
+
+
+def _split_file_block(path: str, lines: Sequence[str]) -> Tuple[str, List[Hunk]]:
+    header: List[str] = []
+    bodies: List[List[str]] = []
+    ended = False
+    for line in lines:
         if line.startswith("@@ "):
-            close_hunk()
-            hunk_lines.append(line)
-        elif hunk_lines:
-            if line.startswith(("+", "-", " ", "\\")) or line == "\n":
-                hunk_lines.append(line)
-            else:  # end of the diff (e.g. a mail signature)
-                close_hunk()
-        else:
+            bodies.append([line])
+            ended = False
+        elif not bodies:
             header.append(line)
-    close_file()
-    return files
+        elif not ended and (line.startswith(("+", "-", " ", "\\")) or line == "\n"):
+            bodies[-1].append(line)
+        else:  # the end of the diff (e.g. a mail signature): nothing after it belongs to a hunk
+            ended = True
+    hunks = []
+    for index, body in enumerate(bodies, 1):
+        first = body[0].rstrip("\n")
+        hunks.append(Hunk(path, index, first, int(_HUNK_RE.match(first).group(1)), "".join(body)))
+    return "".join(header), hunks
 
 
 def parse_patch_file(path: Path, name: Optional[str] = None) -> PatchFile:
@@ -180,8 +176,8 @@ def parse_patch_file(path: Path, name: Optional[str] = None) -> PatchFile:
     head_lines = head.splitlines()
     if not sep or not head_lines or not head_lines[0].startswith("From "):
         raise PatchFileError(f"{path}: not a git format-patch file (it must start with a 'From <sha> ...' line and mail headers)")
-    headers = _unfold_headers(head_lines[1:])
-    subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", headers.get("Subject", "")).strip()
+    headers = mail_headers("\n".join(head_lines[1:]))
+    subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", str(headers.get("Subject", ""))).strip()
     if not subject:
         raise PatchFileError(f"{path}: the mail header has no Subject line")
     body, _, _ = ("\n" + rest).partition("\n---\n")
@@ -193,8 +189,8 @@ def parse_patch_file(path: Path, name: Optional[str] = None) -> PatchFile:
         detail = err.strip().replace("error: ", "")
         raise PatchFileError(f"{path}: corrupt patch: {detail}")
     patch = PatchFile(
-        name=name, path=path, text=text, subject=subject, author=headers.get("From", ""),
-        date=headers.get("Date", ""), message=body.strip("\n"), fields=parse_dep3(body),
+        name=name, path=path, text=text, subject=subject, author=str(headers.get("From", "")),
+        date=str(headers.get("Date", "")), message=body.strip("\n"), fields=parse_dep3(body),
     )
     _collect_paths(patch)
     if not patch.files:
@@ -301,21 +297,30 @@ _PIN_HEADER = (
 
 
 def read_pin(series_dir: Path) -> Dict[str, str]:
+    """The UPSTREAM_PIN (a TOML file of ``key = "value"`` lines), or {} when there is none."""
     pin_file = Path(series_dir) / PIN_FILE
     if not pin_file.exists():
         return {}
-    pin: Dict[str, str] = {}
-    for lineno, raw in enumerate(pin_file.read_text().splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r'^([a-z_0-9]+)\s*=\s*"([^"]*)"\s*(#.*)?$', line)
-        if not m:
-            raise SeriesError(f'{pin_file}:{lineno}: expected key = "value", got {raw!r}')
-        if m.group(1) not in _PIN_KEYS:
-            raise SeriesError(f"{pin_file}:{lineno}: unknown key {m.group(1)!r}; allowed: {', '.join(_PIN_KEYS)}")
-        pin[m.group(1)] = m.group(2)
-    return pin
+    text = pin_file.read_text()
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SeriesError(f'{pin_file}: not a pin file of key = "value" lines: {exc}') from None
+    for key, value in data.items():
+        where = f"{pin_file}:{_line_of_key(text, key)}"
+        if key not in _PIN_KEYS:
+            raise SeriesError(f"{where}: unknown key {key!r}; allowed: {', '.join(_PIN_KEYS)}")
+        if not isinstance(value, str):
+            raise SeriesError(f'{where}: {key} must be a quoted string (key = "value"), got {value!r}')
+    return dict(data)
+
+
+def _line_of_key(text: str, key: str) -> int:
+    """The line a top-level key is set on (TOML errors give one; a wrong key needs ours)."""
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if re.match(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*[=.]", line):
+            return lineno
+    return 1
 
 
 def format_pin(pin: Dict[str, str]) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .classify import UPSTREAM_KINDS, Result
+from .paths import default_series_dir
 from .series import Series, load_series
 
 MIRRORS_TARGETS_FIELD = "Mirrors-Targets"
@@ -54,12 +55,6 @@ def verdicts_from_results(series: Series, results: Sequence[Result]) -> List[Fix
             upstream=result.kind in UPSTREAM_KINDS, result=result.kind.value, detail=result.detail,
         ))
     return verdicts
-
-
-def default_series_dir() -> Path:
-    from .cli import default_series_dir as cli_default
-
-    return cli_default()
 
 
 @functools.lru_cache(maxsize=8)
