@@ -98,7 +98,8 @@ PD_KV_LAYOUT = Target(
 # --- HiCache: bf16 region page-aligned only; L3 keys carry the dtype ---
 HICACHE_INDEXER_REGIONS = Target(
     f"{_ASM}._dsv4_indexer_regions", "(kvcache, page_size)",
-    "hicache", BF16, "bf16 index-K host region is page_aligned_only (token-granular kernel is 584-B main-KV only)")
+    "hicache", ALWAYS, "index-K host regions page_aligned_only for every dtype (token-granular kernel is 584-B "
+    "main-KV only; stock registers fp8/fp4 with False)")
 HICACHE_BUILD_STACK = Target(
     f"{_ASM}.build_deepseek_v4_hicache_stack",
     "(*, params, kvcache, load_cache_event, storage_backend, host_swa_evict_fn=None, "

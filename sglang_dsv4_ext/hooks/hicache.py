@@ -1,16 +1,19 @@
-"""HiCache for a bf16 index-K: page-aligned transfers only, and a dtype tag on L3 keys.
+"""HiCache index-K: page-aligned transfers only (every dtype), and a dtype tag on L3 keys.
 
 Why: (a) the fused indexer host region is registered with ``page_aligned_only=False``, so
 a transfer that is not a whole number of pages falls back to ``transfer_cache_dsv4_mla``,
-whose kernel hard-codes the 584-B C4 main-KV page; on a 16384-B bf16 index-K row it would
-address the wrong bytes (latent in stock for the 132-B row too).
+whose kernel hard-codes the 584-B C4 main-KV page; on an index-K row (132 B fp8, 68 B fp4
+on CUDA, 256 B bf16 per token) it addresses the wrong bytes. Stock leaves this latent for
+fp8 and fp4 as well, so it is fixed for every index-K dtype, not only ours.
 (b) HiCache L3 keys are ``storage_model_name(model, anchor)`` plus the pool name; nothing
 encodes the index-K dtype, so a shared L3 store could serve fp8 index-K pages to a bf16
 server or the reverse (docs/patch-point-map.md, "HiCache").
 
 How: (a) an AFTER hook on ``_dsv4_indexer_regions`` returns the regions with
-``page_aligned_only=True`` when the pool's c4 indexer is bf16 (``dataclasses.replace``;
-the dataclass is frozen). Item bytes already follow the buffers: 16384 B per page row.
+``page_aligned_only=True`` for every CUDA index-K layout (``dataclasses.replace``; the
+dataclass is frozen): SGLang's host pool then refuses a token-granular transfer with a
+clear error instead of reaching the 584-B kernel. NPU storage keeps its own transfer path
+and is left alone. Item bytes already follow the buffers (16384 B per page row for bf16).
 (b) an AROUND hook on ``build_deepseek_v4_hicache_stack`` marks the build of a bf16 stack,
 and an AFTER hook on ``LogicalHostPool.__init__`` sets that anchor's
 ``storage_format_tag`` (SGLang's own mechanism for page-format-specific keys) to
@@ -39,8 +42,11 @@ def _kvcache_has_bf16_index_k(kvcache) -> bool:
 
 
 def _after_indexer_regions(result, kvcache, page_size):
-    if not _kvcache_has_bf16_index_k(kvcache):
+    # NPU stores index-K in its own PA_ND buffers with their own transfer ops; not ours to change.
+    if getattr(getattr(kvcache, "c4_indexer_kv_pool", None), "has_npu_storage", False):
         return None
+    if all(region.page_aligned_only for region in result):
+        return None  # SGLang's HIP fp4 split already refuses token-granular copies
     return [dataclasses.replace(region, page_aligned_only=True) for region in result]
 
 

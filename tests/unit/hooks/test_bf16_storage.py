@@ -72,7 +72,7 @@ def test_hicache_host_pool_geometry_follows_bf16_rows(bf16_pool, layout):
 def test_fp8_region_keeps_stock_geometry(fp8_pool):
     region, host = _indexer_host_pool(fp8_pool, "layer_first")
     assert region.item_bytes == FP8_ROW
-    assert region.page_aligned_only is False  # stock behaviour left alone for fp8
+    assert region.page_aligned_only is True  # whole pages only for every dtype (test_index_k_page_aligned.py)
 
 
 def test_token_granular_index_k_transfers_refused_for_bf16(bf16_pool):
