@@ -1,0 +1,71 @@
+"""A wheel built from the repository carries the patch series and runs the series tooling outside
+the checkout; GitPython is needed only by the commands that drive a git repository.
+
+Builds the real wheel (``pip wheel . --no-build-isolation``), installs it with ``--target`` into a
+temporary directory and runs ``sglang-dsv4`` from another working directory against the installed
+SGLang, with nothing pointing at the checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SERIES = [line.split("#")[0].strip() for line in (ROOT / "patches" / "series").read_text().splitlines()]
+SERIES = [name for name in SERIES if name]
+
+
+def _env(extra_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4")}
+    env["PYTHONPATH"] = str(extra_path)  # the installed wheel first, nothing from the checkout
+    return env
+
+
+@pytest.fixture(scope="module")
+def installed_wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(out / "dist")], check=True, capture_output=True, text=True, timeout=300)
+    (wheel,) = (out / "dist").glob("sglang_dsv4_ext-*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(out / "site"),
+                    str(wheel)], check=True, capture_output=True, text=True, timeout=300)
+    return wheel, out / "site"
+
+
+def _sglang_dsv4(site: Path, cwd: Path, *argv: str, hide_gitpython: bool = False):
+    prelude = "import sys; sys.modules['git'] = None; " if hide_gitpython else "import sys; "
+    code = prelude + "from sglang_dsv4_ext.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *argv], cwd=cwd, env=_env(site), capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_the_wheel_contains_every_patch_of_the_series(installed_wheel):
+    wheel, _ = installed_wheel
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = "sglang_dsv4_ext/series/shipped/"
+    assert {shipped + "series", shipped + "UPSTREAM_PIN"} <= names
+    assert {shipped + name for name in SERIES} <= names
+
+
+def test_patches_status_runs_outside_the_checkout_on_the_shipped_series(installed_wheel, tmp_path):
+    _, site = installed_wheel
+    proc = _sglang_dsv4(site, tmp_path, "patches", "status", hide_gitpython=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"{site / 'sglang_dsv4_ext' / 'series' / 'shipped'} (shipped with the package" in proc.stdout
+    for name in SERIES:
+        assert name in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_git_command_without_gitpython_names_the_extra(installed_wheel, tmp_path):
+    _, site = installed_wheel
+    proc = _sglang_dsv4(site, tmp_path, "patches", "check", "--repo", str(tmp_path), hide_gitpython=True)
+    assert proc.returncode == 2
+    assert "pip install 'sglang-dsv4-ext[series]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
