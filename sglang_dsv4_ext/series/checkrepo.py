@@ -1,8 +1,9 @@
 """The series against a git checkout: check in a scratch worktree, apply onto HEAD, export.
 
 ``check`` never touches the user's work tree: it adds a temporary, sparse ``git worktree``
-(only the files the series touches) detached at the ref, classifies every patch there (conflicting patches are skipped so the rest can
-still be classified) and removes the worktree again.
+(only the files the series touches) detached at the ref, classifies every patch there
+(conflicting patches are skipped so the rest can still be classified) and removes the worktree
+again.
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ def export_range(
     head_sha = repo.must_rev_parse(head)
     merges = repo.out("rev-list", "--merges", f"{base_sha}..{head_sha}")
     if merges:
-        raise SeriesError(f"{base}..{head} contains merge commits ({merges.split()[0][:12]} ...); a series must be linear")
+        first = merges.split()[0][:12]
+        raise SeriesError(f"{base}..{head} contains merge commits ({first} ...); a series must be linear")
     commits = repo.commits_between(base_sha, head_sha)
     names, unmatched = export_mod.name_commits_by_subject(repo, commits, series)
     for name, reason in drops.items():

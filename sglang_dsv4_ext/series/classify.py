@@ -90,7 +90,9 @@ def patch_id(repo: GitRepo, text: str) -> Optional[str]:
     return out.split()[0] if out else None
 
 
-def upstream_commit_with_same_change(repo: GitRepo, patch: PatchFile, base: Optional[str], head: str = "HEAD") -> Optional[str]:
+def upstream_commit_with_same_change(
+    repo: GitRepo, patch: PatchFile, base: Optional[str], head: str = "HEAD"
+) -> Optional[str]:
     """The upstream commit in base..head whose change to the patch's files equals the patch."""
     own = patch_id(repo, patch.text)
     if own is None:
@@ -169,40 +171,48 @@ def classify_and_apply(
         return Result(patch.name, Kind.UPSTREAM_PATCH_ID, f"same change as upstream commit {same[:12]}, changed since")
     missing = [f for f in patch.preexisting if not repo.path_exists("HEAD", f)]
     hunks = [] if forward else failing_hunks(repo, patch, tmp_dir)
-    am = ["am", "--committer-date-is-author-date", "--quiet"]
     if forward:
-        repo.run(*am, str(patch_path))
+        repo.run(*_AM, str(patch_path))
         result = Result(patch.name, Kind.APPLIES, "", repo.must_rev_parse("HEAD"))
         if same:
             result.detail = f"upstream {same[:12]} made this change once, but it is not in the tree any more"
     else:
-        status, out, err = repo.run(*am, "--3way", str(patch_path), check=False)
-        if status == 0 and repo.must_rev_parse("HEAD") == head:
-            # `git am -3` says "No changes -- Patch already applied." and commits nothing.
-            return Result(patch.name, Kind.UPSTREAM_ABSORBED, "a three-way merge leaves nothing to change")
-        if status == 0:
-            result = Result(patch.name, Kind.APPLIES_3WAY, f"{len(hunks)} hunks needed the merge" if hunks else "",
-                            repo.must_rev_parse("HEAD"), failing_hunks=hunks)
-        else:
-            unmerged = repo.unmerged_paths()
-            message = (out + err).strip()
-            if not unmerged and not missing and _NO_CHANGES.search(message) and not repo.dirty_paths():
-                repo.run("am", "--abort")
-                return Result(patch.name, Kind.UPSTREAM_ABSORBED, "a three-way merge leaves nothing to change")
-            if missing:
-                if repo.am_in_progress():
-                    repo.run("am", "--abort")
-                return Result(patch.name, Kind.TARGET_GONE, f"no longer in the tree: {', '.join(missing)}",
-                              missing_files=missing, failing_hunks=hunks)
-            regions = conflict_regions(repo, unmerged)
-            detail = f"conflicts in {', '.join(unmerged)}" if unmerged else _last_error_line(message)
-            return Result(patch.name, Kind.CONFLICT, detail, failing_hunks=hunks,
-                          conflict_regions=regions, conflicted_files=unmerged)
+        result = _apply_three_way(repo, patch, patch_path, head, hunks, missing)
+        if result.kind is not Kind.APPLIES_3WAY:
+            return result
     if not keep:
         repo.run("reset", "-q", "--hard", head)
     return result
 
 
+_AM = ("am", "--committer-date-is-author-date", "--quiet")
+
+
+def _apply_three_way(repo: GitRepo, patch: PatchFile, patch_path: Path, head: str, hunks, missing) -> Result:
+    """`git am -3`: applies-3way, or why not (absorbed upstream, target gone, conflict left in progress)."""
+    status, out, err = repo.run(*_AM, "--3way", str(patch_path), check=False)
+    if status == 0 and repo.must_rev_parse("HEAD") == head:
+        # `git am -3` says "No changes -- Patch already applied." and commits nothing.
+        return Result(patch.name, Kind.UPSTREAM_ABSORBED, "a three-way merge leaves nothing to change")
+    if status == 0:
+        return Result(patch.name, Kind.APPLIES_3WAY, f"{len(hunks)} hunks needed the merge" if hunks else "",
+                      repo.must_rev_parse("HEAD"), failing_hunks=hunks)
+    unmerged = repo.unmerged_paths()
+    message = (out + err).strip()
+    if not unmerged and not missing and _NO_CHANGES.search(message) and not repo.dirty_paths():
+        repo.run("am", "--abort")
+        return Result(patch.name, Kind.UPSTREAM_ABSORBED, "a three-way merge leaves nothing to change")
+    if missing:
+        if repo.am_in_progress():
+            repo.run("am", "--abort")
+        return Result(patch.name, Kind.TARGET_GONE, f"no longer in the tree: {', '.join(missing)}",
+                      missing_files=missing, failing_hunks=hunks)
+    regions = conflict_regions(repo, unmerged)
+    detail = f"conflicts in {', '.join(unmerged)}" if unmerged else _last_error_line(message)
+    return Result(patch.name, Kind.CONFLICT, detail, failing_hunks=hunks,
+                  conflict_regions=regions, conflicted_files=unmerged)
+
+
 def _last_error_line(message: str) -> str:
-    lines = [l for l in message.splitlines() if l.strip().startswith(("error:", "fatal:"))]
+    lines = [line for line in message.splitlines() if line.strip().startswith(("error:", "fatal:"))]
     return (lines[0] if lines else message.splitlines()[0] if message else "git am failed").strip()

@@ -96,7 +96,9 @@ def load_state(repo: GitRepo) -> State:
         raise RebaseError(f"no patch-series rebase is in progress in {repo.path}")
     data = json.loads(path.read_text())
     if data.get("version") != STATE_VERSION:
-        raise RebaseError(f"{path}: written by an incompatible version of this tool (state version {data.get('version')})")
+        raise RebaseError(
+            f"{path}: written by an incompatible version of this tool (state version {data.get('version')})"
+        )
     return State(**data)
 
 
@@ -141,7 +143,8 @@ def refuse_busy_or_dirty(repo: GitRepo) -> None:
 def series_dir_changes(series_dir: Path) -> Optional[List[str]]:
     """Uncommitted changes (untracked included) under the series directory when it is in a git
     work tree; None when it is not version-controlled."""
-    status, out, _ = run_git_in(series_dir, ["rev-parse", "--show-toplevel"], check=False, env={"GIT_CEILING_DIRECTORIES": ""})
+    status, out, _ = run_git_in(series_dir, ["rev-parse", "--show-toplevel"], check=False,
+                                env={"GIT_CEILING_DIRECTORIES": ""})
     if status != 0:
         return None
     top = GitRepo(out.strip())
@@ -188,7 +191,8 @@ def start(
     _validate_drops(drops, series.names, series_dir)
     onto_sha = repo.rev_parse(onto)
     if onto_sha is None:
-        raise RebaseError(f"--onto {onto!r} does not name a commit in {repo.path}; tags: {', '.join(repo.tags()[-8:]) or '(none)'}")
+        tags = ", ".join(repo.tags()[-8:]) or "(none)"
+        raise RebaseError(f"--onto {onto!r} does not name a commit in {repo.path}; tags: {tags}")
     old_base = series.pin.get("tag") or None
     old_base_sha = repo.rev_parse(old_base) if old_base else None
     head_ref, head_sha = repo.head_state()
@@ -221,7 +225,8 @@ def continue_(repo_path: Path, drops: Optional[Dict[str, str]] = None, progress:
     state = load_state(repo)
     drops = dict(drops or {})
     _validate_drops(drops, state.names, Path(state.series_dir))
-    done = {r["name"] for r in state.results[: state.stop_index if state.stop_index is not None else len(state.results)]}
+    stop = state.stop_index if state.stop_index is not None else len(state.results)
+    done = {r["name"] for r in state.results[:stop]}
     late = sorted(set(drops) & done)
     if late:
         raise RebaseError(
@@ -239,7 +244,8 @@ def continue_(repo_path: Path, drops: Optional[Dict[str, str]] = None, progress:
         if repo.am_in_progress():
             repo.run("am", "--abort")
         repo.run("reset", "-q", "--hard", state.stop_head)
-        state.results[index] = Result(name, Kind.DROPPED, f"was {stopped.kind.value}", reason=state.drops[name]).to_json()
+        state.results[index] = Result(name, Kind.DROPPED, f"was {stopped.kind.value}",
+                                      reason=state.drops[name]).to_json()
         progress(f"[{index + 1}/{len(state.names)}] {name}: dropped -- {state.drops[name]}")
     elif repo.am_in_progress():
         unresolved = repo.unmerged_paths()
@@ -267,10 +273,12 @@ def continue_(repo_path: Path, drops: Optional[Dict[str, str]] = None, progress:
             hint = (
                 f"drop it: --continue --drop {name} --reason TEXT"
                 if stopped.kind in UPSTREAM_KINDS
-                else f"port it by hand (edit, `git add`, then --continue) or drop it: --continue --drop {name} --reason TEXT"
+                else "port it by hand (edit, `git add`, then --continue) or drop it: "
+                f"--continue --drop {name} --reason TEXT"
             )
             raise RebaseError(f"{name} stopped as {stopped.describe()}; nothing to continue with: {hint}")
-        state.results[index] = Result(name, Kind.RESOLVED, f"ported by hand (was {stopped.kind.value})", commit).to_json()
+        state.results[index] = Result(name, Kind.RESOLVED, f"ported by hand (was {stopped.kind.value})",
+                                      commit).to_json()
         progress(f"[{index + 1}/{len(state.names)}] {name}: ported by hand")
     state.stop_index = None
     state.stop_head = None
@@ -296,7 +304,8 @@ def _take_hand_port(repo: GitRepo, state: State, patch: PatchFile) -> Optional[s
         return None
     unstaged = repo.out("diff", "--name-only")
     if unstaged:
-        raise RebaseError(f"{patch.name}: unstaged changes in {unstaged.replace(chr(10), ', ')}; `git add` or discard them")
+        files = unstaged.replace(chr(10), ", ")
+        raise RebaseError(f"{patch.name}: unstaged changes in {files}; `git add` or discard them")
     with tempfile.TemporaryDirectory() as tmp:
         msg, body = Path(tmp) / "msg", Path(tmp) / "patch"
         info = repo.run("mailinfo", str(msg), str(body), stdin=patch.text)[1]
@@ -318,7 +327,9 @@ def abort(repo_path: Path, progress: Progress = print) -> str:
     if repo.am_in_progress():
         repo.run("am", "--abort")
     if state.orig_head_ref:
-        branch = state.orig_head_ref[len("refs/heads/"):] if state.orig_head_ref.startswith("refs/heads/") else state.orig_head_ref
+        branch = state.orig_head_ref
+        if branch.startswith("refs/heads/"):
+            branch = branch[len("refs/heads/"):]
         repo.run("checkout", "-q", "-f", branch)
     else:
         repo.run("checkout", "-q", "-f", "--detach", state.orig_head_sha)
@@ -329,7 +340,8 @@ def abort(repo_path: Path, progress: Progress = print) -> str:
     where = state.orig_head_ref or f"detached HEAD {state.orig_head_sha[:12]}"
     message = f"rebase aborted; {repo.path} is back on {where} ({state.orig_head_sha[:12]})"
     if changed:
-        message += f"; note: {', '.join(changed)} in {state.series_dir} changed during the rebase and were left as they are"
+        message += (f"; note: {', '.join(changed)} in {state.series_dir} changed during the rebase "
+                    "and were left as they are")
     progress(message)
     return message
 

@@ -19,9 +19,9 @@ import email.policy
 import re
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from email.message import Message
 from email.parser import HeaderParser
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 if sys.version_info >= (3, 11):
@@ -175,7 +175,9 @@ def parse_patch_file(path: Path, name: Optional[str] = None) -> PatchFile:
     head, sep, rest = text.partition("\n\n")
     head_lines = head.splitlines()
     if not sep or not head_lines or not head_lines[0].startswith("From "):
-        raise PatchFileError(f"{path}: not a git format-patch file (it must start with a 'From <sha> ...' line and mail headers)")
+        raise PatchFileError(
+            f"{path}: not a git format-patch file (it must start with a 'From <sha> ...' line and mail headers)"
+        )
     headers = mail_headers("\n".join(head_lines[1:]))
     subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", str(headers.get("Subject", ""))).strip()
     if not subject:
@@ -263,7 +265,8 @@ class Series:
         for patch in self.patches:
             if patch.name == name:
                 return patch
-        raise SeriesError(f"{name!r} is not in {self.directory / SERIES_FILE}; patches: {', '.join(self.names) or '(none)'}")
+        listed = ", ".join(self.names) or "(none)"
+        raise SeriesError(f"{name!r} is not in {self.directory / SERIES_FILE}; patches: {listed}")
 
 
 def load_series(series_dir: Path) -> Series:

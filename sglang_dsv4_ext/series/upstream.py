@@ -65,7 +65,9 @@ def _cached_verdicts(sglang_dir: str, series_dir: str, stamp: Tuple) -> Tuple[Fi
     return tuple(verdicts_from_results(series, classify_against_package(series, Path(sglang_dir))))
 
 
-def fix_verdicts(sglang_dir: Optional[os.PathLike] = None, series_dir: Optional[os.PathLike] = None) -> List[FixVerdict]:
+def fix_verdicts(
+    sglang_dir: Optional[os.PathLike] = None, series_dir: Optional[os.PathLike] = None
+) -> List[FixVerdict]:
     """Per patch: is its fix already in the SGLang at ``sglang_dir`` (default: the installed one)?"""
     from .package_dir import installed_sglang_dir
 

@@ -227,20 +227,7 @@ def build_history(
     repo_dir = Path(repo_dir)
     branch = "main"
     if repo_dir.exists() and any(repo_dir.iterdir()):
-        try:
-            repo = GitRepo(repo_dir)
-        except GitError:
-            raise HistoryError(f"{repo_dir} exists and is not a git repository; give an empty or new directory") from None
-        have = _history_versions(repo)
-        if have != versions[: len(have)]:
-            raise HistoryError(
-                f"{repo_dir} already holds releases {have}, which are not the start of {versions}; "
-                "give a new directory"
-            )
-        if not repo.bare and repo.dirty_paths():
-            raise HistoryError(f"{repo_dir} has uncommitted changes; refusing to touch it")
-        todo = versions[len(have):]
-        parent = repo.must_rev_parse(f"v{have[-1]}") if have else None
+        repo, todo, parent = _existing_history(repo_dir, versions)
     else:
         repo = GitRepo.init(repo_dir, bare=not checkout)  # no checkout wanted: a bare repository
         todo, parent = versions, None
@@ -260,6 +247,26 @@ def build_history(
         progress(f"checking out v{versions[-1]} in {repo_dir}")
         repo.run("checkout", "-q", "-f", "-B", branch, f"v{versions[-1]}")
     return repo
+
+
+def _existing_history(repo_dir: Path, versions: List[str]):
+    """(repo, versions still to import, parent commit) for a history to extend; refuses anything else."""
+    try:
+        repo = GitRepo(repo_dir)
+    except GitError:
+        raise HistoryError(
+            f"{repo_dir} exists and is not a git repository; give an empty or new directory"
+        ) from None
+    have = _history_versions(repo)
+    if have != versions[: len(have)]:
+        raise HistoryError(
+            f"{repo_dir} already holds releases {have}, which are not the start of {versions}; "
+            "give a new directory"
+        )
+    if not repo.bare and repo.dirty_paths():
+        raise HistoryError(f"{repo_dir} has uncommitted changes; refusing to touch it")
+    parent = repo.must_rev_parse(f"v{have[-1]}") if have else None
+    return repo, versions[len(have):], parent
 
 
 def _history_versions(repo: GitRepo) -> List[str]:

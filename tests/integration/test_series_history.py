@@ -64,7 +64,8 @@ def write_real_series(repo, series_dir: Path) -> dict:
     """Commit one patch per classification on v0.5.21 and export them as a series."""
     old, mid, new = "v0.5.21", "v0.5.22", "v0.5.23"
     # preconditions on the real releases (see the module docstring)
-    assert repo.path_exists(old, EDITS["applies"]) and show(repo, old, EDITS["applies"]) == show(repo, new, EDITS["applies"])
+    assert repo.path_exists(old, EDITS["applies"])
+    assert show(repo, old, EDITS["applies"]) == show(repo, new, EDITS["applies"])
     assert "if get_parallel().dp_size > 1:" in show(repo, old, EDITS["applies-3way"]).splitlines()[359]
     assert "if get_parallel().num_dp_ranks > 1:" in show(repo, mid, EDITS["applies-3way"]).splitlines()[359]
     assert show(repo, old, EDITS["conflict"]).splitlines()[39] != show(repo, new, EDITS["conflict"]).splitlines()[39]

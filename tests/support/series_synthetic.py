@@ -155,5 +155,6 @@ def snapshot(repo: GitRepo, series_dir: Path) -> dict:
         "status": repo.out("status", "--porcelain=v1", "--untracked-files=all"),
         "files": files,
         "series": series_files,
-        "git_state_dirs": sorted(p.name for p in repo.git_dir.iterdir() if p.name in ("rebase-apply", "dsv4-patches-rebase")),
+        "git_state_dirs": sorted(p.name for p in repo.git_dir.iterdir()
+                                 if p.name in ("rebase-apply", "dsv4-patches-rebase")),
     }

@@ -151,7 +151,9 @@ def test_upstream_and_gone_patches_leave_only_with_a_reason(tmp_path, capsys):
         "--drop", names["upstream-absorbed"], "--reason", "upstream absorbed it",
     ) == 1
     assert f"stopped at {names['target-gone']}: target-gone" in capsys.readouterr().out
-    assert run_cli("rebase", *args, "--continue", "--drop", names["target-gone"], "--reason", "gone.py was removed") == 0
+    continued = run_cli("rebase", *args, "--continue", "--drop", names["target-gone"],
+                        "--reason", "gone.py was removed")
+    assert continued == 0
 
     assert load_series(series_dir).names == [names["applies"]]
     stones = {s["Tombstone"]: s for s in read_tombstones(series_dir)}
