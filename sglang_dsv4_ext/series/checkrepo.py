@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from . import export as export_mod
 from .classify import Kind, Result, classify_and_apply
 from .gitrepo import GitRepo
-from .rebase import RebaseError, pin_for, refuse_busy_or_dirty, refuse_dirty_series_dir
+from .rebase import RebaseError, pin_for, protect_series_dir, refuse_busy_or_dirty
 from .series import Series, SeriesError, format_tombstone, load_series, tombstone_path
 
 Progress = Callable[[str], None]
@@ -63,6 +63,23 @@ def apply_to_checkout(repo_path: Path, series: Series, progress: Progress) -> Tu
     Returns (results, message when it stopped). A conflict leaves `git am` in progress."""
     repo = GitRepo(repo_path)
     refuse_busy_or_dirty(repo)
+    head_ref, head = repo.head_state()
+    try:
+        return _apply_each(repo, series, progress)
+    except Exception:
+        _restore(repo, head_ref, head)  # an unexpected failure leaves the repository as it was
+        raise
+
+
+def _restore(repo: GitRepo, head_ref: Optional[str], head: str) -> None:
+    if repo.am_in_progress():
+        repo.run("am", "--abort", check=False)
+    repo.run("reset", "-q", "--hard", head, check=False)
+    if head_ref:
+        repo.run("symbolic-ref", "HEAD", head_ref, check=False)
+
+
+def _apply_each(repo: GitRepo, series: Series, progress: Progress) -> Tuple[List[Result], Optional[str]]:
     base = repo.rev_parse(series.pin["tag"]) if series.pin.get("tag") else None
     results: List[Result] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -130,7 +147,8 @@ def export_range(
     pin = pin_for(repo, base, base_sha)  # the same pin a rebase onto `base` writes
     files = export_mod.series_files(series.directory, rendered, pin, tombstones)
     removed = list(drops)
+    planned = export_mod.planned_changes(series.directory, files, removed)
     if check_only:
-        return export_mod.planned_changes(series.directory, files, removed)
-    refuse_dirty_series_dir(series.directory)
+        return planned
+    protect_series_dir(series.directory, progress, planned)
     return export_mod.write_files(series.directory, files, removed)

@@ -26,6 +26,7 @@ import json
 import re
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -131,6 +132,12 @@ def refuse_busy_or_dirty(repo: GitRepo) -> None:
     for marker, what in _BUSY_MARKERS.items():
         if (repo.git_dir / marker).exists():
             raise RebaseError(f"{repo.path} is in the middle of {what}; finish or abort it first (nothing was changed)")
+    lock = repo.git_dir / "index.lock"
+    if lock.exists():
+        raise RebaseError(
+            f"{lock} exists: another git process is using {repo.path}, or one died and left its lock. If no git "
+            "command is running there, remove that file; nothing was changed."
+        )
     dirty = repo.dirty_paths()
     if dirty:
         shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
@@ -152,14 +159,37 @@ def series_dir_changes(series_dir: Path) -> Optional[List[str]]:
     return [entry[3:] for entry in out.split("\0") if entry]
 
 
-def refuse_dirty_series_dir(series_dir: Path) -> None:
+def protect_series_dir(series_dir: Path, progress: Progress, rewritten: Optional[List[str]] = None) -> Optional[Path]:
+    """Before the series directory is rewritten: refuse uncommitted changes when git tracks it;
+    when git does not (a copy, an unpacked release), keep a timestamped backup and say where.
+
+    ``rewritten``: the files about to change (None: any may); no backup is needed when none of
+    them exists yet. Returns the backup directory, if one was made."""
     changes = series_dir_changes(series_dir)
+    if changes is None:
+        if rewritten is not None and not any((Path(series_dir) / name).exists() for name in rewritten):
+            return None
+        backup = _free_backup_name(Path(series_dir))
+        shutil.copytree(series_dir, backup)
+        progress(f"{series_dir} is not tracked by git: its previous contents are kept in {backup}")
+        return backup
     if changes:
         shown = ", ".join(changes[:10]) + (f" and {len(changes) - 10} more" if len(changes) > 10 else "")
         raise RebaseError(
             f"the series directory {series_dir} has uncommitted changes ({shown}); it would be "
             "rewritten. Commit them first; nothing was changed."
         )
+    return None
+
+
+def _free_backup_name(series_dir: Path) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    candidate = series_dir.with_name(f"{series_dir.name}.backup-{stamp}")
+    n = 2
+    while candidate.exists():
+        candidate = series_dir.with_name(f"{series_dir.name}.backup-{stamp}-{n}")
+        n += 1
+    return candidate
 
 
 def _validate_drops(drops: Dict[str, str], names: List[str], series_dir: Path) -> None:
@@ -186,7 +216,7 @@ def start(
     refuse_busy_or_dirty(repo)
     series_dir = Path(series_dir).resolve()
     series = load_series(series_dir)  # a corrupt patch stops us here, before anything changes
-    refuse_dirty_series_dir(series_dir)
+    protect_series_dir(series_dir, progress)
     drops = dict(drops or {})
     _validate_drops(drops, series.names, series_dir)
     onto_sha = repo.rev_parse(onto)

@@ -169,6 +169,16 @@ MUTATIONS: List[Mutation] = [
     Mutation("config: an empty SGLANG_DSV4_BF16_INDEX_K is unset", "sglang_dsv4_ext/config.py",
              '(env.get(ENV_BF16_ALIAS) or "").strip()', "env.get(ENV_BF16_ALIAS) is not None",
              ("tests/unit/cli/test_bad_input_config.py::test_empty_means_unset[empty alias next to bf16]",)),
+    # --- series tooling ---
+    Mutation("series: a stale index.lock is refused before apply", "sglang_dsv4_ext/series/rebase.py",
+             "    if lock.exists():\n", "    if False:\n",
+             ("tests/unit/series/test_bad_input.py::test_apply_with_a_stale_index_lock_is_refused_and_changes_nothing",)),
+    Mutation("series: a failed apply restores the repository", "sglang_dsv4_ext/series/checkrepo.py",
+             "        _restore(repo, head_ref, head)", "        pass",
+             ("tests/unit/series/test_bad_input.py::test_apply_that_fails_midway_leaves_the_repository_as_it_was",)),
+    Mutation("series: export into an untracked series dir keeps a backup", "sglang_dsv4_ext/series/rebase.py",
+             "        shutil.copytree(series_dir, backup)\n", "        pass\n",
+             ("tests/unit/series/test_bad_input.py::test_export_into_a_series_dir_git_does_not_track_keeps_a_backup",)),
 ]
 
 
