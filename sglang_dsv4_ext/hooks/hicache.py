@@ -20,7 +20,8 @@ and an AFTER hook on ``LogicalHostPool.__init__`` sets that anchor's
 ``dsv4-idxk-bf16``. fp8 stacks keep the stock keys.
 
 Upstream status: not upstream.
-Retire when: SGLang sizes/tags a bf16 index-K itself.
+Retire when: SGLang registers the indexer region page-aligned (or fixes the token-granular kernel for
+index-K rows) and keys L3 pages by index-K dtype.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ own code, unwrapped at call time):
     (``_can_use_nonpaged_indexer`` also answers False).
 
 Upstream status: not upstream.
-Retire when: SGLang ships a bf16 DSV4 index-K path.
+Retire when: SGLang ships a bf16 DSV4 index-K data path.
 """
 
 from __future__ import annotations

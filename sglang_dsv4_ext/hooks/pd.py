@@ -12,7 +12,8 @@ layouts. fp8 pools keep the stock string, so an fp8 extension peer still pairs w
 stock SGLang peer.
 
 Upstream status: not upstream (no bf16 index-K upstream).
-Retire when: SGLang encodes the indexer dtype in ``pd_kv_layout``.
+Retire when: SGLang encodes the indexer dtype in ``pd_kv_layout`` (or checks item lengths against the
+peer for DSV4 kv_data).
 """
 
 from __future__ import annotations

@@ -35,8 +35,9 @@ How: one module per concern.
 
 Upstream status: top-level getters gated upstream (0.5.12+); sub-pool getters and the
 breakable-graph replay are not (scheduler.py carries a TODO at the consumer index).
-Retire when: the probe reports every accessor upstream-gated and SGLang waits ahead (or
-runs eagerly) in non-full prefill-graph replays with a pending load.
+Retire when: SGLang gates the indexer sub-pool readers and waits ahead (or runs eagerly) in
+non-full prefill-graph replays with a pending load (the probe then reports every accessor
+upstream-gated).
 """
 
 from __future__ import annotations
