@@ -175,18 +175,21 @@ def _install(cfg: ExtConfig, table: List[compat.Target]) -> None:
     with _scoped_alias_propagation({h.target.path for h in hooks}):
         HookRegistry.apply_hooks()
 
-    missing = []
-    for hook in hooks:
-        _, _, current = compat.resolve(hook.target.path)
-        if not carries_hook(current, hook.fn):
-            missing.append(hook.target.path)
+    _verify_installed(hooks)
+    _record_statuses(cfg, table, ctx, {h.target.path for h in hooks})
+
+
+def _verify_installed(hooks) -> None:
+    """HookRegistry logs and swallows failures (and skips targets already applied): check each wrapper."""
+    missing = sorted({h.target.path for h in hooks if not carries_hook(compat.resolve(h.target.path)[2], h.fn)})
     if missing:
         raise ActivationError(
-            "HookRegistry did not install our wrapper on: " + ", ".join(sorted(set(missing)))
+            "HookRegistry did not install our wrapper on: " + ", ".join(missing)
             + " (see the 'Failed to apply hooks' log lines above); refusing to serve half-patched"
         )
 
-    hooked = {h.target.path for h in hooks}
+
+def _record_statuses(cfg: ExtConfig, table: List[compat.Target], ctx, hooked) -> None:
     STATE.accessor_verdicts = dict(ctx.accessor_verdicts)
     for target in table:
         if target.path in ctx.not_needed:
@@ -195,7 +198,7 @@ def _install(cfg: ExtConfig, table: List[compat.Target]) -> None:
         elif target.area == "activation":
             STATE.statuses[target.path] = APPLIED
         elif target.path not in hooked:
-            raise ActivationError(f"no patch module hooks table target {target.path}")
+            raise ActivationError(f"no hook module hooks table target {target.path}")
         elif not _feature_enabled(target.feature, cfg):
             STATE.statuses[target.path] = SKIPPED_BY_CONFIG
         else:

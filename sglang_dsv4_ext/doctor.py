@@ -57,10 +57,9 @@ def _kernel_backends(cuda: Dict[str, object]) -> Dict[str, str]:
     return backends
 
 
-def collect_report() -> Dict[str, object]:
+def _versions_and_config(report: Dict[str, object]):
     from sglang_dsv4_ext import activation
 
-    report: Dict[str, object] = {"ext_version": __version__}
     try:
         report["sglang_version"] = activation.installed_sglang_version()
         import sglang
@@ -76,6 +75,12 @@ def collect_report() -> Dict[str, object]:
         report["config"] = None
         report["error"] = str(exc)
         config = None
+    return config
+
+
+def _activate_for_report(report: Dict[str, object], config) -> object:
+    """Activate as the entry point would; the error (if any) goes into the report, never raised."""
+    from sglang_dsv4_ext import activation
 
     error = report.get("error")
     if config is not None and not kill_switch_set() and report.get("sglang_version"):
@@ -85,7 +90,12 @@ def collect_report() -> Dict[str, object]:
             error = str(exc)
     elif kill_switch_set():
         activation.STATE.statuses = {t.path: activation.SKIPPED_BY_CONFIG for t in compat.TARGETS}
-    state = activation.STATE
+    return error
+
+
+def _target_rows(state) -> List[Dict[str, str]]:
+    from sglang_dsv4_ext import activation
+
     targets: List[Dict[str, str]] = []
     for target in compat.TARGETS:
         row = {
@@ -100,18 +110,35 @@ def collect_report() -> Dict[str, object]:
         if target.path in state.details:
             row["detail"] = state.details[target.path]
         targets.append(row)
-    # Fixes the installed SGLang already carries in its source (patches/): the same verdict
-    # `sglang-dsv4 patches status` gives, so both commands agree on what is upstream.
+    return targets
+
+
+def _mark_fixed_in_source(report: Dict[str, object], targets: List[Dict[str, str]]) -> None:
+    """Fixes the installed SGLang already carries in its source (patches/): the same verdict
+    `sglang-dsv4 patches status` gives, so both commands agree on what is upstream."""
+    from sglang_dsv4_ext import activation
+
     try:
         from sglang_dsv4_ext.series.upstream import fix_verdicts, upstream_targets
 
         in_source = upstream_targets(fix_verdicts(report.get("sglang_path")))
-    except Exception as exc:  # no series next to the package (wheel install), git missing
+    except Exception as exc:  # no series found, git missing: said in the report, never silent
         in_source, report["source_fix_error"] = {}, str(exc)
     for row in targets:
         if row["target"] in in_source:
             row["status"] = activation.NOT_NEEDED
             row["detail"] = f"fixed in SGLang's source (patch {in_source[row['target']]} is upstream)"
+
+
+def collect_report() -> Dict[str, object]:
+    from sglang_dsv4_ext import activation
+
+    report: Dict[str, object] = {"ext_version": __version__}
+    config = _versions_and_config(report)
+    error = _activate_for_report(report, config)
+    state = activation.STATE
+    targets = _target_rows(state)
+    _mark_fixed_in_source(report, targets)
     report["activated"] = state.activated
     report["activation_seconds"] = round(state.seconds, 3)
     report["targets"] = targets

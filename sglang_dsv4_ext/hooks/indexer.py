@@ -18,7 +18,9 @@ own code, unwrapped at call time):
     would otherwise write into ``out_loc[0]``, a real slot when the batch's first token
     closes a group.
   * ``C4Indexer.compute_q``: :func:`kernels_sm120.index_q_bf16` (RoPE + Hadamard, no
-    quantization; weights = weight * weight_scale).
+    quantization; weights = weight * weight_scale). The query module has no pool, so it takes
+    the decision ``forward_c4_indexer`` made from the backend's pool (a context variable set
+    around that call): queries and keys always agree, whatever the environment says later.
   * ``C4IndexerBackendMixin.forward_c4_indexer``: the paged branch with
     :func:`kernels_sm120.paged_mqa_logits_bf16` (fp32 logits) in SGLang's row chunks, fed to
     SGLang's own top-k transforms; the non-paged branch is never taken for bf16
@@ -30,15 +32,17 @@ Retire when: SGLang ships a bf16 DSV4 index-K data path.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
 
 from sglang_dsv4_ext import compat
 from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
-from sglang_dsv4_ext.index_k import BF16, effective_index_k_dtype, is_bf16_index_pool
+from sglang_dsv4_ext.index_k import is_bf16_index_pool
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +56,21 @@ def _kernels():
 def backend_uses_bf16_index_k(backend) -> bool:
     pool = getattr(backend, "token_to_kv_pool", None)
     return is_bf16_index_pool(getattr(pool, "c4_indexer_kv_pool", None))
+
+
+# True inside forward_c4_indexer on a backend whose pool stores bf16 index-K: compute_q (called
+# from SGLang's _forward_prepare_* within it) has no pool of its own and reads this decision.
+_pool_stores_bf16: contextvars.ContextVar[bool] = contextvars.ContextVar("dsv4_ext_pool_bf16", default=False)
+
+
+@contextlib.contextmanager
+def index_k_pool_scope(bf16: bool) -> Iterator[None]:
+    """The index-K dtype decision of the pool in use, for the query path inside this scope."""
+    token = _pool_stores_bf16.set(bf16)
+    try:
+        yield
+    finally:
+        _pool_stores_bf16.reset(token)
 
 
 # --- store: the compressor's indexer branch ----------------------------------------------
@@ -112,7 +131,7 @@ def store_compressed_index_k_bf16(backend, x, forward_batch, layer_id, compresso
 # --- query ----------------------------------------------------------------------------------
 
 def _around_compute_q(original, self, q_lora, positions, weight, q_lora_quant=None):
-    if self.use_fp4_indexer or effective_index_k_dtype(False) != BF16:
+    if self.use_fp4_indexer or not _pool_stores_bf16.get():
         return original(self, q_lora, positions, weight, q_lora_quant)
     q, _ = self.wq_b(q_lora if q_lora_quant is None else q_lora_quant)
     q = q.view(-1, self.n_local_heads, self.head_dim)
@@ -134,12 +153,14 @@ def _around_forward_c4_indexer(original, self, x, q_lora, c4_indexer, forward_ba
                                enable_multi_stream=False, q_lora_ready=None, skip_compressor=False,
                                q_lora_quant=None):
     if c4_indexer.use_fp4_indexer or not backend_uses_bf16_index_k(self):
-        return original(self, x, q_lora, c4_indexer, forward_batch, alt_streams=alt_streams,
-                        enable_multi_stream=enable_multi_stream, q_lora_ready=q_lora_ready,
-                        skip_compressor=skip_compressor, q_lora_quant=q_lora_quant)
-    return forward_c4_indexer_bf16(self, x, q_lora, c4_indexer, forward_batch, alt_streams=alt_streams,
-                                   enable_multi_stream=enable_multi_stream, q_lora_ready=q_lora_ready,
-                                   skip_compressor=skip_compressor, q_lora_quant=q_lora_quant)
+        with index_k_pool_scope(False):
+            return original(self, x, q_lora, c4_indexer, forward_batch, alt_streams=alt_streams,
+                            enable_multi_stream=enable_multi_stream, q_lora_ready=q_lora_ready,
+                            skip_compressor=skip_compressor, q_lora_quant=q_lora_quant)
+    with index_k_pool_scope(True):
+        return forward_c4_indexer_bf16(self, x, q_lora, c4_indexer, forward_batch, alt_streams=alt_streams,
+                                       enable_multi_stream=enable_multi_stream, q_lora_ready=q_lora_ready,
+                                       skip_compressor=skip_compressor, q_lora_quant=q_lora_quant)
 
 
 def _match_rows(tensor: torch.Tensor, rows: int, value: int) -> torch.Tensor:
@@ -151,32 +172,26 @@ def _match_rows(tensor: torch.Tensor, rows: int, value: int) -> torch.Tensor:
     return F.pad(tensor, pad, value=value)
 
 
-def forward_c4_indexer_bf16(backend, x, q_lora, c4_indexer, forward_batch, *, alt_streams=None,
-                            enable_multi_stream=False, q_lora_ready=None, skip_compressor=False,
-                            q_lora_quant=None) -> None:
-    """SGLang's ``forward_c4_indexer`` for a bf16 index-K pool (paged branch only)."""
+def _refuse_unsupported(backend) -> None:
     from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
 
-    if forward_batch.forward_mode.is_idle():
-        return
-    token_to_kv_pool = backend.token_to_kv_pool
-    metadata = backend.forward_metadata
-    indexer_metadata = metadata.indexer_metadata
-    core_metadata = metadata.core_metadata
     if backend.hisparse_coordinator is not None:
         raise Bf16IndexKUnsupported("bf16 index-K with HiSparse is not supported; use fp8 index-K")
     if sg_indexer.get_global_indexer_capturer() is not None:
         raise Bf16IndexKUnsupported("bf16 index-K with the indexer top-k capturer is not supported")
 
-    positions = core_metadata.positions
+
+def _same_rows(x, q_lora, q_lora_quant, positions):
+    """Trim x, q_lora and positions to the rows all three have (CUDA-graph padding differs)."""
     num_queries = min(x.shape[0], q_lora.shape[0], positions.shape[0])
-    if x.shape[0] != num_queries:
-        x = x[:num_queries]
     if q_lora.shape[0] != num_queries:
         q_lora, q_lora_quant = q_lora[:num_queries], None
-    if positions.shape[0] != num_queries:
-        positions = positions[:num_queries]
+    return x[:num_queries], q_lora, q_lora_quant, positions[:num_queries]
 
+
+def _bf16_queries(backend, x, q_lora, c4_indexer, forward_batch, positions, *, alt_streams, enable_multi_stream,
+                  q_lora_ready, skip_compressor, q_lora_quant):
+    """SGLang's own query preparation (our compute_q hook makes it bf16); checked before use."""
     if enable_multi_stream:
         q_indexer, weights = backend._forward_prepare_multi_stream(
             x=x, q_lora=q_lora, c4_indexer=c4_indexer, positions=positions, forward_batch=forward_batch,
@@ -193,6 +208,28 @@ def forward_c4_indexer_bf16(backend, x, q_lora, c4_indexer, forward_batch, *, al
             f"bf16 index-K needs bf16 queries [N, H, D] from compute_q, got {q_indexer.dtype} "
             f"{tuple(q_indexer.shape)}; is the compute_q hook installed?"
         )
+    return q_indexer, weights
+
+
+def forward_c4_indexer_bf16(backend, x, q_lora, c4_indexer, forward_batch, *, alt_streams=None,
+                            enable_multi_stream=False, q_lora_ready=None, skip_compressor=False,
+                            q_lora_quant=None) -> None:
+    """SGLang's ``forward_c4_indexer`` for a bf16 index-K pool (paged branch only)."""
+    from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
+
+    if forward_batch.forward_mode.is_idle():
+        return
+    token_to_kv_pool = backend.token_to_kv_pool
+    metadata = backend.forward_metadata
+    indexer_metadata = metadata.indexer_metadata
+    core_metadata = metadata.core_metadata
+    _refuse_unsupported(backend)
+    x, q_lora, q_lora_quant, positions = _same_rows(x, q_lora, q_lora_quant, core_metadata.positions)
+    q_indexer, weights = _bf16_queries(
+        backend, x, q_lora, c4_indexer, forward_batch, positions, alt_streams=alt_streams,
+        enable_multi_stream=enable_multi_stream, q_lora_ready=q_lora_ready, skip_compressor=skip_compressor,
+        q_lora_quant=q_lora_quant,
+    )
     weights = weights.squeeze(2).float()
     query_rows = q_indexer.shape[0]
     c4_seq_lens = _match_rows(indexer_metadata.compressed_seq_lens, query_rows, 1)

@@ -38,64 +38,68 @@ from sglang_dsv4_ext.index_k import BF16, bf16_page_view, effective_index_k_dtyp
 logger = logging.getLogger(__name__)
 
 
+class _Bf16IndexKPoolMethods:
+    """What the bf16 c4 indexer pool adds to SGLang's ``DeepSeekV4IndexerPool`` (mixed in first).
+
+    Page row = 64 slots x 128 x 2 B = 16384 B.
+    """
+
+    index_k_dtype = BF16
+
+    def get_bytes_per_token(self) -> int:
+        return index_k_bytes_per_token(BF16, self.index_head_dim)
+
+    # --- bf16 accessors -------------------------------------------------------
+    def index_k_bf16_pages(self, layer_id: int) -> torch.Tensor:
+        """Layer ``layer_id``'s index-K as bf16 ``[pages, page_size, index_head_dim]`` (a view).
+
+        Item access on the buffer list is gated like every sub-pool read while a HiCache
+        load is pending (the gate wraps the list when the pool is announced).
+        """
+        return bf16_page_view(self.index_k_with_scale_buffer[layer_id], self.page_size, self.index_head_dim)
+
+    def set_index_fused(self, layer_id: int, loc: torch.Tensor, cache_k: torch.Tensor) -> None:
+        """Store already normalised/rotated index-K rows ``[N, index_head_dim]`` as bf16 at ``loc``."""
+        scatter_index_k_bf16(
+            self.index_k_with_scale_buffer[layer_id - self.start_layer],
+            loc,
+            cache_k,
+            self.page_size,
+            self.index_head_dim,
+        )
+
+    # --- fp8 / fp4 layout paths: refuse rather than write 132-B rows ------------
+    def _refuse(self, what: str):
+        raise DSV4IndexKLayoutError(
+            f"{what} uses the fp8/fp4 index-K layout, but this pool stores bf16 index-K "
+            f"(SGLANG_DSV4_INDEX_K_DTYPE=bf16, {self.get_bytes_per_token()} B per token); "
+            f"use set_index_fused / the bf16 indexer path"
+        )
+
+    def set_index_k_scale_buffer(self, layer_id, loc, index_k, index_k_scale):
+        self._refuse("set_index_k_scale_buffer (fp8 value + scale writer)")
+
+    def set_index_fp4(self, layer_id, loc, cache_k):
+        self._refuse("set_index_fp4 (fp4 writer)")
+
+    def get_index_k_scale_buffer(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len):
+        self._refuse("get_index_k_scale_buffer (fp8 nonpaged gather)")
+
+    def get_index_k_fp4(self, layer_id, slots):
+        self._refuse("get_index_k_fp4 (fp4 reader)")
+
+    def get_index_k_dequant(self, layer_id, slots=None):
+        self._refuse("get_index_k_dequant (fp4 reader)")
+
+
 def _bf16_pool_class():
     """Build the subclass lazily: importing SGLang's pool module costs seconds."""
     global _BF16_POOL_CLASS
-    if _BF16_POOL_CLASS is not None:
-        return _BF16_POOL_CLASS
-    from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4IndexerPool
+    if _BF16_POOL_CLASS is None:
+        from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4IndexerPool
 
-    class DeepSeekV4Bf16IndexerPool(DeepSeekV4IndexerPool):
-        """c4 indexer pool storing index-K as bf16: page row = 64 slots x 128 x 2 B = 16384 B."""
-
-        index_k_dtype = BF16
-
-        def get_bytes_per_token(self) -> int:
-            return index_k_bytes_per_token(BF16, self.index_head_dim)
-
-        # --- bf16 accessors -------------------------------------------------------
-        def index_k_bf16_pages(self, layer_id: int) -> torch.Tensor:
-            """Layer ``layer_id``'s index-K as bf16 ``[pages, page_size, index_head_dim]`` (a view).
-
-            Item access on the buffer list is gated like every sub-pool read while a HiCache
-            load is pending (the gate wraps the list when the pool is announced).
-            """
-            return bf16_page_view(self.index_k_with_scale_buffer[layer_id], self.page_size, self.index_head_dim)
-
-        def set_index_fused(self, layer_id: int, loc: torch.Tensor, cache_k: torch.Tensor) -> None:
-            """Store already normalised/rotated index-K rows ``[N, index_head_dim]`` as bf16 at ``loc``."""
-            scatter_index_k_bf16(
-                self.index_k_with_scale_buffer[layer_id - self.start_layer],
-                loc,
-                cache_k,
-                self.page_size,
-                self.index_head_dim,
-            )
-
-        # --- fp8 / fp4 layout paths: refuse rather than write 132-B rows ------------
-        def _refuse(self, what: str):
-            raise DSV4IndexKLayoutError(
-                f"{what} uses the fp8/fp4 index-K layout, but this pool stores bf16 index-K "
-                f"(SGLANG_DSV4_INDEX_K_DTYPE=bf16, {self.get_bytes_per_token()} B per token); "
-                f"use set_index_fused / the bf16 indexer path"
-            )
-
-        def set_index_k_scale_buffer(self, layer_id, loc, index_k, index_k_scale):
-            self._refuse("set_index_k_scale_buffer (fp8 value + scale writer)")
-
-        def set_index_fp4(self, layer_id, loc, cache_k):
-            self._refuse("set_index_fp4 (fp4 writer)")
-
-        def get_index_k_scale_buffer(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len):
-            self._refuse("get_index_k_scale_buffer (fp8 nonpaged gather)")
-
-        def get_index_k_fp4(self, layer_id, slots):
-            self._refuse("get_index_k_fp4 (fp4 reader)")
-
-        def get_index_k_dequant(self, layer_id, slots=None):
-            self._refuse("get_index_k_dequant (fp4 reader)")
-
-    _BF16_POOL_CLASS = DeepSeekV4Bf16IndexerPool
+        _BF16_POOL_CLASS = type("DeepSeekV4Bf16IndexerPool", (_Bf16IndexKPoolMethods, DeepSeekV4IndexerPool),
+                                {"__doc__": "c4 indexer pool storing index-K as bf16 (sglang-dsv4-ext)."})
     return _BF16_POOL_CLASS
 
 

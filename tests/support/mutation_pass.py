@@ -44,7 +44,8 @@ _PLAN = "tests/unit/cli/test_bad_input_plan.py"
 
 MUTATIONS: List[Mutation] = [
     Mutation("activation verifies every hook is installed", "sglang_dsv4_ext/activation.py",
-             "        if not carries_hook(current, hook.fn):", "        if False:",
+             "    if missing:\n        raise ActivationError(\n            \"HookRegistry did not install",
+             "    if False:\n        raise ActivationError(\n            \"HookRegistry did not install",
              ("tests/integration/test_activation_verify.py",)),
     Mutation("sizing: bf16 index-K budgeted at 256 B", "sglang_dsv4_ext/hooks/sizing.py",
              "    if dtype == BF16:\n        return index_k_bytes_per_token(BF16, index_head_dim)",

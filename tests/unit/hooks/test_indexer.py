@@ -115,14 +115,14 @@ def test_the_real_class_functions_carry_our_hooks(ext_active):
 
 
 def test_compute_q_bf16_uses_our_index_q_kernel(stubs, monkeypatch, rng):
-    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "bf16")
     freqs = dbl.rope_table()
     ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=freqs, generator=rng)
     q_lora = torch.randn(5, Q_LORA_RANK, generator=rng).to(torch.bfloat16)
     weight = torch.randn(5, dbl.N_HEADS, generator=rng).to(torch.bfloat16)
     positions = torch.tensor([0, 7, 100, 2047, 31])
 
-    q_out, w_out = C4Indexer.compute_q(ix, q_lora, positions, weight)
+    with indexer_patch.index_k_pool_scope(True):  # what forward_c4_indexer decides for a bf16 pool
+        q_out, w_out = C4Indexer.compute_q(ix, q_lora, positions, weight)
 
     assert stubs.called("index_q_bf16") == 1 and stubs.called("fused_q_fp8") == 0 and stubs.called("fused_q_fp4") == 0
     call = stubs.calls["index_q_bf16"][0]
@@ -138,7 +138,6 @@ def test_compute_q_bf16_uses_our_index_q_kernel(stubs, monkeypatch, rng):
 
 @pytest.mark.parametrize("dtype", ["fp8", "fp4"])
 def test_compute_q_fp8_fp4_stay_on_sglang_kernels(stubs, monkeypatch, rng, dtype):
-    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp8")
     ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(),
                         use_fp4_indexer=dtype == "fp4", generator=rng)
     q_lora = torch.randn(3, Q_LORA_RANK, generator=rng).to(torch.bfloat16)
@@ -159,12 +158,36 @@ def test_compute_q_fp8_fp4_stay_on_sglang_kernels(stubs, monkeypatch, rng, dtype
 
 def test_compute_q_bf16_env_with_sglang_fp4_indexer_stays_fp4(stubs, monkeypatch, rng):
     """A C4Indexer built with SGLang's fp4 flag never takes the bf16 query path."""
-    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "bf16")
     ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(),
                         use_fp4_indexer=True, generator=rng)
-    C4Indexer.compute_q(ix, torch.zeros(2, Q_LORA_RANK, dtype=torch.bfloat16), torch.arange(2),
-                        torch.zeros(2, dbl.N_HEADS, dtype=torch.bfloat16))
+    with indexer_patch.index_k_pool_scope(True):
+        C4Indexer.compute_q(ix, torch.zeros(2, Q_LORA_RANK, dtype=torch.bfloat16), torch.arange(2),
+                            torch.zeros(2, dbl.N_HEADS, dtype=torch.bfloat16))
     assert stubs.called("fused_q_fp4") == 1 and stubs.called("index_q_bf16") == 0
+
+
+@pytest.mark.parametrize("pool_dtype,env_later", [("bf16", "fp8"), ("fp8", "bf16")])
+def test_query_dtype_follows_the_pool_not_the_environment(stubs, monkeypatch, rng, pool_dtype, env_later):
+    """compute_q takes forward_c4_indexer's decision from the pool; the environment is not re-read per call.
+
+    The pool is built with one dtype, then the variable says the other (a child that inherited a
+    different environment, or a test harness flipping it). Before, compute_q re-read the variable
+    per call: bf16 queries went into SGLang's fp8 logits (or fp8 queries into ours).
+    """
+    with dsv4_pool(monkeypatch, pool_dtype) as pool:
+        backend, ix, x, _ = _indexer_call(pool, rng)
+        monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", env_later)
+        C4IndexerBackendMixin.forward_c4_indexer(backend, x=x, q_lora=x, c4_indexer=ix,
+                                                 forward_batch=dbl.forward_batch(ForwardMode.DECODE),
+                                                 skip_compressor=True)
+    if pool_dtype == "bf16":
+        assert [stubs.called(k) for k in ("index_q_bf16", "paged_mqa_logits_bf16", "fused_q_fp8")] == [1, 1, 0]
+    else:
+        assert [stubs.called(k) for k in ("index_q_bf16", "paged_mqa_logits_bf16", "fused_q_fp8")] == [0, 0, 1]
+        assert stubs.called("deep_gemm_fp8_logits") == 1
+    # Outside forward_c4_indexer no pool decision is in scope: SGLang's own query path.
+    C4Indexer.compute_q(ix, x, torch.arange(x.shape[0]), torch.zeros(x.shape[0], dbl.N_HEADS, dtype=torch.bfloat16))
+    assert stubs.called("index_q_bf16") == (1 if pool_dtype == "bf16" else 0)
 
 
 def test_nonpaged_indexer_is_never_chosen_for_bf16(stubs, monkeypatch):
