@@ -20,9 +20,12 @@ ENV_INDEX_K_DTYPE = "SGLANG_DSV4_INDEX_K_DTYPE"
 ENV_BF16_ALIAS = "SGLANG_DSV4_BF16_INDEX_K"  # the seed fork's switch, kept as an alias
 ENV_GATE = "SGLANG_DSV4_INDEX_K_GATE"
 ENV_ALLOW_UNTESTED = "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG"
+ENV_FP4_BUDGET = "SGLANG_DSV4_FP4_BUDGET"
 
 INDEX_K_DTYPES = ("fp8", "bf16", "fp4")
 GATE_MODES = ("auto", "strict", "off")
+# exact: budget SGLang's CUDA fp4 indexer at the 68 B it allocates; stock: SGLang's deliberate 132-B estimate.
+FP4_BUDGETS = ("exact", "stock")
 _KILL_SWITCH_VALUES = {"0": False, "1": True}
 _BOOL_VALUES = {"0": False, "1": True}
 
@@ -60,6 +63,7 @@ class ExtConfig:
     index_k_dtype: str = "fp8"  # fp8 (stock) | bf16 (ours) | fp4 (SGLang's own fp4 indexer)
     gate: str = "auto"  # auto | strict | off
     allow_untested_sglang: bool = False
+    fp4_budget: str = "exact"  # exact | stock
 
     @property
     def bf16_index_k(self) -> bool:
@@ -105,6 +109,7 @@ def load_config(environ: Optional[Mapping[str, str]] = None) -> ExtConfig:
         index_k_dtype=dtype or "fp8",
         gate=_read_choice(env, ENV_GATE, GATE_MODES, "auto"),
         allow_untested_sglang=_read_bool(env, ENV_ALLOW_UNTESTED, False),
+        fp4_budget=_read_choice(env, ENV_FP4_BUDGET, FP4_BUDGETS, "exact"),
     )
 
 

@@ -109,6 +109,11 @@ def _target_rows(state) -> List[Dict[str, str]]:
             row["gate"] = state.accessor_verdicts[target.path]
         if target.path in state.details:
             row["detail"] = state.details[target.path]
+        if target is compat.INDEXER_BYTES_PER_TOKEN and state.config is not None:
+            # This row also changes stock behaviour for operators who never asked for bf16.
+            row["fp4_budget"] = (f"{state.config.fp4_budget}: SGLang's CUDA fp4 indexer is budgeted at "
+                                 + ("its stock 132-B estimate" if state.config.fp4_budget == "stock"
+                                    else "the 68 B it allocates (stock: 132 B; SGLANG_DSV4_FP4_BUDGET=stock)"))
         targets.append(row)
     return targets
 
@@ -162,6 +167,8 @@ def _print_human(report: Dict[str, object]) -> None:
     for row in report["targets"]:
         name = row["target"].removeprefix("sglang.srt.")
         print(f"{name:<{width}}  {row['status']:<17}  {row.get('gate', '')}")
+        if "fp4_budget" in row:
+            print(f"{'':<{width}}  fp4 budget: {row['fp4_budget']}")
     print()
     cuda = report["cuda"]
     if cuda.get("available"):

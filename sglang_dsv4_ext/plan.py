@@ -19,7 +19,7 @@ from typing import Dict, Optional
 from sglang_dsv4_ext import dsv4_model, exit_codes
 from sglang_dsv4_ext.arg_types import finite_float, int_at_least
 from sglang_dsv4_ext.cli import _SUMMARIES
-from sglang_dsv4_ext.config import ENV_INDEX_K_DTYPE, INDEX_K_DTYPES
+from sglang_dsv4_ext.config import ENV_FP4_BUDGET, ENV_INDEX_K_DTYPE, INDEX_K_DTYPES
 from sglang_dsv4_ext.errors import Dsv4ExtError, PlanInputError
 
 GIB = 1 << 30
@@ -27,15 +27,21 @@ GIB = 1 << 30
 
 @contextlib.contextmanager
 def _index_k_dtype_env(dtype: str):
-    previous = os.environ.get(ENV_INDEX_K_DTYPE)
-    os.environ[ENV_INDEX_K_DTYPE] = dtype
+    with _env(ENV_INDEX_K_DTYPE, dtype):
+        yield
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str):
+    previous = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if previous is None:
-            os.environ.pop(ENV_INDEX_K_DTYPE, None)
+            os.environ.pop(name, None)
         else:
-            os.environ[ENV_INDEX_K_DTYPE] = previous
+            os.environ[name] = previous
 
 
 def plan_one(model: dsv4_model.Dsv4Model, dtype: str, *, kv_budget_bytes: int, max_running_requests: int,
@@ -99,13 +105,18 @@ def build_plan(args: argparse.Namespace) -> Dict[str, object]:
     activation.activate()
     budget = int(args.kv_budget_gib * GIB)
     results = {}
+    sizing = dict(kv_budget_bytes=budget, max_running_requests=args.max_running_requests,
+                  swa_full_tokens_ratio=None if args.cap_mode else args.swa_full_tokens_ratio,
+                  chunked_prefill_size=args.chunked_prefill_size, mtp=args.mtp,
+                  start_layer=args.start_layer, end_layer=end_layer)
     for dtype in args.dtypes:
-        results[dtype] = plan_one(
-            model, dtype, kv_budget_bytes=budget, max_running_requests=args.max_running_requests,
-            swa_full_tokens_ratio=None if args.cap_mode else args.swa_full_tokens_ratio,
-            chunked_prefill_size=args.chunked_prefill_size, mtp=args.mtp,
-            start_layer=args.start_layer, end_layer=end_layer,
-        )
+        results[dtype] = plan_one(model, dtype, **sizing)
+    if "fp4" in results:
+        # What SGLang budgets for its fp4 indexer without the extension (its deliberate fp8 estimate),
+        # beside what the extension budgets (the 68 B allocated): capacity an operator did not ask to change.
+        with _env(ENV_FP4_BUDGET, "stock"):
+            stock = plan_one(model, "fp4", **sizing)
+        results["fp4"]["stock_estimate"] = {k: stock[k] for k in ("indexer_bytes_per_token", "full_tokens")}
     return {
         "model": model.name,
         "layers": model.layer_counts(args.start_layer, end_layer),
@@ -143,6 +154,11 @@ def _print_table(plan: Dict[str, object]) -> None:
             value = plan["dtypes"][d][key]
             cells.append(f"{value / GIB:.3f}" if fmt is None else fmt.format(value))
         print(f"{label:<24}" + "".join(f"{c:>16}" for c in cells))
+    stock = plan["dtypes"].get("fp4", {}).get("stock_estimate")
+    if stock:
+        print(f"fp4: budgeted at {plan['dtypes']['fp4']['indexer_bytes_per_token']} B per index-K token (what the pool "
+              f"allocates); SGLang's stock estimate of {stock['indexer_bytes_per_token']} B gives "
+              f"{stock['full_tokens']:,} full tokens ({ENV_FP4_BUDGET}=stock keeps it)")
     if "fp8" in plan["dtypes"] and len(dtypes) > 1:
         base = plan["dtypes"]["fp8"]["full_tokens"]
         print(f"{'tokens vs fp8':<24}" + "".join(

@@ -31,6 +31,7 @@ from typing import Optional
 import torch
 
 from sglang_dsv4_ext import compat, pool_lifecycle
+from sglang_dsv4_ext.config import ENV_FP4_BUDGET, load_config
 from sglang_dsv4_ext.errors import DSV4IndexKLayoutError, IndexKSizingError
 from sglang_dsv4_ext.hooks import sizing
 from sglang_dsv4_ext.index_k import BF16, bf16_page_view, effective_index_k_dtype, index_k_bytes_per_token
@@ -172,6 +173,8 @@ def check_index_k_budget(kv_pool, *, is_draft_worker: bool = False) -> Optional[
             return "draft worker without a c4 index-K pool"
         allocated_per_layer = allocated / layers
         budgeted_per_layer = Fraction(budget.indexer_bytes_per_token, 4)
+        if allocated_per_layer < budgeted_per_layer and _stock_fp4_estimate_in_force(kv_pool):
+            return f"draft: stock fp4 estimate kept ({ENV_FP4_BUDGET}=stock)"
         if allocated_per_layer != budgeted_per_layer:
             raise IndexKSizingError(
                 f"index-K allocation does not match the pool configurator's budget (draft worker): "
@@ -180,6 +183,9 @@ def check_index_k_budget(kv_pool, *, is_draft_worker: bool = False) -> Optional[
             )
         return f"draft: {float(allocated_per_layer):.2f} B per full token per layer"
     budgeted = budget.bytes_per_full_token
+    if allocated < budgeted and _stock_fp4_estimate_in_force(kv_pool):
+        return (f"{float(allocated):.2f} B per full token ({layers} c4 layers) < budget {float(budgeted):.2f} B: "
+                f"SGLang's stock fp4 estimate kept ({ENV_FP4_BUDGET}=stock)")
     if allocated != budgeted:
         gap = allocated - budgeted
         raise IndexKSizingError(
@@ -190,6 +196,11 @@ def check_index_k_budget(kv_pool, *, is_draft_worker: bool = False) -> Optional[
             f"per token; refusing to start rather than over-commit GPU memory"
         )
     return f"{float(allocated):.2f} B per full token ({layers} c4 layers) == budget"
+
+
+def _stock_fp4_estimate_in_force(kv_pool) -> bool:
+    index_pool = getattr(kv_pool, "index_pools", {}).get(4)
+    return bool(getattr(index_pool, "use_fp4_indexer", False)) and load_config().fp4_budget == "stock"
 
 
 _POOL_INIT_SIGNATURE = None

@@ -11,7 +11,10 @@ How: an AROUND hook on ``get_dsv4_indexer_bytes_per_token`` (both the pool's
 rebinds the configurator's ``from ... import`` alias) answers from
 :func:`sglang_dsv4_ext.index_k.index_k_bytes_per_token` for the effective index-K dtype. An AFTER hook on
 ``DSV4PoolConfigurator.__init__`` records what was budgeted, so the pool's startup
-self-check (:mod:`.pool`) can compare allocation with budget.
+self-check (:mod:`.pool`) can compare allocation with budget. Budgeting SGLang's CUDA fp4
+indexer at its real 68 B changes capacity for operators who did not ask for it: it is logged
+once with both figures, ``sglang-dsv4 plan`` shows both, and ``SGLANG_DSV4_FP4_BUDGET=stock``
+keeps the stock estimate (the self-check then accepts the over-budget).
 
 Upstream status: not upstream (no bf16 index-K in SGLang; the fp4 budget is deliberate
 upstream, "the NVIDIA FP4 path keeps the FP8 estimate").
@@ -27,17 +30,42 @@ from fractions import Fraction
 from typing import Dict, Optional
 
 from sglang_dsv4_ext import compat
+from sglang_dsv4_ext.config import ENV_FP4_BUDGET, load_config
 from sglang_dsv4_ext.index_k import BF16, effective_index_k_dtype, index_k_bytes_per_token
 
 logger = logging.getLogger(__name__)
+
+
+_fp4_budget_logged = threading.Event()
 
 
 def _around_indexer_bytes_per_token(original, index_head_dim, use_fp4_indexer):
     dtype = effective_index_k_dtype(bool(use_fp4_indexer))
     if dtype == BF16:
         return index_k_bytes_per_token(BF16, index_head_dim)
+    if dtype == "fp4" and not use_fp4_indexer:
+        # The configurator's call for SGLang's own fp4 indexer (the pool and the V4.1 low-ratio
+        # pools pass use_fp4_indexer=True and always get 68 B).
+        stock = load_config().fp4_budget == "stock"
+        _log_fp4_budget_once(index_head_dim, stock)
+        if stock:
+            return original(index_head_dim, use_fp4_indexer)  # SGLang's deliberate fp8 estimate
     # fp8 and fp4 keep SGLang's own formula; only the fp4 decision is corrected.
     return original(index_head_dim, dtype == "fp4")
+
+
+def _log_fp4_budget_once(index_head_dim: int, stock: bool) -> None:
+    if _fp4_budget_logged.is_set():
+        return
+    _fp4_budget_logged.set()
+    exact, estimate = index_k_bytes_per_token("fp4", index_head_dim), index_k_bytes_per_token("fp8", index_head_dim)
+    if stock:
+        logger.warning("fp4 index-K: budgeting SGLang's stock %d B per token while the pool allocates %d B "
+                       "(%s=stock)", estimate, exact, ENV_FP4_BUDGET)
+    else:
+        logger.warning("fp4 index-K: budgeting the %d B per token the pool allocates instead of SGLang's stock "
+                       "estimate of %d B, so more tokens fit; %s=stock keeps the stock estimate",
+                       exact, estimate, ENV_FP4_BUDGET)
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,10 @@ MUTATIONS: List[Mutation] = [
              "_extract_positions_from_plan(plan, ratio).clamp(min=0)\n",
              "_extract_positions_from_plan(plan, ratio).clamp(min=0) + 1\n",
              ("tests/unit/hooks/test_indexer.py::test_bf16_store_then_select_end_to_end_with_the_real_kernels",)),
+    Mutation("sizing: fp4 on CUDA budgeted at the 68 B allocated (exact)", "sglang_dsv4_ext/hooks/sizing.py",
+             "        if stock:\n            return original(index_head_dim, use_fp4_indexer)",
+             "        if True:\n            return original(index_head_dim, use_fp4_indexer)",
+             ("tests/unit/hooks/test_fp4_budget.py",)),
     # --- repro ---
     Mutation("repro: --extra-body may not set harness keys", "sglang_dsv4_ext/repro/settings.py",
              "    owned = sorted(k for k in body if k in HARNESS_BODY_KEYS)\n    if owned:",
