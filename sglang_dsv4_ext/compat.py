@@ -109,6 +109,11 @@ HICACHE_BUILD_STACK = Target(
 LOGICAL_HOST_POOL_INIT = Target(
     f"{_HOST}.LogicalHostPool.__init__", "(self, size, page_size, layout='layer_first')",
     "hicache", BF16, "tag storage_format_tag of the DSV4 anchor so L3 keys differ for bf16")
+EXTERNAL_LINKER_CREATE = Target(
+    "sglang.srt.mem_cache.unified_cache.linker_factory.create_unified_cache_linker",
+    "(server_args, params, *, backend, config, components, forward_stream=None)",
+    "hicache", BF16, "refuse bf16 index-K with --enable-unified-cache-external-linker (its direct linkers key "
+    "pages on the model path alone, bypassing storage_model_name)")
 # --- indexer: the bf16 data path ---
 INDEXER_COMPRESSOR_FORWARD = Target(
     f"{_CMP}.forward_indexer_compressor", "(self, x, forward_batch, layer_id, compressor)",
@@ -171,7 +176,7 @@ TARGETS: List[Target] = [
     INDEXER_BYTES_PER_TOKEN, CONFIGURATOR_INIT,
     MAKE_INDEXER_POOL, POOL_INIT,
     PD_KV_LAYOUT,
-    HICACHE_INDEXER_REGIONS, HICACHE_BUILD_STACK, LOGICAL_HOST_POOL_INIT,
+    HICACHE_INDEXER_REGIONS, HICACHE_BUILD_STACK, LOGICAL_HOST_POOL_INIT, EXTERNAL_LINKER_CREATE,
     INDEXER_COMPRESSOR_FORWARD, C4_COMPUTE_Q, C4_FORWARD_INDEXER, C4_CAN_USE_NONPAGED,
     POOL_WAIT_LAYER_TRANSFER, *TOPLEVEL_INDEX_K_READERS, *SUBPOOL_INDEX_K_READERS,
     COUNTER_SET_CONSUMER, COUNTER_WAIT_UNTIL, PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS, PREFILL_GRAPH_EXECUTE,

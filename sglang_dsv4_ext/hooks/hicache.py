@@ -19,6 +19,12 @@ and an AFTER hook on ``LogicalHostPool.__init__`` sets that anchor's
 ``storage_format_tag`` (SGLang's own mechanism for page-format-specific keys) to
 ``dsv4-idxk-bf16``. fp8 stacks keep the stock keys.
 
+(c) With ``--enable-unified-cache-external-linker`` SGLang's mooncake and mori (umbp) direct
+linkers build their storage config with ``model_name=get_model().model_path``, bypassing
+``storage_model_name``: bf16 and fp8 servers sharing one store would exchange 16384-B and
+8448-B page rows. An AROUND hook on ``create_unified_cache_linker`` refuses a bf16 index-K
+pool there, naming the flag, before any linker or store is built; fp8/fp4 pass untouched.
+
 Upstream status: not upstream.
 Retire when: SGLang registers the indexer region page-aligned (or fixes the token-granular kernel for
 index-K rows) and keys L3 pages by index-K dtype.
@@ -30,6 +36,7 @@ import contextvars
 import dataclasses
 
 from sglang_dsv4_ext import compat
+from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
 from sglang_dsv4_ext.index_k import is_bf16_index_pool
 
 L3_FORMAT_TAG = "dsv4-idxk-bf16"
@@ -68,6 +75,21 @@ def _after_logical_host_pool_init(result, self, *args, **kwargs):
     return None
 
 
+def _around_create_external_linker(original, server_args, params, *, backend, config, components,
+                                   forward_stream=None):
+    kvcache = params.token_to_kv_pool_allocator.get_kvcache()
+    if _kvcache_has_bf16_index_k(kvcache):
+        raise Bf16IndexKUnsupported(
+            f"SGLANG_DSV4_INDEX_K_DTYPE=bf16 cannot be combined with --enable-unified-cache-external-linker "
+            f"(backend {backend!r}): its direct linkers key L3 pages on the model path alone, so bf16 and fp8 "
+            f"servers sharing a store would exchange pages of different layouts. Use HiCache "
+            f"(--enable-hierarchical-cache with --hicache-storage-backend), whose keys carry the index-K dtype, "
+            f"or fp8 index-K"
+        )
+    return original(server_args, params, backend=backend, config=config, components=components,
+                    forward_stream=forward_stream)
+
+
 def hooks(ctx):
     from sglang_dsv4_ext.hooks import Hook
 
@@ -75,4 +97,5 @@ def hooks(ctx):
         Hook(compat.HICACHE_INDEXER_REGIONS, _after_indexer_regions, "after"),
         Hook(compat.HICACHE_BUILD_STACK, _around_build_stack, "around"),
         Hook(compat.LOGICAL_HOST_POOL_INIT, _after_logical_host_pool_init, "after"),
+        Hook(compat.EXTERNAL_LINKER_CREATE, _around_create_external_linker, "around"),
     ]
