@@ -13,7 +13,7 @@ import importlib
 import sys
 from typing import List, Optional
 
-from sglang_dsv4_ext import __version__
+from sglang_dsv4_ext import __version__, exit_codes
 
 # subcommand -> module providing add_subparser(); order is the order in --help.
 SUBCOMMANDS = {
@@ -67,7 +67,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
-        return 2 if args.command is None else 1
+        return exit_codes.USAGE if args.command is None else exit_codes.ATTENTION
     return int(func(args) or 0)
 
 

@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Dict, List
 
-from sglang_dsv4_ext import __version__, compat
+from sglang_dsv4_ext import __version__, compat, exit_codes
 from sglang_dsv4_ext.config import ConfigError, kill_switch_set, load_config
 
 
@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         _print_human(report)
-    return 1 if report.get("error") else 0
+    return exit_codes.ATTENTION if report.get("error") else exit_codes.OK
 
 
 def add_subparser(subparsers) -> None:

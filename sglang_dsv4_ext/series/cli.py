@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.errors import Dsv4ExtError
 
 from .classify import APPLIED_KINDS, UPSTREAM_KINDS, Kind, Result
@@ -21,7 +22,7 @@ from .gitrepo import GitRepo
 from .paths import ENV_SERIES_DIR, default_series_dir, series_origin
 from .series import SeriesError, load_series, read_tombstones, unlisted_patch_files
 
-EXIT_OK, EXIT_ATTENTION, EXIT_INPUT = 0, 1, 2
+EXIT_OK, EXIT_ATTENTION, EXIT_INPUT = exit_codes.OK, exit_codes.ATTENTION, exit_codes.USAGE
 
 
 def _series_dir(args) -> Path:
