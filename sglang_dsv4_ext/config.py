@@ -21,10 +21,6 @@ ENV_BF16_ALIAS = "SGLANG_DSV4_BF16_INDEX_K"  # the seed fork's switch, kept as a
 ENV_GATE = "SGLANG_DSV4_INDEX_K_GATE"
 ENV_ALLOW_UNTESTED = "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG"
 ENV_INTEGRITY = "SGLANG_DSV4_INDEX_K_INTEGRITY"
-ENV_CAPTURE = "SGLANG_DSV4_INDEX_K_CAPTURE"  # a directory; unset/empty: no capture
-ENV_CAPTURE_REQUESTS = "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS"
-ENV_CAPTURE_LAYER_STRIDE = "SGLANG_DSV4_INDEX_K_CAPTURE_LAYER_STRIDE"
-ENV_CAPTURE_MAX_MB = "SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB"
 
 INDEX_K_DTYPES = ("fp8", "bf16", "fp4")
 GATE_MODES = ("auto", "strict", "off")
@@ -58,19 +54,6 @@ def _read_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     return _BOOL_VALUES[value]
 
 
-def _read_positive_int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ConfigError(f"{name}={raw!r} is not valid; allowed values: a whole number >= 1")
-    return value
-
-
 @dataclass(frozen=True)
 class ExtConfig:
     """What the operator asked for in this process."""
@@ -80,10 +63,6 @@ class ExtConfig:
     gate: str = "auto"  # auto | strict | off
     allow_untested_sglang: bool = False
     integrity: str = "off"  # off | sample | full: per-page index-K checksums
-    capture_dir: str = ""  # where index-K reads are captured for `sglang-dsv4 recall` ("" = off)
-    capture_requests: int = 16  # capture stops after this many request rows ...
-    capture_layer_stride: int = 5  # ... of every Nth c4 layer ...
-    capture_max_mb: int = 1024  # ... or this many MiB written, whichever comes first
 
     @property
     def integrity_enabled(self) -> bool:
@@ -134,10 +113,6 @@ def load_config(environ: Optional[Mapping[str, str]] = None) -> ExtConfig:
         gate=_read_choice(env, ENV_GATE, GATE_MODES, "auto"),
         allow_untested_sglang=_read_bool(env, ENV_ALLOW_UNTESTED, False),
         integrity=_read_choice(env, ENV_INTEGRITY, INTEGRITY_MODES, "off"),
-        capture_dir=(env.get(ENV_CAPTURE) or "").strip(),
-        capture_requests=_read_positive_int(env, ENV_CAPTURE_REQUESTS, 16),
-        capture_layer_stride=_read_positive_int(env, ENV_CAPTURE_LAYER_STRIDE, 5),
-        capture_max_mb=_read_positive_int(env, ENV_CAPTURE_MAX_MB, 1024),
     )
 
 
