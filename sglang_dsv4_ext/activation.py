@@ -73,6 +73,8 @@ def _feature_enabled(feature: str, cfg: ExtConfig) -> bool:
         return cfg.bf16_index_k
     if feature == compat.GATE:
         return cfg.gate_enabled
+    if feature == compat.INTEGRITY:
+        return cfg.integrity_enabled
     return cfg.enabled
 
 

@@ -22,6 +22,8 @@ SUBCOMMANDS = {
     "serve": "sglang_dsv4_ext.serving.cli",
     "repro": "sglang_dsv4_ext.repro.cli",
     "patches": "sglang_dsv4_ext.series.cli",
+    "recall": "sglang_dsv4_ext.recall.cli",
+    "report": "sglang_dsv4_ext.report.cli",
 }
 
 _SUMMARIES = {
@@ -30,6 +32,8 @@ _SUMMARIES = {
     "serve": "start a DeepSeek-V4 PD (or single-server) stack with the extension's flags",
     "repro": "multi-turn agentic tool-call corruption harness against an OpenAI-compatible endpoint",
     "patches": "apply, check, rebase and export the source patch series against SGLang",
+    "recall": "top-k set recall of fp8, fp4 and bf16 index-K against float64 on a capture",
+    "report": "one self-contained HTML page of repro runs (rates, intervals, A/B, latency, server metrics)",
 }
 
 

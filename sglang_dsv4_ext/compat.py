@@ -31,6 +31,8 @@ _CTRL = "sglang.srt.managers.cache_controller.LayerDoneCounter"
 _PGR = "sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner"
 _IDX = "sglang.srt.layers.attention.dsv4.indexer"
 _CMP = "sglang.srt.layers.attention.dsv4.compressor_v2.CompressorBackendMixin"
+_HOST_PAGED = f"{_HOST}.DeepSeekV4PagedHostPool"
+_DECODE = "sglang.srt.disaggregation.decode.SchedulerDisaggregationDecodeMixin"
 
 # Features a target serves; doctor reports a target as skipped-by-config when its feature
 # is off in the configuration in force (the hook stays installed and passes through, since
@@ -38,6 +40,7 @@ _CMP = "sglang.srt.layers.attention.dsv4.compressor_v2.CompressorBackendMixin"
 ALWAYS = "always"  # budget==allocation (fp4 on CUDA included), sizing self-check
 BF16 = "bf16"  # SGLANG_DSV4_INDEX_K_DTYPE=bf16
 GATE = "gate"  # SGLANG_DSV4_INDEX_K_GATE=auto|strict
+INTEGRITY = "integrity"  # SGLANG_DSV4_INDEX_K_INTEGRITY=sample|full
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class Target:
     path: str  # dotted path, as HookRegistry resolves it
     signature: str  # normalised expected signature, see normalised_signature()
     area: str  # the patch module that hooks it (sglang_dsv4_ext.hooks.<area>)
-    feature: str  # ALWAYS | BF16 | GATE
+    feature: str  # ALWAYS | BF16 | GATE | INTEGRITY
     why: str
 
     @property
@@ -170,6 +173,30 @@ PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS = Target(
 PREFILL_GRAPH_EXECUTE = Target(
     f"{_PGR}.execute", "(self, forward_batch, **kwargs)", "gate", GATE,
     "scope of a prefill-graph replay: pool waits one layer ahead inside it (R3)")
+# --- integrity: per-page index-K checksums, recorded at backup, verified where read ---
+INTEGRITY_HOST_POOL_INIT = Target(
+    f"{_HOST_PAGED}.__init__",
+    "(self, pool_name, device_buffers, item_bytes, num_host_pages, slot_page_size, layout='layer_first', "
+    "device='cpu', pin_memory=True, allocator_type='default', page_aligned_only=False)",
+    "integrity", INTEGRITY, "a checksum table for the c4 indexer host mirror")
+INTEGRITY_HOST_POOL_BACKUP = Target(
+    f"{_HOST_PAGED}.backup_from_device_all_layer", "(self, device_pool, host_indices, device_indices, io_backend)",
+    "integrity", INTEGRITY, "record the checksum of every index-K page backed up to host")
+INTEGRITY_HOST_POOL_LOAD = Target(
+    f"{_HOST_PAGED}.load_to_device_per_layer",
+    "(self, device_pool, host_indices, device_indices, layer_id, io_backend, *, is_draft=False)",
+    "integrity", INTEGRITY, "a loaded layer's pages become pending verification")
+INTEGRITY_HOST_POOL_FREE = Target(
+    f"{_HOST_PAGED}.free", "(self, indices)",
+    "integrity", INTEGRITY, "freed host pages forget their checksum")
+INTEGRITY_C4_INDEXER_FORWARD = Target(
+    f"{_IDX}.C4Indexer.forward",
+    "(self, x, q_lora, forward_batch, attn_backend, enable_multi_stream=False, q_lora_ready=None, "
+    "skip_compressor=False, q_lora_quant=None)",
+    "integrity", INTEGRITY, "verify the layer's loaded pages on the reader's stream, right after the read")
+INTEGRITY_PD_CHECKSUM_MISMATCH = Target(
+    f"{_DECODE}._handle_kv_checksum_mismatch", "(self, req, msg)",
+    "integrity", INTEGRITY, "count and export SGLang's own PD KV checksum mismatches (index-K rows included)")
 
 TARGETS: List[Target] = [
     HOOK_REGISTRY_PROPAGATE,
@@ -180,6 +207,8 @@ TARGETS: List[Target] = [
     INDEXER_COMPRESSOR_FORWARD, C4_COMPUTE_Q, C4_FORWARD_INDEXER, C4_CAN_USE_NONPAGED,
     POOL_WAIT_LAYER_TRANSFER, *TOPLEVEL_INDEX_K_READERS, *SUBPOOL_INDEX_K_READERS,
     COUNTER_SET_CONSUMER, COUNTER_WAIT_UNTIL, PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS, PREFILL_GRAPH_EXECUTE,
+    INTEGRITY_HOST_POOL_INIT, INTEGRITY_HOST_POOL_BACKUP, INTEGRITY_HOST_POOL_LOAD, INTEGRITY_HOST_POOL_FREE,
+    INTEGRITY_C4_INDEXER_FORWARD, INTEGRITY_PD_CHECKSUM_MISMATCH,
 ]
 
 

@@ -21,11 +21,13 @@ ENV_BF16_ALIAS = "SGLANG_DSV4_BF16_INDEX_K"  # the seed fork's switch, kept as a
 ENV_GATE = "SGLANG_DSV4_INDEX_K_GATE"
 ENV_ALLOW_UNTESTED = "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG"
 ENV_FP4_BUDGET = "SGLANG_DSV4_FP4_BUDGET"
+ENV_INTEGRITY = "SGLANG_DSV4_INDEX_K_INTEGRITY"
 
 INDEX_K_DTYPES = ("fp8", "bf16", "fp4")
 GATE_MODES = ("auto", "strict", "off")
 # exact: budget SGLang's CUDA fp4 indexer at the 68 B it allocates; stock: SGLang's deliberate 132-B estimate.
 FP4_BUDGETS = ("exact", "stock")
+INTEGRITY_MODES = ("off", "sample", "full")
 _KILL_SWITCH_VALUES = {"0": False, "1": True}
 _BOOL_VALUES = {"0": False, "1": True}
 
@@ -64,6 +66,11 @@ class ExtConfig:
     gate: str = "auto"  # auto | strict | off
     allow_untested_sglang: bool = False
     fp4_budget: str = "exact"  # exact | stock
+    integrity: str = "off"  # off | sample | full: per-page index-K checksums
+
+    @property
+    def integrity_enabled(self) -> bool:
+        return self.enabled and self.integrity != "off"
 
     @property
     def bf16_index_k(self) -> bool:
@@ -79,6 +86,7 @@ class ExtConfig:
             ENV_KILL_SWITCH: "1" if self.enabled else "0",
             ENV_INDEX_K_DTYPE: self.index_k_dtype,
             ENV_GATE: self.gate,
+            ENV_INTEGRITY: self.integrity,
         }
 
     def as_dict(self) -> dict:
@@ -110,6 +118,7 @@ def load_config(environ: Optional[Mapping[str, str]] = None) -> ExtConfig:
         gate=_read_choice(env, ENV_GATE, GATE_MODES, "auto"),
         allow_untested_sglang=_read_bool(env, ENV_ALLOW_UNTESTED, False),
         fp4_budget=_read_choice(env, ENV_FP4_BUDGET, FP4_BUDGETS, "exact"),
+        integrity=_read_choice(env, ENV_INTEGRITY, INTEGRITY_MODES, "off"),
     )
 
 

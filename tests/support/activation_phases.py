@@ -22,7 +22,10 @@ def wrapped_targets():
     out = []
     for target in compat.TARGETS:
         _, _, current = compat.resolve(target.path)
-        if hasattr(current, "__wrapped__"):
+        # HookRegistry's wrappers live in hook_registry.py; SGLang's own decorators (e.g. the
+        # host pools' @synchronized) also set __wrapped__ and must not count.
+        code = getattr(current, "__code__", None)
+        if hasattr(current, "__wrapped__") and code is not None and code.co_filename.endswith("hook_registry.py"):
             out.append(target.path)
     return out
 

@@ -1,0 +1,140 @@
+"""Index-K integrity mode: per-page checksums recorded at backup, verified where the pages are read.
+
+Why: a stale or corrupted index-K page does not crash anything; it changes which 512 tokens the
+sparse attention sees, and the symptom is a wrong tool call several turns later. Operators need
+to tell "index-K was intact where it was read" from "it was not" in one run on their own cluster,
+without a debugger (``SGLANG_DSV4_INDEX_K_INTEGRITY=off|sample|full``, default off).
+
+How (shared logic in :mod:`sglang_dsv4_ext.index_k_integrity`, kernels in
+``kernels_sm120/index_k_checksum.py``):
+  * AFTER ``DeepSeekV4PagedHostPool.__init__``: HiCache's c4 indexer host mirror gets a checksum
+    table (one int64 per layer and host page) when the mode is on (decided at pool creation).
+  * AFTER ``backup_from_device_all_layer``: the checksum of every device page backed up is stored
+    under its host page, on the backup's stream. Token-granular backups forget the host page.
+  * AFTER ``load_to_device_per_layer``: the loaded rows of that layer become pending; ``sample``
+    keeps 8 evenly spaced pages of one layer in four (rotating per load), ``full`` all of them.
+  * AFTER ``C4Indexer.forward`` (the reader of the layer's index-K, on the reader's stream, right
+    after its read was enqueued): one fused kernel verifies the pending pages into a device-side
+    mismatch counter and first-bad-page record; the record reaches the host through pinned memory
+    and is read on a later call (no host synchronisation). Mismatches are logged once with layer,
+    page, request and where, and counted in ``sglang:dsv4_index_k_integrity_mismatches_total``
+    (SGLang's Prometheus registry, served by its /metrics). Skipped during CUDA-graph capture.
+  * AFTER ``free`` of that host pool: freed host pages forget their checksum.
+  * PD: SGLang already carries a per-request KV checksum prefill -> decode in its metadata buffers
+    (``--disaggregation-enable-kv-checksum``: adler32 over every transferred region, the c4
+    index-K rows included). A BEFORE hook on the decode side's ``_handle_kv_checksum_mismatch``
+    counts each mismatch under ``where="pd"`` with its request; that channel carries one digest
+    per request, so layer and page are reported as unknown.
+
+Upstream status: not upstream; SGLang has the PD digest but nothing for HiCache loads.
+Retire when: SGLang verifies HiCache layer loads itself and exports per-layer PD digests.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from sglang_dsv4_ext import compat, index_k_integrity
+from sglang_dsv4_ext.config import load_config
+
+logger = logging.getLogger("sglang_dsv4_ext.integrity")
+
+_TRACKER = "_dsv4_integrity"  # attribute on the host pool and on the device sub-pool it mirrors
+
+
+def _c4_indexer_pool_name():
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+
+    return str(PoolName.DEEPSEEK_V4_C4_INDEXER.value)
+
+
+def tracker_of(pool):
+    return getattr(pool, _TRACKER, None)
+
+
+def _after_host_pool_init(result, self, pool_name, device_buffers, item_bytes, num_host_pages, *args, **kwargs):
+    mode = load_config().integrity
+    if mode == index_k_integrity.OFF or str(getattr(pool_name, "value", pool_name)) != _c4_indexer_pool_name():
+        return None
+    setattr(self, _TRACKER, index_k_integrity.IntegrityTracker(mode, list(device_buffers), int(num_host_pages)))
+    logger.info("index-K integrity %s: checksums for %d layers x %d host pages", mode, len(device_buffers),
+                num_host_pages)
+    return None
+
+
+def _page_aligned(self, host_indices, device_indices) -> bool:
+    size = self.slot_page_size
+    return host_indices.numel() % size == 0 and device_indices.numel() % size == 0
+
+
+def _after_backup(result, self, device_pool, host_indices, device_indices, io_backend):
+    tracker = tracker_of(self)
+    if tracker is None or host_indices is None or device_indices is None or host_indices.numel() == 0:
+        return None
+    if device_pool is not None:
+        setattr(device_pool, _TRACKER, tracker)
+    if not _page_aligned(self, host_indices, device_indices):
+        tracker.forget(torch.unique(host_indices.to(torch.int64) // self.slot_page_size))
+        return None
+    tracker.record_all_layers(self._to_page_indices(device_indices), self._to_page_indices(host_indices))
+    index_k_integrity.report(tracker.poll())
+    return None
+
+
+def _after_load_layer(result, self, device_pool, host_indices, device_indices, layer_id, io_backend, *,
+                      is_draft=False):
+    tracker = tracker_of(self)
+    if tracker is None or host_indices is None or device_indices is None or host_indices.numel() == 0:
+        return None
+    if device_pool is not None:
+        setattr(device_pool, _TRACKER, tracker)
+    if not _page_aligned(self, host_indices, device_indices):
+        return None  # token-granular (HiSparse) loads: no whole page to compare
+    if layer_id == 0:
+        tracker.begin_load()
+    tracker.expect(layer_id, self._to_page_indices(device_indices), self._to_page_indices(host_indices))
+    return None
+
+
+def _after_free(result, self, indices):
+    tracker = tracker_of(self)
+    if tracker is not None and indices is not None and indices.numel():
+        tracker.forget(torch.unique(indices.to(torch.int64) // self.slot_page_size))
+    return None
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _after_c4_indexer_forward(result, self, x, q_lora, forward_batch, attn_backend, *args, **kwargs):
+    pool = getattr(forward_batch, "token_to_kv_pool", None)
+    tracker = tracker_of(getattr(pool, "c4_indexer_kv_pool", None))
+    if tracker is None or _capturing():
+        return None
+    _, compress_layer_id, _ = pool.layer_mapping[self.layer_id]
+    if tracker.verify(compress_layer_id, requests=tuple(getattr(forward_batch, "rids", None) or ())):
+        index_k_integrity.report(tracker.poll())
+    return None
+
+
+def _before_pd_checksum_mismatch(self, req, msg):
+    if load_config().integrity_enabled:
+        mismatch = index_k_integrity.Mismatch(index_k_integrity.WHERE_PD, 1, -1, -1, (str(req.rid),))
+        index_k_integrity.report(mismatch)
+    return None
+
+
+def hooks(ctx):
+    from sglang_dsv4_ext.hooks import Hook
+
+    return [
+        Hook(compat.INTEGRITY_HOST_POOL_INIT, _after_host_pool_init, "after"),
+        Hook(compat.INTEGRITY_HOST_POOL_BACKUP, _after_backup, "after"),
+        Hook(compat.INTEGRITY_HOST_POOL_LOAD, _after_load_layer, "after"),
+        Hook(compat.INTEGRITY_HOST_POOL_FREE, _after_free, "after"),
+        Hook(compat.INTEGRITY_C4_INDEXER_FORWARD, _after_c4_indexer_forward, "after"),
+        Hook(compat.INTEGRITY_PD_CHECKSUM_MISMATCH, _before_pd_checksum_mismatch, "before"),
+    ]

@@ -1,0 +1,1 @@
+"""``sglang-dsv4 report RUN_DIR [RUN_DIR...]``: one self-contained HTML page of repro runs."""

@@ -1,0 +1,150 @@
+"""``sglang-dsv4 report RUN_DIR [RUN_DIR...] -o report.html``: one self-contained HTML page.
+
+Per run: corruption rate per class with Wilson 95% intervals per concurrency level (inline SVG),
+the latency distribution (inline SVG histogram), the server evidence deltas when the run recorded
+them (``summary.json`` key ``server_evidence``, see :mod:`sglang_dsv4_ext.repro.server_evidence`);
+with two runs, the paired A/B comparison and its p-value (:mod:`sglang_dsv4_ext.repro.compare`).
+No scripts, no network: the page opens offline in any browser. Refuses to overwrite an existing
+file unless ``--force``.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import sys
+from collections import Counter
+from typing import Dict, List
+
+from sglang_dsv4_ext.repro.compare import compare_records, load_run
+from sglang_dsv4_ext.repro.stats import wilson_interval
+from sglang_dsv4_ext.repro.verdict import CORRUPTION_CLASSES
+
+_W, _H = 560, 200
+
+
+def _esc(x) -> str:
+    return html.escape(str(x))
+
+
+def level_rates(records: List[dict]) -> List[dict]:
+    """Per concurrency level and corruption class: count, n, rate and Wilson 95% interval."""
+    by_level: Dict[int, List[dict]] = {}
+    for r in records:
+        by_level.setdefault(int(r["concurrency"]), []).append(r)
+    rows = []
+    for conc in sorted(by_level):
+        recs = by_level[conc]
+        counts = Counter(r["verdict"] for r in recs)
+        for cls in ("corruption",) + tuple(CORRUPTION_CLASSES):
+            c = sum(counts[x] for x in CORRUPTION_CLASSES) if cls == "corruption" else counts[cls]
+            lo, hi = wilson_interval(c, len(recs))
+            rows.append({"concurrency": conc, "class": cls, "count": c, "n": len(recs),
+                         "rate": c / len(recs) if recs else 0.0, "lo": lo, "hi": hi})
+    return rows
+
+
+def _rate_svg(rows: List[dict]) -> str:
+    pts = [r for r in rows if r["class"] == "corruption"]
+    if not pts:
+        return "<p>no records</p>"
+    top = max(max(r["hi"] for r in pts), 0.01)
+    step = _W / (len(pts) + 1)
+    parts = [f'<svg width="{_W}" height="{_H + 30}" role="img" aria-label="corruption rate per concurrency">',
+             f'<line x1="0" y1="{_H}" x2="{_W}" y2="{_H}" stroke="#888"/>']
+    for i, r in enumerate(pts, start=1):
+        x = i * step
+        y, ylo, yhi = (_H - _H * v / top for v in (r["rate"], r["lo"], r["hi"]))
+        parts += [f'<line x1="{x:.1f}" y1="{ylo:.1f}" x2="{x:.1f}" y2="{yhi:.1f}" stroke="#c33"/>',
+                  f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="#c33"><title>c={r["concurrency"]}: '
+                  f'{r["rate"]:.4f} [{r["lo"]:.4f}, {r["hi"]:.4f}]</title></circle>',
+                  f'<text x="{x:.1f}" y="{_H + 20}" text-anchor="middle" font-size="12">c={r["concurrency"]}</text>']
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _latency_svg(latencies: List[float]) -> str:
+    if not latencies:
+        return "<p>no latencies</p>"
+    lo, hi = min(latencies), max(latencies)
+    bins = 20
+    width = (hi - lo) / bins or 1.0
+    counts = [0] * bins
+    for v in latencies:
+        counts[min(bins - 1, int((v - lo) / width))] += 1
+    peak = max(counts)
+    bw = _W / bins
+    bars = "".join(f'<rect x="{i * bw:.1f}" y="{_H - _H * c / peak:.1f}" width="{bw - 1:.1f}" '
+                   f'height="{_H * c / peak:.1f}" fill="#37a"><title>{lo + i * width:.2f}-{lo + (i + 1) * width:.2f}'
+                   f' s: {c}</title></rect>' for i, c in enumerate(counts))
+    return (f'<svg width="{_W}" height="{_H + 20}" role="img" aria-label="latency histogram">{bars}'
+            f'<text x="0" y="{_H + 15}" font-size="12">{lo:.2f} s</text>'
+            f'<text x="{_W}" y="{_H + 15}" font-size="12" text-anchor="end">{hi:.2f} s</text></svg>')
+
+
+def _table(rows: List[dict], cols: List[str]) -> str:
+    head = "".join(f"<th>{_esc(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{_esc(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    return "n/a" if v is None else str(v)
+
+
+def run_section(run_dir: str, summary: dict, records: Dict[str, dict]) -> str:
+    recs = list(records.values())
+    rates = level_rates(recs)
+    lat = sorted(float(r["latency_s"]) for r in recs if r.get("latency_s") is not None)
+    parts = [f'<section class="run"><h2>{_esc(summary.get("label") or os.path.basename(run_dir.rstrip("/")))}</h2>',
+             f"<p>{_esc(run_dir)}: {len(recs)} requests</p>", _rate_svg(rates),
+             _table(rates, ["concurrency", "class", "count", "n", "rate", "lo", "hi"]),
+             "<h3>latency</h3>", _latency_svg(lat)]
+    if lat:
+        parts.append(f"<p>median {lat[len(lat) // 2]:.3f} s, p90 {lat[int(0.9 * (len(lat) - 1))]:.3f} s</p>")
+    evidence = summary.get("server_evidence")
+    if evidence:
+        cols = sorted({k for row in evidence for k in row}, key=lambda k: (k != "url", k))
+        parts += ["<h3>server evidence (deltas during the run)</h3>", _table(evidence, cols)]
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def build_page(run_dirs: List[str]) -> str:
+    runs = [(d, *load_run(d)) for d in run_dirs]
+    sections = [run_section(d, s, r) for d, s, r in runs]
+    if len(runs) == 2:
+        ab = compare_records(runs[0][2], runs[1][2])
+        primary = ab["corruption"]
+        sections.insert(0, f'<section class="ab"><h2>A/B</h2><p>{_esc(ab["verdict"])}</p>'
+                           f'<p>p-value {_esc(_fmt(primary.get("p_value")))}, pairs {_esc(ab.get("pairs"))}</p>'
+                           "</section>")
+    style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}")
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>sglang-dsv4 report</title>"
+            f"<style>{style}</style></head><body><h1>sglang-dsv4 repro report</h1>{''.join(sections)}</body></html>")
+
+
+def run(args) -> int:
+    if os.path.exists(args.output) and not args.force:
+        print(f"sglang-dsv4 report: {args.output} exists; pass --force to overwrite it", file=sys.stderr)
+        return 2
+    try:
+        page = build_page(args.run_dirs)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"sglang-dsv4 report: {exc}", file=sys.stderr)
+        return 2
+    with open(args.output, "w", encoding="utf-8") as f:
+        f.write(page)
+    print(f"wrote {args.output} ({len(args.run_dirs)} run(s))")
+    return 0
+
+
+def add_subparser(subparsers) -> None:
+    p = subparsers.add_parser("report", help="one self-contained HTML page of repro runs", description=__doc__)
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="repro output directories (requests.jsonl)")
+    p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default %(default)s)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.set_defaults(func=run)

@@ -1,0 +1,178 @@
+"""Index-K integrity mode on CPU, with SGLang's real DSV4 pool, host pool and C4 indexer entry point.
+
+Stubbed (CUDA kernels that are not even defined on CPU): ``transfer_kv_all_layer_mla`` (backup,
+device -> host) and ``transfer_kv_per_layer_mla`` (load, host -> device), replaced by torch row
+copies with the same index semantics. The GPU side (Triton kernel, reader-stream verification
+under a real race) is covered by ``benchmarks/integrity_replay.py``.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from kernels_sm120 import index_k_checksum as ck
+from sglang_dsv4_ext import compat, index_k_integrity
+from sglang_dsv4_ext.hooks import integrity
+from tests.support import gate_doubles as gd
+
+PAGE = 256
+
+
+def _copy_all_layers(src_layers, dst_layers, src_indices, dst_indices, **kw):
+    for src, dst in zip(src_layers, dst_layers):
+        dst[dst_indices] = src[src_indices]
+
+
+@pytest.fixture
+def integrity_mode(monkeypatch):
+    import sglang.srt.mem_cache.memory_pool_host as mph
+
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp8")
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_GATE", "off")
+    monkeypatch.setattr(mph, "transfer_kv_all_layer_mla",
+                        lambda src_layers, dst_layers, src_indices, dst_indices, **kw: _copy_all_layers(
+                            [list.__getitem__(src_layers, i) for i in range(len(src_layers))], dst_layers,
+                            src_indices, dst_indices), raising=False)
+    monkeypatch.setattr(mph, "transfer_kv_per_layer_mla",
+                        lambda src, dst, src_indices, dst_indices, **kw: dst.__setitem__(dst_indices, src[src_indices]),
+                        raising=False)
+
+    def set_mode(mode: str) -> None:
+        monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", mode)
+
+    return set_mode
+
+
+def _stack(ext_active):
+    """A real pool, its real c4 indexer regions and host mirror (device_ptrs/data_ptrs unused on CPU)."""
+    import sglang.srt.mem_cache.memory_pool_host as mph
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _dsv4_indexer_regions
+
+    pool = gd.build_pool()
+    (region,) = _dsv4_indexer_regions(pool, PAGE)
+    host = mph.DeepSeekV4PagedHostPool(
+        pool_name=region.name, device_buffers=region.device_buffers, item_bytes=region.item_bytes,
+        num_host_pages=4, slot_page_size=region.slot_page_size, layout="layer_first", pin_memory=False,
+        page_aligned_only=region.page_aligned_only,
+    )
+    host.device_ptrs = list(region.device_buffers)  # what the stubbed kernel reads
+    host.data_ptrs = host.data_refs
+    sub = pool.c4_indexer_kv_pool
+    for layer, buf in enumerate(sub.index_k_with_scale_buffer):
+        g = torch.Generator().manual_seed(layer)
+        list.__getitem__(sub.index_k_with_scale_buffer, layer).copy_(
+            torch.randint(0, 256, buf.shape, dtype=torch.uint8, generator=g))
+    return pool, host
+
+
+def _read_layer(pool, model_layer, rids=("req-7",)):
+    """SGLang's real C4Indexer.forward entry, with the backend call stubbed (it needs CUDA metadata)."""
+    from sglang.srt.layers.attention.dsv4.indexer import C4Indexer
+
+    indexer = C4Indexer.__new__(C4Indexer)
+    indexer.layer_id = model_layer
+    indexer.alt_streams = None
+    backend = types.SimpleNamespace(forward_c4_indexer=lambda **kw: None)
+    batch = types.SimpleNamespace(token_to_kv_pool=pool, rids=list(rids))
+    C4Indexer.forward(indexer, None, None, batch, backend)
+
+
+def _backup_corrupt_load(pool, host, *, corrupt_host_page, layer):
+    host_idx = torch.arange(0, 2 * PAGE)  # host pages 0, 1
+    dev_idx = torch.arange(PAGE, 3 * PAGE)  # device pages 1, 2
+    host.backup_from_device_all_layer(pool.c4_indexer_kv_pool, host_idx, dev_idx, "kernel")
+    if corrupt_host_page is not None:
+        host.kv_buffer[layer][corrupt_host_page, 17] ^= 0x40  # one bit, between backup and load
+    for sub_layer in range(host.layer_num):
+        host.load_to_device_per_layer(pool.c4_indexer_kv_pool, host_idx, dev_idx, sub_layer, "kernel")
+
+
+def _model_layer_of(pool, sub_layer):
+    return next(i for i, m in enumerate(pool.layer_mapping) if m is not None and m.compress_ratio == 4
+                and m.compress_layer_id == sub_layer)
+
+
+def test_corrupted_host_page_is_reported_with_layer_and_page(ext_active, integrity_mode, caplog):
+    integrity_mode("full")
+    pool, host = _stack(ext_active)
+    _backup_corrupt_load(pool, host, corrupt_host_page=1, layer=1)
+    before = index_k_integrity.mismatch_metric().labels(where="load")._value.get()
+    with caplog.at_level("ERROR", logger="sglang_dsv4_ext.integrity"):
+        for sub_layer in range(host.layer_num):
+            _read_layer(pool, _model_layer_of(pool, sub_layer))
+    messages = [r.getMessage() for r in caplog.records if "integrity mismatch" in r.getMessage()]
+    # host page 1 was loaded into device page 2
+    assert messages == ["index-K integrity mismatch (load): 1 page(s); first at layer 1, page 2, request(s) req-7"]
+    assert index_k_integrity.mismatch_metric().labels(where="load")._value.get() == before + 1
+
+
+def test_intact_pages_and_mode_off_report_nothing(ext_active, integrity_mode, caplog):
+    integrity_mode("full")
+    pool, host = _stack(ext_active)
+    _backup_corrupt_load(pool, host, corrupt_host_page=None, layer=0)
+    tracker = integrity.tracker_of(host)
+    for sub_layer in range(host.layer_num):
+        _read_layer(pool, _model_layer_of(pool, sub_layer))
+    assert tracker.mismatches == 0 and tracker.seq == host.layer_num  # every layer was verified
+
+    integrity_mode("off")
+    pool, host = _stack(ext_active)
+    assert integrity.tracker_of(host) is None
+
+
+def test_without_the_hooks_the_corruption_goes_unnoticed(ext_active, integrity_mode):
+    """The regression replay's other half: stock SGLang (hooks unwrapped) loads the bad page silently."""
+    import sglang.srt.mem_cache.memory_pool_host as mph
+
+    integrity_mode("full")
+    pool, host = _stack(ext_active)
+    cls = mph.DeepSeekV4PagedHostPool
+    with pytest.MonkeyPatch.context() as stock:
+        for name in ("backup_from_device_all_layer", "load_to_device_per_layer"):
+            stock.setattr(cls, name, compat.unwrap_to_original(getattr(cls, name)))
+        _backup_corrupt_load(pool, host, corrupt_host_page=0, layer=0)
+    tracker = integrity.tracker_of(host)
+    for sub_layer in range(host.layer_num):
+        _read_layer(pool, _model_layer_of(pool, sub_layer))
+    assert tracker.seq == 0 and tracker.mismatches == 0  # nothing recorded, nothing verified
+
+
+def test_freed_host_pages_forget_their_checksum(ext_active, integrity_mode):
+    integrity_mode("full")
+    pool, host = _stack(ext_active)
+    _backup_corrupt_load(pool, host, corrupt_host_page=None, layer=0)
+    tracker = integrity.tracker_of(host)
+    assert (tracker.table[:, :2] != ck.NO_MISMATCH).all()
+    host.free(torch.arange(0, PAGE))
+    assert (tracker.table[:, 0] == ck.NO_MISMATCH).all() and (tracker.table[:, 1] != ck.NO_MISMATCH).all()
+
+
+def test_checksum_kernel_in_triton_interpreter_matches_torch():
+    from tests.support.triton_interpreter import interpreted_kernels
+
+    g = torch.Generator().manual_seed(3)
+    buf = torch.randint(0, 256, (6, 8448), dtype=torch.uint8, generator=g)
+    rows = torch.tensor([5, 0, 3])
+    ref = ck.page_checksums(buf, rows)
+    swapped = buf.clone()
+    swapped[0, :4], swapped[0, 4:8] = buf[0, 4:8].clone(), buf[0, :4].clone()
+    assert ck.page_checksums(swapped, rows)[1] != ref[1]  # order-sensitive within a page
+    expected = ref.clone()
+    expected[2] += 1
+    with interpreted_kernels(ck):
+        got = ck.page_checksums(buf, rows)
+        state = ck.new_state("cpu")
+        ck.verify_page_checksums(buf, rows, expected, state, layer=3, seq=9)
+    assert torch.equal(got, ref)
+    assert int(state[0]) == 1 and ck.decode_mismatch_code(int(state[1])) == (9, 3, 3)
+
+
+def test_bad_mode_names_the_variable(monkeypatch):
+    from sglang_dsv4_ext.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="SGLANG_DSV4_INDEX_K_INTEGRITY='fast'.*'off', 'sample', 'full'"):
+        load_config({"SGLANG_DSV4_INDEX_K_INTEGRITY": "fast"})
+    assert load_config({"SGLANG_DSV4_INDEX_K_INTEGRITY": " "}).integrity == "off"

@@ -1,0 +1,81 @@
+"""repro.server_evidence against a loopback HTTP stand-in serving Prometheus text with SGLang's real
+metric names (taken from SGLang's own collectors, so a rename upstream fails here)."""
+
+from __future__ import annotations
+
+import http.server
+import inspect
+import threading
+
+import pytest
+
+from sglang_dsv4_ext.repro import server_evidence as se
+
+
+class _Metrics:
+    """Counters exposed by prometheus_client itself (the exporter SGLang uses): values[family][label] = n."""
+
+    def __init__(self):
+        self.values = {}
+
+    def text(self) -> str:
+        from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+        registry = CollectorRegistry()
+        for family, by_label in self.values.items():
+            counter = Counter(family, "stand-in", labelnames=["label"], registry=registry)
+            for label, value in by_label.items():
+                counter.labels(label=label).inc(value)
+        return generate_latest(registry).decode()
+
+
+@pytest.fixture
+def server():
+    metrics = _Metrics()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = metrics.text().encode()
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", metrics
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_metric_names_are_sglangs_own():
+    from sglang.srt.observability import metrics_collector
+
+    source = inspect.getsource(metrics_collector)
+    for family in se.EVIDENCE_METRICS.values():
+        if family.startswith("sglang:dsv4_"):
+            from sglang_dsv4_ext import index_k_integrity
+
+            assert index_k_integrity.METRIC_NAME == family + "_total"
+            continue
+        assert f'"{family}_total"' in source, family
+
+
+def test_deltas_per_server_with_an_unreadable_one(server):
+    url, metrics = server
+    metrics.values = {"sglang:num_aborted_requests": {"m": 3, "n": 1},
+                      "sglang:num_transfer_failed_reqs": {"0": 70}}
+    dead = "http://127.0.0.1:9"  # discard port: nothing listens
+    before = se.snapshot([url, dead])
+    metrics.values["sglang:num_aborted_requests"]["m"] = 10
+    metrics.values["sglang:num_transfer_failed_reqs"]["0"] = 140
+    metrics.values["sglang:dsv4_index_k_integrity_mismatches"] = {"load": 2}
+    rows = se.deltas(before, se.snapshot([url, dead]))
+    assert rows[0]["aborted_requests"] == 7 and rows[0]["pd_transfer_failed"] == 70
+    assert rows[0]["integrity_mismatches"] == 2 and rows[0]["hicache_backup_tokens"] is None
+    assert "error" in rows[1] and "9/metrics" in rows[1]["error"]
+    table = se.format_table(rows)
+    assert "70" in table and "unreadable" in table
