@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
+import os
 import sys
 import threading
 import time
@@ -33,6 +35,9 @@ from sglang_dsv4_ext.errors import ActivationError
 logger = logging.getLogger("sglang_dsv4_ext")
 
 PLUGIN_NAME = "sglang_dsv4_ext"
+ENV_SGLANG_PLUGINS = "SGLANG_PLUGINS"
+# The one line each server's log carries (serve / repro look for it: serving/activation_check.py).
+ACTIVATION_LINE_PREFIX = "sglang-dsv4-ext active:"
 
 # Statuses reported per table row (doctor, --json).
 APPLIED = "applied"
@@ -40,6 +45,7 @@ NOT_NEEDED = "not-needed"
 SKIPPED_BY_CONFIG = "skipped-by-config"
 DRIFTED = "drifted"
 REFUSED = "refused"  # activation refused because another row drifted: nothing patched
+BLOCKED = "blocked"  # SGLANG_PLUGINS does not name us: SGLang never calls our entry point
 
 
 
@@ -248,18 +254,53 @@ def _scoped_alias_propagation(our_targets):
         setattr(hook_registry, attribute, stock)
 
 
+def plugin_allowlist_block(environ=None) -> Optional[str]:
+    """Why SGLang will not load us in this environment, or None.
+
+    Mirrors ``load_plugins_by_group`` (sglang/srt/plugins/__init__.py): a non-empty
+    ``SGLANG_PLUGINS`` is split on commas, stripped, and any entry point whose name is not in
+    it is skipped, silently for the operator (one INFO line).
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(ENV_SGLANG_PLUGINS) or ""
+    allowed = {x.strip() for x in raw.split(",") if x.strip()}
+    if not allowed or PLUGIN_NAME in allowed:
+        return None
+    return (f"blocked by {ENV_SGLANG_PLUGINS}={raw!r}: SGLang loads only the plugins named there, so "
+            f"sglang-dsv4-ext never activates and every SGLANG_DSV4_* setting is ignored; add {PLUGIN_NAME} "
+            f"to {ENV_SGLANG_PLUGINS} (or unset it)")
+
+
+def activation_line(cfg: ExtConfig) -> str:
+    """One well-known line with the configuration in force (parsed by serving/activation_check.py)."""
+    from sglang_dsv4_ext import __version__
+
+    return (f"{ACTIVATION_LINE_PREFIX} version={__version__} sglang={STATE.sglang_version} "
+            f"index_k_dtype={cfg.index_k_dtype} gate={cfg.gate} fp4_budget={cfg.fp4_budget} pid={os.getpid()}")
+
+
+def _announce_activation() -> None:
+    # Once per server: the launcher (the process SGLang's children are spawned from). Printed to
+    # stderr so it shows whatever SGLang's log level and whether or not its logging is set up yet.
+    if STATE.activated and STATE.config is not None and multiprocessing.parent_process() is None:
+        print(activation_line(STATE.config), file=sys.stderr, flush=True)
+
+
 def register() -> None:
     """The ``sglang.srt.plugins`` entry point (``sglang_dsv4_ext``)."""
     if kill_switch_set():
         logger.info("sglang-dsv4-ext disabled by SGLANG_DSV4_EXT=0; SGLang left untouched")
         return
     try:
+        already = STATE.activated
         activate()
     except ActivationError as exc:
         message = f"sglang-dsv4-ext refused to activate: {exc}\n(set SGLANG_DSV4_EXT=0 to run stock SGLang)"
         logger.error(message)
         # SGLang's plugin loader swallows Exceptions; SystemExit stops the process loudly.
         raise SystemExit(message) from exc
+    if not already:
+        _announce_activation()
 
 
 def reset_for_tests() -> None:

@@ -83,7 +83,13 @@ def _activate_for_report(report: Dict[str, object], config) -> object:
     from sglang_dsv4_ext import activation
 
     error = report.get("error")
-    if config is not None and not kill_switch_set() and report.get("sglang_version"):
+    blocked = activation.plugin_allowlist_block()
+    report["plugin_allowlist"] = blocked or "allowed"
+    if blocked:
+        # Activating here would report what SGLang will never do: the servers skip our entry point.
+        error = f"sglang-dsv4-ext is {blocked}"
+        activation.STATE.statuses = {t.path: activation.BLOCKED for t in compat.TARGETS}
+    elif config is not None and not kill_switch_set() and report.get("sglang_version"):
         try:
             activation.activate()
         except activation.ActivationError as exc:
@@ -159,6 +165,7 @@ def _print_human(report: Dict[str, object]) -> None:
     print(f"SGLang          {report.get('sglang_version')}  ({report.get('sglang_path', '?')})")
     print(f"config          {report.get('config')}")
     print(f"activated       {report['activated']} ({report['activation_seconds']} s)")
+    print(f"SGLANG_PLUGINS  {report.get('plugin_allowlist')}")
     if report.get("error"):
         print(f"error           {report['error']}")
     print()

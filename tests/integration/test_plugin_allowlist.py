@@ -1,0 +1,56 @@
+"""SGLANG_PLUGINS without our name: SGLang's real loader skips us, and doctor says so (fresh processes).
+
+Fresh interpreters are the point: entry-point discovery and SGLang's once-per-process loader flag.
+Each child runs SGLang's real ``load_plugins()`` against the installed entry points.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_LOAD = r"""
+import json, sys, sglang.srt.plugins as plugins
+from sglang_dsv4_ext import activation
+plugins.load_plugins()
+print(json.dumps({"activated": activation.STATE.activated}))
+"""
+
+
+def _run(args, plugins_value):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4")}
+    env["PYTHONPATH"] = ROOT
+    env["SGLANG_DSV4_INDEX_K_DTYPE"] = "bf16"
+    if plugins_value is None:
+        env.pop("SGLANG_PLUGINS", None)
+    else:
+        env["SGLANG_PLUGINS"] = plugins_value
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+
+
+@pytest.mark.parametrize("plugins_value,expect_active", [("some_other_plugin", False),
+                                                         ("some_other_plugin, sglang_dsv4_ext", True)])
+def test_sglang_loader_honours_the_allowlist_and_the_line_shows_activation(plugins_value, expect_active):
+    proc = _run(["-c", _LOAD], plugins_value)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"activated": expect_active}
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("sglang-dsv4-ext active:")]
+    if expect_active:
+        assert len(lines) == 1 and "index_k_dtype=bf16" in lines[0] and "gate=auto" in lines[0]
+    else:
+        assert lines == []  # nothing in the log says the extension is there: hence doctor
+
+
+def test_doctor_reports_blocked_and_exits_non_zero():
+    proc = _run(["-m", "sglang_dsv4_ext.cli", "doctor", "--json"], "some_other_plugin")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert "blocked by SGLANG_PLUGINS='some_other_plugin'" in report["error"]
+    assert report["activated"] is False
+    assert {row["status"] for row in report["targets"]} == {"blocked"}
+    assert "Traceback" not in proc.stderr
