@@ -34,6 +34,8 @@ from typing import IO, Dict, List, Optional, Tuple
 import psutil
 
 from sglang_dsv4_ext import exit_codes
+from sglang_dsv4_ext.errors import ActivationError
+from sglang_dsv4_ext.serving import activation_check
 from sglang_dsv4_ext.serving.launch_plan import ChildSpec
 
 EXIT_CHILD_FAILED = exit_codes.ATTENTION
@@ -144,6 +146,7 @@ class Supervisor:
         progress_interval: float = 10.0,
         stream_logs: bool = True,
         out: IO[str] = None,
+        require_activation_line: bool = False,
     ):
         self.children = children
         self.log_dir = log_dir
@@ -154,6 +157,7 @@ class Supervisor:
         self.progress_interval = progress_interval
         self.stream_logs = stream_logs
         self.out = out or sys.stdout
+        self.require_activation_line = require_activation_line
         self.running: List[_Running] = []
         self._signal: Optional[int] = None
         self._lock = threading.Lock()
@@ -191,6 +195,10 @@ class Supervisor:
     # ----- processes -----
     def _start(self, spec: ChildSpec) -> None:
         env = spec.environment(os.environ)
+        if spec.role != "router":
+            env, note = activation_check.allowlisted_env(env)
+            if note:
+                self.say(f"{spec.name}: {note}")
         log_path = os.path.join(self.log_dir, f"{spec.name}.log")
         log = open(log_path, "ab")
         log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {spec.shell()}\n".encode())
@@ -278,6 +286,23 @@ class Supervisor:
             time.sleep(self.poll_interval)
         return None
 
+    def _check_activation(self, servers: List[ChildSpec]) -> Optional[int]:
+        """Each healthy local server's log must carry the activation line with the configuration it was given."""
+        if not self.require_activation_line:
+            return None
+        logs = {r.spec.name: r.log_path for r in self.running}
+        for c in servers:
+            if not c.health_url or c.env.get("SGLANG_DSV4_EXT") == "0":
+                continue
+            try:
+                expected = activation_check.expected_fields(c.environment(os.environ))
+                activation_check.check_server_log(c.name, logs[c.name], expected)
+            except ActivationError as exc:
+                self.say(f"FAILED: {exc}; stopping the stack")
+                return EXIT_CHILD_FAILED
+            self.say(f"{c.name}: sglang-dsv4-ext active as configured")
+        return None
+
     def _check_stop(self) -> Optional[int]:
         if self._signal is not None:
             name = signal_name(self._signal)
@@ -344,6 +369,8 @@ class Supervisor:
         if routers:
             targets += self.remote_health
         code = self._wait_healthy(targets, "servers")
+        if code is None:
+            code = self._check_activation(servers)
         if code is not None:
             return code
         code = self._start_all(routers)
