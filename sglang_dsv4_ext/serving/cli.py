@@ -133,6 +133,9 @@ def add_subparser(subparsers) -> None:
     d.add_argument("--router-module",
                    help="router entry module, run as python -m (default sglang_router.launch_router); never imported "
                    "by the validation")
+    d.add_argument("--keep-overlap-schedule", action="store_true",
+                   help="drop the PD presets' --disable-overlap-schedule from decode servers (it avoids a decode "
+                   "wedge under load: a TP collective desync in the overlap event loop)")
 
     a = p.add_argument_group("pass-through (SGLang's own flags)")
     a.add_argument("--prefill-args", action="append", default=[], metavar="ARGS",
@@ -228,6 +231,9 @@ def _apply_router_flags(spec: StackSpec, args) -> None:
         spec.router.enabled = False
     if args.router_module:
         spec.router.module = args.router_module
+    if args.keep_overlap_schedule:
+        for inst in spec.decode:
+            inst.args = [a for a in inst.args if a != "--disable-overlap-schedule"]
 
 
 def _apply_passthrough(spec: StackSpec, args) -> None:

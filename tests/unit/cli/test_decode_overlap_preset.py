@@ -1,0 +1,33 @@
+"""PD presets turn overlap scheduling off on decode servers; --keep-overlap-schedule opts out.
+
+Through the real ``sglang-dsv4 serve --dry-run`` (every generated command line goes through
+SGLang's own argument parser first), in one subprocess per case.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+PRESET = "dsv4-flash-8gpu-pd-4p4d-bf16-hicache"
+
+
+def _dry_run(*extra):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "sglang_dsv4_ext.cli", "serve", "--preset", PRESET, "--dry-run",
+                           *extra], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {line.split("--disaggregation-mode ")[1].split()[0]: line for line in proc.stdout.splitlines()
+            if "--disaggregation-mode " in line}
+
+
+@pytest.mark.parametrize("opt_out", [False, True])
+def test_decode_overlap_schedule(opt_out):
+    servers = _dry_run(*(["--keep-overlap-schedule"] if opt_out else []))
+    assert set(servers) == {"prefill", "decode"}
+    assert "--disable-overlap-schedule" not in servers["prefill"]
+    assert ("--disable-overlap-schedule" in servers["decode"]) is not opt_out
