@@ -154,6 +154,9 @@ def add_subparser(subparsers) -> None:
                    help="seconds each phase may wait for /health, > 0 (default 1800)")
     r.add_argument("--grace-period", type=non_negative_seconds, default=30.0,
                    help="seconds between SIGTERM and SIGKILL on shutdown, >= 0 (default 30)")
+    r.add_argument("--wedge-timeout", type=positive_seconds, default=None, metavar="SECONDS",
+                   help="stop the stack, naming the server, when one has requests running and produces no token "
+                   "for SECONDS (read from SGLang's /metrics: pass --enable-metrics to the servers); default off")
     r.add_argument("--quiet-logs", action="store_true",
                    help="do not stream child output (it is still written to the log dir)")
     r.add_argument("--python", default=sys.executable, help="interpreter for the children (default: this one)")
@@ -376,6 +379,7 @@ def run(args) -> int:
         stream_logs=not args.quiet_logs,
         # Only SGLang's own launcher loads plugins and prints the activation line.
         require_activation_line=args.server_module == "sglang.launch_server",
+        wedge_seconds=args.wedge_timeout,
     ).run()
 
 

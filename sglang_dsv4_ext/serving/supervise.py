@@ -35,7 +35,7 @@ import psutil
 
 from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.errors import ActivationError
-from sglang_dsv4_ext.serving import activation_check
+from sglang_dsv4_ext.serving import activation_check, wedge
 from sglang_dsv4_ext.serving.launch_plan import ChildSpec
 
 EXIT_CHILD_FAILED = exit_codes.ATTENTION
@@ -147,6 +147,7 @@ class Supervisor:
         stream_logs: bool = True,
         out: IO[str] = None,
         require_activation_line: bool = False,
+        wedge_seconds: Optional[float] = None,
     ):
         self.children = children
         self.log_dir = log_dir
@@ -158,6 +159,7 @@ class Supervisor:
         self.stream_logs = stream_logs
         self.out = out or sys.stdout
         self.require_activation_line = require_activation_line
+        self.wedge_seconds = wedge_seconds
         self.running: List[_Running] = []
         self._signal: Optional[int] = None
         self._lock = threading.Lock()
@@ -362,27 +364,38 @@ class Supervisor:
     def _run(self) -> int:
         servers = [c for c in self.children if c.role != "router"]
         routers = [c for c in self.children if c.role == "router"]
+        code = self._bring_up(servers, routers)
+        if code is not None:
+            return code
+        urls = [c.health_url for c in routers + servers if c.health_url]
+        self.say("stack is up" + (f": {urls[0].rsplit('/health', 1)[0]}" if urls else "") + " (Ctrl-C stops it)")
+        return self._watch(wedge.detectors_for(servers, self.wedge_seconds))
+
+    def _bring_up(self, servers: List[ChildSpec], routers: List[ChildSpec]) -> Optional[int]:
+        """Servers, their health and activation line, then the router; an exit code on the first failure."""
         code = self._start_all(servers)
         if code is not None:
             return code
         targets = [(c.name, c.health_url) for c in servers if c.health_url]
         if routers:
             targets += self.remote_health
-        code = self._wait_healthy(targets, "servers")
-        if code is None:
-            code = self._check_activation(servers)
+        code = self._wait_healthy(targets, "servers") or self._check_activation(servers)
         if code is not None:
             return code
         code = self._start_all(routers)
         if code is not None:
             return code
-        code = self._wait_healthy([(c.name, c.health_url) for c in routers if c.health_url], "router")
-        if code is not None:
-            return code
-        urls = [c.health_url for c in routers + servers if c.health_url]
-        self.say("stack is up" + (f": {urls[0].rsplit('/health', 1)[0]}" if urls else "") + " (Ctrl-C stops it)")
+        return self._wait_healthy([(c.name, c.health_url) for c in routers if c.health_url], "router")
+
+    def _watch(self, detectors) -> int:
+        """Until a signal, a child's death or a wedged server."""
         while True:
             code = self._check_stop()
             if code is not None:
                 return code
+            for detector in detectors:
+                message = detector.observe()
+                if message:
+                    self.say(f"FAILED: {message}; stopping the stack")
+                    return EXIT_CHILD_FAILED
             time.sleep(self.poll_interval)
