@@ -213,7 +213,7 @@ def test_a_fatal_signal_stops_the_whole_stack_and_its_descendants(tmp_path, sig)
         assert f"{sig.name} received: stopping the stack" in serve_log and "all children stopped" in serve_log
         for rec in records.values():
             assert rec["env"] == {"SGLANG_DSV4_EXT": "1", "SGLANG_DSV4_INDEX_K_DTYPE": "bf16",
-                                  "SGLANG_DSV4_INDEX_K_GATE": "strict"}
+                                  "SGLANG_DSV4_INDEX_K_GATE": "strict", "SGLANG_DSV4_INDEX_K_INTEGRITY": "off"}
     finally:
         if sup.poll() is None:  # the test failed early: let the supervisor clean up, then make sure
             sup.terminate()
