@@ -141,6 +141,17 @@ def _mark_fixed_in_source(report: Dict[str, object], targets: List[Dict[str, str
             row["detail"] = f"fixed in SGLang's source (patch {in_source[row['target']]} is upstream)"
 
 
+def _prefill_graph_report() -> str:
+    """Whether this process's published server args run the breakable prefill graph (R3 wait-ahead fix)."""
+    from sglang_dsv4_ext import prefill_graph
+
+    try:
+        answer = prefill_graph.in_this_process()
+    except Exception as exc:  # SGLang's runtime context unavailable (import failure): say so, do not fail
+        return f"unknown ({type(exc).__name__}: {exc})"
+    return answer.sentence() if answer else "no server args in this process"
+
+
 def collect_report() -> Dict[str, object]:
     from sglang_dsv4_ext import activation
 
@@ -150,6 +161,7 @@ def collect_report() -> Dict[str, object]:
     state = activation.STATE
     targets = _target_rows(state)
     _mark_fixed_in_source(report, targets)
+    report["prefill_graph"] = _prefill_graph_report()
     report["activated"] = state.activated
     report["activation_seconds"] = round(state.seconds, 3)
     report["targets"] = targets
@@ -165,6 +177,7 @@ def _print_human(report: Dict[str, object]) -> None:
     print(f"SGLang          {report.get('sglang_version')}  ({report.get('sglang_path', '?')})")
     print(f"config          {report.get('config')}")
     print(f"activated       {report['activated']} ({report['activation_seconds']} s)")
+    print(f"prefill graph   {report['prefill_graph']}")
     print(f"SGLANG_PLUGINS  {report.get('plugin_allowlist')}")
     if report.get("error"):
         print(f"error           {report['error']}")

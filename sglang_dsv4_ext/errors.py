@@ -43,6 +43,10 @@ class PlanInputError(Dsv4ExtError, ValueError):
     """``sglang-dsv4 plan`` input (a flag or a model config field) is not valid; the message names it."""
 
 
+class PrefillGraphArgsError(Dsv4ExtError, ValueError):
+    """SGLang's parser rejected the server arguments whose prefill graph was asked about."""
+
+
 # --- serve ------------------------------------------------------------------------------------
 class CommandLineError(Dsv4ExtError, ValueError):
     """A generated or passed-through command line is invalid; the message names the flag."""

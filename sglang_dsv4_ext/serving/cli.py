@@ -347,6 +347,23 @@ def _startable(spec: StackSpec, plan) -> Optional[str]:
     return None
 
 
+def _prefill_graph_lines(plan) -> str:
+    """Per generated server: will the breakable prefill graph be on (SGLang's own resolution of its flags)?"""
+    from sglang_dsv4_ext import prefill_graph
+    from sglang_dsv4_ext.errors import PrefillGraphArgsError
+
+    lines = []
+    for child in plan.children:
+        if child.role == "router":
+            continue
+        try:
+            sentence = prefill_graph.resolve(child.argv[3:]).sentence()
+        except PrefillGraphArgsError as exc:
+            sentence = f"breakable prefill graph unknown ({exc})"
+        lines.append(f"# {child.name}: {sentence}")
+    return ("\n\n# prefill graph, from SGLang's own argument resolution:\n" + "\n".join(lines)) if lines else ""
+
+
 def run(args) -> int:
     from sglang_dsv4_ext.errors import CommandLineError
     from sglang_dsv4_ext.serving.launch_plan import format_plan
@@ -356,7 +373,7 @@ def run(args) -> int:
     try:
         spec, plans = _plans(args)
         if args.dry_run:
-            print("\n\n".join(format_plan(p) for p in plans))
+            print("\n\n".join(format_plan(p) + _prefill_graph_lines(p) for p in plans))
             return exit_codes.OK
         plan = plans[0]
         problem = _startable(spec, plan)
