@@ -115,6 +115,7 @@ def test_the_real_class_functions_carry_our_hooks(ext_active):
 
 
 def test_compute_q_bf16_uses_our_index_q_kernel(stubs, monkeypatch, rng):
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "bf16")  # what the source form (patches/0006) decides from
     freqs = dbl.rope_table()
     ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=freqs, generator=rng)
     q_lora = torch.randn(5, Q_LORA_RANK, generator=rng).to(torch.bfloat16)
