@@ -5,8 +5,8 @@ sparse attention sees, and the symptom is a wrong tool call several turns later.
 to tell "index-K was intact where it was read" from "it was not" in one run on their own cluster,
 without a debugger (``SGLANG_DSV4_INDEX_K_INTEGRITY=off|sample|full``, default off).
 
-How (shared logic in :mod:`sglang_dsv4_ext.index_k_integrity`, kernels in
-``kernels_sm120/index_k_checksum.py``):
+How: shared logic in :mod:`sglang_dsv4_ext.index_k_integrity`, kernels in
+``kernels_sm120/index_k_checksum.py``:
   * AFTER ``DeepSeekV4PagedHostPool.__init__``: HiCache's c4 indexer host mirror gets a checksum
     table (one int64 per layer and host page) when the mode is on (decided at pool creation).
   * AFTER ``backup_from_device_all_layer``: the checksum of every device page backed up is stored

@@ -111,7 +111,10 @@ def test_every_patch_has_a_complete_dep3_header_naming_real_tests_and_hooks():
                 assert re.search(rf"^def {re.escape(name)}\(", (ROOT / path).read_text(), re.M), \
                     f"{patch.name}: Covered-By {ref}: no such test"
     # One patch per runtime module, and every module that hooks SGLang has its patch.
-    assert sorted(mirrored) == sorted(HOOK_MODULES)
+    # Hook modules whose every target is runtime-only (compat.WITHOUT_SOURCE_PATCH) have no patch yet.
+    runtime_only = {t.area for t in compat.WITHOUT_SOURCE_PATCH} - {
+        t.area for t in compat.TARGETS if t not in compat.WITHOUT_SOURCE_PATCH}
+    assert sorted(mirrored) == sorted(set(HOOK_MODULES) - runtime_only)
 
 
 def test_series_applies_to_the_wheel_built_0_5_23_tree_and_reexports_unchanged(tmp_path, capsys):

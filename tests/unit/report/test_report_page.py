@@ -19,7 +19,7 @@ def _run(tmp_path, name, bad_every):
         for i in range(40):
             verdict = "dsml_in_content" if i % bad_every == 0 else "ok"
             f.write(json.dumps({"key": f"k{i}", "level": i // 20, "concurrency": 8 if i < 20 else 80,
-                                "session": i % 5, "verdict": verdict, "latency_s": 1.0 + i / 10,
+                                "session": i % 5, "step": "tool", "verdict": verdict, "latency_s": 1.0 + i / 10,
                                 "prompt_sha256": hashlib.sha256(str(i).encode()).hexdigest()}) + "\n")
     evidence = [{"url": "http://prefill:30000", "aborted_requests": 3.0, "pd_transfer_failed": 70.0,
                  "integrity_mismatches": 0.0}]
