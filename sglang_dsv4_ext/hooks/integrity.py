@@ -69,12 +69,20 @@ def _page_aligned(self, host_indices, device_indices) -> bool:
     return host_indices.numel() % size == 0 and device_indices.numel() % size == 0
 
 
-def _after_backup(result, self, device_pool, host_indices, device_indices, io_backend):
-    tracker = tracker_of(self)
+def _tracker_for_transfer(host_pool, device_pool, host_indices, device_indices):
+    """The host pool's tracker for a non-empty transfer (also handed to the device pool), else None."""
+    tracker = tracker_of(host_pool)
     if tracker is None or host_indices is None or device_indices is None or host_indices.numel() == 0:
         return None
     if device_pool is not None:
         setattr(device_pool, _TRACKER, tracker)
+    return tracker
+
+
+def _after_backup(result, self, device_pool, host_indices, device_indices, io_backend):
+    tracker = _tracker_for_transfer(self, device_pool, host_indices, device_indices)
+    if tracker is None:
+        return None
     if not _page_aligned(self, host_indices, device_indices):
         tracker.forget(torch.unique(host_indices.to(torch.int64) // self.slot_page_size))
         return None
@@ -85,11 +93,9 @@ def _after_backup(result, self, device_pool, host_indices, device_indices, io_ba
 
 def _after_load_layer(result, self, device_pool, host_indices, device_indices, layer_id, io_backend, *,
                       is_draft=False):
-    tracker = tracker_of(self)
-    if tracker is None or host_indices is None or device_indices is None or host_indices.numel() == 0:
+    tracker = _tracker_for_transfer(self, device_pool, host_indices, device_indices)
+    if tracker is None:
         return None
-    if device_pool is not None:
-        setattr(device_pool, _TRACKER, tracker)
     if not _page_aligned(self, host_indices, device_indices):
         return None  # token-granular (HiSparse) loads: no whole page to compare
     if layer_id == 0:
