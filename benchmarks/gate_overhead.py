@@ -39,9 +39,9 @@ def _tiny_pool():
     import torch
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
-    from sglang_dsv4_ext.hooks import sizing
+    from sglang_dsv4_ext import index_k_budget
 
-    sizing.forget_budget()  # built without the configurator: no budget to check against
+    index_k_budget.forget_budget()  # built without the configurator: no budget to check against
     tokens, ratios = 4096, [0, 4, 128, 4]
     return DeepSeekV4TokenToKVPool(
         max_num_reqs=4, swa_size=tokens, c4_size=tokens // 4, c128_size=tokens // 128, c4_state_pool_size=8,

@@ -4,4 +4,4 @@ Importing this package imports nothing from SGLang; activation happens through S
 ``sglang.srt.plugins`` entry point (see :mod:`sglang_dsv4_ext.activation`).
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

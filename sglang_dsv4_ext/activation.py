@@ -19,6 +19,7 @@ of serving without the fixes the operator asked for. Activation is idempotent pe
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import multiprocessing
 import os
@@ -51,7 +52,8 @@ BLOCKED = "blocked"  # SGLANG_PLUGINS does not name us: SGLang never calls our e
 
 @dataclass
 class ActivationState:
-    activated: bool = False
+    loaded: bool = False  # register() ran with a valid configuration: hooks follow SGLang's imports
+    activated: bool = False  # every table target checked, patched and verified in this process
     config: Optional[ExtConfig] = None
     sglang_version: Optional[str] = None
     statuses: Dict[str, str] = field(default_factory=dict)  # target path -> status
@@ -59,10 +61,18 @@ class ActivationState:
     details: Dict[str, str] = field(default_factory=dict)  # target path -> human note
     seconds: float = 0.0
     error: Optional[str] = None
+    # module -> "patched" | "refused" (drift or untested SGLang: left stock, DSV4 pools refused)
+    modules: Dict[str, str] = field(default_factory=dict)
+    version_refusal: Optional[str] = None  # an untested SGLang: nothing patched, DeepSeek-V4 pools refused
+    refusals: List[str] = field(default_factory=list)  # why a DeepSeek-V4 pool would be refused here
+    hooks: List = field(default_factory=list)  # every Hook installed in this process
 
 
 STATE = ActivationState()
-_LOCK = threading.Lock()
+# Re-entrant: completing activation imports modules whose post-import hooks take it again.
+_LOCK = threading.RLock()
+_TABLE: List[compat.Target] = compat.TARGETS
+_CONTEXT = None  # the HookContext shared by every module's hook collection (gate probe verdicts)
 
 
 def installed_sglang_version() -> str:
@@ -84,15 +94,14 @@ def _feature_enabled(feature: str, cfg: ExtConfig) -> bool:
     return cfg.enabled
 
 
-def _check_version(cfg: ExtConfig) -> str:
+def _untested_version(cfg: ExtConfig) -> Optional[str]:
+    """Why the installed SGLang may not be patched (None: tested, or explicitly allowed)."""
     found = installed_sglang_version()
-    if found not in compat.TESTED_SGLANG_VERSIONS and not cfg.allow_untested_sglang:
-        raise ActivationError(
-            f"SGLang {found} is not a tested version (tested: "
-            f"{', '.join(compat.TESTED_SGLANG_VERSIONS)}); set "
-            f"SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=1 to try it (drifted signatures are still refused)"
-        )
-    return found
+    STATE.sglang_version = found
+    if found in compat.TESTED_SGLANG_VERSIONS or cfg.allow_untested_sglang:
+        return None
+    return (f"SGLang {found} is not a tested version (tested: {', '.join(compat.TESTED_SGLANG_VERSIONS)}); set "
+            f"SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=1 to try it (drifted signatures are still refused)")
 
 
 def _hook_type(kind: str):
@@ -119,72 +128,167 @@ def carries_hook(current, hook_fn) -> bool:
     return False
 
 
-def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compat.Target]] = None) -> ActivationState:
-    """Check, patch and verify. Raises :class:`ActivationError` with the reason on refusal.
+def _load_config(config: Optional[ExtConfig]) -> ExtConfig:
+    try:
+        cfg = load_config() if config is None else config
+    except ConfigError as exc:
+        STATE.error = str(exc)
+        raise ActivationError(str(exc)) from exc
+    STATE.config = cfg
+    return cfg
 
-    ``targets`` replaces the table (tests use it to present a drifted table); by default
-    the real :data:`compat.TARGETS` is used.
+
+def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compat.Target]] = None) -> ActivationState:
+    """Eager activation (doctor, tests, benchmarks): import every target module, check, patch, verify.
+
+    Raises :class:`ActivationError` with the reason on refusal, before anything is patched.
+    ``targets`` replaces the table (tests use it to present a drifted table); by default the real
+    :data:`compat.TARGETS` is used. SGLang's entry point uses :func:`register` instead, which
+    patches each module when SGLang imports it and refuses only where a DeepSeek-V4 pool is built.
     """
+    global _TABLE
     with _LOCK:
         if STATE.activated:
             return STATE
         started = time.perf_counter()
-        try:
-            cfg = load_config() if config is None else config
-        except ConfigError as exc:
-            STATE.error = str(exc)
-            raise ActivationError(str(exc)) from exc
-        STATE.config = cfg
+        cfg = _load_config(config)
         if not cfg.enabled:
             STATE.statuses = {t.path: SKIPPED_BY_CONFIG for t in compat.TARGETS}
             return STATE
-        table = compat.TARGETS if targets is None else targets
+        _TABLE = compat.TARGETS if targets is None else targets
         try:
-            STATE.sglang_version = _check_version(cfg)
-            drifts = compat.check_targets(table)
+            reason = _untested_version(cfg)
+            if reason:
+                raise ActivationError(reason)
+            drifts = compat.check_targets(_TABLE)
             if drifts:
-                STATE.statuses = {t.path: REFUSED for t in table}
-                for d in drifts:
-                    STATE.statuses[d.target] = DRIFTED
-                    STATE.details[d.target] = d.describe()
+                _record_drifts(drifts)
                 raise ActivationError(
                     "SGLang drifted from the signatures this extension was written against; "
                     "nothing was patched:\n  " + "\n  ".join(d.describe() for d in drifts)
                 )
-            _install(cfg, table)
+            _complete()
         except ActivationError as exc:
             STATE.error = str(exc)
             raise
-        STATE.activated = True
         STATE.seconds = time.perf_counter() - started
         logger.info("sglang-dsv4-ext active (%.3f s): %s", STATE.seconds, cfg)
         return STATE
 
 
-def _install(cfg: ExtConfig, table: List[compat.Target]) -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookSource
+def _record_drifts(drifts) -> None:
+    STATE.statuses = {t.path: REFUSED for t in _TABLE}
+    for d in drifts:
+        STATE.statuses[d.target] = DRIFTED
+        STATE.details[d.target] = d.describe()
 
+
+def _targets_in(module_name: str) -> List[compat.Target]:
+    return [t for t in _TABLE if t.module == module_name and t.area != "activation"]
+
+
+def patch_module(module_name: str) -> None:
+    """Check and patch the table targets defined in ``module_name`` (SGLang has just imported it).
+
+    A drifted signature (or an untested SGLang) leaves the module stock and is recorded: this
+    process serves other models untouched, with a warning, and refuses only if it builds a
+    DeepSeek-V4 pool (:func:`complete_before_dsv4_pool`). Idempotent per module.
+    """
+    with _LOCK:
+        if module_name in STATE.modules or STATE.config is None:
+            return
+        targets = _targets_in(module_name)
+        drifts = compat.check_targets(targets)
+        for d in drifts:
+            STATE.details[d.target] = d.describe()
+        reasons = [STATE.version_refusal] if STATE.version_refusal else []
+        reasons += [d.describe() for d in drifts]
+        guards = _pool_build_guards(targets)
+        if reasons:
+            STATE.modules[module_name] = "refused"
+            STATE.refusals.extend(r for r in reasons if r not in STATE.refusals)
+            logger.warning("sglang-dsv4-ext left %s stock: %s. Other models are unaffected; a DeepSeek-V4 pool "
+                           "built in this process will be refused.", module_name, "; ".join(reasons))
+            _install(guards)
+            return
+        _install(_collect_hooks(module_name) + guards)
+        STATE.modules[module_name] = "patched"
+
+
+def _collect_hooks(module_name: str) -> list:
+    global _CONTEXT
     from sglang_dsv4_ext.hooks import HookContext, collect_hooks
 
-    ctx = HookContext()
-    hooks = collect_hooks(ctx)
-    by_path = {t.path: t for t in table}
-    unknown = sorted({h.target.path for h in hooks} - set(by_path))
+    if _CONTEXT is None:
+        _CONTEXT = HookContext()
+    _CONTEXT.wants = lambda target: target.module == module_name
+    hooks = collect_hooks(_CONTEXT)
+    known = {t.path for t in _TABLE}
+    unknown = sorted({h.target.path for h in hooks} - known)
     if unknown:
         # A programming error in the extension: every hooked target must be in the table.
         raise ActivationError(f"hooks on targets missing from compat.TARGETS: {', '.join(unknown)}")
+    return hooks
+
+
+def _pool_build_guards(targets: List[compat.Target]) -> list:
+    """A signature-agnostic guard on each DeepSeek-V4 pool build point among ``targets``."""
+    from sglang_dsv4_ext.hooks import Hook
+
+    points = {compat.CONFIGURATOR_INIT.path, compat.POOL_INIT.path}
+    return [Hook(t, _before_dsv4_pool_build, "before") for t in targets if t.path in points]
+
+
+def _before_dsv4_pool_build(*args, **kwargs):
+    complete_before_dsv4_pool()
+    return None
+
+
+def complete_before_dsv4_pool() -> None:
+    """A DeepSeek-V4 pool is about to be built: every target must be patched and verified now.
+
+    Imports the target modules SGLang has not imported yet (a DeepSeek-V4 server needs them all),
+    refuses with every recorded drift if any, and exports the activation gauge.
+    """
+    with _LOCK:
+        if STATE.config is None:
+            return  # the plugin never loaded in this process (SGLANG_DSV4_EXT=0): stock SGLang
+        if not STATE.activated:
+            _complete()
+    _export_active_gauge(STATE.config)
+
+
+def _complete() -> None:
+    for module_name in compat.target_modules(_TABLE):
+        importlib.import_module(module_name)
+        patch_module(module_name)
+    if STATE.refusals:
+        message = ("refusing to build a DeepSeek-V4 pool: this SGLang does not match what sglang-dsv4-ext was "
+                   "written against, so its fixes are not in place:\n  " + "\n  ".join(STATE.refusals)
+                   + "\n(set SGLANG_DSV4_EXT=0 to serve with stock SGLang)")
+        STATE.error = message
+        raise ActivationError(message)
+    _verify_installed(STATE.hooks)
+    _record_statuses(STATE.config, _TABLE, _CONTEXT, {h.target.path for h in STATE.hooks})
+    STATE.activated = True
+
+
+def _install(hooks: list) -> None:
+    """Register ``hooks`` with SGLang's HookRegistry, apply them and verify each wrapper."""
+    if not hooks:
+        return
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookSource
 
     source = HookSource(plugin_name=PLUGIN_NAME, dist_name="sglang-dsv4-ext")
     for hook in hooks:
         HookRegistry.register(hook.target.path, hook.fn, _hook_type(hook.kind), source=source)
-    # load_plugins() would apply these right after we return, but HookRegistry swallows
-    # failures; applying now lets us verify in-process and refuse loudly. apply_hooks is
-    # idempotent, already-patched targets are skipped.
+    # load_plugins() would apply these after we return, but HookRegistry swallows failures;
+    # applying now lets us verify in-process and refuse loudly. apply_hooks is idempotent:
+    # already-patched targets are skipped (which is why a target's hooks go in together).
     with _scoped_alias_propagation({h.target.path for h in hooks}):
         HookRegistry.apply_hooks()
-
     _verify_installed(hooks)
-    _record_statuses(cfg, table, ctx, {h.target.path for h in hooks})
+    STATE.hooks.extend(hooks)
 
 
 def _verify_installed(hooks) -> None:
@@ -198,11 +302,12 @@ def _verify_installed(hooks) -> None:
 
 
 def _record_statuses(cfg: ExtConfig, table: List[compat.Target], ctx, hooked) -> None:
-    STATE.accessor_verdicts = dict(ctx.accessor_verdicts)
+    not_needed = ctx.not_needed if ctx is not None else {}
+    STATE.accessor_verdicts = dict(ctx.accessor_verdicts) if ctx is not None else {}
     for target in table:
-        if target.path in ctx.not_needed:
+        if target.path in not_needed:
             STATE.statuses[target.path] = NOT_NEEDED
-            STATE.details[target.path] = ctx.not_needed[target.path]
+            STATE.details[target.path] = not_needed[target.path]
         elif target.area == "activation":
             STATE.statuses[target.path] = APPLIED
         elif target.path not in hooked:
@@ -279,30 +384,99 @@ def activation_line(cfg: ExtConfig) -> str:
             f"index_k_dtype={cfg.index_k_dtype} gate={cfg.gate} fp4_budget={cfg.fp4_budget} pid={os.getpid()}")
 
 
+ACTIVE_GAUGE = "sglang:dsv4_ext_active"
+_GAUGE = None
+
+
+def _export_active_gauge(cfg: ExtConfig) -> None:
+    """``sglang:dsv4_ext_active{...} 1`` on SGLang's /metrics, from each process that builds a DSV4 pool.
+
+    The query form of the activation line (repro reads it before a run counts). A gauge in
+    prometheus_client's default registry, multiprocess-aware as SGLang's own collectors when SGLang
+    set PROMETHEUS_MULTIPROC_DIR (``--enable-metrics``).
+    """
+    global _GAUGE
+    from sglang_dsv4_ext import __version__
+
+    if _GAUGE is None:
+        from prometheus_client import Gauge
+
+        _GAUGE = Gauge(ACTIVE_GAUGE, "sglang-dsv4-ext patched and verified every target before this DeepSeek-V4 "
+                       "pool was built (labels: the configuration in force)",
+                       ["version", "sglang", "index_k_dtype", "gate", "fp4_budget", "integrity"],
+                       multiprocess_mode="mostrecent")
+    _GAUGE.labels(version=__version__, sglang=STATE.sglang_version or "", index_k_dtype=cfg.index_k_dtype,
+                  gate=cfg.gate, fp4_budget=cfg.fp4_budget, integrity=cfg.integrity).set(1)
+
+
 def _announce_activation() -> None:
     # Once per server: the launcher (the process SGLang's children are spawned from). Printed to
     # stderr so it shows whatever SGLang's log level and whether or not its logging is set up yet.
-    if STATE.activated and STATE.config is not None and multiprocessing.parent_process() is None:
+    if STATE.loaded and STATE.config is not None and multiprocessing.parent_process() is None:
         print(activation_line(STATE.config), file=sys.stderr, flush=True)
 
 
 def register() -> None:
-    """The ``sglang.srt.plugins`` entry point (``sglang_dsv4_ext``)."""
+    """The ``sglang.srt.plugins`` entry point (``sglang_dsv4_ext``): deferred, scoped activation.
+
+    SGLang calls it in every process (launcher, scheduler, DP controller, detokenizer) for every
+    model. Here only the configuration is validated (a bad value stops the process, naming the
+    variable) and the SGLang version read; each target module is then checked and patched when
+    SGLang itself imports it (a post-import hook, :func:`patch_module`), so a process that never
+    imports the DSV4/HiCache modules never pays for them. A drift is refused only where a
+    DeepSeek-V4 pool is built (:func:`complete_before_dsv4_pool`); other models serve with stock
+    SGLang and a warning.
+    """
     if kill_switch_set():
         logger.info("sglang-dsv4-ext disabled by SGLANG_DSV4_EXT=0; SGLang left untouched")
         return
+    with _LOCK:
+        if STATE.loaded or STATE.activated:
+            return
+        started = time.perf_counter()
+        try:
+            cfg = _load_config(None)
+        except ActivationError as exc:
+            message = f"sglang-dsv4-ext refused to activate: {exc}\n(set SGLANG_DSV4_EXT=0 to run stock SGLang)"
+            logger.error(message)
+            # SGLang's plugin loader swallows Exceptions; SystemExit stops the process loudly.
+            raise SystemExit(message) from exc
+        if not cfg.enabled:
+            return
+        STATE.version_refusal = _untested_version(cfg)
+        if STATE.version_refusal:
+            logger.warning("sglang-dsv4-ext: %s; SGLang is left stock and a DeepSeek-V4 pool will be refused",
+                           STATE.version_refusal)
+        STATE.loaded = True
+        _follow_sglang_imports()
+        if not STATE.refusals and all(m in sys.modules for m in compat.target_modules(_TABLE)):
+            _complete()  # SGLang already imported every target module (a scheduler): verify now
+        STATE.seconds = time.perf_counter() - started
+    _announce_activation()
+
+
+def _follow_sglang_imports() -> None:
+    import wrapt
+
+    for module_name in compat.target_modules(_TABLE):
+        if module_name != compat.HOOK_REGISTRY_PROPAGATE.module:
+            # Called at once for a module already imported, else right after SGLang imports it.
+            wrapt.register_post_import_hook(_on_target_module_imported, module_name)
+
+
+def _on_target_module_imported(module) -> None:
     try:
-        already = STATE.activated
-        activate()
+        patch_module(module.__name__)
     except ActivationError as exc:
+        # An extension defect (a hook that did not install): never serve half-patched.
         message = f"sglang-dsv4-ext refused to activate: {exc}\n(set SGLANG_DSV4_EXT=0 to run stock SGLang)"
         logger.error(message)
-        # SGLang's plugin loader swallows Exceptions; SystemExit stops the process loudly.
         raise SystemExit(message) from exc
-    if not already:
-        _announce_activation()
 
 
 def reset_for_tests() -> None:
     """Forget this process's activation state (does not un-patch)."""
+    global _TABLE, _CONTEXT
     STATE.__dict__.update(ActivationState().__dict__)
+    _TABLE = compat.TARGETS
+    _CONTEXT = None

@@ -57,6 +57,15 @@ class Target:
         return self.path.rpartition(".")[2]
 
     @property
+    def module(self) -> str:
+        """The module that defines the target: the path up to its first class (capitalised) component."""
+        parts = self.path.split(".")[:-1]
+        for index, part in enumerate(parts):
+            if part[:1].isupper():
+                return ".".join(parts[:index])
+        return ".".join(parts)
+
+    @property
     def owner_path(self) -> str:
         """The dotted path of the module or class that holds the target."""
         return self.path.rpartition(".")[0]
@@ -297,6 +306,11 @@ def check_targets(targets: Optional[Iterable[Target]] = None) -> List[Drift]:
         if actual != target.signature:
             drifts.append(Drift(target.path, target.signature, actual, "signature differs"))
     return drifts
+
+
+def target_modules(targets: Iterable[Target]) -> List[str]:
+    """The SGLang modules holding ``targets``, in table order, each once."""
+    return list(dict.fromkeys(t.module for t in targets))
 
 
 def owner_of(target: Target):

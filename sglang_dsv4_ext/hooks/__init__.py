@@ -29,17 +29,23 @@ class Hook:
 
 @dataclass
 class HookContext:
-    """What activation learned before collecting hooks (the gate probe's verdicts)."""
+    """What activation learned while collecting hooks (the gate probe's verdicts), and which targets it wants.
+
+    Activation collects hooks one SGLang module at a time, when SGLang imports that module
+    (:mod:`sglang_dsv4_ext.activation`); ``wants`` says which targets are collected now, so a
+    hook module never makes work (the gate's probe) for a module SGLang has not imported.
+    """
 
     # target path -> "upstream-gated" | "extension-gated", filled by the gate module
     accessor_verdicts: Dict[str, str] = field(default_factory=dict)
     # target path -> reason, for table rows that need no hook on this SGLang
     not_needed: Dict[str, str] = field(default_factory=dict)
+    wants: Callable[[Target], bool] = lambda target: True
 
 
 def collect_hooks(ctx: HookContext) -> List[Hook]:
     hooks: List[Hook] = []
     for name in HOOK_MODULES:
         module = importlib.import_module(f"{__name__}.{name}")
-        hooks.extend(module.hooks(ctx))
+        hooks.extend(h for h in module.hooks(ctx) if ctx.wants(h.target))
     return hooks

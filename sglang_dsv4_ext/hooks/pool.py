@@ -30,10 +30,9 @@ from typing import Optional
 
 import torch
 
-from sglang_dsv4_ext import compat, pool_lifecycle
+from sglang_dsv4_ext import compat, index_k_budget, pool_lifecycle
 from sglang_dsv4_ext.config import ENV_FP4_BUDGET, load_config
 from sglang_dsv4_ext.errors import DSV4IndexKLayoutError, IndexKSizingError
-from sglang_dsv4_ext.hooks import sizing
 from sglang_dsv4_ext.index_k import BF16, bf16_page_view, effective_index_k_dtype, index_k_bytes_per_token
 
 logger = logging.getLogger(__name__)
@@ -159,7 +158,7 @@ def index_k_allocated_bytes_per_full_token(kv_pool) -> Fraction:
 
 def check_index_k_budget(kv_pool, *, is_draft_worker: bool = False) -> Optional[str]:
     """Raise :class:`IndexKSizingError` if allocation != budget; return a short report."""
-    budget = sizing.last_budget()
+    budget = index_k_budget.last_budget()
     allocated = index_k_allocated_bytes_per_full_token(kv_pool)
     if budget is None:
         logger.info("index-K sizing self-check skipped: no DSV4 pool configurator ran in this process")

@@ -25,11 +25,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
-from fractions import Fraction
-from typing import Dict, Optional
 
-from sglang_dsv4_ext import compat
+from sglang_dsv4_ext import compat, index_k_budget
 from sglang_dsv4_ext.config import ENV_FP4_BUDGET, load_config
 from sglang_dsv4_ext.index_k import BF16, effective_index_k_dtype, index_k_bytes_per_token
 
@@ -68,42 +65,13 @@ def _log_fp4_budget_once(index_head_dim: int, stock: bool) -> None:
                        exact, estimate, ENV_FP4_BUDGET)
 
 
-@dataclass(frozen=True)
-class IndexKBudget:
-    """What one DSV4PoolConfigurator budgeted for index-K, per full token."""
-
-    indexer_bytes_per_token: int
-    c4_index_layers: int  # layers of this PP stage owning a c4 index-K pool
-    spec_inflation: float
-
-    @property
-    def bytes_per_full_token(self) -> Fraction:
-        # One c4 slot per 4 full tokens: 1/4 * indexer_bytes_per_token per layer (docs/patch-point-map.md).
-        return Fraction(self.indexer_bytes_per_token * self.c4_index_layers, 4)
-
-
-_BUDGETS: Dict[str, IndexKBudget] = {}
-_BUDGET_LOCK = threading.Lock()
-
-
-def last_budget() -> Optional[IndexKBudget]:
-    with _BUDGET_LOCK:
-        return _BUDGETS.get("last")
-
-
-def forget_budget() -> None:
-    with _BUDGET_LOCK:
-        _BUDGETS.clear()
-
-
 def _after_configurator_init(result, self, kvc):
-    budget = IndexKBudget(
+    budget = index_k_budget.IndexKBudget(
         indexer_bytes_per_token=int(self.indexer_bytes_per_token),
         c4_index_layers=len(self.stage_owner_layers.get(4, ())),
         spec_inflation=float(getattr(self, "_spec_infl", 1.0)),
     )
-    with _BUDGET_LOCK:
-        _BUDGETS["last"] = budget
+    index_k_budget.record(budget)
     return None
 
 

@@ -18,7 +18,7 @@ _LOAD = r"""
 import json, sys, sglang.srt.plugins as plugins
 from sglang_dsv4_ext import activation
 plugins.load_plugins()
-print(json.dumps({"activated": activation.STATE.activated}))
+print(json.dumps({"loaded": activation.STATE.loaded}))
 """
 
 
@@ -38,7 +38,7 @@ def _run(args, plugins_value):
 def test_sglang_loader_honours_the_allowlist_and_the_line_shows_activation(plugins_value, expect_active):
     proc = _run(["-c", _LOAD], plugins_value)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"activated": expect_active}
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"loaded": expect_active}
     lines = [line for line in proc.stderr.splitlines() if line.startswith("sglang-dsv4-ext active:")]
     if expect_active:
         assert len(lines) == 1 and "index_k_dtype=bf16" in lines[0] and "gate=auto" in lines[0]

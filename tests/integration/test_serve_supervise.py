@@ -267,3 +267,22 @@ def test_a_child_that_cannot_be_started_stops_the_ones_already_running(tmp_path)
     started = int(text.split("started prefill-0 (pid ", 1)[1].split(",", 1)[0])
     assert "all children stopped: prefill-0 (exit" in text
     assert not pid_alive(started)
+
+
+def test_a_wedged_decode_server_is_named_and_the_stack_stopped(tmp_path, capsys):
+    """The supervision loop's call site of the wedge detector, on SGLang's metric names from a stand-in."""
+    preset, record, _ = _preset(tmp_path, decode_env=', STANDIN_WEDGED = "1"')
+    rc = main(
+        ["serve", "--preset", preset, "--server-module", STANDIN, "--router-module", STANDIN,
+         "--log-dir", str(tmp_path / "logs"), "--grace-period", "5", "--health-timeout", "60",
+         "--wedge-timeout", "1"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    records = _records(record)
+    try:
+        assert rc == 1
+        assert "FAILED: decode-0 looks wedged: 4 request(s) running" in out and "stopping the stack" in out
+        assert "prefill-0 looks wedged" not in out  # the idle prefill server is not a wedge
+        assert not any(pid_alive(pid) for pid in _all_pids(records))
+    finally:
+        _kill_leftovers(_all_pids(records))

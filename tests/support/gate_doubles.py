@@ -42,9 +42,9 @@ def _pool_kwargs(ratios: Sequence[int], **extra) -> dict:
 def _forget_budget() -> None:
     # The pool's startup self-check compares with the last configurator budget of this
     # process; these pools are built without the configurator (another test may have run it).
-    from sglang_dsv4_ext.hooks import sizing
+    from sglang_dsv4_ext import index_k_budget
 
-    sizing.forget_budget()
+    index_k_budget.forget_budget()
 
 
 def build_pool(cls=DeepSeekV4TokenToKVPool):

@@ -12,6 +12,8 @@ comes from environment variables (the preset's per-server ``env`` table sets the
   STANDIN_GRANDCHILD=1        spawn a sleeping grandchild in the same process group
   STANDIN_ESCAPED=1           also spawn one in a new session (setsid): killpg cannot reach it
   STANDIN_ORPHAN=1            also leave one orphaned in the group (its parent exits at once)
+  STANDIN_WEDGED=1            GET /metrics: 4 requests running, generation token counter never moves
+                              (SGLang's metric names); otherwise /metrics shows an idle server
 
 Every descendant's pid is recorded (``descendant_pids``) so a test can check none survives.
 """
@@ -85,6 +87,15 @@ def main() -> None:
             pass
 
         def do_GET(self):
+            if self.path == "/metrics":
+                running = 4 if os.environ.get("STANDIN_WEDGED") == "1" else 0
+                body = (f"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs {running}\n"
+                        "# TYPE sglang:generation_tokens counter\nsglang:generation_tokens_total 100\n").encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             ok = self.path == "/health" and time.monotonic() - start >= healthy_after
             self.send_response(200 if ok else 503)
             self.send_header("Content-Length", "0")

@@ -72,6 +72,8 @@ def _reader_hooks(ctx, readers, make_gate):
 
     result = []
     for target in readers:
+        if not ctx.wants(target):
+            continue  # its module is not imported yet: probe it when SGLang imports it
         verdict = probe_readers(compat.owner_of(target), {target.attribute: target.required_args_after_layer_id()})
         verdict = verdict[target.attribute]
         ctx.accessor_verdicts[target.path] = verdict

@@ -1,0 +1,88 @@
+"""Issue 11 item 5: activation is deferred to SGLang's own imports and refuses only where a DSV4 pool is built.
+
+Each scenario runs in a fresh interpreter (tests/support/activation_scope.py): SGLang's real
+``load_plugins()``, its real module imports firing our post-import hooks, its real pools on CPU.
+Nothing is stubbed; the drift is presented by changing one signature in our own table, which is
+what a drifted SGLang looks like to activation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sglang_dsv4_ext import compat
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "tests", "support", "activation_scope.py")
+
+
+def _scenario(name: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4") and k != "SGLANG_PLUGINS"}
+    env["PYTHONPATH"] = ROOT
+    proc = subprocess.run([sys.executable, SCRIPT, name], capture_output=True, text=True, env=env, timeout=900,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def deferred():
+    return _scenario("deferred")
+
+
+@pytest.fixture(scope="module")
+def drift():
+    return _scenario("drift")
+
+
+def test_entry_point_imports_no_dsv4_or_hicache_module(deferred):
+    assert deferred["before"] == []
+    assert deferred["loaded"] is True
+    assert deferred["after_load_plugins"] == []  # a launcher / detokenizer pays nothing for our targets
+    assert deferred["activated_after_load"] is False
+
+
+def test_a_module_sglang_imports_later_is_patched_on_import(deferred):
+    assert deferred["counter_hooked"] is True
+    # ...and importing it did not drag in the others.
+    assert deferred["after_cache_controller"] == ["sglang.srt.managers.cache_controller"]
+
+
+def test_a_non_dsv4_pool_does_not_complete_activation(deferred):
+    assert deferred["activated_after_mha_pool"] is False
+    assert deferred["gauge_before_dsv4"] == []
+
+
+def test_building_a_dsv4_pool_completes_and_verifies_every_target(deferred):
+    assert deferred["activated_after_dsv4_pool"] is True
+    expected = set(compat.target_modules(compat.TARGETS))
+    assert set(deferred["modules"]) == expected
+    assert set(deferred["modules"].values()) == {"patched"}
+    assert deferred["unhooked"] == []
+
+
+def test_the_pool_building_process_exports_the_activation_gauge(deferred):
+    from sglang_dsv4_ext import __version__
+
+    assert deferred["gauge"] == [{"version": __version__, "sglang": "0.5.23", "index_k_dtype": "fp8",
+                                  "gate": "auto", "fp4_budget": "exact", "integrity": "off"}]
+
+
+def test_drift_leaves_the_module_stock_with_a_warning_and_other_models_serve(drift):
+    assert drift["mha_pool_built"] is True
+    assert drift["pool_module"] == "refused"
+    assert drift["sizing_hooked"] is False  # the whole drifted module stays stock, not half-patched
+    assert len(drift["warnings"]) == 1
+    assert drift["victim"] in drift["warnings"][0] and "Other models are unaffected" in drift["warnings"][0]
+
+
+def test_drift_refuses_the_dsv4_pool_naming_the_target(drift):
+    assert drift["dsv4_error"] is not None
+    assert drift["victim"] in drift["dsv4_error"] and "force_fp4=True" in drift["dsv4_error"]
+    assert "SGLANG_DSV4_EXT=0" in drift["dsv4_error"]
+    assert drift["activated"] is False

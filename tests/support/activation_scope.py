@@ -1,0 +1,118 @@
+"""Run in a FRESH interpreter by tests/integration/test_activation_scope.py: deferred, scoped activation.
+
+``python activation_scope.py deferred|drift`` prints one JSON object with what it observed.
+Everything is SGLang's real machinery: ``load_plugins()`` calls our entry point, SGLang's own
+imports fire our post-import hooks, SGLang's real pools are built on CPU.
+
+* deferred: the entry point in a process that has imported only SGLang's plugin package (a
+  launcher, a detokenizer) imports none of the DSV4/HiCache target modules; a module SGLang
+  imports later is patched on import; a non-DSV4 pool leaves activation incomplete; building a
+  DeepSeek-V4 pool completes it (every target verified) and exports the activation gauge.
+* drift: one signature in the pool module is changed in the table (as if SGLang had drifted);
+  the module is left stock with a warning, a non-DSV4 pool still builds, and a DeepSeek-V4
+  pool is refused naming the drifted target.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from sglang_dsv4_ext import activation, compat  # noqa: E402
+
+TARGET_MODULES = [m for m in compat.target_modules(compat.TARGETS) if m != compat.HOOK_REGISTRY_PROPAGATE.module]
+
+
+def loaded_target_modules():
+    return sorted(m for m in TARGET_MODULES if m in sys.modules)
+
+
+def ours_on(target) -> bool:
+    """Whether any hook of ours (not the pool-build guard) wraps ``target``."""
+    current = compat.resolve(target.path)[2]
+    return any(activation.carries_hook(current, h.fn) for h in activation.STATE.hooks
+               if h.target.path == target.path and h.fn is not activation._before_dsv4_pool_build)
+
+
+def build_mha_pool():
+    import torch
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+    MHATokenToKVPool(size=64, page_size=1, dtype=torch.bfloat16, head_num=1, head_dim=8, layer_num=1,
+                     device="cpu", enable_memory_saver=False, enable_alt_stream=False)
+
+
+def build_dsv4_pool():
+    from sglang_dsv4_ext.dsv4_model import cpu_server_args
+    from tests.support.dsv4_pools import small_pool
+
+    with cpu_server_args():
+        small_pool()
+
+
+def gauge_samples():
+    from prometheus_client import REGISTRY
+
+    return [dict(s.labels) for f in REGISTRY.collect() for s in f.samples if s.name == activation.ACTIVE_GAUGE]
+
+
+def deferred() -> dict:
+    import sglang.srt.plugins as plugins
+
+    out = {"before": loaded_target_modules()}
+    plugins.load_plugins()
+    out["after_load_plugins"] = loaded_target_modules()
+    out["loaded"], out["activated_after_load"] = activation.STATE.loaded, activation.STATE.activated
+    import sglang.srt.managers.cache_controller  # noqa: F401  (SGLang importing one target module)
+
+    out["counter_hooked"] = ours_on(compat.COUNTER_WAIT_UNTIL)
+    out["after_cache_controller"] = loaded_target_modules()
+    build_mha_pool()
+    out["activated_after_mha_pool"] = activation.STATE.activated
+    out["gauge_before_dsv4"] = gauge_samples()
+    build_dsv4_pool()
+    out["activated_after_dsv4_pool"] = activation.STATE.activated
+    out["modules"] = activation.STATE.modules
+    out["unhooked"] = [t.path for t in compat.TARGETS if t.area != "activation"
+                       and activation.STATE.statuses.get(t.path) == activation.APPLIED and not ours_on(t)]
+    out["gauge"] = gauge_samples()
+    return out
+
+
+def drift() -> dict:
+    index = compat.TARGETS.index(compat.MAKE_INDEXER_POOL)
+    victim = compat.TARGETS[index]
+    compat.TARGETS[index] = compat.Target(victim.path, victim.signature.replace("force_fp4=False", "force_fp4=True"),
+                                          victim.area, victim.feature, victim.why)
+    import sglang.srt.plugins as plugins
+
+    warnings = []
+    handler = logging.Handler()
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    handler.setLevel(logging.WARNING)
+    logging.getLogger("sglang_dsv4_ext").addHandler(handler)
+    plugins.load_plugins()
+    out = {"victim": victim.path}
+    build_mha_pool()
+    out["mha_pool_built"] = True
+    import sglang.srt.mem_cache.deepseek_v4_memory_pool  # noqa: F401  (SGLang importing the drifted module)
+
+    out["pool_module"] = activation.STATE.modules.get(compat.MAKE_INDEXER_POOL.module)
+    out["sizing_hooked"] = ours_on(compat.INDEXER_BYTES_PER_TOKEN)
+    out["warnings"] = warnings
+    try:
+        build_dsv4_pool()
+        out["dsv4_error"] = None
+    except activation.ActivationError as exc:
+        out["dsv4_error"] = str(exc)
+    out["activated"] = activation.STATE.activated
+    return out
+
+
+if __name__ == "__main__":
+    json.dump({"deferred": deferred, "drift": drift}[sys.argv[1]](), sys.stdout)
