@@ -22,6 +22,11 @@ ENV_GATE = "SGLANG_DSV4_INDEX_K_GATE"
 ENV_ALLOW_UNTESTED = "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG"
 ENV_FP4_BUDGET = "SGLANG_DSV4_FP4_BUDGET"
 ENV_INTEGRITY = "SGLANG_DSV4_INDEX_K_INTEGRITY"
+ENV_CAPTURE = "SGLANG_DSV4_INDEX_K_CAPTURE"  # a directory: capture what the c4 indexer reads, for `recall`
+ENV_CAPTURE_REQUESTS = "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS"
+ENV_CAPTURE_LAYERS = "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS"
+ENV_CAPTURE_ROWS = "SGLANG_DSV4_INDEX_K_CAPTURE_ROWS"
+ENV_CAPTURE_MAX_MB = "SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB"
 
 INDEX_K_DTYPES = ("fp8", "bf16", "fp4")
 GATE_MODES = ("auto", "strict", "off")
@@ -30,7 +35,7 @@ FP4_BUDGETS = ("exact", "stock")
 INTEGRITY_MODES = ("off", "sample", "full")
 _KILL_SWITCH_VALUES = {"0": False, "1": True}
 _BOOL_VALUES = {"0": False, "1": True}
-
+CAPTURE_LAYER_FORMS = ("'all'", "'every:N' (every Nth c4 layer, N >= 1)", "a comma list of c4 layer ids")
 
 
 def _allowed(values) -> str:
@@ -57,6 +62,65 @@ def _read_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     return _BOOL_VALUES[value]
 
 
+def _read_positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip()
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"{name}={raw!r} is not valid; allowed values: a whole number >= 1")
+    return int(value)
+
+
+def _read_capture_layers(env: Mapping[str, str]) -> str:
+    """The layer rule, normalised (``all``, ``every:N``, ``2,4,10``); membership is checked against the
+    model's c4 layers where the pool is known (:mod:`sglang_dsv4_ext.index_k_capture`)."""
+    raw = env.get(ENV_CAPTURE_LAYERS)
+    if raw is None or raw.strip() == "":
+        return "all"
+    value = raw.strip().lower().replace(" ", "")
+    every = value[len("every:"):] if value.startswith("every:") else None
+    if value == "all" or (every is not None and every.isdigit() and int(every) >= 1):
+        return value if every is None else f"every:{int(every)}"
+    ids = value.split(",")
+    if all(i.isdigit() for i in ids):
+        return ",".join(str(int(i)) for i in ids)
+    raise ConfigError(f"{ENV_CAPTURE_LAYERS}={raw!r} is not valid; allowed values: {', '.join(CAPTURE_LAYER_FORMS)}")
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    """``SGLANG_DSV4_INDEX_K_CAPTURE``: dump what the bf16 c4 indexer reads, for ``sglang-dsv4 recall``."""
+
+    directory: str = ""  # empty: capture off
+    requests: int = 8  # distinct requests captured (each on every sampled layer)
+    layers: str = "all"  # all | every:N | comma list of c4 layer ids
+    rows: int = 16  # query rows kept per request and layer (evenly spaced, the last one included)
+    max_mb: int = 512  # stop once this many MiB are queued for writing
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.directory)
+
+
+def _read_capture(env: Mapping[str, str], index_k_dtype: str, enabled: bool) -> CaptureConfig:
+    capture = CaptureConfig(
+        directory=(env.get(ENV_CAPTURE) or "").strip(),
+        requests=_read_positive_int(env, ENV_CAPTURE_REQUESTS, 8),
+        layers=_read_capture_layers(env),
+        rows=_read_positive_int(env, ENV_CAPTURE_ROWS, 16),
+        max_mb=_read_positive_int(env, ENV_CAPTURE_MAX_MB, 512),
+    )
+    if enabled and capture.enabled and index_k_dtype != "bf16":
+        # fp8/fp4 rows have already lost the precision recall measures against.
+        raise ConfigError(
+            f"{ENV_CAPTURE}={capture.directory!r} needs {ENV_INDEX_K_DTYPE}=bf16 (got {index_k_dtype!r}): "
+            f"only bf16 index-K rows can be compared with fp8/fp4 afterwards; allowed values of "
+            f"{ENV_INDEX_K_DTYPE} with capture: 'bf16'"
+        )
+    return capture
+
+
 @dataclass(frozen=True)
 class ExtConfig:
     """What the operator asked for in this process."""
@@ -67,6 +131,7 @@ class ExtConfig:
     allow_untested_sglang: bool = False
     fp4_budget: str = "exact"  # exact | stock
     integrity: str = "off"  # off | sample | full: per-page index-K checksums
+    capture: CaptureConfig = CaptureConfig()
 
     @property
     def integrity_enabled(self) -> bool:
@@ -112,13 +177,15 @@ def load_config(environ: Optional[Mapping[str, str]] = None) -> ExtConfig:
             )
         if alias:
             dtype = "bf16"
+    index_k_dtype = dtype or "fp8"
     return ExtConfig(
         enabled=enabled,
-        index_k_dtype=dtype or "fp8",
+        index_k_dtype=index_k_dtype,
         gate=_read_choice(env, ENV_GATE, GATE_MODES, "auto"),
         allow_untested_sglang=_read_bool(env, ENV_ALLOW_UNTESTED, False),
         fp4_budget=_read_choice(env, ENV_FP4_BUDGET, FP4_BUDGETS, "exact"),
         integrity=_read_choice(env, ENV_INTEGRITY, INTEGRITY_MODES, "off"),
+        capture=_read_capture(env, index_k_dtype, enabled),
     )
 
 

@@ -24,7 +24,9 @@ own code, unwrapped at call time):
   * ``C4IndexerBackendMixin.forward_c4_indexer``: the paged branch with
     :func:`kernels_sm120.paged_mqa_logits_bf16` (fp32 logits) in SGLang's row chunks, fed to
     SGLang's own top-k transforms; the non-paged branch is never taken for bf16
-    (``_can_use_nonpaged_indexer`` also answers False).
+    (``_can_use_nonpaged_indexer`` also answers False). With ``SGLANG_DSV4_INDEX_K_CAPTURE``
+    set, the queries, weights and key rows it reads are handed to
+    :mod:`sglang_dsv4_ext.index_k_capture` first (for ``sglang-dsv4 recall``).
 
 Upstream status: not upstream.
 Retire when: SGLang ships a bf16 DSV4 index-K data path.
@@ -40,7 +42,7 @@ from typing import Iterator, Optional
 import torch
 import torch.nn.functional as F
 
-from sglang_dsv4_ext import compat
+from sglang_dsv4_ext import compat, index_k_capture
 from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
 from sglang_dsv4_ext.index_k import is_bf16_index_pool
 
@@ -241,6 +243,10 @@ def forward_c4_indexer_bf16(backend, x, q_lora, c4_indexer, forward_batch, *, al
 
     # The gated getter: waits for this layer's HiCache load before the logits read it.
     cache = token_to_kv_pool.get_index_k_with_scale_buffer(layer_id=c4_indexer.layer_id)
+    # SGLANG_DSV4_INDEX_K_CAPTURE: the rows this call reads, for `sglang-dsv4 recall` (decided per pool).
+    capture = index_k_capture.capture_for(token_to_kv_pool)
+    if capture is not None:
+        capture.record(c4_indexer, forward_batch, q_indexer, weights, c4_seq_lens, page_table, cache)
     logits_fn = _kernels().paged_mqa_logits_bf16
     all_rows = slice(0, query_rows)
 

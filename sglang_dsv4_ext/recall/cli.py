@@ -1,13 +1,16 @@
 """``sglang-dsv4 recall DIR``: is bf16 index-K worth its bytes on this traffic?
 
-A capture directory holds ``*.pt`` files, each a dict with ``layer`` (int), ``q`` ``[R, H, 128]``,
-``weights`` ``[R, H]`` and ``k`` ``[R, T, 128]`` (the index-K rows each query row read, in order),
-``seq_lens`` ``[R]`` (valid rows of ``k`` per query row). For every format (bf16, SGLang's fp8 format:
-per-row fp32 scale ``max(1e-4, amax)/448`` + e4m3, and fp4: e2m1 with one power-of-two scale per 32
-values) q and k are rounded through the format, the indexer logits ``sum_h w_h relu(q_h . k_t)``
-recomputed, and the top-k set compared with the float64 logits' top-k, for k = 512 and the model's
-configured ``index_topk``. Rows with no more than k valid keys are skipped (SGLang takes them all).
-Output: a table per layer and format, and ``--json`` for machines.
+A capture directory holds ``*.pt`` files (in it or its subdirectories, e.g. the per-process
+subdirectories ``SGLANG_DSV4_INDEX_K_CAPTURE=DIR`` writes, see :mod:`sglang_dsv4_ext.index_k_capture`),
+each a dict with ``layer`` (int), ``q`` ``[R, H, 128]``, ``weights`` ``[R, H]``, ``k`` (the index-K
+rows each query row read, in order: ``[R, T, 128]``, or ``[T, 128]`` shared by every row),
+``seq_lens`` ``[R]`` (valid rows of ``k`` per query row), and optionally ``index_topk`` (the model's
+top-k; files of format version 1 have none). For every format (bf16; fp8 and fp4 exactly as SGLang's
+own kernels quantize index-K and index-Q, :mod:`sglang_dsv4_ext.recall.formats`) q and k are rounded
+through the format, the indexer logits ``sum_h w_h relu(q_h . k_t)`` recomputed, and the top-k set
+compared with the float64 logits' top-k, for k = 512 and the model's ``index_topk`` (from the file,
+else the bundled DeepSeek-V4-Flash config). Rows with no more than k valid keys are skipped (SGLang
+takes them all). Output: a table per layer and format, and ``--json`` for machines.
 """
 
 from __future__ import annotations
@@ -19,35 +22,26 @@ from typing import Dict, List
 
 import torch
 
+from sglang_dsv4_ext.recall import formats
+
 FORMATS = ("bf16", "fp8", "fp4")
-_E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
-
-
-def fp4_round_trip(x: torch.Tensor) -> torch.Tensor:
-    """e2m1 values with one power-of-two (ue8m0) scale per 32 values, rounded to nearest, back to float64."""
-    g = x.to(torch.float64).reshape(*x.shape[:-1], -1, 32)
-    amax = g.abs().amax(-1, keepdim=True).clamp(min=2.0**-126)
-    scale = torch.exp2(torch.ceil(torch.log2(amax / 6.0)))
-    mag = (g.abs() / scale).clamp(max=6.0)
-    nearest = _E2M1[(mag.unsqueeze(-1) - _E2M1).abs().argmin(-1)]
-    return (torch.sign(g) * nearest * scale).reshape(x.shape)
+fp4_round_trip = formats.fp4_round_trip  # SGLang's fp4 index-K rule (see formats), float64 out
 
 
 def round_trip(fmt: str, x: torch.Tensor) -> torch.Tensor:
     if fmt == "bf16":
         return x.to(torch.bfloat16).to(torch.float64)
     if fmt == "fp8":
-        from kernels_sm120.reference import fp8_quant_dequant_rows
-
-        return fp8_quant_dequant_rows(x).to(torch.float64)
+        return formats.fp8_round_trip(x).to(torch.float64)
     if fmt == "fp4":
-        return fp4_round_trip(x)
+        return formats.fp4_round_trip(x)
     raise ValueError(f"format {fmt!r} is not one of {FORMATS}")
 
 
 def logits(q: torch.Tensor, weights: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``[R, T]`` float64: sum over heads of weight * relu(q . k)."""
-    scores = torch.relu(torch.einsum("rhd,rtd->rth", q.to(torch.float64), k.to(torch.float64)))
+    """``[R, T]`` float64: sum over heads of weight * relu(q . k); ``k`` per row ``[R, T, D]`` or shared ``[T, D]``."""
+    pattern = "rhd,td->rth" if k.dim() == 2 else "rhd,rtd->rth"
+    scores = torch.relu(torch.einsum(pattern, q.to(torch.float64), k.to(torch.float64)))
     return (scores * weights.to(torch.float64).unsqueeze(1)).sum(-1)
 
 
@@ -65,16 +59,17 @@ def set_recall(got: torch.Tensor, ref: torch.Tensor, seq_lens: torch.Tensor, k: 
 
 
 def analyse(directory: Path, ks: List[int]) -> Dict[str, object]:
-    files = sorted(directory.glob("*.pt"))
+    files = sorted(directory.rglob("*.pt"))
     if not files:
         raise FileNotFoundError(f"{directory}: no capture files (*.pt)")
     acc: Dict[tuple, List[float]] = {}
     for path in files:
         rec = torch.load(path, map_location="cpu", weights_only=True)
+        file_ks = sorted(set(ks) | ({int(rec["index_topk"])} if rec.get("index_topk") else set()))
         ref = logits(rec["q"], rec["weights"], rec["k"])
         for fmt in FORMATS:
             got = logits(round_trip(fmt, rec["q"]), rec["weights"], round_trip(fmt, rec["k"]))
-            for k in ks:
+            for k in file_ks:
                 acc.setdefault((int(rec["layer"]), fmt, k), []).extend(set_recall(got, ref, rec["seq_lens"], k))
     rows = [{"layer": layer, "format": fmt, "k": k, "rows": len(v),
              "recall": (sum(v) / len(v)) if v else None, "min_recall": min(v) if v else None}
@@ -118,6 +113,6 @@ def add_subparser(subparsers) -> None:
     p = subparsers.add_parser(
         "recall", help="top-k set recall of fp8, fp4 and bf16 index-K against float64, per layer",
         description=__doc__)
-    p.add_argument("directory", help="capture directory (*.pt files, see above)")
+    p.add_argument("directory", help="capture directory (*.pt files in it or its subdirectories, see above)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.set_defaults(func=run)

@@ -8,6 +8,8 @@ would also turn every SGLang kernel imported elsewhere in the session into an in
 restoring everything afterwards:
   * bf16 ``tl.dot``: the interpreter stores bf16 as uint16 and multiplies the raw bits;
   * fp32 -> bf16 casts: the interpreter truncates, GPUs round to nearest even;
+  * fp32 -> fp8 e4m3 casts: the interpreter's conversion is wrong at the top of each binade
+    (125.0 -> 64.0); GPUs round to nearest even (torch's conversion does the same);
   * nested device-function calls leave triton.language.core patched.
 Nothing of our code is stubbed.
 """
@@ -37,6 +39,7 @@ def interpreted_kernels(*modules):  # noqa: C901  one block that must undo every
     _MISSING = object()
 
     orig_dot, orig_cast = InterpreterBuilder.create_dot, InterpreterBuilder.cast_impl
+    orig_fp_to_fp = InterpreterBuilder.create_fp_to_fp
 
     def widen_bf16(h):
         if h.dtype.scalar == tl.bfloat16:
@@ -52,6 +55,12 @@ def interpreted_kernels(*modules):  # noqa: C901  one block that must undo every
             return TensorHandle(out.view(torch.int16).numpy().view(np.uint16), tl.bfloat16)
         return orig_cast(self, src, dst_type)
 
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.float8e4nv:
+            out = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.float8_e4m3fn)
+            return TensorHandle(out.view(torch.uint8).numpy(), tl.float8e4nv)
+        return orig_fp_to_fp(self, src, dst_type, rounding_mode)
+
     # Nested device-function calls (tl.sum from triton.language.standard) patch Triton's
     # language objects again and never undo it. Record the value each attribute had before
     # its first patch in this block and put every one back on exit, or later real
@@ -65,6 +74,7 @@ def interpreted_kernels(*modules):  # noqa: C901  one block that must undo every
 
     saved = []
     InterpreterBuilder.create_dot, InterpreterBuilder.cast_impl = create_dot, cast_impl
+    InterpreterBuilder.create_fp_to_fp = create_fp_to_fp
     interp_mod._LangPatchScope.set_attr = recording_set_attr
     try:
         for mod in (tl, tl_standard, *modules):
@@ -82,5 +92,6 @@ def interpreted_kernels(*modules):  # noqa: C901  one block that must undo every
             else:
                 setattr(obj, name, value)
         InterpreterBuilder.create_dot, InterpreterBuilder.cast_impl = orig_dot, orig_cast
+        InterpreterBuilder.create_fp_to_fp = orig_fp_to_fp
         for mod, name, obj in saved:
             setattr(mod, name, obj)

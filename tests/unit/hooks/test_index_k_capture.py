@@ -1,0 +1,264 @@
+"""``SGLANG_DSV4_INDEX_K_CAPTURE``: what the bf16 c4 indexer reads, dumped for ``sglang-dsv4 recall``.
+
+As in test_indexer.py: SGLang 0.5.23's real hooked ``C4IndexerBackendMixin.forward_c4_indexer`` on a
+REAL DSV4 pool (SGLang's configurator and builder, bf16 index-K through our pool hook), stand-in
+backend / ``C4Indexer`` instances (tests/support/indexer_doubles.py). Stubbed, because they are
+CUDA-only launches: our Triton launchers (the stubs compute with the float64 references of
+``kernels_sm120.reference``), SGLang's JIT q kernels and the paged-MQA schedule; SGLang's top-k
+transform (torch backend) is real. Expectations come from the pool's contents read through the page
+table and from what the logits kernel was handed, never from the capture code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
+from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+from kernels_sm120 import reference
+from sglang_dsv4_ext import cli, errors, index_k_capture
+from sglang_dsv4_ext.config import load_config
+from sglang_dsv4_ext.recall import cli as recall
+from tests.support import indexer_doubles as dbl
+from tests.unit.hooks.test_indexer import Q_LORA_RANK, dsv4_pool, forward_metadata, paged_metadata, slot_of
+
+C4IndexerBackendMixin = sg_indexer.C4IndexerBackendMixin
+LAYER = dbl.FIRST_C4_LAYER
+TOPK = 512
+CAPTURE_LOG = "sglang_dsv4_ext.index_k_capture"
+
+
+@pytest.fixture
+def stubs(ext_active, monkeypatch):
+    return dbl.CudaStubs(monkeypatch).install()
+
+
+@pytest.fixture
+def rng():
+    return torch.Generator().manual_seed(15)
+
+
+@pytest.fixture
+def capture_dir(tmp_path, monkeypatch):
+    """Capture on (bf16 index-K) into tmp_path/capture; tests add bounds with monkeypatch.setenv."""
+    root = tmp_path / "capture"
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_CAPTURE", str(root))
+    return root
+
+
+def _fill_layer(pool, rng, layer=LAYER):
+    """Random bf16 index-K in every slot of pages 1.. of ``layer``."""
+    pages = pool.get_index_k_with_scale_buffer(layer).shape[0]
+    slots = torch.arange(dbl.C4_PAGE, pages * dbl.C4_PAGE)
+    pool.set_index_k_fused(layer, slots, torch.randn(slots.numel(), dbl.HEAD_DIM, generator=rng).to(torch.bfloat16))
+    return pages
+
+
+def _batch(pool, rng, requests, width=12, layer=LAYER):
+    """One extend call: ``requests`` = [(rid, [c4 length of each query row])]; a request's rows share its pages."""
+    pages = _fill_layer(pool, rng, layer)
+    tables, lens = [], []
+    for _, row_lens in requests:
+        pages_of_request = torch.randperm(pages - 1, generator=rng)[:width] + 1
+        tables += [pages_of_request] * len(row_lens)
+        lens += row_lens
+    page_table = torch.stack(tables).to(torch.int32)
+    lens = torch.tensor(lens, dtype=torch.int32)
+    rows = len(lens)
+    md = paged_metadata(page_table, lens)
+    backend = dbl.BackendStandIn(pool, forward_metadata(md, rows=rows, topk=TOPK, positions=lens.long() * 4 + 3))
+    fb = dbl.forward_batch(ForwardMode.EXTEND)
+    fb.rids = [rid for rid, _ in requests]
+    fb.batch_size = len(requests)
+    fb.extend_seq_lens_cpu = [len(row_lens) for _, row_lens in requests]
+    return backend, fb, page_table, lens
+
+
+def _run(pool, rng, requests, layer=LAYER, **kwargs):
+    backend, fb, page_table, lens = _batch(pool, rng, requests, layer=layer, **kwargs)
+    ix = dbl.c4_indexer(layer_id=layer, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(), generator=rng)
+    x = torch.randn(len(lens), Q_LORA_RANK, generator=rng).to(torch.bfloat16)
+    C4IndexerBackendMixin.forward_c4_indexer(backend, x=x, q_lora=x, c4_indexer=ix, forward_batch=fb,
+                                             skip_compressor=True)
+    capture = index_k_capture.capture_for(pool)
+    if capture is not None:
+        capture.flush()
+    return backend, page_table, lens
+
+
+def _files(root):
+    return sorted(root.rglob("*.pt"))
+
+
+def _load(path):
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+# ---------------------------------------------------------------------------------------
+# What is written: exactly what the indexer read, in recall's format
+# ---------------------------------------------------------------------------------------
+
+def test_capture_holds_exactly_the_rows_the_indexer_read_and_recall_reads_it(stubs, monkeypatch, rng, capture_dir,
+                                                                              capsys):
+    requests = [("req-A", [600, 601, 602]), ("req-B", [700, 701])]
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        backend, page_table, lens = _run(pool, rng, requests)
+        pool_rows = reference.index_k_cache_as_rows(pool.get_index_k_with_scale_buffer(LAYER))
+    call = stubs.calls["paged_mqa_logits_bf16"][0]  # what SGLang's logits step was handed
+    selected = backend.forward_metadata.core_metadata.c4_sparse_page_indices  # SGLang's own top-k
+
+    files = _files(capture_dir)
+    assert [f.name for f in files] == ["L002-req0000.pt", "L002-req0001.pt"]
+    assert len({f.parent for f in files}) == 1 and files[0].parent.parent == capture_dir  # one per-process dir
+    first_row = 0
+    for path, (rid, row_lens) in zip(files, requests):
+        rec = _load(path)
+        rows = list(range(first_row, first_row + len(row_lens)))
+        first_row += len(row_lens)
+        assert rec["layer"] == LAYER and rec["request_id"] == rid and rec["index_topk"] == 512
+        assert rec["dtype"] == "bf16" and rec["format_version"] == 2
+        assert rec["query_rows"].tolist() == rows
+        assert torch.equal(rec["q"], call["q"][rows]) and rec["q"].dtype == torch.bfloat16
+        assert torch.equal(rec["weights"], call["weights"][rows])
+        assert rec["seq_lens"].tolist() == lens[rows].tolist()
+        # The keys: the pool's rows through the request's page table, in reading order.
+        n = max(row_lens)
+        want_slots = [slot_of(page_table[rows[-1]], t) for t in range(n)]
+        assert rec["k"].shape == (n, dbl.HEAD_DIM) and rec["slots"].tolist() == want_slots
+        assert torch.equal(rec["k"], pool_rows[want_slots])
+        # The capture reproduces the indexer's own choice: top-k of its logits, as pool slots.
+        logits = recall.logits(rec["q"], rec["weights"], rec["k"])
+        for i, r in enumerate(rows):
+            top = logits[i, :row_lens[i]].topk(TOPK).indices
+            assert sorted(rec["slots"][top].tolist()) == sorted(selected[r].tolist()), (rid, r)
+
+    assert cli.main(["recall", str(capture_dir), "--json"]) == 0
+    result = {(r["format"], r["k"]): r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert result[("bf16", 512)]["recall"] == 1.0 and result[("bf16", 512)]["rows"] == 5
+    assert all(0.0 < result[(fmt, 512)]["recall"] <= 1.0 for fmt in ("fp8", "fp4"))
+
+
+def test_capture_is_off_by_default_and_decided_per_pool(stubs, monkeypatch, rng, tmp_path):
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        _run(pool, rng, [("req-A", [600])])
+        assert index_k_capture.capture_for(pool) is None
+        # Decided at the pool's first call: setting the variable later does not switch this pool on...
+        monkeypatch.setenv("SGLANG_DSV4_INDEX_K_CAPTURE", str(tmp_path / "late"))
+        _run(pool, rng, [("req-B", [600])])
+        assert index_k_capture.capture_for(pool) is None and not (tmp_path / "late").exists()
+    # ...a pool built afterwards captures.
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        _run(pool, rng, [("req-C", [600])])
+    assert len(_files(tmp_path / "late")) == 1
+
+
+def test_never_overwrites_a_capture(stubs, monkeypatch, rng, capture_dir):
+    capture_dir.mkdir()
+    (capture_dir / "L002-req0000.pt").write_bytes(b"an earlier capture")
+    for _ in range(2):  # two processes' pools (or a restart) writing into the same DIR
+        with dsv4_pool(monkeypatch, "bf16") as pool:
+            _run(pool, rng, [("req-A", [600])])
+    assert (capture_dir / "L002-req0000.pt").read_bytes() == b"an earlier capture"
+    new = [f for f in _files(capture_dir) if f.parent != capture_dir]
+    assert len(new) == 2 and len({f.parent for f in new}) == 2
+
+
+# ---------------------------------------------------------------------------------------
+# Bounds
+# ---------------------------------------------------------------------------------------
+
+def test_request_bound(stubs, monkeypatch, rng, capture_dir, caplog):
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS", "2")
+    caplog.set_level(logging.INFO, logger=CAPTURE_LOG)
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        _run(pool, rng, [("a", [600]), ("b", [600]), ("c", [600])])
+        _run(pool, rng, [("a", [601]), ("d", [600])])  # "a" again at the same layer, "d" new
+    assert [_load(f)["request_id"] for f in _files(capture_dir)] == ["a", "b"]
+    assert len([r for r in caplog.records if "request bound reached" in r.getMessage()]) == 1
+
+
+def test_sampled_layers_only(stubs, monkeypatch, rng, capture_dir):
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        c4 = index_k_capture.model_c4_layers(pool)
+        monkeypatch.setenv("SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS", f"{c4[1]},{c4[3]}")
+        for layer in c4[:4]:
+            _run(pool, rng, [("a", [600])], layer=layer)
+    assert [_load(f)["layer"] for f in _files(capture_dir)] == [c4[1], c4[3]]
+
+
+def test_every_nth_layer_rule(stubs, monkeypatch, rng, capture_dir):
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS", "every:2")
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        c4 = index_k_capture.model_c4_layers(pool)
+        for layer in c4[:4]:
+            _run(pool, rng, [("a", [600])], layer=layer)
+    assert [_load(f)["layer"] for f in _files(capture_dir)] == [c4[0], c4[2]]
+
+
+def test_rows_bound_keeps_evenly_spaced_rows_with_the_last(stubs, monkeypatch, rng, capture_dir):
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_CAPTURE_ROWS", "3")
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        _run(pool, rng, [("a", [600 + i for i in range(9)])])
+    rec = _load(_files(capture_dir)[0])
+    assert rec["query_rows"].tolist() == [0, 4, 8] and rec["seq_lens"].tolist() == [600, 604, 608]
+
+
+def test_size_cap_stops_capture_with_one_log_line(stubs, monkeypatch, rng, capture_dir, caplog):
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB", "1")
+    caplog.set_level(logging.INFO, logger=CAPTURE_LOG)
+    requests = [(f"r{i}", [900, 901, 902]) for i in range(6)]  # ~0.3 MiB each
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        _run(pool, rng, requests, width=16)
+        _run(pool, rng, [("later", [900])], width=16)
+        capture = index_k_capture.capture_for(pool)
+    files = _files(capture_dir)
+    tensor_bytes = sum(t.numel() * t.element_size() for f in files for t in _load(f).values()
+                       if isinstance(t, torch.Tensor))
+    assert 1 <= len(files) < len(requests) and tensor_bytes <= 1 << 20
+    assert "later" not in {_load(f)["request_id"] for f in files}
+    assert capture.stopped and capture.writer.files == len(files)
+    assert len([r for r in caplog.records if "size cap reached" in r.getMessage()]) == 1
+
+
+# ---------------------------------------------------------------------------------------
+# Bad configuration: refused, naming the variable and the allowed values
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("env,named,allowed", [
+    ({"SGLANG_DSV4_INDEX_K_CAPTURE": "/tmp/c"}, "SGLANG_DSV4_INDEX_K_DTYPE", "'bf16'"),
+    ({"SGLANG_DSV4_INDEX_K_CAPTURE": "/tmp/c", "SGLANG_DSV4_INDEX_K_DTYPE": "fp4"}, "SGLANG_DSV4_INDEX_K_DTYPE",
+     "'bf16'"),
+    ({"SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS": "0"}, "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS", "whole number >= 1"),
+    ({"SGLANG_DSV4_INDEX_K_CAPTURE_ROWS": "many"}, "SGLANG_DSV4_INDEX_K_CAPTURE_ROWS", "whole number >= 1"),
+    ({"SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB": "-5"}, "SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB", "whole number >= 1"),
+    ({"SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS": "every:0"}, "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS", "every:N"),
+    ({"SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS": "2;4"}, "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS", "comma list"),
+])
+def test_bad_values_are_refused_at_configuration_load(env, named, allowed):
+    with pytest.raises(errors.ConfigError) as exc:
+        load_config(env)
+    assert named in str(exc.value) and allowed in str(exc.value)
+
+
+def test_capture_bounds_parse():
+    cfg = load_config({"SGLANG_DSV4_INDEX_K_DTYPE": "bf16", "SGLANG_DSV4_INDEX_K_CAPTURE": " /d ",
+                       "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS": "Every:03", "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS": "",
+                       "SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB": "64"}).capture
+    assert (cfg.directory, cfg.layers, cfg.requests, cfg.rows, cfg.max_mb) == ("/d", "every:3", 8, 16, 64)
+    assert not load_config({}).capture.enabled
+
+
+def test_layer_ids_that_are_not_c4_layers_are_refused_at_the_first_call(stubs, monkeypatch, rng, capture_dir):
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS", f"{LAYER},3")
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        c4 = index_k_capture.model_c4_layers(pool)
+        with pytest.raises(errors.ConfigError) as exc:
+            _run(pool, rng, [("a", [600])])
+    message = str(exc.value)
+    assert "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS" in message and "[3]" in message
+    assert f"allowed ids: {','.join(map(str, c4))}" in message
+    assert not capture_dir.exists()  # nothing created
