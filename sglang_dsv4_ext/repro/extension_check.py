@@ -151,10 +151,13 @@ def _values(state: Dict[str, object], key: str) -> List[str]:
 
 
 # ----- the decision --------------------------------------------------------------------------
-_FIX_ON = ("start SGLang with --enable-metrics (the extension then exports {gauge}), or pass --serve-logs DIR "
-           "(the log directory of `sglang-dsv4 serve`), or name each prefill/decode server with --server-metrics "
-           "URL[,URL...] (a router has no such metrics); to run anyway and only record the state, pass "
-           "--expect-extension any")
+_FIX_UNKNOWN = ("to show it, start SGLang with --enable-metrics (the extension then exports {gauge}), or pass "
+                "--serve-logs DIR (the log directory of `sglang-dsv4 serve`), or name each prefill/decode server "
+                "with --server-metrics URL[,URL...] (a router has no such metrics)")
+_FIX_INACTIVE = ("where it is not active, restart the server with the extension loaded (SGLANG_PLUGINS naming "
+                 "sglang_dsv4_ext or unset, SGLANG_DSV4_EXT not 0; `sglang-dsv4 doctor` on its node says why), or "
+                 "pass --expect-extension off for a stock baseline")
+_FIX_ANY = "to run anyway and only record the state, pass --expect-extension any"
 
 
 def _refuse_inactive(states: List[Dict[str, object]]) -> Optional[str]:
@@ -162,8 +165,10 @@ def _refuse_inactive(states: List[Dict[str, object]]) -> Optional[str]:
     if not missing:
         return None
     found = "; ".join(f"{s['url']}: {s['found']}" for s in missing)
+    fixes = [_FIX_UNKNOWN.format(gauge=EXTENSION_GAUGE)] if any(s["state"] == UNKNOWN for s in missing) else []
+    fixes += [_FIX_INACTIVE] if any(s["state"] == INACTIVE for s in missing) else []
     return (f"--expect-extension on: sglang-dsv4-ext is not shown active on every server, so the run would not "
-            f"measure the extension. {found}. Fix: " + _FIX_ON.format(gauge=EXTENSION_GAUGE) + ".")
+            f"measure the extension. {found}. Fix: {'; '.join(fixes + [_FIX_ANY])}.")
 
 
 def _refuse_mixed_dtypes(states: List[Dict[str, object]]) -> Optional[str]:

@@ -51,13 +51,18 @@ def _write_serve_log(log_dir, name: str, port: int, activation: bool, argv=None)
     return path
 
 
-@pytest.mark.parametrize("metrics, found", [(True, "no sglang:dsv4_ext_active"), (False, "could not be read")])
-def test_a_server_without_the_gauge_is_refused_before_any_request(metrics, found, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("metrics, fragments", [
+    # metrics on, no gauge: the extension is not active there
+    (True, ["no sglang:dsv4_ext_active", "SGLANG_PLUGINS", "--expect-extension off"]),
+    # metrics off: nothing shows the state
+    (False, ["could not be read", "--enable-metrics", "--serve-logs", "--server-metrics"]),
+])  # fmt: skip
+def test_a_server_without_the_gauge_is_refused_before_any_request(metrics, fragments, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with InjectingServer({}, extension=[], metrics=metrics) as srv:
         for out_flags in (["--out", str(tmp_path / "run")], []):  # named, and the default repro-runs/<time>
             rc, _, err = run_cli(["repro", "run", "--endpoint", srv.url, *out_flags, *TINY], capsys)
-            assert_refused(rc, err, srv.url, found, "--enable-metrics", "--serve-logs", "--expect-extension any")
+            assert_refused(rc, err, srv.url, *fragments, "--expect-extension any")
             assert len(err.strip().splitlines()) == 1  # one paragraph
         assert srv.requests == 0
     assert os.listdir(tmp_path) == []  # neither directory was created
