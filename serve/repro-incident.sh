@@ -3,9 +3,15 @@
 # 8 rounds each (a tool call plus an answer per round), one hour at most.
 #   ENDPOINT=http://127.0.0.1:8000 LABEL=bf16+hicache serve/repro-incident.sh
 # Extra arguments go to `sglang-dsv4 repro run` (e.g. --concurrency 16,40,80).
+# Behind a router, name the servers whose /metrics (--enable-metrics) and extension state the run
+# checks and records, and/or serve's log directory (the activation line counts when metrics are off):
+#   SERVER_METRICS=http://127.0.0.1:30000,http://127.0.0.1:30100 SERVE_LOGS=serve-logs/<time> ...
 set -euo pipefail
 ENDPOINT="${ENDPOINT:-http://127.0.0.1:8000}"
 LABEL="${LABEL:-run}"
 OUT="${OUT:-repro-runs/incident-${LABEL//[^A-Za-z0-9._-]/_}-$(date +%Y%m%d-%H%M%S)}"
-exec sglang-dsv4 repro run --endpoint "$ENDPOINT" --label "$LABEL" --out "$OUT" \
+EVIDENCE=()
+[[ -n "${SERVER_METRICS:-}" ]] && EVIDENCE+=(--server-metrics "$SERVER_METRICS")
+[[ -n "${SERVE_LOGS:-}" ]] && EVIDENCE+=(--serve-logs "$SERVE_LOGS")
+exec sglang-dsv4 repro run --endpoint "$ENDPOINT" --label "$LABEL" --out "$OUT" ${EVIDENCE[@]+"${EVIDENCE[@]}"} \
   --sessions 80 --rounds 8 --concurrency 80 --max-tokens 2048 --time-limit 3600 "$@"

@@ -66,6 +66,11 @@ class ReproInputError(Dsv4ExtError, ValueError):
     names it and, where there is a choice, the allowed values. Nothing was written."""
 
 
+class ServerActivationError(ReproInputError):
+    """``repro run --expect-extension``: a server does not show the extension state the run expects
+    (or the servers disagree on the index-K dtype); refused before any request, nothing written."""
+
+
 class DetokenizeError(Dsv4ExtError, RuntimeError):
     """Token ids could not be turned back into text (the server's /detokenize or a local tokenizer)."""
 

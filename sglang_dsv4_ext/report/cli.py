@@ -1,8 +1,9 @@
 """``sglang-dsv4 report RUN_DIR [RUN_DIR...] -o report.html``: one self-contained HTML page.
 
 Per run: corruption rate per class with Wilson 95% intervals per concurrency level (inline SVG),
-the latency distribution (inline SVG histogram), the server evidence deltas when the run recorded
-them (``summary.json`` key ``server_evidence``, see :mod:`sglang_dsv4_ext.repro.server_evidence`);
+the latency distribution (inline SVG histogram), the server evidence deltas and each server's
+extension state when the run recorded them (``summary.json`` key ``server_evidence``: one row per
+server, see :mod:`sglang_dsv4_ext.repro.server_evidence` and :mod:`sglang_dsv4_ext.repro.extension_check`);
 with two runs, the paired A/B comparison and its p-value (:mod:`sglang_dsv4_ext.repro.compare`).
 No scripts, no network: the page opens offline in any browser. Refuses to overwrite an existing
 file unless ``--force``.

@@ -31,8 +31,14 @@ examples:
   # re-parse the raw output of failures offline
   sglang-dsv4 repro reparse runs/bf16-hicache --detokenize-url http://127.0.0.1:30000
 
-exit codes: 0 done; 2 bad input (nothing written); 3 a finding asked for with --fail-on-corruption or
---fail-if-significant; 130 / 143 stopped by SIGINT / SIGTERM (the summary of what finished is written).
+before the first request every server named by --server-metrics (default: the endpoint) is read once: its
+/metrics counters become the "before" of the summary's server evidence, and --expect-extension on (the
+default) refuses a server that does not show sglang-dsv4-ext active (the sglang:dsv4_ext_active gauge, or the
+activation line in --serve-logs DIR) or servers that disagree on the index-K dtype; nothing is written then.
+
+exit codes: 0 done; 2 bad input or a refused extension check (nothing written); 3 a finding asked for
+with --fail-on-corruption or --fail-if-significant; 130 / 143 stopped by SIGINT / SIGTERM (the summary of
+what finished is written).
 """
 
 
@@ -96,11 +102,25 @@ def _do_run(args) -> int:
     return exit_codes.OK
 
 
+def _ab_preflight(args) -> None:
+    """Both stacks' extension state, checked before anything runs (each side reads its own endpoint)."""
+    from sglang_dsv4_ext.repro.client import base_url
+    from sglang_dsv4_ext.repro.runner import preflight
+
+    for flag in ("--server-metrics", "--serve-logs"):
+        if getattr(args, flag[2:].replace("-", "_")) is not None:
+            raise ReproInputError(f"{flag} names one stack's servers, and `repro ab` runs two: run each stack with "
+                                  f"`repro run ... {flag} ...` and compare the two runs with `repro compare`")
+    for endpoint in (args.endpoint_a, args.endpoint_b):
+        preflight([base_url(endpoint)], None, args.expect_extension)
+
+
 def _ab_configs(args):
     from sglang_dsv4_ext.repro.runner import auth_headers
     from sglang_dsv4_ext.repro.settings import run_config_from_args
 
     auth_headers(args.api_key_env)  # refuse before the directory is claimed
+    _ab_preflight(args)
     out = rundir.claim(args.out or rundir.default_out("ab"), explicit=args.out is not None)
     sides = zip(rundir.AB_SIDES, (args.endpoint_a, args.endpoint_b), (args.label_a, args.label_b))
     return out, [run_config_from_args(args, ep, os.path.join(out, side), label) for side, ep, label in sides]
@@ -115,7 +135,10 @@ def _do_ab(args) -> int:
     except (ReproInputError, ValueError) as exc:
         return _error("ab", exc)
     for cfg in cfgs:  # one after the other, so neither stack loads the other's run
-        summary = Runner(cfg).run()
+        try:
+            summary = Runner(cfg).run()  # checks its stack again: B may have changed while A ran
+        except ReproInputError as exc:
+            return _error("ab", exc)
         print(format_summary(summary))
         stopped = _stopped_code(summary)
         if stopped is not None:

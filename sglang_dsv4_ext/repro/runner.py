@@ -6,7 +6,14 @@ Output directory (names in :mod:`.rundir`; an existing run is never overwritten)
   summary.json    rates + Wilson 95% intervals per class, per level and per session,
                   reference re-parse table, configuration, the exact re-run command, and the
                   true planned / done / not-run counts, also when the run was stopped by its
-                  time limit or by SIGINT / SIGTERM (then ``interrupted_by`` names the signal)
+                  time limit or by SIGINT / SIGTERM (then ``interrupted_by`` names the signal);
+                  ``server_evidence``: per server named by ``--server-metrics``, its counters'
+                  deltas over the run (:mod:`.server_evidence`) and its extension state;
+                  ``extension``: what ``--expect-extension`` asked and each server's state
+
+Before the run directory is claimed, every such server is read once: that snapshot is the
+"before" of the deltas, and the extension check (:mod:`.extension_check`) may refuse the run
+there, before any request is sent and before anything is written.
 """
 
 from __future__ import annotations
@@ -25,10 +32,10 @@ from tqdm import tqdm
 from sglang_dsv4_ext import __version__
 from sglang_dsv4_ext.errors import ReproInputError
 from sglang_dsv4_ext.repro import client as http
-from sglang_dsv4_ext.repro import rundir
+from sglang_dsv4_ext.repro import extension_check, rundir, server_evidence
 from sglang_dsv4_ext.repro.reparse import attach_reference, format_origin_table, origin_table, raw_from_visible
 from sglang_dsv4_ext.repro.scenario import TOOLS, TOOLS_BY_NAME, RequestSpec, session_requests
-from sglang_dsv4_ext.repro.settings import RunConfig, requests_planned
+from sglang_dsv4_ext.repro.settings import RunConfig, metrics_urls, requests_planned
 from sglang_dsv4_ext.repro.stats import rate_with_interval
 from sglang_dsv4_ext.repro.verdict import CLASSES, CORRUPTION_CLASSES, TRANSPORT_CLASSES, classify
 
@@ -59,6 +66,14 @@ def auth_headers(api_key_env: Optional[str]) -> dict:
     if not key:
         raise ReproInputError(f"--api-key-env {api_key_env}: that environment variable is not set or empty")
     return {"Authorization": f"Bearer {key}"}
+
+
+def preflight(urls, log_dir: Optional[str], expect: str):
+    """(snapshot, extension states) of ``urls``; raises ServerActivationError when the run must not start."""
+    before = server_evidence.snapshot(urls)
+    states = extension_check.server_states(before, log_dir)
+    extension_check.check(states, expect)
+    return before, states
 
 
 class _Tally:
@@ -99,6 +114,9 @@ class Runner:
         self.model_note: Optional[str] = None
         self.aborted_by: Optional[str] = None
         self.detokenizer = http.Detokenizer(cfg.detokenize_url or http.base_url(cfg.endpoint))
+        self.metrics_urls = metrics_urls(cfg)
+        self.evidence_before: Optional[List[dict]] = None
+        self.extension_states: Optional[List[dict]] = None
         self._jsonl = None
 
     # ----- one request -----
@@ -261,6 +279,9 @@ class Runner:
 
     def run(self) -> dict:
         headers = auth_headers(self.cfg.api_key_env)  # refused before any file is created
+        # Before the first request and before the directory is claimed: a refusal writes nothing.
+        self.evidence_before, self.extension_states = preflight(
+            self.metrics_urls, self.cfg.serve_logs, self.cfg.expect_extension)
         self.cfg.out = rundir.claim(self.cfg.out, self.out_given)
         t0 = time.time()
         with self._open_requests() as self._jsonl:
@@ -291,8 +312,20 @@ class Runner:
         summary["model_note"] = self.model_note
         summary["detokenize"] = self.detokenizer.state
         summary["aborted_by"] = self.aborted_by
+        summary["server_evidence"] = self._server_evidence()
+        summary["extension"] = {"expect": self.cfg.expect_extension, "servers": self.extension_states}
         rundir.write_json_new(os.path.join(self.cfg.out, rundir.SUMMARY), summary)
         return summary
+
+
+    def _server_evidence(self) -> Optional[List[dict]]:
+        """Per server: counter deltas since the preflight snapshot and the extension state found then."""
+        if self.evidence_before is None:
+            return None
+        rows = server_evidence.deltas(self.evidence_before, server_evidence.snapshot(self.metrics_urls))
+        for row, state in zip(rows, self.extension_states):
+            row["extension"] = extension_check.describe(state)
+        return rows
 
 
 def _class_table(records: List[dict]) -> dict:
@@ -370,6 +403,13 @@ def _stop_note(summary: dict) -> str:
     return ""
 
 
+def _evidence_lines(rows: Optional[List[dict]]) -> List[str]:
+    if not rows:
+        return []
+    lines = ["server evidence (deltas during the run):"] + server_evidence.format_table(rows).splitlines()
+    return lines + [f"  {row['url']}: extension {row.get('extension', 'not checked')}" for row in rows]
+
+
 def format_summary(summary: dict) -> str:
     """A short human-readable table of a summary."""
     levels = list(summary["per_level"].values())
@@ -385,6 +425,7 @@ def format_summary(summary: dict) -> str:
         lines.append(row(c, lambda t, c=c: t["per_class"][c]))
     lines.append(row("corruption (responses)", lambda t: t["corruption"]))
     lines.append(row("sessions w/ corruption", lambda t: t["sessions_with_corruption"]))
+    lines += _evidence_lines(summary.get("server_evidence"))
     if summary.get("reference_origin_by_verdict"):
         lines.append("failure origin from the raw-output re-parse:")
         lines += format_origin_table(summary["reference_origin_by_verdict"])

@@ -8,6 +8,13 @@ requests, PD transfer failures or timeouts, HiCache loads, integrity mismatches?
 Parsing uses ``prometheus_client``'s text parser (the library SGLang exports with). Counters are
 summed over their label sets per server. A server that cannot be read is reported, not fatal.
 
+Each snapshot entry also carries the extension's activation gauge (:data:`EXTENSION_GAUGE`, set to 1
+by every process whose DeepSeek-V4 pool was built with the extension's hooks verified): its label
+sets (``version, sglang, index_k_dtype, gate, fp4_budget, integrity``) under ``"extension"``, or
+None when the server does not export it; ``"sglang_metrics"`` says whether SGLang's own families
+were there at all (metrics on), which tells "extension not active" from "nothing to read".
+:mod:`.extension_check` decides from that whether a run may start.
+
 Call site for the runner (two lines)::
 
     before = server_evidence.snapshot(urls)          # before the first request
@@ -21,6 +28,9 @@ import urllib.error
 import urllib.request
 from typing import Dict, Iterable, List, Optional
 
+# Like the harness's own HTTP client (aiohttp, trust_env off): no proxy from the environment.
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
 # label shown in the summary -> SGLang 0.5.23 metric family (counter name without ``_total``)
 EVIDENCE_METRICS = {
     "aborted_requests": "sglang:num_aborted_requests",
@@ -30,15 +40,21 @@ EVIDENCE_METRICS = {
     "hicache_backup_tokens": "sglang:hicache_backup_tokens",
     "integrity_mismatches": "sglang:dsv4_index_k_integrity_mismatches",
 }
+# The extension's activation gauge (sglang_dsv4_ext/activation.py): value 1, one label set per process.
+EXTENSION_GAUGE = "sglang:dsv4_ext_active"
+_SGLANG_PREFIX = "sglang:"
 
 
-def parse_counters(text: str) -> Dict[str, float]:
-    """``{family: value summed over label sets}`` for the evidence families present in ``text``."""
+def _families(text: str) -> list:
     from prometheus_client.parser import text_string_to_metric_families
 
+    return list(text_string_to_metric_families(text))
+
+
+def _counters(families) -> Dict[str, float]:
     wanted = set(EVIDENCE_METRICS.values())
     out: Dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in families:
         for sample in family.samples:
             base = sample.name[: -len("_total")] if sample.name.endswith("_total") else None
             if base in wanted:
@@ -46,15 +62,48 @@ def parse_counters(text: str) -> Dict[str, float]:
     return out
 
 
+def _extension_label_sets(families) -> Optional[List[Dict[str, str]]]:
+    """Distinct label sets of the activation gauge at 1 (``[]``: exported but not 1; None: not exported)."""
+    found: Optional[List[Dict[str, str]]] = None
+    for family in families:
+        for sample in family.samples:
+            if sample.name != EXTENSION_GAUGE:
+                continue
+            found = [] if found is None else found
+            if float(sample.value) > 0 and dict(sample.labels) not in found:
+                found.append(dict(sample.labels))
+    return found
+
+
+def parse_counters(text: str) -> Dict[str, float]:
+    """``{family: value summed over label sets}`` for the evidence families present in ``text``."""
+    return _counters(_families(text))
+
+
+def parse_metrics(text: str) -> Dict[str, object]:
+    """``{"counters", "extension", "sglang_metrics"}`` of one server's Prometheus text (see the module doc)."""
+    families = _families(text)
+    return {
+        "counters": _counters(families),
+        "extension": _extension_label_sets(families),
+        "sglang_metrics": any(f.name.startswith(_SGLANG_PREFIX) for f in families),
+    }
+
+
 def read_metrics(url: str, timeout: float = 10.0) -> Dict[str, object]:
-    """One server: ``{"url", "counters"}`` or ``{"url", "error"}`` (never raises for network errors)."""
+    """One server: ``{"url", "counters", "extension", "sglang_metrics"}`` or ``{"url", "error"}``
+    (never raises for network errors or a reply that is not Prometheus text)."""
     endpoint = url.rstrip("/") + "/metrics"
     try:
-        with urllib.request.urlopen(endpoint, timeout=timeout) as resp:
+        with _NO_PROXY.open(endpoint, timeout=timeout) as resp:
             text = resp.read().decode("utf-8", "replace")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return {"url": url, "error": f"{endpoint}: {exc}"}
-    return {"url": url, "counters": parse_counters(text)}
+    try:
+        parsed = parse_metrics(text)
+    except (ValueError, TypeError, IndexError) as exc:  # prometheus_client's parser on non-Prometheus text
+        return {"url": url, "error": f"{endpoint}: not Prometheus text ({exc})"}
+    return {"url": url, **parsed}
 
 
 def snapshot(urls: Iterable[str]) -> List[Dict[str, object]]:

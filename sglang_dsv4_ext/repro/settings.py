@@ -16,9 +16,11 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple
 
+from sglang_dsv4_ext.repro.extension_check import EXPECT_CHOICES
 from sglang_dsv4_ext.repro.scenario import ScenarioConfig
 from sglang_dsv4_ext.repro.verdict import RepetitionRule
 
@@ -143,6 +145,28 @@ def check_url(flag: str, url) -> None:
         raise ValueError(f"{flag}: {exc}") from None
 
 
+def _parse_urls(text: str) -> Tuple[str, ...]:
+    return tuple(u.strip() for u in text.split(",") if u.strip())
+
+
+def _check_urls(urls) -> None:
+    if not isinstance(urls, (tuple, list)) or not urls:
+        raise ValueError(f"needs one or more URLs like http://10.0.0.1:30000,http://10.0.0.2:30000, got {urls!r}")
+    for url in urls:
+        url_check(url)
+
+
+def _check_dir(path) -> None:
+    if not isinstance(path, str) or not os.path.isdir(path):
+        raise ValueError(f"must be an existing directory (the --log-dir of `sglang-dsv4 serve`, e.g. "
+                         f"serve-logs/20261201-120000), got {path!r}")
+
+
+def _check_expect(value) -> None:
+    if value not in EXPECT_CHOICES:
+        raise ValueError(f"expected one of {', '.join(EXPECT_CHOICES)}, got {value!r}")
+
+
 def _no_check(value) -> None:
     return None
 
@@ -231,6 +255,14 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("token_ids", True, "do not ask SGLang for response_token_ids", switch="--no-token-ids"),
     Setting("detokenize_url", None, "server whose /detokenize decodes failures' token ids (default: the endpoint)",
             check=url_check),
+    Setting("server_metrics", None, "servers whose Prometheus /metrics are read before and after the run (evidence, "
+            "extension state); behind a router name each prefill and decode server (default: the endpoint)",
+            _parse_urls, _check_urls, ",".join, metavar="URL[,URL...]"),
+    Setting("serve_logs", None, "log directory of `sglang-dsv4 serve`: a server's activation line there counts "
+            "when its /metrics lack the extension's gauge", check=_check_dir, metavar="DIR"),
+    Setting("expect_extension", "on", "on: refuse unless every server shows sglang-dsv4-ext active with one "
+            "index-K dtype; off: refuse if any does (stock baseline); any: only record (default on)",
+            check=_check_expect, metavar="{on,off,any}"),
     Setting("thinking", None, "send chat_template_kwargs.thinking on|off (default: the server's default)",
             _parse_on_off, render=lambda v: "on" if v else "off", metavar="{on,off}"),
     Setting("extra_body", {}, "JSON object merged into every request body (not the keys the harness sets)",
@@ -279,7 +311,15 @@ def _to_argv(cfg) -> List[str]:
 def _as_dict(cfg) -> dict:
     d = dataclasses.asdict(cfg)
     d["concurrency"] = list(cfg.concurrency)
+    d["server_metrics"] = list(cfg.server_metrics) if cfg.server_metrics else None
     return d
+
+
+def metrics_urls(cfg) -> Tuple[str, ...]:
+    """The servers whose /metrics a run reads: ``--server-metrics``, else the endpoint's base URL."""
+    from sglang_dsv4_ext.repro.client import base_url
+
+    return tuple(cfg.server_metrics) if cfg.server_metrics else (base_url(cfg.endpoint),)
 
 
 def requests_per_session(cfg) -> int:
@@ -292,8 +332,9 @@ def requests_planned(cfg) -> int:
 
 
 def _post_init(cfg) -> None:
-    if isinstance(cfg.concurrency, list):
-        object.__setattr__(cfg, "concurrency", tuple(cfg.concurrency))
+    for name in ("concurrency", "server_metrics"):
+        if isinstance(getattr(cfg, name), list):
+            object.__setattr__(cfg, name, tuple(getattr(cfg, name)))
     _check_run(cfg)
 
 

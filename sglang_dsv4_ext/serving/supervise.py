@@ -52,6 +52,11 @@ FATAL_SIGNALS: Tuple[int, ...] = tuple(
 ) + tuple(range(getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1) + 1))  # real-time: terminate
 
 
+def start_header(spec: ChildSpec) -> str:
+    """The line written into a child's log before each start (repro's extension check reads its --port)."""
+    return f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {spec.shell()}\n"
+
+
 def signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name
@@ -203,7 +208,7 @@ class Supervisor:
                 self.say(f"{spec.name}: {note}")
         log_path = os.path.join(self.log_dir, f"{spec.name}.log")
         log = open(log_path, "ab")
-        log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {spec.shell()}\n".encode())
+        log.write(start_header(spec).encode())
         log.flush()
         proc = subprocess.Popen(
             spec.argv,

@@ -10,11 +10,19 @@ import time
 import pytest
 
 from sglang_dsv4_ext.cli import main
+from sglang_dsv4_ext.errors import ServerActivationError
 from sglang_dsv4_ext.repro import rundir
-from sglang_dsv4_ext.repro.runner import Runner
+from sglang_dsv4_ext.repro.runner import Runner, format_summary
 from sglang_dsv4_ext.repro.settings import RunConfig
 from sglang_dsv4_ext.repro.stats import wilson_interval
-from tests.support.repro_server import EXPECTED_VERDICT, KINDS, SHAPE_KINDS, TOOL_STEP_ONLY, InjectingServer
+from tests.support.repro_server import (
+    ABORTING_KINDS,
+    EXPECTED_VERDICT,
+    KINDS,
+    SHAPE_KINDS,
+    TOOL_STEP_ONLY,
+    InjectingServer,
+)
 
 SMALL = dict(system_prompt_chars=300, tool_result_chars=200)
 ALL_FAILURES = {k: 0.055 for k in KINDS if k != "ok"}  # 12 kinds, 66% failing
@@ -29,6 +37,11 @@ def _run(url, out, sessions, rounds, concurrency=(16,), seed=3, **kw):
 def _records(out):
     with open(os.path.join(out, rundir.REQUESTS)) as f:
         return [json.loads(line) for line in f]
+
+
+def _aborted_by(srv) -> int:
+    """Requests the stand-in counted as aborted (what a real SGLang's counter would add)."""
+    return sum(kind in ABORTING_KINDS for kind in srv.injected.values())
 
 
 def _expected_rates(rates, n_tool, n_answer):
@@ -88,6 +101,8 @@ def test_every_injected_class_is_detected_at_its_rate(tmp_path):
 def test_transport_failures_are_classified_not_crashes_and_streaming_works(tmp_path):
     rates = {"http_500": 0.25, "reset": 0.25, "timeout": 0.15, "malformed_dsml": 0.1}
     with InjectingServer(rates, seed=2, timeout_sleep=1.0) as srv:
+        srv.counters["sglang:num_aborted_requests"] = 40  # earlier traffic: the summary shows the run's delta
+        srv.counters["sglang:num_transfer_failed_reqs"] = 3
         summary = _run(srv.url, tmp_path / "s", sessions=8, rounds=5, stream=True, request_timeout=0.5)
     records = _records(tmp_path / "s")
     assert len(records) == 80
@@ -95,20 +110,46 @@ def test_transport_failures_are_classified_not_crashes_and_streaming_works(tmp_p
         assert r["verdict"] == EXPECTED_VERDICT[srv.injected[r["prompt_sha256"]]], r
     assert summary["overall"]["per_class"]["http_error"]["count"] > 0
     assert summary["overall"]["per_class"]["timeout"]["count"] > 0
-    # A dead endpoint: every request is an http_error, the run still finishes.
+    # The server's side of the same run: its counters' deltas and its extension state.
+    [row] = summary["server_evidence"]
+    assert row["url"] == srv.url and row["aborted_requests"] == _aborted_by(srv) > 0
+    assert row["pd_transfer_failed"] == 0 and row["hicache_backup_tokens"] is None  # not exported: n/a
+    assert row["extension"].startswith("active index_k_dtype=bf16 gate=auto")
+    assert summary["extension"]["expect"] == "on" and summary["extension"]["servers"][0]["state"] == "active"
+    printed = format_summary(summary)
+    assert "server evidence" in printed and f"{srv.url}: extension active" in printed
+    # The HTML report shows the same rows.
+    from sglang_dsv4_ext.report.cli import build_page
+
+    page = build_page([str(tmp_path / "s")])
+    assert "aborted_requests" in page and "active index_k_dtype=bf16" in page
+    # A dead endpoint: it cannot show the extension, so the default check refuses it before anything is
+    # written; recorded only (--expect-extension any), every request is an http_error and the run finishes.
     with InjectingServer({}, seed=0) as dead:
         url = dead.url
-    summary = _run(url, tmp_path / "dead", sessions=2, rounds=2, request_timeout=2)
+    with pytest.raises(ServerActivationError, match="could not be read"):
+        _run(url, tmp_path / "dead", sessions=2, rounds=2, request_timeout=2)
+    assert not (tmp_path / "dead").exists()
+    summary = _run(url, tmp_path / "dead", sessions=2, rounds=2, request_timeout=2, expect_extension="any")
     assert summary["overall"]["per_class"]["http_error"]["count"] == summary["requests_done"] == 8
+    assert summary["server_evidence"][0]["error"].startswith(url + "/metrics")
+    assert summary["extension"]["servers"][0]["state"] == "unknown"
 
 
 def test_run_stops_at_its_time_bound(tmp_path):
-    with InjectingServer({}, seed=0, delay=0.25) as srv:
+    with InjectingServer({"reset": 0.2}, seed=0, delay=0.25) as srv:
+        srv.counters["sglang:num_aborted_requests"] = 7
         t0 = time.monotonic()
         summary = _run(srv.url, tmp_path / "t", sessions=20, rounds=20, concurrency=(4, 20), time_limit=1.5,
                        request_timeout=30)
         elapsed = time.monotonic() - t0
     assert summary["stopped_by_time_limit"] is True
+    # The server evidence is read after the stop too. Every reset the harness recorded was counted before
+    # the server reset the connection; abandoned requests may reach the stand-in after the last read.
+    [row] = summary["server_evidence"]
+    recorded_resets = summary["overall"]["per_class"]["http_error"]["count"]
+    assert 0 < recorded_resets <= row["aborted_requests"] <= _aborted_by(srv)  # the run's delta, not the total
+    assert "active" in row["extension"]
     assert elapsed < 1.5 + 2.0, elapsed
     assert 0 < summary["requests_done"] < summary["requests_planned"] == 2 * 20 * 20 * 2
     assert summary["not_run"] == summary["requests_planned"] - summary["requests_done"]
@@ -243,6 +284,9 @@ def test_a_signal_flushes_the_records_and_writes_an_interrupted_summary(signame,
     assert 12 <= summary["requests_done"] == len(records) < summary["requests_planned"]
     assert summary["not_run"] == summary["requests_planned"] - len(records)
     assert f"interrupted by {signame}" in stdout and f"{len(records)}/320" in stdout
+    [row] = summary["server_evidence"]  # read after the signal too
+    assert row["url"] == srv.url and row["aborted_requests"] == 0 and row["extension"].startswith("active")
+    assert "server evidence" in stdout
     # reparse accepts the directory.
     assert main(["repro", "reparse", str(out)]) == 0
 

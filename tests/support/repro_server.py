@@ -18,6 +18,14 @@ Kinds and the verdict each must produce:
     holding strings, the body or SSE chunk a list)
 
 ``models_reply`` replaces the ``GET /v1/models`` answer (e.g. a list instead of an object).
+
+``GET /metrics`` answers like SGLang with ``--enable-metrics`` and the extension active, rendered by
+prometheus_client (SGLang's exporter): SGLang's request counter, ``sglang:num_aborted_requests``
+(one per injected ``reset`` or ``timeout``, counted when the request arrives), any counter a test
+sets in ``counters``, and the extension's gauge ``sglang:dsv4_ext_active`` with each label set in
+``extension`` (default: one active bf16 server, :data:`ACTIVE_BF16`). ``extension=[]`` leaves the
+gauge out (a stock server, or one where the extension did not load); ``metrics=False`` answers 404
+(SGLang without ``--enable-metrics``).
 """
 
 from __future__ import annotations
@@ -69,6 +77,10 @@ EXPECTED_VERDICT.update({"http_500": "http_error", "reset": "http_error", "swall
                          "swallowed_ok": "wrong_tool"})
 EXPECTED_VERDICT.update({k: "protocol_error" for k in SHAPE_KINDS})
 TOOL_STEP_ONLY = {"swallowed_malformed", "swallowed_ok"}
+# The activation gauge's labels of a server running the extension with bf16 index-K (activation.py).
+ACTIVE_BF16 = {"version": "stand-in", "sglang": "0.5.23", "index_k_dtype": "bf16", "gate": "auto",
+               "fp4_budget": "exact", "integrity": "off"}
+ABORTING_KINDS = ("reset", "timeout")  # a real SGLang counts these as aborted requests
 
 
 def _malformed(raw: str, rng: random.Random) -> str:
@@ -121,7 +133,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
-        if self.path == "/health":
+        if self.path == "/metrics" and self.server.owner.metrics:
+            body = self.server.owner.metrics_text().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif self.path == "/health":
             self._send_json(200, {})
         elif self.path == "/v1/models":
             self._send_json(200, self.server.owner.models_reply)
@@ -209,7 +228,7 @@ class _Server(ThreadingHTTPServer):
 
 class InjectingServer:
     def __init__(self, rates: Dict[str, float], seed: int = 0, timeout_sleep: float = 2.0, delay: float = 0.0,
-                 label: str = "", models_reply=None):
+                 label: str = "", models_reply=None, extension=(ACTIVE_BF16,), metrics: bool = True):
         known = KINDS + SHAPE_KINDS
         unknown = set(rates) - set(known)
         if unknown:
@@ -225,6 +244,9 @@ class InjectingServer:
         self.label = label
         self.injected: Dict[str, str] = {}
         self.requests = 0
+        self.extension = [dict(labels) for labels in extension]
+        self.metrics = metrics
+        self.counters: Dict[str, float] = {"sglang:num_aborted_requests": 0.0}
         self._lock = threading.Lock()
         self._httpd: Optional[_Server] = None
 
@@ -247,6 +269,21 @@ class InjectingServer:
     def __exit__(self, *exc):
         self.stop()
 
+    def metrics_text(self) -> str:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+        registry = CollectorRegistry()
+        Counter("sglang:num_requests", "stand-in", registry=registry).inc(self.requests)
+        with self._lock:
+            counters = dict(self.counters)
+        for family, value in counters.items():
+            Counter(family, "stand-in", registry=registry).inc(value)
+        if self.extension:
+            gauge = Gauge("sglang:dsv4_ext_active", "stand-in", labelnames=sorted(self.extension[0]), registry=registry)
+            for labels in self.extension:
+                gauge.labels(**labels).set(1)
+        return generate_latest(registry).decode()
+
     # ----- behaviour -----
     def _pick(self, sha: str, step: str) -> str:
         u = random.Random(f"{self.seed}:{sha}").random()
@@ -267,6 +304,7 @@ class InjectingServer:
         with self._lock:
             self.injected[sha] = kind
             self.requests += 1
+            self.counters["sglang:num_aborted_requests"] += kind in ABORTING_KINDS
         rng = random.Random(f"body:{self.seed}:{sha}")
         if expected:
             tool, args = expected

@@ -79,3 +79,35 @@ def test_deltas_per_server_with_an_unreadable_one(server):
     assert "error" in rows[1] and "9/metrics" in rows[1]["error"]
     table = se.format_table(rows)
     assert "70" in table and "unreadable" in table
+
+
+def _gauge_text(label_sets_and_values) -> str:
+    """The extension's activation gauge as prometheus_client renders it (one sample per label set)."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+    registry = CollectorRegistry()
+    Counter("sglang:num_requests", "SGLang's own family", registry=registry).inc(5)
+    if label_sets_and_values:
+        names = sorted(label_sets_and_values[0][0])
+        gauge = Gauge(se.EXTENSION_GAUGE, "stand-in", labelnames=names, registry=registry)
+        for labels, value in label_sets_and_values:
+            gauge.labels(**labels).set(value)
+    return generate_latest(registry).decode()
+
+
+def test_the_activation_gauge_label_sets_per_server():
+    labels = {"version": "0.9", "sglang": "0.5.23", "index_k_dtype": "bf16", "gate": "auto", "fp4_budget": "exact",
+              "integrity": "sample"}  # fmt: skip
+    tp1 = dict(labels, integrity="off")
+    parsed = se.parse_metrics(_gauge_text([(labels, 1), (tp1, 1), (dict(labels, gate="off"), 0)]))
+    assert parsed["extension"] == [labels, tp1]  # at 1 only, each label set once
+    assert parsed["sglang_metrics"] is True
+    assert se.parse_metrics(_gauge_text([(labels, 0)]))["extension"] == []  # exported, not active
+    assert se.parse_metrics(_gauge_text([]))["extension"] is None  # not exported
+
+
+def test_a_reply_that_is_not_prometheus_text_is_reported_not_raised(server):
+    url, metrics = server
+    metrics.text = lambda: "<html><body>router</body></html>"
+    [entry] = se.snapshot([url])
+    assert "not Prometheus text" in entry["error"] and entry["url"] == url

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import shlex
 
 import pytest
@@ -17,7 +18,9 @@ NON_DEFAULT = {
     "model": "dsv4", "sessions": 3, "rounds": 5, "answer_step": False, "concurrency": (2, 3), "seed": 7,
     "temperature": 0.25, "max_tokens": 64, "request_timeout": 12.5, "time_limit": 90.0,
     "system_prompt_chars": 111, "tool_result_chars": 222, "stream": True, "token_ids": False,
-    "detokenize_url": "http://127.0.0.1:30000", "thinking": False, "extra_body": {"top_k": 5},
+    "detokenize_url": "http://127.0.0.1:30000", "server_metrics": ("http://10.0.0.1:30000", "http://10.0.0.2:30001"),
+    "serve_logs": os.path.dirname(os.path.abspath(__file__)), "expect_extension": "off", "thinking": False,
+    "extra_body": {"top_k": 5},
     "exact_args": False, "repetition": RepetitionRule(4, 50, 20), "api_key_env": "MY_KEY", "progress": False,
 }  # fmt: skip
 
@@ -40,7 +43,10 @@ def test_rerun_command_reproduces_every_setting():
 @pytest.mark.parametrize("name, value", [("time_limit", math.nan), ("request_timeout", math.inf),
                                          ("temperature", math.nan), ("temperature", -0.5), ("sessions", 0),
                                          ("concurrency", (4, 0)), ("extra_body", {"tools": []}),
-                                         ("detokenize_url", "localhost:1")])  # fmt: skip
+                                         ("detokenize_url", "localhost:1"),
+                                         ("server_metrics", ("http://10.0.0.1:30000", "10.0.0.2:30000")),
+                                         ("server_metrics", ()), ("serve_logs", "/no/such/serve-logs"),
+                                         ("expect_extension", "maybe")])  # fmt: skip
 def test_run_config_built_in_code_refuses_bad_values_naming_the_flag(name, value):
     flag = "--" + name.replace("_", "-")
     with pytest.raises(ValueError, match=flag):
