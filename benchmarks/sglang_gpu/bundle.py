@@ -39,6 +39,8 @@ EXTRA_WHEELS = (
     "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0", "typing-inspection==0.4.5",
     "orjson==3.13.0", "msgspec==0.23.0", "pyzmq==27.3.0", "pybase64==1.5.1", "zstandard==0.25.0",
     "dill==0.4.1", "starlette==1.10.0",
+    # the extension's own: activation's post-import hooks and the gauge it exports before a DSV4 pool is built
+    "wrapt==2.5.2", "prometheus-client==0.26.0",
 )
 PRUNED_DIRS = ("sglang/multimodal_gen/", "sglang/test/")
 CARRY_LIMIT_BYTES = 64 << 20

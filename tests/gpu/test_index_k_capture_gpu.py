@@ -1,0 +1,71 @@
+"""SGLANG_DSV4_INDEX_K_CAPTURE on a GPU: SGLang's own hooked C4 indexer (benchmarks/sglang_gpu/indexer_topk.py).
+
+The CPU tests (tests/unit/hooks/test_index_k_capture.py) stub the CUDA launches; here the bf16
+path runs for real on CUDA (our Triton store and logits, SGLang's torch top-k), so capture's CUDA
+side runs too: the sync of the sampled rows, the gather from the device cache, non-blocking copies
+into pinned host memory, the CUDA event the writer thread waits on. Checked against the pool and
+against what the indexer selected, never against the capture code's own output.
+"""
+
+import pytest
+import torch
+
+from benchmarks.sglang_gpu import indexer_topk
+
+pytestmark = pytest.mark.gpu
+REQUESTS = 4
+
+
+def _expected_slots(inp, row: int) -> torch.Tensor:
+    n = int(inp.seq_lens[row])
+    t = torch.arange(n)
+    table = inp.page_table[row].cpu().long()
+    return table[t // indexer_topk.C4_PAGE] * indexer_topk.C4_PAGE + t % indexer_topk.C4_PAGE
+
+
+def _float64_topk(rec, row: int, k: int):
+    q = rec["q"][row].double()  # [H, D]
+    keys = rec["k"] if rec["k"].dim() == 2 else rec["k"][row]
+    n = int(rec["seq_lens"][row])
+    logits = (torch.relu(keys[:n].double() @ q.T) * rec["weights"][row].double()).sum(-1)
+    return logits.topk(min(k, n)).indices
+
+
+def test_capture_on_gpu_holds_the_rows_the_indexer_read(sglang_gpu, tmp_path):
+    from sglang_dsv4_ext import activation, index_k_capture
+    from sglang_dsv4_ext.recall import cli as recall
+
+    activation.activate()
+    shape = indexer_topk.SHAPES[0]  # decode: one query row per request
+    pool = indexer_topk.build_pool("bf16", shape.pages, "cuda")
+    inp = indexer_topk.make_inputs(shape, 0, "cuda")
+    indexer_topk.store_bf16(pool, inp)
+    root = tmp_path / "capture"
+    with indexer_topk.env(SGLANG_DSV4_INDEX_K_CAPTURE=str(root), SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS=REQUESTS):
+        selected = indexer_topk.run_indexer(pool, inp, shape, "bf16").cpu()
+    capture = index_k_capture.capture_for(pool)
+    assert capture is not None
+    capture.flush()
+    files = sorted(root.rglob("*.pt"))
+    assert len(files) == REQUESTS and capture.writer.failed == 0
+    cache = pool.get_index_k_with_scale_buffer(0)
+    flat = cache.view(torch.bfloat16).reshape(-1, indexer_topk.HEAD_DIM).cpu()
+    agreements = []
+    for path in files:
+        rec = torch.load(path, map_location="cpu", weights_only=True)
+        (row,) = rec["query_rows"].tolist()
+        slots = _expected_slots(inp, row)
+        assert int(rec["seq_lens"][0]) == slots.numel()
+        keys = rec["k"] if rec["k"].dim() == 2 else rec["k"][0]
+        assert torch.equal(keys[: slots.numel()], flat[slots])  # exactly the pool rows its page table names
+        # The captured q and weights reproduce the indexer's own selection (float64 vs the fp32 kernel).
+        picked = _float64_topk(rec, 0, indexer_topk.TOPK)
+        ref = set(slots[picked].tolist())
+        got = {s for s in selected[row].tolist() if s >= 0}
+        agreements.append(len(ref & got) / len(ref))
+    assert min(agreements) >= 0.97, agreements
+    result = recall.analyse(root, [512])
+    by = {(r["format"], r["k"]): r for r in result["rows"]}
+    assert by[("bf16", 512)]["recall"] == 1.0
+    assert 0.5 < by[("fp8", 512)]["recall"] < 1.0
+    print("\n" + recall.format_table(result), f"\nagreement with the indexer's selection: {agreements}")
