@@ -22,7 +22,11 @@ Checked bit for bit: on CPU against SGLang's pure-torch ``quantize_fp4_indexer_r
 ``quantize_fp4_indexer_tensor``), its pool's ``get_index_k_dequant``, and its Triton fp8 indexer
 store (``sglang/kernels/ops/kvcache/triton_store_cache.py``) run by Triton's interpreter
 (tests/unit/recall/test_formats.py); on a GPU against the CUDA JIT store and the Triton fp4
-quantizer (tests/gpu/test_recall_formats_gpu.py). Two SGLang paths differ from the rule above only
+quantizer (tests/gpu/test_recall_formats_gpu.py). On an H200 (2026-12-01) the Triton fp8 store (the
+ROCm path, compiled for CUDA) computes ``amax / 448`` with Triton's approximate fp32 division: its
+scale is 1 ulp away in about half the rows, and then about 0.1% of the values land one e4m3 step
+away; with the kernel's own scale the rule above reproduces every value byte. The CUDA JIT store
+(the NVIDIA serving path) could not be built on that machine. Two SGLang paths differ from the rule above only
 for near-zero rows: the Triton fp4 quantizer clamps ``amax / 6`` (not ``amax``) at 1e-4, and the
 ROCm Triton fp8 store clamps ``amax`` at 1e-8; neither changes a row with ``amax >= 6e-4``.
 """
@@ -40,12 +44,20 @@ E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 E2M1_THRESHOLDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 
 
+def fp8_scale(x: torch.Tensor) -> torch.Tensor:
+    """The fp32 scale ``[..., 1]`` of each row (last dim): ``fmaxf(1e-4f, amax) / 448``."""
+    return x.to(torch.float32).abs().amax(-1, keepdim=True).clamp(min=AMAX_FLOOR) / FP8_E4M3_MAX
+
+
+def fp8_values(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """e4m3 values ``[..., D]`` of each row for a given scale: ``pack_fp8(x * (1.0f / scale))``."""
+    return (x.to(torch.float32) * (1.0 / scale)).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+
+
 def fp8_quantize(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """e4m3 values ``[..., D]`` and the fp32 scale ``[..., 1]`` of each row (last dim)."""
-    x32 = x.to(torch.float32)
-    scale = x32.abs().amax(-1, keepdim=True).clamp(min=AMAX_FLOOR) / FP8_E4M3_MAX
-    values = (x32 * (1.0 / scale)).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
-    return values, scale
+    scale = fp8_scale(x)
+    return fp8_values(x, scale), scale
 
 
 def fp8_round_trip(x: torch.Tensor) -> torch.Tensor:

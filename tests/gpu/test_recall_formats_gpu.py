@@ -1,9 +1,10 @@
-"""recall's fp8 / fp4 rounding (sglang_dsv4_ext/recall/formats.py) against SGLang's own GPU quantizers, bit for bit.
+"""recall's fp8 / fp4 rounding (sglang_dsv4_ext/recall/formats.py) against SGLang's own GPU quantizers.
 
 * fp8: SGLang's CUDA JIT index-K store ``fused_store_cache(..., type="indexer")`` (``store.cuh``,
   ``fused_store_indexer_cache``; the c4 compressor's fused store uses the same arithmetic) on every
   row, tiny ones included; and its Triton store ``triton_fused_store_indexer`` (the ROCm path,
-  compiled here for CUDA) on rows with amax >= 1e-4 (its floor is 1e-8).
+  compiled here for CUDA) on rows with amax >= 1e-4 (its floor is 1e-8): equal up to the 1-ulp scale
+  differences of Triton's approximate fp32 division, bit for bit given the kernel's scale.
 * fp4: SGLang's Triton ``quantize_fp4_indexer_tensor`` (behind ``set_index_fp4``) on groups with
   amax >= 6e-4 (it floors ``amax / 6`` where the CUDA compressor store floors ``amax``).
 
@@ -59,7 +60,9 @@ def test_fp8_equals_sglangs_cuda_jit_index_k_store(sglang_gpu):
     _assert_fp8_equal(x, cache, slots)
 
 
-def test_fp8_equals_sglangs_triton_index_k_store(sglang_gpu):
+def test_fp8_matches_sglangs_triton_index_k_store_up_to_its_approximate_division(sglang_gpu):
+    """Triton compiles ``amax / 448`` to an approximate fp32 division (measured on the H200: the scale is
+    1 ulp away in about half the rows); given the kernel's scale, our rule reproduces every value byte."""
     from sglang.kernels.ops.kvcache.triton_store_cache import triton_fused_store_indexer
 
     x = _rows(300, -3, 3, 2)
@@ -67,7 +70,13 @@ def test_fp8_equals_sglangs_triton_index_k_store(sglang_gpu):
     cache = torch.zeros(8, PAGE * 132, dtype=torch.uint8, device="cuda")
     triton_fused_store_indexer(x, cache, slots, PAGE)
     torch.cuda.synchronize()
-    _assert_fp8_equal(x, cache, slots)
+    values, scales = _read_fp8_pages(cache, slots)
+    values, scales = values.cpu(), scales.cpu()
+    ours = formats.fp8_scale(x.cpu())
+    assert (scales.view(torch.int32) - ours.view(torch.int32)).abs().max() <= 1  # at most 1 ulp
+    assert torch.equal(values, formats.fp8_values(x.cpu(), scales).view(torch.uint8))
+    differing = (values != formats.fp8_values(x.cpu(), ours).view(torch.uint8)).float().mean()
+    assert differing < 0.01, f"{differing:.4%} of the values differ with our own scale"
 
 
 def test_fp4_equals_sglangs_triton_quantizer(sglang_gpu):
