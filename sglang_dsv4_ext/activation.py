@@ -207,8 +207,10 @@ def patch_module(module_name: str) -> None:
         if reasons:
             STATE.modules[module_name] = "refused"
             STATE.refusals.extend(r for r in reasons if r not in STATE.refusals)
-            logger.warning("sglang-dsv4-ext left %s stock: %s. Other models are unaffected; a DeepSeek-V4 pool "
-                           "built in this process will be refused.", module_name, "; ".join(reasons))
+            # An untested SGLang was warned about once at the entry point; a drift is news per module.
+            log = logger.warning if drifts else logger.debug
+            log("sglang-dsv4-ext left %s stock: %s. Other models are unaffected; a DeepSeek-V4 pool built in "
+                "this process will be refused.", module_name, "; ".join(reasons))
             _install(guards)
             return
         _install(_collect_hooks(module_name) + guards)

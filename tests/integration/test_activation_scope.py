@@ -40,6 +40,11 @@ def drift():
     return _scenario("drift")
 
 
+@pytest.fixture(scope="module")
+def untested():
+    return _scenario("untested")
+
+
 def test_entry_point_imports_no_dsv4_or_hicache_module(deferred):
     assert deferred["before"] == []
     assert deferred["loaded"] is True
@@ -86,3 +91,12 @@ def test_drift_refuses_the_dsv4_pool_naming_the_target(drift):
     assert drift["victim"] in drift["dsv4_error"] and "force_fp4=True" in drift["dsv4_error"]
     assert "SGLANG_DSV4_EXT=0" in drift["dsv4_error"]
     assert drift["activated"] is False
+
+
+def test_an_untested_sglang_warns_once_patches_nothing_and_refuses_only_dsv4_pools(untested):
+    assert untested["loaded"] is True and untested["mha_pool_built"] is True
+    assert untested["counter_hooked"] is False
+    assert untested["modules"] == ["refused"]
+    assert len(untested["warnings"]) == 1 and "SGLang 0.5.99 is not a tested version" in untested["warnings"][0]
+    assert "SGLang 0.5.99 is not a tested version" in untested["dsv4_error"]
+    assert "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=1" in untested["dsv4_error"]

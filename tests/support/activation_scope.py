@@ -11,6 +11,8 @@ imports fire our post-import hooks, SGLang's real pools are built on CPU.
 * drift: one signature in the pool module is changed in the table (as if SGLang had drifted);
   the module is left stock with a warning, a non-DSV4 pool still builds, and a DeepSeek-V4
   pool is refused naming the drifted target.
+* untested: the installed version reads as 0.5.99 (our version lookup is the one thing replaced);
+  one warning at the entry point, nothing patched, a non-DSV4 pool builds, a DSV4 pool is refused.
 """
 
 from __future__ import annotations
@@ -84,6 +86,41 @@ def deferred() -> dict:
     return out
 
 
+def _warnings() -> list:
+    warnings = []
+    handler = logging.Handler()
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    handler.setLevel(logging.WARNING)
+    logging.getLogger("sglang_dsv4_ext").addHandler(handler)
+    return warnings
+
+
+def _dsv4_error():
+    try:
+        build_dsv4_pool()
+        return None
+    except activation.ActivationError as exc:
+        return str(exc)
+
+
+def untested() -> dict:
+    activation.installed_sglang_version = lambda: "0.5.99"
+    import sglang.srt.plugins as plugins
+
+    warnings = _warnings()
+    plugins.load_plugins()
+    out = {"loaded": activation.STATE.loaded}
+    build_mha_pool()
+    out["mha_pool_built"] = True
+    import sglang.srt.managers.cache_controller  # noqa: F401
+
+    out["counter_hooked"] = ours_on(compat.COUNTER_WAIT_UNTIL)
+    out["warnings"] = warnings
+    out["dsv4_error"] = _dsv4_error()
+    out["modules"] = sorted(set(activation.STATE.modules.values()))
+    return out
+
+
 def drift() -> dict:
     index = compat.TARGETS.index(compat.MAKE_INDEXER_POOL)
     victim = compat.TARGETS[index]
@@ -91,11 +128,7 @@ def drift() -> dict:
                                           victim.area, victim.feature, victim.why)
     import sglang.srt.plugins as plugins
 
-    warnings = []
-    handler = logging.Handler()
-    handler.emit = lambda record: warnings.append(record.getMessage())
-    handler.setLevel(logging.WARNING)
-    logging.getLogger("sglang_dsv4_ext").addHandler(handler)
+    warnings = _warnings()
     plugins.load_plugins()
     out = {"victim": victim.path}
     build_mha_pool()
@@ -105,14 +138,10 @@ def drift() -> dict:
     out["pool_module"] = activation.STATE.modules.get(compat.MAKE_INDEXER_POOL.module)
     out["sizing_hooked"] = ours_on(compat.INDEXER_BYTES_PER_TOKEN)
     out["warnings"] = warnings
-    try:
-        build_dsv4_pool()
-        out["dsv4_error"] = None
-    except activation.ActivationError as exc:
-        out["dsv4_error"] = str(exc)
+    out["dsv4_error"] = _dsv4_error()
     out["activated"] = activation.STATE.activated
     return out
 
 
 if __name__ == "__main__":
-    json.dump({"deferred": deferred, "drift": drift}[sys.argv[1]](), sys.stdout)
+    json.dump({"deferred": deferred, "drift": drift, "untested": untested}[sys.argv[1]](), sys.stdout)
