@@ -150,6 +150,25 @@ def test_freed_host_pages_forget_their_checksum(ext_active, integrity_mode):
     assert (tracker.table[:, 0] == ck.NO_MISMATCH).all() and (tracker.table[:, 1] != ck.NO_MISMATCH).all()
 
 
+def test_loads_no_reader_verified_are_counted_and_said_once(ext_active, integrity_mode, caplog):
+    """A reader replayed from a CUDA graph runs no hook: the next load must not drop its pages silently."""
+    integrity_mode("full")
+    pool, host = _stack(ext_active)
+    tracker = integrity.tracker_of(host)
+    caplog.set_level("WARNING", logger="sglang_dsv4_ext.integrity")
+    _backup_corrupt_load(pool, host, corrupt_host_page=None, layer=0)
+    assert tracker.unverified_pages == 0  # the first load has nothing to replace
+    _backup_corrupt_load(pool, host, corrupt_host_page=None, layer=0)  # no reader ran in between
+    assert tracker.unverified_pages == 2 * host.layer_num  # two pages per layer, every layer (full)
+    _backup_corrupt_load(pool, host, corrupt_host_page=None, layer=0)
+    warnings = [r.getMessage() for r in caplog.records if "never verified" in r.getMessage()]
+    assert len(warnings) == 1 and "CUDA-graph replay" in warnings[0]
+    _read_layer(pool, _model_layer_of(pool, 0))  # a reader that runs: its pages are verified, not counted
+    before = tracker.unverified_pages
+    _backup_corrupt_load(pool, host, corrupt_host_page=None, layer=0)
+    assert tracker.unverified_pages == before + 2 * (host.layer_num - 1)
+
+
 def test_checksum_kernel_in_triton_interpreter_matches_torch():
     from tests.support.triton_interpreter import interpreted_kernels
 
