@@ -271,7 +271,8 @@ def test_a_child_that_cannot_be_started_stops_the_ones_already_running(tmp_path)
 
 def test_a_wedged_decode_server_is_named_and_the_stack_stopped(tmp_path, capsys):
     """The supervision loop's call site of the wedge detector, on SGLang's metric names from a stand-in."""
-    preset, record, _ = _preset(tmp_path, decode_env=', STANDIN_WEDGED = "1"')
+    # STANDIN_DIE_AFTER bounds the test: were the wedge missed, the decode stand-in's exit stops the stack.
+    preset, record, _ = _preset(tmp_path, decode_env=', STANDIN_WEDGED = "1", STANDIN_DIE_AFTER = "25"')
     rc = main(
         ["serve", "--preset", preset, "--server-module", STANDIN, "--router-module", STANDIN,
          "--log-dir", str(tmp_path / "logs"), "--grace-period", "5", "--health-timeout", "60",

@@ -37,6 +37,7 @@ class Mutation:
     tests: Tuple[str, ...]  # pytest node ids or paths that must fail on the mutant
 
 
+ROW_TIMEOUT_S = 900  # a mutant that makes its tests hang is a test defect, not a catch
 _SUP = "tests/integration/test_serve_supervise.py::test_a_fatal_signal_stops_the_whole_stack_and_its_descendants"
 _SERVE = "tests/unit/serving/test_bad_input_serve.py"
 _PLAN = "tests/unit/cli/test_bad_input_plan.py"
@@ -210,7 +211,7 @@ def _existing(tests: Sequence[str], root: Path) -> List[str]:
 
 
 def run_one(mutation: Mutation, python: str) -> Tuple[str, float]:
-    """'caught', 'MISSED' or 'STALE: why', and the seconds it took."""
+    """'caught', 'MISSED', 'HUNG: why' or 'STALE: why', and the seconds it took."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dsv4-mutant-") as tmp:
         copy = Path(tmp) / "repo"
@@ -226,8 +227,12 @@ def run_one(mutation: Mutation, python: str) -> Tuple[str, float]:
         tests = _existing(mutation.tests, copy)
         if not tests:
             return f"STALE: none of {', '.join(mutation.tests)} exists", time.monotonic() - started
-        proc = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], cwd=copy,
-                              env={**_env(), "PYTHONPATH": str(copy)}, capture_output=True, text=True)
+        try:
+            proc = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], cwd=copy,
+                                  env={**_env(), "PYTHONPATH": str(copy)}, capture_output=True, text=True,
+                                  timeout=ROW_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return f"HUNG: the tests ran past {ROW_TIMEOUT_S} s on the mutant", time.monotonic() - started
         verdict = "caught" if proc.returncode == 1 else ("MISSED" if proc.returncode == 0 else
                                                          f"STALE: pytest exit {proc.returncode}")
         return verdict, time.monotonic() - started
