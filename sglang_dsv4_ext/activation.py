@@ -167,6 +167,7 @@ def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compa
                     "SGLang drifted from the signatures this extension was written against; "
                     "nothing was patched:\n  " + "\n  ".join(d.describe() for d in drifts)
                 )
+            started = time.perf_counter()  # what activation adds once SGLang's modules are imported
             _complete()
         except ActivationError as exc:
             STATE.error = str(exc)
