@@ -384,7 +384,8 @@ def activation_line(cfg: ExtConfig) -> str:
     from sglang_dsv4_ext import __version__
 
     return (f"{ACTIVATION_LINE_PREFIX} version={__version__} sglang={STATE.sglang_version} "
-            f"index_k_dtype={cfg.index_k_dtype} gate={cfg.gate} fp4_budget={cfg.fp4_budget} pid={os.getpid()}")
+            f"index_k_dtype={cfg.index_k_dtype} gate={cfg.gate} fp4_budget={cfg.fp4_budget} integrity={cfg.integrity} "
+            f"pid={os.getpid()}")
 
 
 ACTIVE_GAUGE = "sglang:dsv4_ext_active"

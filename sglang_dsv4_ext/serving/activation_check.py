@@ -20,7 +20,7 @@ from sglang_dsv4_ext.activation import ACTIVATION_LINE_PREFIX, ENV_SGLANG_PLUGIN
 from sglang_dsv4_ext.errors import ActivationError
 
 _FIELD = re.compile(r"(\w+)=(\S+)")
-CHECKED_FIELDS = ("index_k_dtype", "gate", "fp4_budget")
+CHECKED_FIELDS = ("index_k_dtype", "gate", "fp4_budget", "integrity")
 
 
 def allowlisted_env(env: Mapping[str, str]) -> Tuple[Dict[str, str], Optional[str]]:
@@ -67,4 +67,5 @@ def expected_fields(ext_env: Mapping[str, str]) -> Dict[str, str]:
     from sglang_dsv4_ext.config import load_config
 
     cfg = load_config(ext_env)
-    return {"index_k_dtype": cfg.index_k_dtype, "gate": cfg.gate, "fp4_budget": cfg.fp4_budget}
+    return {"index_k_dtype": cfg.index_k_dtype, "gate": cfg.gate, "fp4_budget": cfg.fp4_budget,
+            "integrity": cfg.integrity}

@@ -17,8 +17,10 @@ from sglang_dsv4_ext.config import (
     ENV_BF16_ALIAS,
     ENV_GATE,
     ENV_INDEX_K_DTYPE,
+    ENV_INTEGRITY,
     GATE_MODES,
     INDEX_K_DTYPES,
+    INTEGRITY_MODES,
     ConfigError,
     load_config,
 )
@@ -106,6 +108,9 @@ def add_subparser(subparsers) -> None:
     e.add_argument("--index-k-dtype", choices=INDEX_K_DTYPES,
                    help="index-K cache dtype; fp4 also passes --enable-deepseek-v4-fp4-indexer")
     e.add_argument("--index-k-gate", choices=GATE_MODES, help="HiCache index-K read gate mode")
+    e.add_argument("--index-k-integrity", choices=INTEGRITY_MODES,
+                   help="index-K integrity checks (sample|full); in pd mode also SGLang's PD KV checksum "
+                        "(--disaggregation-enable-kv-checksum)")
     e.add_argument("--no-extension", action="store_true",
                    help="kill switch: SGLANG_DSV4_EXT=0 (stock SGLang behaviour)")
 
@@ -176,6 +181,7 @@ def _base_spec(args) -> StackSpec:
     spec = default_spec(args.mode or "pd")
     env = load_config()  # no preset: the shell's SGLANG_DSV4_* are the defaults
     spec.ext_enabled, spec.index_k_dtype, spec.index_k_gate = env.enabled, env.index_k_dtype, env.gate
+    spec.index_k_integrity = env.integrity
     return spec
 
 
@@ -186,6 +192,8 @@ def _apply_extension_flags(spec: StackSpec, args) -> None:
         spec.index_k_dtype = args.index_k_dtype
     if args.index_k_gate:
         spec.index_k_gate = args.index_k_gate
+    if args.index_k_integrity:
+        spec.index_k_integrity = args.index_k_integrity
     if args.no_extension:
         spec.ext_enabled = False
 
@@ -280,6 +288,9 @@ def _env_notes(spec: StackSpec) -> List[str]:
         notes.append(f"shell has {ENV_INDEX_K_DTYPE}={env.index_k_dtype}; children get {spec.index_k_dtype}")
     if env.gate != spec.index_k_gate and os.environ.get(ENV_GATE):
         notes.append(f"shell has {ENV_GATE}={env.gate}; children get {spec.index_k_gate}")
+    if env.integrity != spec.index_k_integrity and os.environ.get(ENV_INTEGRITY):
+        notes.append(f"shell has {ENV_INTEGRITY}={env.integrity}; children get {spec.index_k_integrity} "
+                     f"(--index-k-integrity or [extension] index_k_integrity sets it)")
     return notes
 
 
@@ -357,7 +368,11 @@ def _prefill_graph_lines(plan) -> str:
         if child.role == "router":
             continue
         try:
-            sentence = prefill_graph.resolve(child.argv[3:]).sentence()
+            answer = prefill_graph.resolve(child.argv[3:])
+            sentence = answer.sentence()
+            if answer.breakable and plan.spec.ext_enabled and plan.spec.index_k_integrity != "off":
+                sentence += ("; index-K integrity does not check readers replayed from the graph (such loads are "
+                             "counted and logged as never verified)")
         except PrefillGraphArgsError as exc:
             sentence = f"breakable prefill graph unknown ({exc})"
         lines.append(f"# {child.name}: {sentence}")

@@ -41,6 +41,8 @@ _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 # SGLANG_DSV4_BF16_INDEX_K would otherwise contradict them (an inherited =1 with an fp8
 # stack makes every child refuse to start), so the children never inherit it.
 UNSET_IN_CHILDREN = (ENV_BF16_ALIAS,)
+# SGLang's per-request PD KV digest (prefill -> decode); serve turns it on with the integrity mode.
+KV_CHECKSUM_FLAG = "--disaggregation-enable-kv-checksum"
 
 
 @dataclass
@@ -180,6 +182,10 @@ def _server_argv(spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: i
     if spec.ext_enabled and spec.index_k_dtype == "fp4":
         # fp4 index-K is SGLang's own indexer; the extension only records the choice.
         ours.append("--enable-deepseek-v4-fp4-indexer")
+    if spec.ext_enabled and spec.index_k_integrity != "off" and inst.role in ("prefill", "decode"):
+        # PD transfers are checked by SGLang's own per-request KV digest (index-K rows included); the
+        # integrity hook counts its mismatches under where="pd".
+        ours.append(KV_CHECKSUM_FLAG)
     if len(inst.nodes) > 1:
         dist = inst.dist_init_addr or f"{spec.nodes[inst.nodes[0]]}:{DEFAULT_DIST_PORT}"
         ours += ["--nnodes", str(len(inst.nodes)), "--node-rank", str(inst.nodes.index(node_rank)),
@@ -302,7 +308,8 @@ def build_plan(
     """Build and validate every child command line for ``node_rank``."""
     check_spec(spec, node_rank)
     sglang = sglang or SGLangArgs()
-    ext_env = ExtConfig(enabled=spec.ext_enabled, index_k_dtype=spec.index_k_dtype, gate=spec.index_k_gate).to_env()
+    ext_env = ExtConfig(enabled=spec.ext_enabled, index_k_dtype=spec.index_k_dtype, gate=spec.index_k_gate,
+                        integrity=spec.index_k_integrity).to_env()
     plan = Plan(spec=spec, node_rank=node_rank, children=[], ext_env=ext_env)
     _add_servers(plan, sglang, python, server_module)
     if _router_runs_on(spec, node_rank):

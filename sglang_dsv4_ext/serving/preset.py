@@ -11,6 +11,7 @@ below are the schema, and an error names the key in one line)::
     enabled = true
     index_k_dtype = "bf16"           # fp8 | bf16 | fp4 (fp4 adds --enable-deepseek-v4-fp4-indexer)
     index_k_gate = "auto"            # auto | strict | off
+    index_k_integrity = "off"        # off | sample | full (pd: adds --disaggregation-enable-kv-checksum)
 
     [hicache]
     enabled = true                   # --enable-hierarchical-cache on the roles below
@@ -63,9 +64,11 @@ from sglang_dsv4_ext.config import (
     ENV_BF16_ALIAS,
     ENV_GATE,
     ENV_INDEX_K_DTYPE,
+    ENV_INTEGRITY,
     ENV_KILL_SWITCH,
     GATE_MODES,
     INDEX_K_DTYPES,
+    INTEGRITY_MODES,
 )
 from sglang_dsv4_ext.errors import PresetError
 
@@ -119,6 +122,7 @@ class StackSpec:
     ext_enabled: bool = True
     index_k_dtype: str = "fp8"
     index_k_gate: str = "auto"
+    index_k_integrity: str = "off"
     hicache: bool = False
     hicache_ratio: Optional[float] = None
     hicache_roles: List[str] = field(default_factory=lambda: ["prefill"])
@@ -177,7 +181,7 @@ def resolve_preset_path(name_or_path: str) -> str:
 
 PORT_RANGE = (1, 65535)
 # Variables a preset's env table may not set: [extension] sets them in every child.
-EXTENSION_ENV = (ENV_KILL_SWITCH, ENV_INDEX_K_DTYPE, ENV_BF16_ALIAS, ENV_GATE)
+EXTENSION_ENV = (ENV_KILL_SWITCH, ENV_INDEX_K_DTYPE, ENV_BF16_ALIAS, ENV_GATE, ENV_INTEGRITY)
 
 
 def _port(value: int) -> int:
@@ -242,6 +246,7 @@ class ExtensionTable(_Schema):
     enabled: bool = True
     index_k_dtype: Literal[INDEX_K_DTYPES] = "fp8"
     index_k_gate: Literal[GATE_MODES] = "auto"
+    index_k_integrity: Literal[INTEGRITY_MODES] = "off"
 
 
 class HiCacheTable(_Schema):
@@ -444,6 +449,7 @@ def spec_from_dict(data: dict, source: str) -> StackSpec:
         ext_enabled=ext.enabled,
         index_k_dtype=ext.index_k_dtype,
         index_k_gate=ext.index_k_gate,
+        index_k_integrity=ext.index_k_integrity,
         hicache=hic.enabled,
         hicache_ratio=hic.ratio,
         hicache_roles=list(hic.roles),

@@ -80,6 +80,10 @@ MUTATIONS: List[Mutation] = [
     Mutation("integrity: pages no reader verified are counted and said", "sglang_dsv4_ext/index_k_integrity.py",
              "        self._note_unverified(layer, self.pending.get(layer))\n", "",
              ("tests/unit/hooks/test_integrity.py::test_loads_no_reader_verified_are_counted_and_said_once",)),
+    Mutation("serve: the integrity mode reaches every child", "sglang_dsv4_ext/serving/launch_plan.py",
+             "                        integrity=spec.index_k_integrity).to_env()", "                        ).to_env()",
+             ("tests/unit/serving/test_serve_dryrun.py::"
+              "test_integrity_reaches_every_child_and_pd_servers_get_sglangs_kv_checksum",)),
     Mutation("sizing: bf16 index-K budgeted at 256 B", "sglang_dsv4_ext/hooks/sizing.py",
              "    if dtype == BF16:\n        return index_k_bytes_per_token(BF16, index_head_dim)",
              "    if False:\n        return index_k_bytes_per_token(BF16, index_head_dim)",

@@ -245,3 +245,42 @@ def test_presets_are_reachable_from_serve_dir_and_scripts_name_real_presets():
             assert preset in names, f"{script} names unknown preset {preset}"
             named += 1
     assert named >= 3
+
+
+def test_integrity_reaches_every_child_and_pd_servers_get_sglangs_kv_checksum(capsys):
+    """Before 0.3.0 the stack's environment forced SGLANG_DSV4_INDEX_K_INTEGRITY=off into every child."""
+    _, cmds = _dry_run(capsys, "--preset", "dsv4-flash-8gpu-pd-4p4d-bf16-hicache", "--index-k-integrity", "sample")
+    for env, argv in _servers(cmds):
+        assert load_config(env).integrity == "sample"
+        assert parse_like_sglang(argv[3:]).disaggregation_enable_kv_checksum is True
+    _, cmds = _dry_run(capsys, "--preset", "dsv4-flash-8gpu-pd-4p4d-bf16-hicache")
+    for env, argv in _servers(cmds):
+        assert load_config(env).integrity == "off"
+        assert parse_like_sglang(argv[3:]).disaggregation_enable_kv_checksum is False
+
+
+def test_integrity_from_the_preset_and_from_the_shell_without_a_preset(capsys, tmp_path, monkeypatch):
+    preset = tmp_path / "p.toml"
+    preset.write_text('mode = "single"\nmodel_path = "m"\n[extension]\nindex_k_integrity = "full"\n')
+    _, cmds = _dry_run(capsys, "--preset", str(preset))
+    (env, argv), = _servers(cmds)
+    assert load_config(env).integrity == "full"
+    assert parse_like_sglang(argv[3:]).disaggregation_enable_kv_checksum is False  # no PD transfer to check
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", "sample")
+    _, cmds = _dry_run(capsys, "--mode", "single", "--model-path", "m")
+    (env, _), = _servers(cmds)
+    assert load_config(env).integrity == "sample"
+
+
+def test_the_shell_integrity_differing_from_the_preset_is_said(capsys, monkeypatch):
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", "sample")
+    out, cmds = _dry_run(capsys, "--preset", "dsv4-flash-8gpu-pd-4p4d-bf16-hicache")
+    assert "shell has SGLANG_DSV4_INDEX_K_INTEGRITY=sample; children get off" in out
+    assert all(load_config(env).integrity == "off" for env, _ in _servers(cmds))
+
+
+def test_a_bad_integrity_value_in_a_preset_names_the_key(tmp_path):
+    preset = tmp_path / "p.toml"
+    preset.write_text('mode = "single"\n[extension]\nindex_k_integrity = "always"\n')
+    with pytest.raises(PresetError, match="index_k_integrity"):
+        load_preset(str(preset))
