@@ -104,8 +104,16 @@ class IntegrityTracker:
 
     # ---- read side ----
     def begin_load(self) -> None:
-        """A new load (all layers) starts: rotates the sampled layers."""
+        """A new load (all layers) starts: rotates the sampled layers and drops what the last one left pending.
+
+        A pending entry names device rows and the checksums their load should have produced; once a new
+        load starts, those rows may hold other data, so verifying them later would report a false
+        mismatch (seen on the GPU replay in ``sample`` mode, whose rotation keeps other layers than the
+        next load replaces). What no reader verified is counted instead.
+        """
         self.loads += 1
+        for layer in sorted(self.pending):
+            self._note_unverified(layer, self.pending.pop(layer))
 
     def samples_layer(self, layer: int) -> bool:
         return self.mode == FULL or (layer + self.loads) % self.sample_layer_stride == 0

@@ -84,6 +84,11 @@ MUTATIONS: List[Mutation] = [
              "                        integrity=spec.index_k_integrity).to_env()", "                        ).to_env()",
              ("tests/unit/serving/test_serve_dryrun.py::"
               "test_integrity_reaches_every_child_and_pd_servers_get_sglangs_kv_checksum",)),
+    Mutation("integrity: a new load drops the last load's pending pages", "sglang_dsv4_ext/index_k_integrity.py",
+             "        for layer in sorted(self.pending):\n            self._note_unverified(layer, self.pending.pop(layer))\n",
+             "",
+             ("tests/unit/hooks/test_integrity.py::"
+              "test_a_new_load_drops_what_the_last_left_pending_instead_of_verifying_it_later",)),
     Mutation("sizing: bf16 index-K budgeted at 256 B", "sglang_dsv4_ext/hooks/sizing.py",
              "    if dtype == BF16:\n        return index_k_bytes_per_token(BF16, index_head_dim)",
              "    if False:\n        return index_k_bytes_per_token(BF16, index_head_dim)",

@@ -169,6 +169,32 @@ def test_loads_no_reader_verified_are_counted_and_said_once(ext_active, integrit
     assert tracker.unverified_pages == before + 2 * (host.layer_num - 1)
 
 
+def test_a_new_load_drops_what_the_last_left_pending_instead_of_verifying_it_later(ext_active, integrity_mode,
+                                                                                 caplog):
+    """Regression (seen on the GPU replay, sample mode): a layer the last load sampled but the next does not kept
+    its pending rows; they were verified after the next load, against rows that hold other data by then."""
+    integrity_mode("sample")
+    pool, host = _stack(ext_active)
+    tracker = integrity.tracker_of(host)
+    tracker.loads = 2  # the rotation at which load #1 samples c4 sub-layer 1 and load #2 sub-layer 0 only
+    host_idx = torch.arange(0, 2 * PAGE)
+    host.backup_from_device_all_layer(pool.c4_indexer_kv_pool, host_idx, torch.arange(PAGE, 3 * PAGE), "kernel")
+    for sub_layer in range(host.layer_num):  # load #1 into device pages 1, 2; no reader runs
+        host.load_to_device_per_layer(pool.c4_indexer_kv_pool, host_idx, torch.arange(PAGE, 3 * PAGE), sub_layer,
+                                      "kernel")
+    assert tracker.has_pending(1) and not tracker.has_pending(0)
+    list.__getitem__(pool.c4_indexer_kv_pool.index_k_with_scale_buffer, 1)[1:3] ^= 0xFF  # pages 1, 2 reused
+    for sub_layer in range(host.layer_num):  # load #2 into device pages 3, 4
+        host.load_to_device_per_layer(pool.c4_indexer_kv_pool, host_idx, torch.arange(3 * PAGE, 5 * PAGE),
+                                      sub_layer, "kernel")
+    caplog.set_level("WARNING", logger="sglang_dsv4_ext.integrity")
+    for sub_layer in range(host.layer_num):
+        _read_layer(pool, _model_layer_of(pool, sub_layer))
+    index_k_integrity.report(tracker.drain())
+    assert tracker.mismatches == 0, [r.getMessage() for r in caplog.records]
+    assert tracker.unverified_pages == 2  # load #1's two sampled pages of sub-layer 1, counted instead
+
+
 def test_checksum_kernel_in_triton_interpreter_matches_torch():
     from tests.support.triton_interpreter import interpreted_kernels
 
