@@ -85,7 +85,8 @@ MUTATIONS: List[Mutation] = [
              ("tests/unit/serving/test_serve_dryrun.py::"
               "test_integrity_reaches_every_child_and_pd_servers_get_sglangs_kv_checksum",)),
     Mutation("integrity: a new load drops the last load's pending pages", "sglang_dsv4_ext/index_k_integrity.py",
-             "        for layer in sorted(self.pending):\n            self._note_unverified(layer, self.pending.pop(layer))\n",
+             "        for layer in sorted(self.pending):\n"
+             "            self._note_unverified(layer, self.pending.pop(layer))\n",
              "",
              ("tests/unit/hooks/test_integrity.py::"
               "test_a_new_load_drops_what_the_last_left_pending_instead_of_verifying_it_later",)),
