@@ -66,6 +66,7 @@ class ActivationState:
     version_refusal: Optional[str] = None  # an untested SGLang: nothing patched, DeepSeek-V4 pools refused
     refusals: List[str] = field(default_factory=list)  # why a DeepSeek-V4 pool would be refused here
     hooks: List = field(default_factory=list)  # every Hook installed in this process
+    patch_seconds: float = 0.0  # time spent checking and patching modules as SGLang imported them
 
 
 STATE = ActivationState()
@@ -193,29 +194,31 @@ def patch_module(module_name: str) -> None:
 
     A drifted signature (or an untested SGLang) leaves the module stock and is recorded: this
     process serves other models untouched, with a warning, and refuses only if it builds a
-    DeepSeek-V4 pool (:func:`complete_before_dsv4_pool`). Idempotent per module.
+    DeepSeek-V4 model or pool (:func:`complete_before_dsv4_build`). Idempotent per module.
     """
     with _LOCK:
         if module_name in STATE.modules or STATE.config is None:
             return
+        started = time.perf_counter()
         targets = _targets_in(module_name)
         drifts = compat.check_targets(targets)
         for d in drifts:
             STATE.details[d.target] = d.describe()
         reasons = [STATE.version_refusal] if STATE.version_refusal else []
         reasons += [d.describe() for d in drifts]
-        guards = _pool_build_guards(targets)
+        guards = _build_guards(module_name)
         if reasons:
             STATE.modules[module_name] = "refused"
             STATE.refusals.extend(r for r in reasons if r not in STATE.refusals)
             # An untested SGLang was warned about once at the entry point; a drift is news per module.
             log = logger.warning if drifts else logger.debug
-            log("sglang-dsv4-ext left %s stock: %s. Other models are unaffected; a DeepSeek-V4 pool built in "
-                "this process will be refused.", module_name, "; ".join(reasons))
-            _install(guards)
-            return
-        _install(_collect_hooks(module_name) + guards)
-        STATE.modules[module_name] = "patched"
+            log("sglang-dsv4-ext left %s stock: %s. Other models are unaffected; a DeepSeek-V4 model or pool "
+                "built in this process will be refused.", module_name, "; ".join(reasons))
+            _install_guards_only(guards)
+        else:
+            _install(_collect_hooks(module_name) + guards)
+            STATE.modules[module_name] = "patched"
+        STATE.patch_seconds += time.perf_counter() - started
 
 
 def _collect_hooks(module_name: str) -> list:
@@ -234,40 +237,66 @@ def _collect_hooks(module_name: str) -> list:
     return hooks
 
 
-def _pool_build_guards(targets: List[compat.Target]) -> list:
-    """A signature-agnostic guard on each DeepSeek-V4 pool build point among ``targets``."""
+def _build_guards(module_name: str) -> list:
+    """A signature-agnostic guard on each DeepSeek-V4 build point defined in ``module_name`` that exists.
+
+    A build point that is missing (SGLang renamed the class) gets no guard; the model guard in
+    ``sglang.srt.models.deepseek_v4`` still stops a DeepSeek-V4 server there.
+    """
     from sglang_dsv4_ext.hooks import Hook
 
-    points = {compat.CONFIGURATOR_INIT.path, compat.POOL_INIT.path}
-    return [Hook(t, _before_dsv4_pool_build, "before") for t in targets if t.path in points]
+    guards = []
+    for target in compat.DSV4_BUILD_POINTS:
+        if target.module != module_name:
+            continue
+        try:
+            compat.resolve(target.path)
+        except (ImportError, AttributeError, ValueError):
+            continue
+        guards.append(Hook(target, _before_dsv4_build, "before"))
+    return guards
 
 
-def _before_dsv4_pool_build(*args, **kwargs):
-    complete_before_dsv4_pool()
+def _install_guards_only(guards: list) -> None:
+    """The refused path: install the guards, but never stop a process that may serve another model."""
+    try:
+        _install(guards)
+    except ActivationError as exc:
+        reason = f"the DeepSeek-V4 build guard could not be installed ({exc})"
+        STATE.refusals.append(reason)
+        logger.error("sglang-dsv4-ext: %s", reason)
+
+
+def _before_dsv4_build(*args, **kwargs):
+    complete_before_dsv4_build()
     return None
 
 
-def complete_before_dsv4_pool() -> None:
-    """A DeepSeek-V4 pool is about to be built: every target must be patched and verified now.
+def complete_before_dsv4_build() -> None:
+    """A DeepSeek-V4 model or pool is about to be built: every target must be patched and verified now.
 
     Imports the target modules SGLang has not imported yet (a DeepSeek-V4 server needs them all),
     refuses with every recorded drift if any, and exports the activation gauge.
     """
-    with _LOCK:
-        if STATE.config is None:
-            return  # the plugin never loaded in this process (SGLANG_DSV4_EXT=0): stock SGLang
-        if not STATE.activated:
-            _complete()
+    if STATE.config is None:
+        return  # the plugin never loaded in this process (SGLANG_DSV4_EXT=0): stock SGLang
+    if not STATE.activated:
+        # Outside the lock: an import holds Python's module lock while its post-import hook waits for ours.
+        for module_name in compat.target_modules(_TABLE):
+            importlib.import_module(module_name)
+        with _LOCK:
+            if not STATE.activated:
+                _complete()
     _export_active_gauge(STATE.config)
 
 
 def _complete() -> None:
     for module_name in compat.target_modules(_TABLE):
-        importlib.import_module(module_name)
+        importlib.import_module(module_name)  # already imported on the deferred path (fast)
         patch_module(module_name)
     if STATE.refusals:
-        message = ("refusing to build a DeepSeek-V4 pool: this SGLang does not match what sglang-dsv4-ext was "
-                   "written against, so its fixes are not in place:\n  " + "\n  ".join(STATE.refusals)
+        message = ("refusing to build a DeepSeek-V4 model or pool: this SGLang does not match what sglang-dsv4-ext "
+                   "was written against, so its fixes are not in place:\n  " + "\n  ".join(STATE.refusals)
                    + "\n(set SGLANG_DSV4_EXT=0 to serve with stock SGLang)")
         STATE.error = message
         raise ActivationError(message)
@@ -294,9 +323,16 @@ def _install(hooks: list) -> None:
     STATE.hooks.extend(hooks)
 
 
+def _carries(hook) -> bool:
+    try:
+        return carries_hook(compat.resolve(hook.target.path)[2], hook.fn)
+    except (ImportError, AttributeError, ValueError):
+        return False
+
+
 def _verify_installed(hooks) -> None:
     """HookRegistry logs and swallows failures (and skips targets already applied): check each wrapper."""
-    missing = sorted({h.target.path for h in hooks if not carries_hook(compat.resolve(h.target.path)[2], h.fn)})
+    missing = sorted({h.target.path for h in hooks if not _carries(h)})
     if missing:
         raise ActivationError(
             "HookRegistry did not install our wrapper on: " + ", ".join(missing)
@@ -416,7 +452,9 @@ def _export_active_gauge(cfg: ExtConfig) -> None:
 def _announce_activation() -> None:
     # Once per server: the launcher (the process SGLang's children are spawned from). Printed to
     # stderr so it shows whatever SGLang's log level and whether or not its logging is set up yet.
-    if STATE.loaded and STATE.config is not None and multiprocessing.parent_process() is None:
+    # Not on an untested SGLang: nothing will be patched, so nothing may claim to be active.
+    if STATE.loaded and not STATE.version_refusal and STATE.config is not None \
+            and multiprocessing.parent_process() is None:
         print(activation_line(STATE.config), file=sys.stderr, flush=True)
 
 
@@ -428,7 +466,7 @@ def register() -> None:
     variable) and the SGLang version read; each target module is then checked and patched when
     SGLang itself imports it (a post-import hook, :func:`patch_module`), so a process that never
     imports the DSV4/HiCache modules never pays for them. A drift is refused only where a
-    DeepSeek-V4 pool is built (:func:`complete_before_dsv4_pool`); other models serve with stock
+    DeepSeek-V4 model or pool is built (:func:`complete_before_dsv4_build`); other models serve with stock
     SGLang and a warning.
     """
     if kill_switch_set():

@@ -81,6 +81,13 @@ class Target:
 HOOK_REGISTRY_PROPAGATE = Target(
     "sglang.srt.plugins.hook_registry._propagate_patch", "(original, wrapped, source_module)",
     "activation", ALWAYS, "scan only sglang.* modules for aliases of our targets (0.3 s activation budget)")
+# A target whose hook is signature-agnostic: only its presence is checked.
+ANY_SIGNATURE = "(*any)"
+# --- activation: where a DeepSeek-V4 model is built, activation completes or refuses (a guard) ---
+DSV4_MODEL_INIT = Target(
+    "sglang.srt.models.deepseek_v4.DeepseekV4ForCausalLM.__init__", ANY_SIGNATURE,
+    "activation", ALWAYS, "guard: complete activation or refuse before a DeepSeek-V4 model is built (also where "
+    "SGLang's pool classes moved)")
 # --- sizing: one source of truth for index-K bytes per token (docs/patch-point-map.md, sizing) ---
 INDEXER_BYTES_PER_TOKEN = Target(
     f"{_MP}.get_dsv4_indexer_bytes_per_token", "(index_head_dim, use_fp4_indexer)",
@@ -216,7 +223,7 @@ WITHOUT_SOURCE_PATCH = (
 )
 
 TARGETS: List[Target] = [
-    HOOK_REGISTRY_PROPAGATE,
+    HOOK_REGISTRY_PROPAGATE, DSV4_MODEL_INIT,
     INDEXER_BYTES_PER_TOKEN, CONFIGURATOR_INIT,
     MAKE_INDEXER_POOL, POOL_INIT,
     PD_KV_LAYOUT,
@@ -227,6 +234,10 @@ TARGETS: List[Target] = [
     INTEGRITY_HOST_POOL_INIT, INTEGRITY_HOST_POOL_BACKUP, INTEGRITY_HOST_POOL_LOAD, INTEGRITY_HOST_POOL_FREE,
     INTEGRITY_C4_INDEXER_FORWARD, INTEGRITY_PD_CHECKSUM_MISMATCH,
 ]
+
+
+# Where a DeepSeek-V4 server builds its model and pools: activation's guard completes or refuses there.
+DSV4_BUILD_POINTS = (DSV4_MODEL_INIT, CONFIGURATOR_INIT, POOL_INIT)
 
 
 def _format_default(value) -> str:
@@ -298,6 +309,8 @@ def check_targets(targets: Optional[Iterable[Target]] = None) -> List[Drift]:
         except (ImportError, AttributeError, ValueError) as exc:
             drifts.append(Drift(target.path, target.signature, None, f"{type(exc).__name__}: {exc}"))
             continue
+        if target.signature == ANY_SIGNATURE:
+            continue  # a signature-agnostic guard: being there is enough
         try:
             actual = normalised_signature(unwrap_to_original(current))
         except (TypeError, ValueError) as exc:

@@ -102,3 +102,7 @@ class HistoryError(Dsv4ExtError, RuntimeError):
 
 class MissingExtraError(Dsv4ExtError, RuntimeError):
     """An optional dependency (a pip extra such as ``[series]``) is not installed; the message names it."""
+
+
+class CaptureFileError(Dsv4ExtError, ValueError):
+    """A capture file recall cannot read (truncated, not a torch file, a field missing or misshapen)."""

@@ -16,10 +16,10 @@ prefix; row r reads the first ``seq_lens[r]``) or ``[R, T, D]`` when their page 
 each key row, so a reader can check the rows against the pool.
 
 Bounds (:class:`sglang_dsv4_ext.config.CaptureConfig`): distinct requests, sampled c4 layers
-(validated here against the model's c4 layers, the first time a pool is used), query rows per
+(validated here against the model's c4 layers when a pool is built), query rows per
 request and layer, and MiB queued. Each bound that stops capturing logs one line.
 
-Costs: decided once per pool at its first indexer call (``capture_for``); off, the cost is one
+Costs: decided once per pool when it is built (``capture_for``); off, the cost is one
 attribute lookup per call. On, a call that captures something costs one device->host sync (the
 sampled rows' lengths and page-table rows, a few hundred bytes), a gather of the key rows, and
 non-blocking copies into pinned host memory; a background thread waits for the copies and writes
@@ -185,21 +185,34 @@ class _Writer:
                 self.queue.task_done()
 
     def _write(self, path: Path, record: dict, ready, nbytes: int) -> None:
+        # Written whole under NAME.part, then linked to NAME (os.link never replaces a file): a reader
+        # (recall) sees complete files only, and a failed write leaves nothing behind.
+        part = path.with_name(path.name + ".part")
         try:
             if ready is not None:
                 ready.synchronize()  # the non-blocking device->host copies have landed
-            with open(path, "xb") as f:  # never overwrite
+            with open(part, "xb") as f:  # never overwrite
                 torch.save(record, f)
+            os.link(part, path)
         except Exception as exc:  # a full disk must not take the server down
             self.failed += 1
             logger.warning("index-K capture: could not write %s: %s", path, exc)
             return
+        finally:
+            _unlink_quietly(part)
         self.files += 1
         self.bytes += nbytes
 
     def drain(self) -> None:
         if self._thread is not None:
             self.queue.join()
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 def new_run_directory(root: str) -> Path:
@@ -328,7 +341,8 @@ class IndexKCapture:
 # --- the decision, once per pool ---------------------------------------------------------------
 
 def capture_for(pool) -> Optional[IndexKCapture]:
-    """This pool's capture, decided at its first indexer call (None: capture off here)."""
+    """This pool's capture (None: capture off here), decided when the pool is built (the pool hook announces
+    it, so a bad layer id or directory stops start-up, not a forward pass) or else at its first indexer call."""
     decided = getattr(pool, _ATTR, _UNDECIDED)
     if decided is _UNDECIDED:
         decided = _decide(pool)

@@ -42,7 +42,7 @@ from typing import Iterator, Optional
 import torch
 import torch.nn.functional as F
 
-from sglang_dsv4_ext import compat, index_k_capture
+from sglang_dsv4_ext import compat, index_k_capture, pool_lifecycle
 from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
 from sglang_dsv4_ext.index_k import is_bf16_index_pool
 
@@ -290,6 +290,9 @@ def _run_topk_transform(backend, indexer_metadata, logits, rows, all_rows, c4_se
 
 def hooks(ctx):
     from sglang_dsv4_ext.hooks import Hook
+
+    # Capture is decided when a pool is built: a bad setting stops start-up, not a forward pass.
+    pool_lifecycle.subscribe_pool_created("index-K capture", index_k_capture.capture_for)
 
     return [
         # The class body binds forward_indexer_compressor = forward_unified; HookRegistry does

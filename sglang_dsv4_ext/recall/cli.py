@@ -22,6 +22,7 @@ from typing import Dict, List
 
 import torch
 
+from sglang_dsv4_ext.errors import CaptureFileError
 from sglang_dsv4_ext.recall import formats
 
 FORMATS = ("bf16", "fp8", "fp4")
@@ -58,19 +59,35 @@ def set_recall(got: torch.Tensor, ref: torch.Tensor, seq_lens: torch.Tensor, k: 
     return out
 
 
+CAPTURE_FIELDS = ("layer", "q", "weights", "k", "seq_lens")
+
+
+def _add_file(acc: Dict[tuple, List[float]], path: Path, ks: List[int]) -> None:
+    rec = torch.load(path, map_location="cpu", weights_only=True)
+    missing = [f for f in CAPTURE_FIELDS if not isinstance(rec, dict) or f not in rec]
+    if missing:
+        raise CaptureFileError(f"{path}: not a capture file: lacks {', '.join(missing)} "
+                               f"(a capture file holds {', '.join(CAPTURE_FIELDS)})")
+    file_ks = sorted(set(ks) | ({int(rec["index_topk"])} if rec.get("index_topk") else set()))
+    ref = logits(rec["q"], rec["weights"], rec["k"])
+    for fmt in FORMATS:
+        got = logits(round_trip(fmt, rec["q"]), rec["weights"], round_trip(fmt, rec["k"]))
+        for k in file_ks:
+            acc.setdefault((int(rec["layer"]), fmt, k), []).extend(set_recall(got, ref, rec["seq_lens"], k))
+
+
 def analyse(directory: Path, ks: List[int]) -> Dict[str, object]:
     files = sorted(directory.rglob("*.pt"))
     if not files:
         raise FileNotFoundError(f"{directory}: no capture files (*.pt)")
     acc: Dict[tuple, List[float]] = {}
     for path in files:
-        rec = torch.load(path, map_location="cpu", weights_only=True)
-        file_ks = sorted(set(ks) | ({int(rec["index_topk"])} if rec.get("index_topk") else set()))
-        ref = logits(rec["q"], rec["weights"], rec["k"])
-        for fmt in FORMATS:
-            got = logits(round_trip(fmt, rec["q"]), rec["weights"], round_trip(fmt, rec["k"]))
-            for k in file_ks:
-                acc.setdefault((int(rec["layer"]), fmt, k), []).extend(set_recall(got, ref, rec["seq_lens"], k))
+        try:
+            _add_file(acc, path, ks)
+        except CaptureFileError:
+            raise
+        except Exception as exc:  # torch.load / pickle / shape errors: name the file, never a traceback
+            raise CaptureFileError(f"{path}: not a readable capture file ({type(exc).__name__}: {exc})") from exc
     rows = [{"layer": layer, "format": fmt, "k": k, "rows": len(v),
              "recall": (sum(v) / len(v)) if v else None, "min_recall": min(v) if v else None}
             for (layer, fmt, k), v in sorted(acc.items())]
@@ -102,7 +119,7 @@ def run(args) -> int:
     ks = sorted({512, configured_topk()})
     try:
         result = analyse(directory, ks)
-    except (FileNotFoundError, KeyError, RuntimeError) as exc:
+    except (FileNotFoundError, CaptureFileError) as exc:
         print(f"sglang-dsv4 recall: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=2) if args.json else format_table(result))

@@ -53,7 +53,8 @@ def check_server_log(name: str, log_path: str, expected: Mapping[str, str]) -> D
     if fields is None:
         raise ActivationError(
             f"{name}: no '{ACTIVATION_LINE_PREFIX}' line in {log_path}: the extension did not activate in "
-            f"this server (SGLANG_PLUGINS? SGLANG_DSV4_EXT=0? another interpreter?); results would be stock SGLang"
+            f"this server (SGLANG_PLUGINS? SGLANG_DSV4_EXT=0? another interpreter? an untested SGLang, see its "
+            f"warning in the log?); results would be stock SGLang"
         )
     wrong = {k: (fields.get(k), v) for k, v in expected.items() if k in CHECKED_FIELDS and fields.get(k) != v}
     if wrong:

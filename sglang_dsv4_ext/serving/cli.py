@@ -24,6 +24,7 @@ from sglang_dsv4_ext.config import (
     ConfigError,
     load_config,
 )
+from sglang_dsv4_ext.errors import CommandLineError
 from sglang_dsv4_ext.serving.preset import (
     HICACHE_SIZE_MESSAGE,
     MODES,
@@ -282,8 +283,8 @@ def _env_notes(spec: StackSpec) -> List[str]:
         )
     try:
         env = load_config()
-    except ConfigError as exc:
-        return notes + [f"the shell's extension environment is invalid ({exc}); the children get the stack's values"]
+    except ConfigError:
+        return notes  # the shell's own combination; what the children see was checked (_check_children_config)
     if env.index_k_dtype != spec.index_k_dtype and os.environ.get(ENV_INDEX_K_DTYPE):
         notes.append(f"shell has {ENV_INDEX_K_DTYPE}={env.index_k_dtype}; children get {spec.index_k_dtype}")
     if env.gate != spec.index_k_gate and os.environ.get(ENV_GATE):
@@ -341,8 +342,20 @@ def _plans(args):
     ranks = range(len(spec.nodes)) if (args.dry_run and args.all_nodes) else [args.node_rank]
     plans = [build_plan(spec, rank, sglang, python=args.python, server_module=args.server_module) for rank in ranks]
     for plan in plans:
+        _check_children_config(plan)
         plan.notes = _env_notes(spec) + plan.notes
     return spec, plans
+
+
+def _check_children_config(plan) -> None:
+    """What each child will see (this shell's environment plus the stack's) must pass activation's check."""
+    for child in plan.children:
+        try:
+            load_config(child.environment(os.environ))
+        except ConfigError as exc:
+            raise CommandLineError(
+                f"{child.name} would refuse to start: its SGLANG_DSV4_* environment (this shell's, with the stack's "
+                f"SGLANG_DSV4_INDEX_K_DTYPE={plan.spec.index_k_dtype} on top) is invalid: {exc}") from exc
 
 
 def _startable(spec: StackSpec, plan) -> Optional[str]:
@@ -380,7 +393,6 @@ def _prefill_graph_lines(plan) -> str:
 
 
 def run(args) -> int:
-    from sglang_dsv4_ext.errors import CommandLineError
     from sglang_dsv4_ext.serving.launch_plan import format_plan
 
     if args.list_presets:

@@ -37,11 +37,13 @@ def test_capture_on_gpu_holds_the_rows_the_indexer_read(sglang_gpu, tmp_path):
 
     activation.activate()
     shape = indexer_topk.SHAPES[0]  # decode: one query row per request
-    pool = indexer_topk.build_pool("bf16", shape.pages, "cuda")
-    inp = indexer_topk.make_inputs(shape, 0, "cuda")
-    indexer_topk.store_bf16(pool, inp)
     root = tmp_path / "capture"
-    with indexer_topk.env(SGLANG_DSV4_INDEX_K_CAPTURE=str(root), SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS=REQUESTS):
+    # Capture is decided when the pool is built.
+    with indexer_topk.env(SGLANG_DSV4_INDEX_K_CAPTURE=str(root), SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS=REQUESTS,
+                          SGLANG_DSV4_INDEX_K_DTYPE="bf16"):
+        pool = indexer_topk.build_pool("bf16", shape.pages, "cuda")
+        inp = indexer_topk.make_inputs(shape, 0, "cuda")
+        indexer_topk.store_bf16(pool, inp)
         selected = indexer_topk.run_indexer(pool, inp, shape, "bf16").cpu()
     capture = index_k_capture.capture_for(pool)
     assert capture is not None

@@ -45,6 +45,11 @@ def untested():
     return _scenario("untested")
 
 
+@pytest.fixture(scope="module")
+def moved():
+    return _scenario("moved")
+
+
 def test_entry_point_imports_no_dsv4_or_hicache_module(deferred):
     assert deferred["before"] == []
     assert deferred["loaded"] is True
@@ -100,3 +105,11 @@ def test_an_untested_sglang_warns_once_patches_nothing_and_refuses_only_dsv4_poo
     assert len(untested["warnings"]) == 1 and "SGLang 0.5.99 is not a tested version" in untested["warnings"][0]
     assert "SGLang 0.5.99 is not a tested version" in untested["dsv4_error"]
     assert "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=1" in untested["dsv4_error"]
+
+
+def test_moved_pool_classes_stop_no_server_and_the_model_guard_refuses_dsv4(moved):
+    assert moved["import_errors"] == []  # found in review: an AttributeError here stopped every model's server
+    assert moved["mha_pool_built"] is True
+    assert any("DSV4PoolConfigurator" in w for w in moved["warnings"])
+    assert moved["model_error"] is not None and not moved["model_error"].startswith("not refused")
+    assert "DSV4PoolConfigurator.__init__: missing" in moved["model_error"]

@@ -13,10 +13,14 @@ imports fire our post-import hooks, SGLang's real pools are built on CPU.
   pool is refused naming the drifted target.
 * untested: the installed version reads as 0.5.99 (our version lookup is the one thing replaced);
   one warning at the entry point, nothing patched, a non-DSV4 pool builds, a DSV4 pool is refused.
+* moved: SGLang's DSV4 pool configurator class is gone when its module finishes importing (as if
+  renamed; removed by a post-import hook that runs before ours): importing it stops nothing, a non-DSV4
+  pool builds, and building the DeepSeek-V4 model is refused by the model guard, naming it.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -38,7 +42,7 @@ def ours_on(target) -> bool:
     """Whether any hook of ours (not the pool-build guard) wraps ``target``."""
     current = compat.resolve(target.path)[2]
     return any(activation.carries_hook(current, h.fn) for h in activation.STATE.hooks
-               if h.target.path == target.path and h.fn is not activation._before_dsv4_pool_build)
+               if h.target.path == target.path and h.fn is not activation._before_dsv4_build)
 
 
 def build_mha_pool():
@@ -121,6 +125,38 @@ def untested() -> dict:
     return out
 
 
+def moved() -> dict:
+    import wrapt
+
+    # The configurator only: SGLang's own DSV4 modules import the pool class by name.
+    removed = {"sglang.srt.model_executor.pool_configurator": "DSV4PoolConfigurator"}
+    for module_name, attribute in removed.items():
+        wrapt.register_post_import_hook(lambda m, a=attribute: delattr(m, a), module_name)
+    import sglang.srt.plugins as plugins
+
+    warnings = _warnings()
+    plugins.load_plugins()
+    out = {"import_errors": []}
+    for module_name in removed:
+        try:
+            importlib.import_module(module_name)
+        except Exception as exc:  # what a missing class must not do to a server of another model
+            out["import_errors"].append(f"{module_name}: {type(exc).__name__}: {exc}")
+    build_mha_pool()
+    out["mha_pool_built"] = True
+    out["warnings"] = warnings
+    from sglang.srt.models.deepseek_v4 import DeepseekV4ForCausalLM
+
+    try:  # the guard runs before SGLang's __init__ reads its config
+        DeepseekV4ForCausalLM.__init__(object.__new__(DeepseekV4ForCausalLM), None)
+        out["model_error"] = None
+    except activation.ActivationError as exc:
+        out["model_error"] = str(exc)
+    except Exception as exc:
+        out["model_error"] = f"not refused by the guard: {type(exc).__name__}: {exc}"
+    return out
+
+
 def drift() -> dict:
     index = compat.TARGETS.index(compat.MAKE_INDEXER_POOL)
     victim = compat.TARGETS[index]
@@ -144,4 +180,4 @@ def drift() -> dict:
 
 
 if __name__ == "__main__":
-    json.dump({"deferred": deferred, "drift": drift, "untested": untested}[sys.argv[1]](), sys.stdout)
+    json.dump({"deferred": deferred, "drift": drift, "untested": untested, "moved": moved}[sys.argv[1]](), sys.stdout)

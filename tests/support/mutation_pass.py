@@ -57,8 +57,8 @@ MUTATIONS: List[Mutation] = [
              ("tests/integration/test_activation_scope.py::"
               "test_drift_leaves_the_module_stock_with_a_warning_and_other_models_serve",)),
     Mutation("activation: a DSV4 pool build completes activation", "sglang_dsv4_ext/activation.py",
-             "    return [Hook(t, _before_dsv4_pool_build, \"before\") for t in targets if t.path in points]",
-             "    return []",
+             "        guards.append(Hook(target, _before_dsv4_build, \"before\"))",
+             "        pass",
              ("tests/integration/test_activation_scope.py::test_drift_refuses_the_dsv4_pool_naming_the_target",
               "tests/integration/test_activation_scope.py::"
               "test_building_a_dsv4_pool_completes_and_verifies_every_target")),

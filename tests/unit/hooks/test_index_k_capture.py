@@ -146,7 +146,7 @@ def test_capture_is_off_by_default_and_decided_per_pool(stubs, monkeypatch, rng,
     with dsv4_pool(monkeypatch, "bf16") as pool:
         _run(pool, rng, [("req-A", [600])])
         assert index_k_capture.capture_for(pool) is None
-        # Decided at the pool's first call: setting the variable later does not switch this pool on...
+        # Decided when the pool was built: setting the variable later does not switch this pool on...
         monkeypatch.setenv("SGLANG_DSV4_INDEX_K_CAPTURE", str(tmp_path / "late"))
         _run(pool, rng, [("req-B", [600])])
         assert index_k_capture.capture_for(pool) is None and not (tmp_path / "late").exists()
@@ -181,10 +181,18 @@ def test_request_bound(stubs, monkeypatch, rng, capture_dir, caplog):
     assert len([r for r in caplog.records if "request bound reached" in r.getMessage()]) == 1
 
 
+def _c4_layers(monkeypatch):
+    """The model's c4 layer ids, from a pool built with capture off."""
+    with monkeypatch.context() as m:
+        m.delenv("SGLANG_DSV4_INDEX_K_CAPTURE", raising=False)
+        with dsv4_pool(m, "bf16") as pool:
+            return index_k_capture.model_c4_layers(pool)
+
+
 def test_sampled_layers_only(stubs, monkeypatch, rng, capture_dir):
+    c4 = _c4_layers(monkeypatch)
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS", f"{c4[1]},{c4[3]}")  # decided when the pool is built
     with dsv4_pool(monkeypatch, "bf16") as pool:
-        c4 = index_k_capture.model_c4_layers(pool)
-        monkeypatch.setenv("SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS", f"{c4[1]},{c4[3]}")
         for layer in c4[:4]:
             _run(pool, rng, [("a", [600])], layer=layer)
     assert [_load(f)["layer"] for f in _files(capture_dir)] == [c4[1], c4[3]]
@@ -252,13 +260,26 @@ def test_capture_bounds_parse():
     assert not load_config({}).capture.enabled
 
 
-def test_layer_ids_that_are_not_c4_layers_are_refused_at_the_first_call(stubs, monkeypatch, rng, capture_dir):
+def test_layer_ids_that_are_not_c4_layers_are_refused_when_the_pool_is_built(stubs, monkeypatch, rng, capture_dir):
+    c4 = _c4_layers(monkeypatch)
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS", f"{LAYER},3")
-    with dsv4_pool(monkeypatch, "bf16") as pool:
-        c4 = index_k_capture.model_c4_layers(pool)
-        with pytest.raises(errors.ConfigError) as exc:
-            _run(pool, rng, [("a", [600])])
+    with pytest.raises(errors.ConfigError) as exc:  # at start-up, before any forward pass
+        with dsv4_pool(monkeypatch, "bf16"):
+            pass
     message = str(exc.value)
     assert "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS" in message and "[3]" in message
     assert f"allowed ids: {','.join(map(str, c4))}" in message
     assert not capture_dir.exists()  # nothing created
+
+
+def test_a_failed_write_leaves_no_file_and_a_good_one_no_part(tmp_path):
+    """Files appear whole or not at all (recall reads *.pt while capture may still be writing)."""
+    writer = index_k_capture._Writer()
+    writer.submit(tmp_path / "bad.pt", {"q": lambda: None}, None, 10)  # a lambda cannot be pickled
+    writer.submit(tmp_path / "good.pt", {"q": torch.zeros(2)}, None, 10)
+    writer.drain()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.pt"]
+    assert (writer.files, writer.failed) == (1, 1)
+    writer.submit(tmp_path / "good.pt", {"q": torch.ones(2)}, None, 10)  # never overwrites
+    writer.drain()
+    assert torch.equal(torch.load(tmp_path / "good.pt")["q"], torch.zeros(2)) and writer.failed == 2

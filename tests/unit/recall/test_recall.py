@@ -50,3 +50,25 @@ def test_cli_json_and_bad_directory(tmp_path, capsys):
     assert all(r["rows"] == 1 for r in out["rows"])
     assert cli.main(["recall", str(tmp_path / "missing")]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_unreadable_capture_files_are_named_without_a_traceback(tmp_path, capsys):
+    """Found in review: a truncated file, a non-torch file or a dict without the fields gave a traceback."""
+    good = tmp_path / "good.pt"
+    _capture(good, 2, torch.randn(600, 128, dtype=torch.float64))
+    cases = {
+        "truncated.pt": good.read_bytes()[: len(good.read_bytes()) // 2],
+        "text.pt": b"not a torch file\n",
+    }
+    for name, data in cases.items():
+        bad = tmp_path / "bad" / name
+        bad.parent.mkdir(exist_ok=True)
+        bad.write_bytes(data)
+        assert cli.main(["recall", str(bad.parent)]) == 2
+        err = capsys.readouterr().err
+        assert str(bad) in err and "not a readable capture file" in err and "Traceback" not in err
+        bad.unlink()
+    torch.save({"layer": 2, "q": torch.zeros(1, 1, 128)}, tmp_path / "bad" / "fields.pt")
+    assert cli.main(["recall", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "fields.pt: not a capture file: lacks weights, k, seq_lens" in err

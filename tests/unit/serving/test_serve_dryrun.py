@@ -284,3 +284,16 @@ def test_a_bad_integrity_value_in_a_preset_names_the_key(tmp_path):
     preset.write_text('mode = "single"\n[extension]\nindex_k_integrity = "always"\n')
     with pytest.raises(PresetError, match="index_k_integrity"):
         load_preset(str(preset))
+
+
+def test_capture_in_the_shell_is_checked_against_what_the_children_see(capsys, monkeypatch):
+    """Found in review: capture (bf16 only) with an fp8 stack passed the dry run and every child would exit at
+    start-up; with a bf16 stack the dry run wrongly called the shell's environment invalid."""
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_CAPTURE", "/tmp/capture")
+    assert main(["serve", "--dry-run", "--preset", "dsv4-flash-8gpu-pd-4p4d-fp8-hicache"]) == 2
+    err = capsys.readouterr().err
+    assert "prefill-0 would refuse to start" in err and "SGLANG_DSV4_INDEX_K_DTYPE=fp8" in err
+    assert "needs SGLANG_DSV4_INDEX_K_DTYPE=bf16" in err and "Traceback" not in err
+    out, cmds = _dry_run(capsys, "--preset", "dsv4-flash-8gpu-pd-4p4d-bf16-hicache")
+    assert "invalid" not in out and len(_servers(cmds)) == 2
+    assert "-u SGLANG_DSV4_INDEX_K_CAPTURE" not in out  # the children inherit it from this shell
