@@ -90,6 +90,22 @@ MUTATIONS: List[Mutation] = [
              "",
              ("tests/unit/hooks/test_integrity.py::"
               "test_a_new_load_drops_what_the_last_left_pending_instead_of_verifying_it_later",)),
+    Mutation("activation: no guard on a build point SGLang does not have", "sglang_dsv4_ext/activation.py",
+             "        try:\n            compat.resolve(target.path)\n        except (ImportError, AttributeError, "
+             "ValueError):\n            continue\n        guards.append(",
+             "        guards.append(",
+             ("tests/integration/test_activation_scope.py::"
+              "test_moved_pool_classes_stop_no_server_and_the_model_guard_refuses_dsv4",)),
+    Mutation("recall: an unreadable capture file is named, not a traceback", "sglang_dsv4_ext/recall/cli.py",
+             "    except (FileNotFoundError, CaptureFileError) as exc:", "    except FileNotFoundError as exc:",
+             ("tests/unit/recall/test_recall.py::test_unreadable_capture_files_are_named_without_a_traceback",)),
+    Mutation("capture: files appear whole (NAME.part, then linked)", "sglang_dsv4_ext/index_k_capture.py",
+             "        finally:\n            _unlink_quietly(part)\n", "",
+             ("tests/unit/hooks/test_index_k_capture.py::test_a_failed_write_leaves_no_file_and_a_good_one_no_part",)),
+    Mutation("serve: each child's environment is checked before start", "sglang_dsv4_ext/serving/cli.py",
+             "        _check_children_config(plan)\n", "",
+             ("tests/unit/serving/test_serve_dryrun.py::"
+              "test_capture_in_the_shell_is_checked_against_what_the_children_see",)),
     Mutation("sizing: bf16 index-K budgeted at 256 B", "sglang_dsv4_ext/hooks/sizing.py",
              "    if dtype == BF16:\n        return index_k_bytes_per_token(BF16, index_head_dim)",
              "    if False:\n        return index_k_bytes_per_token(BF16, index_head_dim)",
