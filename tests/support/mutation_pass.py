@@ -52,8 +52,8 @@ MUTATIONS: List[Mutation] = [
              "        _follow_sglang_imports()\n", "        _complete()\n",
              ("tests/integration/test_activation_scope.py::test_entry_point_imports_no_dsv4_or_hicache_module",)),
     Mutation("activation: a drift is refused only where a DSV4 pool is built", "sglang_dsv4_ext/activation.py",
-             "            _install(guards)\n            return\n",
-             "            raise ActivationError('; '.join(reasons))\n",
+             "            _install_guards_only(guards)\n        else:",
+             "            raise ActivationError('; '.join(reasons))\n        else:",
              ("tests/integration/test_activation_scope.py::"
               "test_drift_leaves_the_module_stock_with_a_warning_and_other_models_serve",)),
     Mutation("activation: a DSV4 pool build completes activation", "sglang_dsv4_ext/activation.py",
@@ -79,7 +79,7 @@ MUTATIONS: List[Mutation] = [
               "test_capture_holds_exactly_the_rows_the_indexer_read_and_recall_reads_it",)),
     Mutation("integrity: pages no reader verified are counted and said", "sglang_dsv4_ext/index_k_integrity.py",
              "        self._note_unverified(layer, self.pending.get(layer))\n", "",
-             ("tests/unit/hooks/test_integrity.py::test_loads_no_reader_verified_are_counted_and_said_once",)),
+             ("tests/unit/hooks/test_integrity.py::test_a_load_without_its_layer_0_still_counts_what_it_replaces",)),
     Mutation("serve: the integrity mode reaches every child", "sglang_dsv4_ext/serving/launch_plan.py",
              "                        integrity=spec.index_k_integrity).to_env()", "                        ).to_env()",
              ("tests/unit/serving/test_serve_dryrun.py::"

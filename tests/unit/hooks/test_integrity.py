@@ -195,6 +195,18 @@ def test_a_new_load_drops_what_the_last_left_pending_instead_of_verifying_it_lat
     assert tracker.unverified_pages == 2  # load #1's two sampled pages of sub-layer 1, counted instead
 
 
+def test_a_load_without_its_layer_0_still_counts_what_it_replaces():
+    """begin_load runs on layer 0's load; a load that replaces a pending layer without it is counted too."""
+    tracker = index_k_integrity.IntegrityTracker("full", [torch.zeros(4, 64, dtype=torch.uint8)], 8)
+    rows, keys = torch.tensor([1, 2]), torch.tensor([5, 6])
+    tracker.expect(0, rows, keys)
+    tracker.expect(0, rows, keys)  # no reader verified the first
+    assert tracker.unverified_pages == 2
+    tracker.verify(0)
+    tracker.expect(0, rows, keys)
+    assert tracker.unverified_pages == 2  # verified pages are not counted
+
+
 def test_checksum_kernel_in_triton_interpreter_matches_torch():
     from tests.support.triton_interpreter import interpreted_kernels
 
