@@ -151,7 +151,6 @@ def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compa
     with _LOCK:
         if STATE.activated:
             return STATE
-        started = time.perf_counter()
         cfg = _load_config(config)
         if not cfg.enabled:
             STATE.statuses = {t.path: SKIPPED_BY_CONFIG for t in compat.TARGETS}
@@ -283,7 +282,10 @@ def complete_before_dsv4_build() -> None:
     if not STATE.activated:
         # Outside the lock: an import holds Python's module lock while its post-import hook waits for ours.
         for module_name in compat.target_modules(_TABLE):
-            importlib.import_module(module_name)
+            try:
+                importlib.import_module(module_name)
+            except ImportError:
+                pass  # a module SGLang no longer has: patch_module records it as a drift and refuses
         with _LOCK:
             if not STATE.activated:
                 _complete()
@@ -291,8 +293,8 @@ def complete_before_dsv4_build() -> None:
 
 
 def _complete() -> None:
+    """Patch what is left, then refuse or verify everything. Callers have imported the target modules."""
     for module_name in compat.target_modules(_TABLE):
-        importlib.import_module(module_name)  # already imported on the deferred path (fast)
         patch_module(module_name)
     if STATE.refusals:
         message = ("refusing to build a DeepSeek-V4 model or pool: this SGLang does not match what sglang-dsv4-ext "
@@ -476,13 +478,8 @@ def register() -> None:
         if STATE.loaded or STATE.activated:
             return
         started = time.perf_counter()
-        try:
+        with _refusal_stops_the_process():
             cfg = _load_config(None)
-        except ActivationError as exc:
-            message = f"sglang-dsv4-ext refused to activate: {exc}\n(set SGLANG_DSV4_EXT=0 to run stock SGLang)"
-            logger.error(message)
-            # SGLang's plugin loader swallows Exceptions; SystemExit stops the process loudly.
-            raise SystemExit(message) from exc
         if not cfg.enabled:
             return
         STATE.version_refusal = _untested_version(cfg)
@@ -492,7 +489,8 @@ def register() -> None:
         STATE.loaded = True
         _follow_sglang_imports()
         if not STATE.refusals and all(m in sys.modules for m in compat.target_modules(_TABLE)):
-            _complete()  # SGLang already imported every target module (a scheduler): verify now
+            with _refusal_stops_the_process():
+                _complete()  # SGLang already imported every target module (a scheduler): verify now
         STATE.seconds = time.perf_counter() - started
     _announce_activation()
 
@@ -507,10 +505,17 @@ def _follow_sglang_imports() -> None:
 
 
 def _on_target_module_imported(module) -> None:
-    try:
+    # A refusal here is an extension defect (a hook that did not install): never serve half-patched.
+    with _refusal_stops_the_process():
         patch_module(module.__name__)
+
+
+@contextlib.contextmanager
+def _refusal_stops_the_process():
+    """SGLang's plugin loader logs and swallows Exceptions from a plugin: a refusal raises SystemExit instead."""
+    try:
+        yield
     except ActivationError as exc:
-        # An extension defect (a hook that did not install): never serve half-patched.
         message = f"sglang-dsv4-ext refused to activate: {exc}\n(set SGLANG_DSV4_EXT=0 to run stock SGLang)"
         logger.error(message)
         raise SystemExit(message) from exc

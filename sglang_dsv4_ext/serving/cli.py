@@ -285,13 +285,16 @@ def _env_notes(spec: StackSpec) -> List[str]:
         env = load_config()
     except ConfigError:
         return notes  # the shell's own combination; what the children see was checked (_check_children_config)
-    if env.index_k_dtype != spec.index_k_dtype and os.environ.get(ENV_INDEX_K_DTYPE):
-        notes.append(f"shell has {ENV_INDEX_K_DTYPE}={env.index_k_dtype}; children get {spec.index_k_dtype}")
-    if env.gate != spec.index_k_gate and os.environ.get(ENV_GATE):
-        notes.append(f"shell has {ENV_GATE}={env.gate}; children get {spec.index_k_gate}")
-    if env.integrity != spec.index_k_integrity and os.environ.get(ENV_INTEGRITY):
-        notes.append(f"shell has {ENV_INTEGRITY}={env.integrity}; children get {spec.index_k_integrity} "
-                     f"(--index-k-integrity or [extension] index_k_integrity sets it)")
+    # variable, the shell's value, the stack's value, how to set it for the stack
+    settings = (
+        (ENV_INDEX_K_DTYPE, env.index_k_dtype, spec.index_k_dtype, ""),
+        (ENV_GATE, env.gate, spec.index_k_gate, ""),
+        (ENV_INTEGRITY, env.integrity, spec.index_k_integrity,
+         " (--index-k-integrity or [extension] index_k_integrity sets it)"),
+    )
+    for name, shell, stack, how in settings:
+        if shell != stack and os.environ.get(name):
+            notes.append(f"shell has {name}={shell}; children get {stack}{how}")
     return notes
 
 

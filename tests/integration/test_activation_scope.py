@@ -114,3 +114,4 @@ def test_moved_pool_classes_stop_no_server_and_the_model_guard_refuses_dsv4(move
     assert moved["model_error"] is not None and not moved["model_error"].startswith("not refused")
     assert "DSV4PoolConfigurator.__init__: missing" in moved["model_error"]
     assert "could not be installed" not in moved["model_error"]  # no guard is attempted on a missing class
+    assert "sglang.srt.no_such_module.gone: missing" in moved["model_error"]  # a module gone entirely

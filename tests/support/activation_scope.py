@@ -15,7 +15,8 @@ imports fire our post-import hooks, SGLang's real pools are built on CPU.
   one warning at the entry point, nothing patched, a non-DSV4 pool builds, a DSV4 pool is refused.
 * moved: SGLang's DSV4 pool configurator class is gone when its module finishes importing (as if
   renamed; removed by a post-import hook that runs before ours): importing it stops nothing, a non-DSV4
-  pool builds, and building the DeepSeek-V4 model is refused by the model guard, naming it.
+  pool builds, and building the DeepSeek-V4 model is refused by the model guard, naming it (and a
+  target whose whole module is gone).
 """
 
 from __future__ import annotations
@@ -132,6 +133,8 @@ def moved() -> dict:
     removed = {"sglang.srt.model_executor.pool_configurator": "DSV4PoolConfigurator"}
     for module_name, attribute in removed.items():
         wrapt.register_post_import_hook(lambda m, a=attribute: delattr(m, a), module_name)
+    # ...and a target in a module SGLang no longer has at all (the guard must refuse, not raise ImportError).
+    compat.TARGETS.append(compat.Target("sglang.srt.no_such_module.gone", "(x)", "sizing", compat.ALWAYS, "test"))
     import sglang.srt.plugins as plugins
 
     warnings = _warnings()
