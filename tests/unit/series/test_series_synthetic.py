@@ -260,7 +260,7 @@ def test_apply_onto_a_checkout_is_idempotent_and_stops_on_conflict(tmp_path, cap
     assert len(repo.commits_between("v1", "HEAD")) == 3
     assert run_cli("apply", *args) == 0  # again: every patch is already present, nothing new
     assert len(repo.commits_between("v1", "HEAD")) == 3
-    assert "totals: upstream-reverse-applies 3\n" in capsys.readouterr().out
+    assert "totals: already-applied 3\n" in capsys.readouterr().out  # our own commits, not upstream's
     repo.run("checkout", "-q", "-b", "on-v2", "v2")
     assert run_cli("apply", *args) == 1
     out = capsys.readouterr().out
