@@ -295,9 +295,9 @@ def add_subparser(subparsers) -> argparse.ArgumentParser:
 
     p = add("apply", "apply the series onto an SGLang checkout (git am -3) or an sglang package directory", cmd_apply,
             "Apply the series in order. With --repo, each patch is committed onto the checked-out branch with "
-            "`git am -3`;\na conflict leaves `git am` in progress (resolve, `git am --continue`, run apply again: "
-            "patches already present are skipped).\nWith --sglang-dir, patches are applied in place with `git apply`, "
-            "all or nothing.")
+            "`git am -3`\n(a detached HEAD is refused: make a branch first, `git switch -c NAME`); a conflict leaves "
+            "`git am` in progress\n(resolve, `git am --continue`, run apply again: patches already applied from this "
+            "series are skipped).\nWith --sglang-dir, patches are applied in place with `git apply`, all or nothing.")
     p.add_argument("--repo", type=Path, help="SGLang git checkout (python/sglang/ layout), clean work tree required")
     p.add_argument("--sglang-dir", type=Path, help="sglang package directory to patch in place")
 

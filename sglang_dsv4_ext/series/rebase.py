@@ -499,5 +499,13 @@ def _finish(repo: GitRepo, state: State, progress: Progress) -> Outcome:
         f"rebase done: {len(kept)} patches on {state.onto} ({state.onto_sha[:12]}), "
         f"{len(removed)} dropped; HEAD of {repo.path} is the patched tree ({head[:12]}, detached); "
         f"{len(changed)} files changed in {series_dir}"
-    ) + "".join(f"\n{line}" for line in pin_report(pin.changes))
+    ) + _way_back(repo, state) + "".join(f"\n{line}" for line in pin_report(pin.changes))
     return Outcome(True, results, None, message, text, changed)
+
+
+def _way_back(repo: GitRepo, state: State) -> str:
+    """How to keep the detached, patched HEAD on a branch, and how to return to where the rebase started."""
+    ref = state.orig_head_ref
+    back = ref[len("refs/heads/"):] if ref and ref.startswith("refs/heads/") else f"--detach {state.orig_head_sha[:12]}"
+    return f"\nto keep it on a branch: `git -C {repo.path} switch -c NAME`; back to where you were: " \
+           f"`git -C {repo.path} switch {back}`"

@@ -112,10 +112,11 @@ def test_usage_mistakes_are_one_line(tmp_path, capsys, argv, needle):
     assert needle in _one_error_line(capsys)
 
 
-def test_a_refused_export_does_not_leave_a_backup_behind(tmp_path, capsys):
+@pytest.mark.parametrize("argv", [["export", "--base", "nope"], ["rebase", "--onto", "nope"]], ids=["export", "rebase"])
+def test_a_refused_export_or_rebase_does_not_leave_a_backup_behind(tmp_path, capsys, argv):
     repo, series_dir = S.build_scenario(tmp_path, ["applies"])
     earlier = set(Path(series_dir).parent.glob("*.backup-*"))
-    assert patches("export", "--repo", str(repo.path), "--series-dir", str(series_dir), "--base", "nope") == 2
+    assert patches(*argv, "--repo", str(repo.path), "--series-dir", str(series_dir)) == 2
     _one_error_line(capsys)
     assert set(Path(series_dir).parent.glob("*.backup-*")) == earlier
 

@@ -83,6 +83,8 @@ def test_rebase_stops_at_conflict_and_resumes(tmp_path, capsys):
     assert run_cli("rebase", *args, "--continue") == 0
     out = capsys.readouterr().out
     assert "rebase done: 3 patches on v2" in out and "## range-diff" in out
+    assert "UPSTREAM_PIN: tag: v1 -> v2" in out  # the pin's changes are said, field by field
+    assert f"back to where you were: `git -C {repo.path} switch main`" in out  # HEAD is left detached
     assert not rebase.in_progress(repo) and not repo.am_in_progress()
 
     series = load_series(series_dir)
