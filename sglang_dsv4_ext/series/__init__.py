@@ -10,9 +10,11 @@ Modules (one job each):
 - :mod:`.gitrepo`     GitPython wrapper: deterministic git invocations, clear errors.
 - :mod:`.series`      the ``patches/`` directory: ``series``, patch files and their DEP-3
                       headers, the ``UPSTREAM_PIN`` and the tombstones of dropped patches.
+- :mod:`.layout`      what makes a tree SGLang's (a repository of another project is refused).
 - :mod:`.classify`    what one patch does against one upstream tree (the classifications).
 - :mod:`.rebase`      the resumable rebase (``--continue`` / ``--abort``).
 - :mod:`.export`      deterministic re-export of commits as the series.
+- :mod:`.pin`         the ``UPSTREAM_PIN`` of a new base and what changes in it (export, rebase).
 - :mod:`.rangediff`   old-versus-new series report (``git range-diff``).
 - :mod:`.package_dir` apply/check against an unpacked or installed ``sglang`` package (no git).
 - :mod:`.upstream_history` a local SGLang history built from PyPI wheels.

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from . import export as export_mod
 from .classify import Kind, Result, classify_and_apply
 from .gitrepo import GitRepo
-from .rebase import RebaseError, pin_for, protect_series_dir, refuse_busy_or_dirty
+from .layout import refuse_foreign_tree
+from .pin import given_wheel, pin_for, updated_pin
+from .rebase import RebaseError, protect_series_dir, refuse_busy_or_dirty
 from .series import Series, SeriesError, format_tombstone, load_series, tombstone_path
 
 Progress = Callable[[str], None]
@@ -27,6 +30,7 @@ def classify_in_scratch_worktree(repo_path: Path, series: Series, onto: str, pro
     sha = repo.rev_parse(onto)
     if sha is None:
         raise RebaseError(f"{onto!r} does not name a commit in {repo.path}")
+    refuse_foreign_tree(repo, sha, onto)
     base = repo.rev_parse(series.pin["tag"]) if series.pin.get("tag") else None
     results: List[Result] = []
     with tempfile.TemporaryDirectory(prefix="dsv4-patches-check-") as tmp:
@@ -64,11 +68,28 @@ def apply_to_checkout(repo_path: Path, series: Series, progress: Progress) -> Tu
     repo = GitRepo(repo_path)
     refuse_busy_or_dirty(repo)
     head_ref, head = repo.head_state()
+    refuse_detached_or_unborn(repo, head_ref, head)
+    refuse_foreign_tree(repo, head, "HEAD")
     try:
         return _apply_each(repo, series, progress)
     except Exception:
         _restore(repo, head_ref, head)  # an unexpected failure leaves the repository as it was
         raise
+
+
+def refuse_detached_or_unborn(repo: GitRepo, head_ref: Optional[str], head: Optional[str]) -> None:
+    """`apply` commits onto the checked-out branch: a detached HEAD would get the commits on no
+    branch (lost at the next checkout), so it is refused with the way to make a branch there."""
+    if head is None:
+        raise RebaseError(f"{repo.path} has no commits yet; check out SGLang there first (nothing was changed)")
+    if head_ref is None:
+        where = repo.out("describe", "--tags", "--always", head)
+        raise RebaseError(
+            f"HEAD of {repo.path} is detached at {where} ({head[:12]}): apply commits each patch onto the checked-out "
+            f"branch, and commits on a detached HEAD belong to no branch. Make a branch there first: "
+            f"`git -C {repo.path} switch -c NAME` (or go back to a branch: `git -C {repo.path} switch -`), then "
+            "apply again; nothing was changed."
+        )
 
 
 def _restore(repo: GitRepo, head_ref: Optional[str], head: str) -> None:
@@ -101,6 +122,12 @@ def _apply_each(repo: GitRepo, series: Series, progress: Progress) -> Tuple[List
     return results, None
 
 
+@dataclass
+class Exported:
+    changed: List[str]  # series files that changed (or would, with check_only)
+    pin_changes: List[str]  # per UPSTREAM_PIN field: changed, kept or left out, and why
+
+
 def export_range(
     repo_path: Path,
     series_dir: Path,
@@ -110,8 +137,13 @@ def export_range(
     *,
     check_only: bool = False,
     progress: Progress = print,
-) -> List[str]:
-    """Write commits base..head as the series; return the files that changed (or would)."""
+    wheel: Optional[str] = None,
+    wheel_sha256: Optional[str] = None,
+) -> Exported:
+    """Write commits base..head as the series; say which files changed (or would) and how the pin did.
+
+    ``wheel`` / ``wheel_sha256``: the pin's wheel lines where the repository does not record them."""
+    given = given_wheel(wheel, wheel_sha256)
     repo = GitRepo(repo_path)
     series = load_series(series_dir)
     base = base or series.pin.get("tag")
@@ -119,6 +151,7 @@ def export_range(
         raise SeriesError(f"{series_dir}: no UPSTREAM_PIN tag; give --base REF")
     base_sha = repo.must_rev_parse(base)
     head_sha = repo.must_rev_parse(head)
+    refuse_foreign_tree(repo, base_sha, base)
     merges = repo.out("rev-list", "--merges", f"{base_sha}..{head_sha}")
     if merges:
         first = merges.split()[0][:12]
@@ -144,11 +177,11 @@ def export_range(
             format_tombstone(series.get(name), reason, f"export of {base}..{head}", "not exported")
         for name, reason in drops.items()
     }
-    pin = pin_for(repo, base, base_sha)  # the same pin a rebase onto `base` writes
-    files = export_mod.series_files(series.directory, rendered, pin, tombstones)
+    pin = updated_pin(series.pin, pin_for(repo, base, base_sha), given)  # as a rebase onto `base` does
+    files = export_mod.series_files(series.directory, rendered, pin.pin, tombstones)
     removed = list(drops)
     planned = export_mod.planned_changes(series.directory, files, removed)
     if check_only:
-        return planned
+        return Exported(planned, pin.changes)
     protect_series_dir(series.directory, progress, planned)
-    return export_mod.write_files(series.directory, files, removed)
+    return Exported(export_mod.write_files(series.directory, files, removed), pin.changes)

@@ -2,6 +2,11 @@
 
 The classifications, checked in this order (the first that holds wins):
 
+``already-applied``           a commit since the old base carries this patch of the series (its
+                              subject and its DEP-3 header field names, which `git am` copies
+                              from the patch file) and the patch does not apply forward: a
+                              second ``apply``, or a checkout made from the series. Never
+                              reported as upstream: our own commit is not upstream's.
 ``upstream-reverse-applies``  the patch reverse-applies cleanly: its change is already there.
 ``upstream-patch-id``         an upstream commit since the old base made the same change
                               (``git patch-id --stable``, restricted to the patch's files) and
@@ -26,10 +31,11 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from .gitrepo import GitRepo
-from .series import PatchFile
+from .series import PatchFile, parse_dep3
 
 
 class Kind(str, Enum):
+    ALREADY_APPLIED = "already-applied"
     APPLIES = "applies"
     APPLIES_3WAY = "applies-3way"
     UPSTREAM_PATCH_ID = "upstream-patch-id"
@@ -47,7 +53,8 @@ class Kind(str, Enum):
 UPSTREAM_KINDS = frozenset({Kind.UPSTREAM_PATCH_ID, Kind.UPSTREAM_REVERSE, Kind.UPSTREAM_ABSORBED})
 APPLIED_KINDS = frozenset({Kind.APPLIES, Kind.APPLIES_3WAY, Kind.RESOLVED})
 # Kinds that stop a rebase until a human decides (resolve, port, or drop with a reason).
-STOP_KINDS = frozenset(UPSTREAM_KINDS | {Kind.CONFLICT, Kind.TARGET_GONE})
+# (A rebase onto a ref that already holds a patch of the series stops too: it would export nothing for it.)
+STOP_KINDS = frozenset(UPSTREAM_KINDS | {Kind.CONFLICT, Kind.TARGET_GONE, Kind.ALREADY_APPLIED})
 
 
 @dataclass
@@ -111,6 +118,22 @@ def upstream_commit_with_same_change(
     return None
 
 
+def series_commit(repo: GitRepo, patch: PatchFile, base: Optional[str], head: str = "HEAD") -> Optional[str]:
+    """The newest commit in base..head that carries ``patch`` of the series: its subject, and
+    every DEP-3 field name the patch has (`git am` copies the header from the patch file;
+    upstream commits carry none). The values may have been edited since; the names stay."""
+    revs = [f"{base}..{head}"] if base else [head, "--max-count=500"]
+    status, log, _ = repo.run("log", "--no-merges", "--format=%H%x00%s%x00%b%x00", *revs, "--", *patch.files,
+                              check=False)
+    if status != 0:
+        return None
+    fields = log.split("\0")
+    for commit, subject, body in zip(fields[0::3], fields[1::3], fields[2::3]):
+        if subject.strip() == patch.subject and set(patch.fields) <= set(parse_dep3(body)):
+            return commit.strip()
+    return None
+
+
 def apply_check(repo: GitRepo, patch_path: Path, *, reverse: bool = False) -> bool:
     args = ["apply", "--check"] + (["-R"] if reverse else []) + [str(patch_path)]
     return repo.run(*args, check=False)[0] == 0
@@ -161,21 +184,22 @@ def classify_and_apply(
     (used to classify a patch that is being dropped).
     """
     head = repo.must_rev_parse("HEAD")
-    if apply_check(repo, patch_path, reverse=True):
-        same = upstream_commit_with_same_change(repo, patch, base)
+    reverse = apply_check(repo, patch_path, reverse=True)
+    forward = not reverse and apply_check(repo, patch_path)
+    ours = series_commit(repo, patch, base)
+    if ours and not forward:
+        return Result(patch.name, Kind.ALREADY_APPLIED, _applied_detail(repo, patch, ours, reverse), ours)
+    same = upstream_commit_with_same_change(repo, patch, base)
+    if reverse:
         detail = "its change is already in the tree" + (f"; same change as upstream {same[:12]}" if same else "")
         return Result(patch.name, Kind.UPSTREAM_REVERSE, detail)
-    forward = apply_check(repo, patch_path)
-    same = upstream_commit_with_same_change(repo, patch, base)
     if same and not forward:
         return Result(patch.name, Kind.UPSTREAM_PATCH_ID, f"same change as upstream commit {same[:12]}, changed since")
     missing = [f for f in patch.preexisting if not repo.path_exists("HEAD", f)]
     hunks = [] if forward else failing_hunks(repo, patch, tmp_dir)
     if forward:
         repo.run(*_AM, str(patch_path))
-        result = Result(patch.name, Kind.APPLIES, "", repo.must_rev_parse("HEAD"))
-        if same:
-            result.detail = f"upstream {same[:12]} made this change once, but it is not in the tree any more"
+        result = Result(patch.name, Kind.APPLIES, _gone_again(ours, same), repo.must_rev_parse("HEAD"))
     else:
         result = _apply_three_way(repo, patch, patch_path, head, hunks, missing)
         if result.kind is not Kind.APPLIES_3WAY:
@@ -186,6 +210,28 @@ def classify_and_apply(
 
 
 _AM = ("am", "--committer-date-is-author-date", "--quiet")
+
+
+def _applied_detail(repo: GitRepo, patch: PatchFile, ours: str, reverse: bool) -> str:
+    """Which commit of the series holds the patch, and (when it no longer reverse-applies) which later
+    commits changed its files: usually later patches of the same series."""
+    detail = f"from this series: commit {ours[:12]}"
+    if reverse:
+        return detail
+    later = repo.out("rev-list", f"{ours}..HEAD", "--", *patch.files).split()
+    shown = ", ".join(c[:12] for c in later[:3]) + (" ..." if len(later) > 3 else "")
+    if later:
+        return detail + f"; {len(later)} later commits changed its files ({shown})"
+    return detail + "; it differs from the patch file (a three-way merge or an edit)"
+
+
+def _gone_again(ours: Optional[str], same: Optional[str]) -> str:
+    """Detail of a patch that applies although a commit once made its change (reverted since)."""
+    if ours:
+        return f"commit {ours[:12]} of this series applied it once, but it is not in the tree any more"
+    if same:
+        return f"upstream {same[:12]} made this change once, but it is not in the tree any more"
+    return ""
 
 
 def _apply_three_way(repo: GitRepo, patch: PatchFile, patch_path: Path, head: str, hunks, missing) -> Result:

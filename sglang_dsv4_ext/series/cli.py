@@ -117,7 +117,7 @@ def cmd_check(args) -> int:
         _print_results(results, False)
         for line in problems:
             print(f"warning: {line}")
-    attention = any(r.kind not in APPLIED_KINDS for r in results)
+    attention = any(r.kind not in APPLIED_KINDS and r.kind is not Kind.ALREADY_APPLIED for r in results)
     return EXIT_ATTENTION if attention or (problems and args.strict_headers) else EXIT_OK
 
 
@@ -146,6 +146,9 @@ def _status_rows(series, results: List[Result]) -> List[dict]:
     ]
 
 
+_VERDICTS = {Kind.APPLIES.value: "needed", Kind.ALREADY_APPLIED.value: "already applied"}  # (the rest: the kind)
+
+
 def _print_status(series, label: str, rows: List[dict], tombstones: List[dict], rebase_state: Optional[dict]) -> None:
     pin = series.pin
     sha = f" [wheel sha256 {pin['wheel_sha256'][:16]}...]" if pin.get("wheel_sha256") else ""
@@ -154,7 +157,7 @@ def _print_status(series, label: str, rows: List[dict], tombstones: List[dict], 
     print(f"target: {label}")
     width = max([len(r["name"]) for r in rows] + [5])
     for row in rows:
-        verdict = "already upstream" if row["upstream"] else ("needed" if row["result"] == "applies" else row["result"])
+        verdict = "already upstream" if row["upstream"] else _VERDICTS.get(row["result"], row["result"])
         detail = f"  ({row['detail']})" if row["detail"] and not row["upstream"] else ""
         print(f"  {row['name']:<{width}}  {verdict:<17} mirrors {', '.join(row['mirrors']) or '-'}{detail}")
     for stone in tombstones:
@@ -229,17 +232,20 @@ def cmd_rebase(args) -> int:
 
 def cmd_export(args) -> int:
     from .checkrepo import export_range
+    from .pin import pin_report
 
-    changed = export_range(args.repo, _series_dir(args), args.base, args.head, _drops(args), check_only=args.check,
-                           progress=_progress)
-    if args.check:
-        if changed:
-            print("export would change: " + ", ".join(changed))
-            return EXIT_ATTENTION
+    exported = export_range(args.repo, _series_dir(args), args.base, args.head, _drops(args), check_only=args.check,
+                            progress=_progress, wheel=args.wheel, wheel_sha256=args.wheel_sha256)
+    changed = exported.changed
+    if args.check and not changed:
         print("series is up to date (re-export is a zero diff)")
-        return EXIT_OK
-    print(f"exported; {len(changed)} files changed" + (": " + ", ".join(changed) if changed else ""))
-    return EXIT_OK
+    elif args.check:
+        print("export would change: " + ", ".join(changed))
+    else:
+        print(f"exported; {len(changed)} files changed" + (": " + ", ".join(changed) if changed else ""))
+    for line in pin_report(exported.pin_changes):
+        print(line)
+    return EXIT_ATTENTION if args.check and changed else EXIT_OK
 
 
 def cmd_range_diff(args) -> int:
@@ -289,9 +295,9 @@ def add_subparser(subparsers) -> argparse.ArgumentParser:
 
     p = add("apply", "apply the series onto an SGLang checkout (git am -3) or an sglang package directory", cmd_apply,
             "Apply the series in order. With --repo, each patch is committed onto the checked-out branch with "
-            "`git am -3`;\na conflict leaves `git am` in progress (resolve, `git am --continue`, run apply again: "
-            "patches already present are skipped).\nWith --sglang-dir, patches are applied in place with `git apply`, "
-            "all or nothing.")
+            "`git am -3`\n(a detached HEAD is refused: make a branch first, `git switch -c NAME`); a conflict leaves "
+            "`git am` in progress\n(resolve, `git am --continue`, run apply again: patches already applied from this "
+            "series are skipped).\nWith --sglang-dir, patches are applied in place with `git apply`, all or nothing.")
     p.add_argument("--repo", type=Path, help="SGLang git checkout (python/sglang/ layout), clean work tree required")
     p.add_argument("--sglang-dir", type=Path, help="sglang package directory to patch in place")
 
@@ -325,13 +331,18 @@ def add_subparser(subparsers) -> argparse.ArgumentParser:
 
     p = add("export", "write commits BASE..HEAD of a checkout as the series (deterministic)", cmd_export,
             "Export commits as format-patch files with stable names (matched by subject), normalised headers,\n"
-            "--zero-commit --no-signature --full-index. Re-exporting an unchanged series is a zero diff.")
+            "--zero-commit --no-signature --full-index. Re-exporting an unchanged series is a zero diff.\n"
+            "UPSTREAM_PIN is recomputed from the base; every field that changes is printed (old -> new), and a\n"
+            "field the repository cannot tell (the wheel of a plain SGLang clone) is kept for the same tag.")
     p.add_argument("--repo", type=Path, required=True, help="SGLang git checkout holding the commits")
     p.add_argument("--base", metavar="REF", help="upstream base (default: the pin's tag)")
     p.add_argument("--head", metavar="REV", default="HEAD", help="last commit of the series (default: HEAD)")
     p.add_argument("--drop", action="append", metavar="NAME", help="a series patch that is intentionally not exported")
     p.add_argument("--reason", action="append", metavar="TEXT", help="why the matching --drop patch goes")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the export would change files")
+    p.add_argument("--wheel", metavar="NAME", help="the pin's wheel file name, where the base tag does not record it "
+                   "(default: the tag's record, else the pin's own when the base is the pinned tag)")
+    p.add_argument("--wheel-sha256", metavar="HEX", help="that wheel's sha256 (with --wheel)")
 
     p = add("range-diff", "range-diff of two series directories (old on its base vs new on its base)", cmd_range_diff)
     p.add_argument("--repo", type=Path, required=True, help="repository holding both bases")

@@ -23,9 +23,9 @@ from sglang_dsv4_ext.errors import PackageDirError
 
 from .classify import Kind, Result, failing_hunks
 from .gitcmd import run_git_in
+from .layout import PACKAGE_MARKERS, TREE_PREFIX
 from .series import PatchFile, Series
 
-TREE_PREFIX = "python/sglang/"
 Progress = Callable[[str], None]
 
 
@@ -53,7 +53,8 @@ def installed_sglang_dir() -> Path:
 
 def check_package_dir(sglang_dir: Path) -> Path:
     sglang_dir = Path(sglang_dir).resolve()
-    if not (sglang_dir / "__init__.py").exists() or not (sglang_dir / "srt").is_dir():
+    init, runtime = PACKAGE_MARKERS
+    if not (sglang_dir / init).exists() or not (sglang_dir / runtime).is_dir():
         raise PackageDirError(
             f"{sglang_dir} is not an sglang package directory (expected __init__.py and srt/ in it); "
             "give the directory that `import sglang` loads, e.g. .../site-packages/sglang"

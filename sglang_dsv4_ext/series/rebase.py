@@ -38,6 +38,8 @@ from . import rangediff
 from .classify import APPLIED_KINDS, STOP_KINDS, UPSTREAM_KINDS, Kind, Result, classify_and_apply
 from .gitcmd import run_git_in
 from .gitrepo import GitRepo
+from .layout import refuse_foreign_tree
+from .pin import pin_for, pin_report, updated_pin
 from .series import (
     PIN_FILE,
     SERIES_FILE,
@@ -47,7 +49,6 @@ from .series import (
     load_series,
     tombstone_path,
 )
-from .upstream_history import tag_wheel_info
 
 STATE_DIRNAME = "dsv4-patches-rebase"
 STATE_VERSION = 1
@@ -216,18 +217,19 @@ def start(
     refuse_busy_or_dirty(repo)
     series_dir = Path(series_dir).resolve()
     series = load_series(series_dir)  # a corrupt patch stops us here, before anything changes
-    protect_series_dir(series_dir, progress)
     drops = dict(drops or {})
     _validate_drops(drops, series.names, series_dir)
     onto_sha = repo.rev_parse(onto)
     if onto_sha is None:
         tags = ", ".join(repo.tags()[-8:]) or "(none)"
         raise RebaseError(f"--onto {onto!r} does not name a commit in {repo.path}; tags: {tags}")
+    refuse_foreign_tree(repo, onto_sha, onto)
     old_base = series.pin.get("tag") or None
     old_base_sha = repo.rev_parse(old_base) if old_base else None
     head_ref, head_sha = repo.head_state()
     if head_sha is None:
         raise RebaseError(f"{repo.path} has no commits yet")
+    protect_series_dir(series_dir, progress)  # last: a refusal above leaves no backup behind
 
     state_dir = _state_dir(repo)
     snapshot = _snapshot_dir(repo)
@@ -440,7 +442,12 @@ def stop_message(repo: GitRepo, result: Result) -> str:
             f"port the change by hand in {repo.path} (edit, `git add`), then "
             "`sglang-dsv4 patches rebase --continue`"
         )
-    if result.kind in UPSTREAM_KINDS:
+    if result.kind is Kind.ALREADY_APPLIED:
+        lines.append(
+            "the ref to rebase onto already holds this patch of the series, so the rebase would export nothing "
+            "for it: abort (below), then rebase onto the upstream release (`--onto <upstream tag>`)"
+        )
+    elif result.kind in UPSTREAM_KINDS:
         lines.append(
             f"upstream already has this change; retire the patch, saying where upstream took it: "
             f"`sglang-dsv4 patches rebase --continue --drop {name} --reason TEXT`"
@@ -449,24 +456,6 @@ def stop_message(repo: GitRepo, result: Result) -> str:
         lines.append(f"or drop it: `sglang-dsv4 patches rebase --continue --drop {name} --reason TEXT`")
     lines.append("or give up and restore everything: `sglang-dsv4 patches rebase --abort`")
     return "\n".join(lines)
-
-
-def pin_for(repo: GitRepo, ref: str, sha: str) -> Dict[str, str]:
-    """The UPSTREAM_PIN contents for ``ref`` (a tag of a wheel-built history records its wheel)."""
-    pin: Dict[str, str] = {}
-    is_tag = repo.run("rev-parse", "--verify", "--quiet", f"refs/tags/{ref}", check=False)[0] == 0
-    pin["tag"] = ref
-    m = re.match(r"^v?(\d+(?:\.\d+)+(?:\S*)?)$", ref)
-    if m:
-        pin["version"] = m.group(1)
-    wheel = tag_wheel_info(repo, ref) if is_tag else {}
-    pin.update(wheel)
-    if not wheel:
-        pin["commit"] = sha
-    tree = repo.tree_of(sha, "python/sglang")
-    if tree:
-        pin["source_tree"] = tree
-    return pin
 
 
 def _finish(repo: GitRepo, state: State, progress: Progress) -> Outcome:
@@ -491,8 +480,8 @@ def _finish(repo: GitRepo, state: State, progress: Progress) -> Outcome:
             was = r.detail[len("was "):] if r.detail.startswith("was ") else r.detail
             tombstones[str(stone)] = format_tombstone(snapshot.get(r.name), state.drops[r.name], dropped_on, was)
     removed = [r.name for r in results if r.kind is Kind.DROPPED]
-    pin = pin_for(repo, state.onto, state.onto_sha)
-    files = export_mod.series_files(series_dir, rendered, pin, tombstones)
+    pin = updated_pin(snapshot.pin, pin_for(repo, state.onto, state.onto_sha), {})
+    files = export_mod.series_files(series_dir, rendered, pin.pin, tombstones)
     drift = _series_dir_drift(repo, state)
     if drift:
         raise RebaseError(
@@ -510,5 +499,13 @@ def _finish(repo: GitRepo, state: State, progress: Progress) -> Outcome:
         f"rebase done: {len(kept)} patches on {state.onto} ({state.onto_sha[:12]}), "
         f"{len(removed)} dropped; HEAD of {repo.path} is the patched tree ({head[:12]}, detached); "
         f"{len(changed)} files changed in {series_dir}"
-    )
+    ) + _way_back(repo, state) + "".join(f"\n{line}" for line in pin_report(pin.changes))
     return Outcome(True, results, None, message, text, changed)
+
+
+def _way_back(repo: GitRepo, state: State) -> str:
+    """How to keep the detached, patched HEAD on a branch, and how to return to where the rebase started."""
+    ref = state.orig_head_ref
+    back = ref[len("refs/heads/"):] if ref and ref.startswith("refs/heads/") else f"--detach {state.orig_head_sha[:12]}"
+    return f"\nto keep it on a branch: `git -C {repo.path} switch -c NAME`; back to where you were: " \
+           f"`git -C {repo.path} switch {back}`"

@@ -42,7 +42,7 @@ TOMBSTONE_SUFFIX = ".tombstone"
 REQUIRED_DEP3_FIELDS = (
     "Description", "Origin", "Forwarded", "Reason", "Retire-When", "Covered-By", "Mirrors",
 )
-_PIN_KEYS = ("tag", "version", "commit", "wheel", "wheel_sha256", "source_tree")
+PIN_KEYS = ("tag", "version", "commit", "wheel", "wheel_sha256", "source_tree")
 _FIELD_RE = re.compile(r"^([A-Z][A-Za-z0-9-]*):[ \t]?(.*)$")
 _DIFF_RE = re.compile(r"^diff --git a/(\S+) b/(\S+)$")
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -311,8 +311,8 @@ def read_pin(series_dir: Path) -> Dict[str, str]:
         raise SeriesError(f'{pin_file}: not a pin file of key = "value" lines: {exc}') from None
     for key, value in data.items():
         where = f"{pin_file}:{_line_of_key(text, key)}"
-        if key not in _PIN_KEYS:
-            raise SeriesError(f"{where}: unknown key {key!r}; allowed: {', '.join(_PIN_KEYS)}")
+        if key not in PIN_KEYS:
+            raise SeriesError(f"{where}: unknown key {key!r}; allowed: {', '.join(PIN_KEYS)}")
         if not isinstance(value, str):
             raise SeriesError(f'{where}: {key} must be a quoted string (key = "value"), got {value!r}')
     return dict(data)
@@ -327,7 +327,7 @@ def _line_of_key(text: str, key: str) -> int:
 
 
 def format_pin(pin: Dict[str, str]) -> str:
-    body = "".join(f'{k} = "{pin[k]}"\n' for k in _PIN_KEYS if pin.get(k))
+    body = "".join(f'{k} = "{pin[k]}"\n' for k in PIN_KEYS if pin.get(k))
     return _PIN_HEADER + body
 
 

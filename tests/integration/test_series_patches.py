@@ -123,7 +123,17 @@ def test_series_applies_to_the_wheel_built_0_5_23_tree_and_reexports_unchanged(t
     repo = clone_history(tmp_path / "sglang", "v0.5.23", sparse=touched)
     assert run_cli("apply", "--repo", str(repo.path), "--series-dir", str(PROJECT_PATCHES)) == 0
     assert f"totals: applies {len(series.patches)}\n" in capsys.readouterr().out
-    assert len(repo.commits_between("v0.5.23", "HEAD")) == len(series.patches)
+    ours = repo.commits_between("v0.5.23", "HEAD")
+    assert len(ours) == len(series.patches)
+    # Again: every patch is one of our own commits (later patches change the files of earlier ones,
+    # so most no longer reverse-apply), none is called upstream, nothing new is committed.
+    assert run_cli("apply", "--repo", str(repo.path), "--series-dir", str(PROJECT_PATCHES)) == 0
+    again = capsys.readouterr()
+    assert f"totals: already-applied {len(series.patches)}\n" in again.out
+    assert "upstream" not in again.out + again.err
+    for commit in ours:
+        assert f"from this series: commit {commit[:12]}" in again.out
+    assert repo.commits_between("v0.5.23", "HEAD") == ours
     # The committed files are exactly what the tool exports from those commits.
     assert run_cli("export", "--repo", str(repo.path), "--series-dir", str(PROJECT_PATCHES), "--check") == 0
     assert "zero diff" in capsys.readouterr().out

@@ -41,6 +41,7 @@ ROW_TIMEOUT_S = 900  # a mutant that makes its tests hang is a test defect, not 
 _SUP = "tests/integration/test_serve_supervise.py::test_a_fatal_signal_stops_the_whole_stack_and_its_descendants"
 _SERVE = "tests/unit/serving/test_bad_input_serve.py"
 _PLAN = "tests/unit/cli/test_bad_input_plan.py"
+_SERIES = "tests/unit/series/test_bad_input.py"
 
 
 MUTATIONS: List[Mutation] = [
@@ -240,6 +241,29 @@ MUTATIONS: List[Mutation] = [
     Mutation("series: export into an untracked series dir keeps a backup", "sglang_dsv4_ext/series/rebase.py",
              "        shutil.copytree(series_dir, backup)\n", "        pass\n",
              ("tests/unit/series/test_bad_input.py::test_export_into_a_series_dir_git_does_not_track_keeps_a_backup",)),
+    Mutation("series: a tree without SGLang's package is refused", "sglang_dsv4_ext/series/layout.py",
+             "    if missing:\n        raise PackageDirError(", "    if False:\n        raise PackageDirError(",
+             (f"{_SERIES}::test_a_repository_of_another_project_is_refused_naming_what_is_missing",)),
+    Mutation("series: apply refuses a detached HEAD", "sglang_dsv4_ext/series/checkrepo.py",
+             "    if head_ref is None:\n", "    if False:\n",
+             (f"{_SERIES}::test_apply_on_a_detached_head_is_refused_with_the_way_to_a_branch",)),
+    Mutation("series: our own commits are already-applied, not upstream", "sglang_dsv4_ext/series/classify.py",
+             "    if ours and not forward:\n", "    if False:\n",
+             (f"{_SERIES}::test_a_second_apply_names_our_own_commits_not_upstream",)),
+    Mutation("series: export keeps the pin fields it cannot recompute", "sglang_dsv4_ext/series/pin.py",
+             "        pin.update({k: old[k] for k in unknown})", "        pass",
+             (f"{_SERIES}::test_export_keeps_the_wheel_it_cannot_recompute_and_says_what_changed",)),
+    Mutation("series: export prints every pin field change", "sglang_dsv4_ext/series/cli.py",
+             "    for line in pin_report(exported.pin_changes):", "    for line in []:",
+             (f"{_SERIES}::test_export_keeps_the_wheel_it_cannot_recompute_and_says_what_changed",
+              f"{_SERIES}::test_export_onto_another_release_leaves_the_old_wheel_out_and_says_so")),
+    Mutation("series: export checks --wheel-sha256", "sglang_dsv4_ext/series/pin.py",
+             "    if not _SHA256_RE.match(sha256.lower()):", "    if False:",
+             (f"{_SERIES}::test_export_refuses_a_bad_wheel_and_writes_nothing[bad sha256]",)),
+    Mutation("series: a refused rebase start leaves no backup", "sglang_dsv4_ext/series/rebase.py",
+             "before anything changes\n    drops",
+             "before anything changes\n    protect_series_dir(series_dir, progress)\n    drops",
+             (f"{_SERIES}::test_a_refused_export_or_rebase_does_not_leave_a_backup_behind[rebase]",)),
 ]
 
 

@@ -4,6 +4,7 @@ exit 2, and the repository and the series directory are left as they were."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ import pytest
 from sglang_dsv4_ext.cli import main as cli_main
 from sglang_dsv4_ext.errors import GitError
 from sglang_dsv4_ext.series import checkrepo
+from sglang_dsv4_ext.series.gitrepo import GitRepo
+from sglang_dsv4_ext.series.series import read_pin
 from tests.support import series_synthetic as S
 
 
@@ -85,8 +88,6 @@ def test_export_into_a_series_dir_git_does_not_track_keeps_a_backup(scenario, ca
 def test_export_into_a_git_tracked_series_dir_with_edits_is_refused(tmp_path, capsys):
     repo, series_dir = S.build_scenario(tmp_path, ["applies"])
     # Put the series directory under git (its own repository) and leave an uncommitted edit.
-    from sglang_dsv4_ext.series.gitrepo import GitRepo
-
     tracking = GitRepo.init(series_dir)
     tracking.run("add", "-A")
     tracking.run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "series")
@@ -111,9 +112,162 @@ def test_usage_mistakes_are_one_line(tmp_path, capsys, argv, needle):
     assert needle in _one_error_line(capsys)
 
 
-def test_a_refused_export_does_not_leave_a_backup_behind(tmp_path, capsys):
+@pytest.mark.parametrize("argv", [["export", "--base", "nope"], ["rebase", "--onto", "nope"]], ids=["export", "rebase"])
+def test_a_refused_export_or_rebase_does_not_leave_a_backup_behind(tmp_path, capsys, argv):
     repo, series_dir = S.build_scenario(tmp_path, ["applies"])
     earlier = set(Path(series_dir).parent.glob("*.backup-*"))
-    assert patches("export", "--repo", str(repo.path), "--series-dir", str(series_dir), "--base", "nope") == 2
+    assert patches(*argv, "--repo", str(repo.path), "--series-dir", str(series_dir)) == 2
     _one_error_line(capsys)
     assert set(Path(series_dir).parent.glob("*.backup-*")) == earlier
+
+
+# ---- issue 20: the series tooling says what it is doing --------------------------------------
+
+
+def _another_project(tmp_path) -> GitRepo:
+    other = GitRepo.init(tmp_path / "other")
+    S.commit(other, {"README.md": "another project\n", "src/main.py": "print('hi')\n"}, "init", 1_700_000_000)
+    return other
+
+
+@pytest.mark.parametrize("argv", [
+    ["status", "--repo", "{repo}"],
+    ["check", "--repo", "{repo}"],
+    ["apply", "--repo", "{repo}"],
+    ["rebase", "--repo", "{repo}", "--onto", "HEAD"],
+    ["export", "--repo", "{repo}", "--base", "HEAD"],
+], ids=lambda argv: argv[0])
+def test_a_repository_of_another_project_is_refused_naming_what_is_missing(tmp_path, capsys, argv):
+    _, series_dir = S.build_scenario(tmp_path, ["applies"])
+    other = _another_project(tmp_path)
+    before, backups = S.snapshot(other, series_dir), set(tmp_path.glob("*.backup-*"))
+    argv = [a.replace("{repo}", str(other.path)) for a in argv]
+    assert patches(*argv, "--series-dir", str(series_dir)) == 2
+    line = _one_error_line(capsys)
+    assert "is not an SGLang source tree" in line
+    assert "no python/sglang/__init__.py and no python/sglang/srt" in line
+    assert S.snapshot(other, series_dir) == before
+    assert set(tmp_path.glob("*.backup-*")) == backups
+
+
+def test_sglang_of_another_version_is_classified_not_refused(tmp_path, capsys):
+    # SGLang's package is there, the series' files are not: that is target-gone (a rebase's
+    # question), not "another project".
+    repo, series_dir = S.build_scenario(tmp_path, ["applies"])
+    S.commit(repo, {S.file_of("applies"): None}, "upstream removes applies.py", 1_700_300_000)
+    assert patches("status", "--repo", str(repo.path), "--series-dir", str(series_dir), "--json") == 0
+    rows = json.loads(capsys.readouterr().out)["patches"]
+    assert [r["result"] for r in rows] == ["target-gone"]
+
+
+def test_apply_on_a_detached_head_is_refused_with_the_way_to_a_branch(scenario, capsys):
+    repo, series_dir = scenario
+    repo.run("checkout", "-q", "--detach", "v1")
+    before = S.snapshot(repo, series_dir)
+    assert patches("apply", "--repo", str(repo.path), "--series-dir", str(series_dir)) == 2
+    line = _one_error_line(capsys)
+    assert f"HEAD of {repo.path} is detached at v1" in line
+    assert f"`git -C {repo.path} switch -c NAME`" in line and "nothing was changed" in line
+    assert S.snapshot(repo, series_dir) == before  # no commit was made anywhere
+
+
+def test_a_second_apply_names_our_own_commits_not_upstream(tmp_path, capsys):
+    repo, series_dir = S.build_scenario(tmp_path, ["applies", "applies-3way"])
+    repo.run("checkout", "-q", "-B", "work", "v2")  # on v2 the second patch needs the three-way merge
+    args = ["--repo", str(repo.path), "--series-dir", str(series_dir)]
+    assert patches("apply", *args) == 0
+    first = capsys.readouterr().out
+    assert "applies-3way" in first
+    ours = repo.commits_between("v2", "HEAD")
+    assert len(ours) == 2
+    assert patches("apply", *args) == 0
+    second = capsys.readouterr()
+    assert repo.commits_between("v2", "HEAD") == ours  # nothing new
+    for commit in ours:
+        assert f"already-applied (from this series: commit {commit[:12]}" in second.out
+    assert "totals: already-applied 2\n" in second.out
+    assert "upstream" not in second.out + second.err
+    # status on the patched checkout says the same, and calls none of them upstream
+    assert patches("status", *args) == 0
+    status = capsys.readouterr().out
+    assert status.count("already applied") == 2 and "already upstream" not in status
+    assert patches("status", *args, "--json") == 0
+    rows = json.loads(capsys.readouterr().out)["patches"]
+    assert [(r["result"], r["upstream"]) for r in rows] == [("already-applied", False)] * 2
+
+
+PINNED_WHEEL = "sglang-1-cp311-cp311-manylinux_2_34_x86_64.whl"
+PINNED_SHA = "ab" * 32
+
+
+@pytest.fixture
+def pinned_to_a_wheel(scenario):
+    """The scenario's series pinned the way the project's is (wheel, sha256, tree of a wheel-built
+    history), exported from a repository whose tag records no wheel (a plain clone)."""
+    repo, series_dir = scenario
+    assert patches("apply", "--repo", str(repo.path), "--series-dir", str(series_dir)) == 0
+    pin = (f'tag = "v1"\nwheel = "{PINNED_WHEEL}"\nwheel_sha256 = "{PINNED_SHA}"\n'
+           f'source_tree = "{"0" * 40}"\n')
+    (series_dir / "UPSTREAM_PIN").write_text(pin)
+    return repo, series_dir
+
+
+def test_export_keeps_the_wheel_it_cannot_recompute_and_says_what_changed(pinned_to_a_wheel, capsys):
+    repo, series_dir = pinned_to_a_wheel
+    args = ["--repo", str(repo.path), "--series-dir", str(series_dir)]
+    capsys.readouterr()
+    assert patches("export", *args, "--check") == 1
+    checked = capsys.readouterr().out
+    assert patches("export", *args) == 0
+    out = capsys.readouterr().out
+    tree, commit = repo.tree_of("v1", "python/sglang"), repo.must_rev_parse("v1")
+    for text in (checked, out):
+        assert f"UPSTREAM_PIN: wheel: kept {PINNED_WHEEL}: this repository's v1 does not record its wheel" in text
+        assert f"UPSTREAM_PIN: wheel_sha256: kept {PINNED_SHA}" in text
+        assert f"UPSTREAM_PIN: source_tree: {'0' * 40} -> {tree}" in text
+        assert f"UPSTREAM_PIN: commit: (none) -> {commit}" in text
+    pin = read_pin(series_dir)
+    assert pin == {"tag": "v1", "commit": commit, "wheel": PINNED_WHEEL, "wheel_sha256": PINNED_SHA,
+                   "source_tree": tree}
+
+
+def test_export_sets_the_wheel_the_operator_gives(pinned_to_a_wheel, capsys):
+    repo, series_dir = pinned_to_a_wheel
+    args = ["--repo", str(repo.path), "--series-dir", str(series_dir)]
+    wheel, sha = "sglang-1-py3-none-any.whl", "CD" * 32
+    assert patches("export", *args, "--wheel", wheel, "--wheel-sha256", sha) == 0
+    out = capsys.readouterr().out
+    assert f"UPSTREAM_PIN: wheel: {PINNED_WHEEL} -> {wheel} (given on the command line)" in out
+    assert (read_pin(series_dir)["wheel"], read_pin(series_dir)["wheel_sha256"]) == (wheel, sha.lower())
+
+
+def test_export_onto_another_release_leaves_the_old_wheel_out_and_says_so(tmp_path, capsys):
+    repo, series_dir = S.build_scenario(tmp_path, ["applies"])
+    repo.run("checkout", "-q", "-B", "work", "v2")
+    assert patches("apply", "--repo", str(repo.path), "--series-dir", str(series_dir)) == 0
+    (series_dir / "UPSTREAM_PIN").write_text(f'tag = "v1"\nwheel = "{PINNED_WHEEL}"\nwheel_sha256 = "{PINNED_SHA}"\n')
+    capsys.readouterr()
+    assert patches("export", "--repo", str(repo.path), "--series-dir", str(series_dir), "--base", "v2") == 0
+    out = capsys.readouterr().out
+    assert f"UPSTREAM_PIN: wheel: {PINNED_WHEEL} -> (none): it described v1; this repository's v2" in out
+    assert "UPSTREAM_PIN: tag: v1 -> v2" in out
+    assert "wheel" not in read_pin(series_dir)
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--wheel", PINNED_WHEEL], "give --wheel NAME and --wheel-sha256 HEX together"),
+    (["--wheel", PINNED_WHEEL, "--wheel-sha256", "xyz"], "--wheel-sha256 'xyz': allowed: 64 hexadecimal digits"),
+    (["--wheel", "dist/x.tar.gz", "--wheel-sha256", PINNED_SHA], "--wheel 'dist/x.tar.gz': allowed: a wheel file"),
+    (["--wheel", "sglang-2-py3-none-any.whl", "--wheel-sha256", PINNED_SHA], "is not a wheel of sglang"),
+], ids=["wheel without sha256", "bad sha256", "not a wheel name", "another version"])
+def test_export_refuses_a_bad_wheel_and_writes_nothing(tmp_path, capsys, extra, needle):
+    repo, series_dir = S.build_scenario(tmp_path, ["applies"])
+    (series_dir / "UPSTREAM_PIN").write_text('tag = "v1.0"\n')  # a tag with a version, for the version check
+    repo.run("tag", "v1.0", "v1")
+    repo.run("checkout", "-q", "-B", "work", "v1")
+    assert patches("apply", "--repo", str(repo.path), "--series-dir", str(series_dir)) == 0
+    capsys.readouterr()
+    before = S.snapshot(repo, series_dir)
+    assert patches("export", "--repo", str(repo.path), "--series-dir", str(series_dir), *extra) == 2
+    assert needle in _one_error_line(capsys)
+    assert S.snapshot(repo, series_dir) == before

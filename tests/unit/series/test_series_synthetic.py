@@ -83,6 +83,8 @@ def test_rebase_stops_at_conflict_and_resumes(tmp_path, capsys):
     assert run_cli("rebase", *args, "--continue") == 0
     out = capsys.readouterr().out
     assert "rebase done: 3 patches on v2" in out and "## range-diff" in out
+    assert "UPSTREAM_PIN: tag: v1 -> v2" in out  # the pin's changes are said, field by field
+    assert f"back to where you were: `git -C {repo.path} switch main`" in out  # HEAD is left detached
     assert not rebase.in_progress(repo) and not repo.am_in_progress()
 
     series = load_series(series_dir)
@@ -260,7 +262,7 @@ def test_apply_onto_a_checkout_is_idempotent_and_stops_on_conflict(tmp_path, cap
     assert len(repo.commits_between("v1", "HEAD")) == 3
     assert run_cli("apply", *args) == 0  # again: every patch is already present, nothing new
     assert len(repo.commits_between("v1", "HEAD")) == 3
-    assert "totals: upstream-reverse-applies 3\n" in capsys.readouterr().out
+    assert "totals: already-applied 3\n" in capsys.readouterr().out  # our own commits, not upstream's
     repo.run("checkout", "-q", "-b", "on-v2", "v2")
     assert run_cli("apply", *args) == 1
     out = capsys.readouterr().out
