@@ -247,7 +247,7 @@ def test_replies_of_the_wrong_shape_become_verdicts_and_the_run_completes(tmp_pa
 def test_a_cut_stream_is_a_transport_failure_with_its_partial_output_kept(tmp_path):
     """A stream the server cuts used to be judged from its partial text: half the arguments of a
     correct call were invalid_arguments (counted as corruption), half an answer was ok."""
-    rates = {"cut_stream": 0.25, "cut_stream_chunked": 0.25, "no_done": 0.25}
+    rates = {"cut_stream": 0.2, "cut_stream_chunked": 0.2, "done_without_finish": 0.2, "no_done": 0.2}
     by_mode = {}
     for stream, expected in ((True, EXPECTED_STREAM_VERDICT), (False, EXPECTED_VERDICT)):
         out = tmp_path / f"cut-stream{stream}"
@@ -264,7 +264,8 @@ def test_a_cut_stream_is_a_transport_failure_with_its_partial_output_kept(tmp_pa
         assert excluded > 0 and summary["overall"]["corruption"]["n"] == 48 - excluded
     # Streaming: the partial output is the evidence, kept in the record; a finished choice without
     # [DONE] is judged and says how it ended.
-    cut = [r for r in by_mode[True] if r["verdict"] == "stream_cut"]
+    stream_cut = [r for r in by_mode[True] if r["verdict"] == "stream_cut"]
+    cut = [r for r in stream_cut if "without [DONE]" in r["detail"]]
     tool_cut = [r for r in cut if r["step"] == "tool"]
     answer_cut = [r for r in cut if r["step"] == "answer"]
     assert tool_cut and answer_cut
@@ -272,6 +273,8 @@ def test_a_cut_stream_is_a_transport_failure_with_its_partial_output_kept(tmp_pa
         [call] = r["raw"]["tool_calls"]
         assert call["name"] == r["expected_tool"] and 0 < len(call["arguments"]) < len(json.dumps(r["expected_args"]))
         assert "before any chunk carried a finish_reason" in r["detail"] and r["reference"]["origin"] == "transport"
+    # [DONE] without a finish_reason: every delta arrived, and still the choice never said it ended.
+    assert any("stream ended with [DONE] before" in r["detail"] for r in stream_cut)
     assert all(r["raw"]["content"].startswith("Done: ") for r in answer_cut)
     no_done = [r for r in by_mode[True] if "stream_note" in r]
     assert no_done and all(r["verdict"] == "ok" and "no [DONE]" in r["stream_note"] for r in no_done)

@@ -21,9 +21,10 @@ CUT_KINDS: a reply the transport cuts. Streaming (``EXPECTED_STREAM_VERDICT``): 
 the deltas up to half the tool call's arguments (half the answer text on an answer step) and closes
 the connection (no finish_reason, no ``[DONE]``) -> stream_cut; ``cut_stream_chunked`` does the same
 in chunked framing without the last chunk (what a dying uvicorn leaves) -> stream_cut;
-``no_done`` sends every delta and the finish_reason but no ``[DONE]`` -> judged (ok). Without
-streaming (``EXPECTED_VERDICT``) the same cuts are half a JSON body: closed early -> protocol_error,
-short of its Content-Length -> http_error; ``no_done`` is a normal reply.
+``done_without_finish`` sends every delta and ``[DONE]`` but no finish_reason -> stream_cut (the
+choice never said it ended); ``no_done`` sends every delta and the finish_reason but no ``[DONE]``
+-> judged (ok). Without streaming (``EXPECTED_VERDICT``) the two cuts are half a JSON body: closed
+early -> protocol_error, short of its Content-Length -> http_error; the other two a normal reply.
 
 ``stall_after=N``: requests after the N-th wait ``stall_s`` seconds before answering (a run's time
 limit then stops it with exactly N recorded, for tests of a run that did not finish).
@@ -83,13 +84,15 @@ SHAPES = {
     "shape_list": ([{"choices": []}], [{"choices": []}]),
 }
 SHAPE_KINDS = tuple(SHAPES)
-CUT_KINDS = ("cut_stream", "cut_stream_chunked", "no_done")
+CUT_KINDS = ("cut_stream", "cut_stream_chunked", "done_without_finish", "no_done")
 EXPECTED_VERDICT = {k: k for k in KINDS}
 EXPECTED_VERDICT.update({"http_500": "http_error", "reset": "http_error", "swallowed_malformed": "wrong_tool",
                          "swallowed_ok": "wrong_tool"})
 EXPECTED_VERDICT.update({k: "protocol_error" for k in SHAPE_KINDS})
-EXPECTED_VERDICT.update({"cut_stream": "protocol_error", "cut_stream_chunked": "http_error", "no_done": "ok"})
-EXPECTED_STREAM_VERDICT = dict(EXPECTED_VERDICT, cut_stream="stream_cut", cut_stream_chunked="stream_cut")
+EXPECTED_VERDICT.update({"cut_stream": "protocol_error", "cut_stream_chunked": "http_error",
+                         "done_without_finish": "ok", "no_done": "ok"})
+EXPECTED_STREAM_VERDICT = dict(EXPECTED_VERDICT, cut_stream="stream_cut", cut_stream_chunked="stream_cut",
+                               done_without_finish="stream_cut")
 TOOL_STEP_ONLY = {"swallowed_malformed", "swallowed_ok"}
 # The activation gauge's labels of a server running the extension with bf16 index-K (activation.py).
 ACTIVE_BF16 = {"version": "stand-in", "sglang": "0.5.23", "index_k_dtype": "bf16", "gate": "auto",
@@ -228,6 +231,8 @@ class _Handler(BaseHTTPRequestHandler):
         events = _stream_events(resp)
         if kind in ("cut_stream", "cut_stream_chunked"):
             events = events[:-2]  # cut before the last delta (half the arguments, or half the text)
+        elif kind == "done_without_finish":
+            events = events[:-1] + [b"data: [DONE]\n\n"]
         elif kind != "no_done":
             events.append(b"data: [DONE]\n\n")
         chunked = kind == "cut_stream_chunked"
@@ -440,6 +445,7 @@ _BUILDERS = {
     # Cut replies: what was cut is a good reply.
     "cut_stream": _build_ok,
     "cut_stream_chunked": _build_ok,
+    "done_without_finish": _build_ok,
     "no_done": _build_ok,
 }
 
