@@ -4,7 +4,11 @@ Per run: corruption rate per class with Wilson 95% intervals per concurrency lev
 the latency distribution (inline SVG histogram), the server evidence deltas and each server's
 extension state when the run recorded them (``summary.json`` key ``server_evidence``: one row per
 server, see :mod:`sglang_dsv4_ext.repro.server_evidence` and :mod:`sglang_dsv4_ext.repro.extension_check`);
-with two runs, the paired A/B comparison and its p-value (:mod:`sglang_dsv4_ext.repro.compare`).
+with two runs, the paired A/B comparison and its p-value (:mod:`sglang_dsv4_ext.repro.compare`), its paired
+and unpaired counts, and at the top of the page what the comparison must not hide (settings that differ, passed
+with ``--allow-different-settings``; a run that did not finish). Two runs that are one run, or whose settings
+differ without that flag, are refused like ``repro compare`` refuses them. A run that did not finish
+(interrupted, stopped at its time limit, no summary) is marked in its own section too.
 No scripts, no network: the page opens offline in any browser. Refuses to overwrite an existing
 file unless ``--force``.
 """
@@ -17,7 +21,9 @@ import sys
 from collections import Counter
 from typing import Dict, List
 
-from sglang_dsv4_ext.repro.compare import compare_records, load_run
+from sglang_dsv4_ext.repro import pairing
+from sglang_dsv4_ext.repro.cli import add_allow_different_settings
+from sglang_dsv4_ext.repro.compare import compare_loaded, pairing_line
 from sglang_dsv4_ext.repro.stats import wilson_interval
 from sglang_dsv4_ext.repro.verdict import CORRUPTION_CLASSES
 
@@ -99,8 +105,12 @@ def run_section(run_dir: str, summary: dict, records: Dict[str, dict]) -> str:
     recs = list(records.values())
     rates = level_rates(recs)
     lat = sorted(float(r["latency_s"]) for r in recs if r.get("latency_s") is not None)
+    planned = summary.get("requests_planned")
+    of_planned = f" of {planned} planned" if isinstance(planned, int) else ""
+    unfinished = pairing.incomplete(summary)
     parts = [f'<section class="run"><h2>{_esc(summary.get("label") or os.path.basename(run_dir.rstrip("/")))}</h2>',
-             f"<p>{_esc(run_dir)}: {len(recs)} requests</p>", _rate_svg(rates),
+             f"<p>{_esc(run_dir)}: {len(recs)} requests{_esc(of_planned)}</p>",
+             f'<p class="incomplete">did not finish: {_esc(unfinished)}</p>' if unfinished else "", _rate_svg(rates),
              _table(rates, ["concurrency", "class", "count", "n", "rate", "lo", "hi"]),
              "<h3>latency</h3>", _latency_svg(lat)]
     if lat:
@@ -113,17 +123,27 @@ def run_section(run_dir: str, summary: dict, records: Dict[str, dict]) -> str:
     return "".join(parts)
 
 
-def build_page(run_dirs: List[str]) -> str:
-    runs = [(d, *load_run(d)) for d in run_dirs]
-    sections = [run_section(d, s, r) for d, s, r in runs]
+def ab_section(ab: dict) -> str:
+    primary = ab["corruption"]
+    return (f'<section class="ab"><h2>A/B</h2><p>{_esc(pairing_line(ab))}</p><p>{_esc(ab["verdict"])}</p>'
+            f'<p>p-value {_esc(_fmt(primary.get("p_value")))}, pairs {_esc(ab.get("pairs"))}</p></section>')
+
+
+def warnings_block(lines: List[str]) -> str:
+    items = "".join(f"<li>{_esc(w)}</li>" for w in lines)
+    return f'<div class="warnings"><h2>Read this first</h2><ul>{items}</ul></div>' if lines else ""
+
+
+def build_page(run_dirs: List[str], allow_different_settings: bool = False) -> str:
+    runs = [pairing.load(d) for d in run_dirs]
+    sections = [run_section(r.path, r.summary, r.records) for r in runs]
     if len(runs) == 2:
-        ab = compare_records(runs[0][2], runs[1][2])
-        primary = ab["corruption"]
-        sections.insert(0, f'<section class="ab"><h2>A/B</h2><p>{_esc(ab["verdict"])}</p>'
-                           f'<p>p-value {_esc(_fmt(primary.get("p_value")))}, pairs {_esc(ab.get("pairs"))}</p>'
-                           "</section>")
+        ab = compare_loaded(runs[0], runs[1], allow_different_settings=allow_different_settings)
+        sections.insert(0, ab_section(ab))
+        sections.insert(0, warnings_block(ab["warnings"]))
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}")
+             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}"
+             ".warnings,.incomplete{background:#fee;border:2px solid #c33;padding:0.5em}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>sglang-dsv4 report</title>"
             f"<style>{style}</style></head><body><h1>sglang-dsv4 repro report</h1>{''.join(sections)}</body></html>")
 
@@ -133,7 +153,7 @@ def run(args) -> int:
         print(f"sglang-dsv4 report: {args.output} exists; pass --force to overwrite it", file=sys.stderr)
         return 2
     try:
-        page = build_page(args.run_dirs)
+        page = build_page(args.run_dirs, args.allow_different_settings)
     except (FileNotFoundError, ValueError) as exc:
         print(f"sglang-dsv4 report: {exc}", file=sys.stderr)
         return 2
@@ -148,4 +168,5 @@ def add_subparser(subparsers) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="repro output directories (requests.jsonl)")
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default %(default)s)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    add_allow_different_settings(p)
     p.set_defaults(func=run)

@@ -144,7 +144,10 @@ def _do_ab(args) -> int:
         if stopped is not None:
             print(f"results so far: {cfg.out} (no comparison: the run was interrupted)")
             return stopped
-    result = compare_runs(cfgs[0].out, cfgs[1].out, args.alpha)
+    try:  # both sides ran with the same settings; this only refuses what cannot be compared at all
+        result = compare_runs(cfgs[0].out, cfgs[1].out, args.alpha)
+    except PairingError as exc:
+        return _error("ab", exc)
     rundir.write_json_new(os.path.join(out, rundir.AB), result)
     print(format_comparison(result))
     print(f"results: {cfgs[0].out}, {cfgs[1].out}, {os.path.join(out, rundir.AB)}")
@@ -165,7 +168,7 @@ def _do_compare(args) -> int:
     try:
         if args.json:
             _check_json_out(args.json)
-        result = compare_runs(args.run_a, args.run_b, args.alpha)
+        result = compare_runs(args.run_a, args.run_b, args.alpha, args.allow_different_settings)
     except (PairingError, ReproInputError, ValueError) as exc:
         return _error("compare", exc)
     if args.json:
@@ -208,6 +211,15 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
     add_flags(p.add_argument_group("workload"))
 
 
+def add_allow_different_settings(p: argparse.ArgumentParser) -> None:
+    """The one override of the settings check (``repro compare`` and ``report``)."""
+    from sglang_dsv4_ext.repro.pairing import ALLOW_FLAG
+
+    p.add_argument(ALLOW_FLAG, dest="allow_different_settings", action="store_true",
+                   help="compare runs whose settings differ (sessions, rounds, seed, concurrency, max tokens, "
+                   "temperature, stream, ...): refused by default; the output then says so at the top")
+
+
 def _add_significance_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=_arg_type(_alpha), default=0.05, help="significance level in (0, 1) (default 0.05)")
     p.add_argument("--fail-if-significant", action="store_true",
@@ -246,6 +258,7 @@ def _add_compare(sub) -> None:
     cmp_.add_argument("run_a")
     cmp_.add_argument("run_b")
     cmp_.add_argument("--json", default=None, help="also write the comparison as JSON to this new file")
+    add_allow_different_settings(cmp_)
     _add_significance_args(cmp_)
     cmp_.set_defaults(func=_do_compare)
 

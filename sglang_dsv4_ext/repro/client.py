@@ -3,7 +3,9 @@
 Replies are read through pydantic models of the chat-completion shape (unknown keys ignored).
 Well-formed JSON of another shape (``choices: [null]``, ``message`` a string, ``tool_calls``
 holding strings, an SSE chunk that is a list) is a ``protocol_error`` observation for that one
-request, not a crash of the run.
+request, not a crash of the run. A stream that ends before any chunk carried a
+``finish_reason`` (the connection closed, or a chunked body cut) is ``stream_cut``: a transport
+failure whose partial output is kept, never judged (see :func:`_stream_end`).
 """
 
 from __future__ import annotations
@@ -187,19 +189,42 @@ def _chunk_or_error(payload: bytes):
     return chunk
 
 
+def _stream_end(acc: _StreamAccumulator, done: bool, how: str) -> Observation:
+    """The observation of a stream that ended (``done``: with ``[DONE]``; ``how``: otherwise, how).
+
+    SGLang sends a choice's ``finish_reason`` in a chunk of its own after every content and
+    tool-call delta, then usage, then ``[DONE]`` (serving_chat.py ``_generate_chat_stream``).
+    Without a finish_reason the choice never ended: the text so far is a cut, not an answer
+    (``stream_cut``, a transport class, partial output kept). With one but no ``[DONE]`` the
+    choice was complete and only the trailer is missing: it is judged, and the record says so.
+    """
+    obs = acc.result()
+    if obs.finish_reason is None:
+        ended = "with [DONE]" if done else f"without [DONE]: {how}"
+        obs.transport = "stream_cut"
+        obs.error = f"stream ended {ended} before any chunk carried a finish_reason; partial output kept"[:500]
+    elif not done:
+        obs.stream_note = f"no [DONE] after finish_reason={obs.finish_reason} ({how})"[:300]
+    return obs
+
+
 async def _read_stream(resp: aiohttp.ClientResponse) -> Observation:
     acc = _StreamAccumulator()
     buf = b""
-    async for piece in resp.content.iter_any():
-        payloads, buf = _sse_payloads(buf + piece)
-        for payload in payloads:
-            if payload == b"[DONE]":
-                return acc.result()
-            chunk = _chunk_or_error(payload)
-            if isinstance(chunk, Observation):
-                return chunk
-            acc.add(chunk)
-    return acc.result()
+    try:
+        async for piece in resp.content.iter_any():
+            payloads, buf = _sse_payloads(buf + piece)
+            for payload in payloads:
+                if payload == b"[DONE]":
+                    return _stream_end(acc, True, "")
+                chunk = _chunk_or_error(payload)
+                if isinstance(chunk, Observation):
+                    return chunk
+                acc.add(chunk)
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError) as exc:
+        # A chunked stream cut mid-way (the server died, a proxy dropped it): keep what arrived.
+        return _stream_end(acc, False, f"{type(exc).__name__}: {exc}")
+    return _stream_end(acc, False, "the server closed the connection")
 
 
 # ----- one request -----------------------------------------------------------------------------

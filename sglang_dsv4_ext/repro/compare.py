@@ -1,10 +1,13 @@
 """A/B: compare two runs request by request on identical prompts (exact McNemar test).
 
 Pairs are requests with the same key (level, session, round, step) *and* the same prompt
-hash; runs made with different seeds or scenario sizes are refused rather than compared
-unpaired. The primary outcome is "corrupted" (a corruption class) among pairs where both
-sides got a response; transport failures (HTTP errors, timeouts) are counted and
-excluded, because they say nothing about the output.
+hash; runs of different settings (shape, seed, concurrency, request bodies, verdict rules) and
+a run compared with itself are refused (:mod:`.pairing`). The primary outcome is "corrupted"
+(a corruption class) among pairs where both sides got a response; transport failures (HTTP
+errors, protocol errors, cut streams, timeouts) are counted and excluded, because they say
+nothing about the output. Three outcomes: significant (p < alpha), no significant difference
+(with a 95% bound on how far the corruption rates can differ), or cannot tell (too few judged
+pairs for the exact test to ever reach p < alpha).
 """
 
 from __future__ import annotations
@@ -12,15 +15,15 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from sglang_dsv4_ext.errors import PairingError
-from sglang_dsv4_ext.repro import rundir
-from sglang_dsv4_ext.repro.stats import mcnemar_exact, rate_with_interval
+from sglang_dsv4_ext.repro import pairing
+from sglang_dsv4_ext.repro.stats import mcnemar_exact, rate_with_interval, wilson_interval
 from sglang_dsv4_ext.repro.verdict import CORRUPTION_CLASSES, TRANSPORT_CLASSES
 
 
 def load_run(run_dir: str) -> Tuple[dict, Dict[str, dict]]:
     """(summary or {}, records by key); a bad line is refused naming FILE:LINE."""
-    _, records = rundir.load_records(run_dir)
-    return rundir.load_summary(run_dir, required=False), records
+    run = pairing.load(run_dir)
+    return run.summary, run.records
 
 
 def _paired_test(pairs: List[Tuple[dict, dict]], failed) -> dict:
@@ -44,6 +47,31 @@ def check_alpha(alpha: float) -> None:
         raise ValueError(f"--alpha must be in (0, 1), got {alpha}")
 
 
+def pairs_needed(alpha: float) -> int:
+    """The fewest pairs with which the exact McNemar test can reach p < alpha (all discordant one way)."""
+    n = 1
+    while mcnemar_exact(0, n) >= alpha:
+        n += 1
+    return n
+
+
+def _verdict(primary: dict, alpha: float) -> Tuple[str, str]:
+    """(outcome, text): significant, not_significant, or cannot_tell."""
+    n, a_only, b_only, p = primary["pairs"], primary["a_only"], primary["b_only"], primary["p_value"]
+    counts = f"A-only {a_only}, B-only {b_only} of {n} pairs"
+    need = pairs_needed(alpha)
+    if n < need:
+        return "cannot_tell", (f"cannot tell: {n} judged pairs, and the exact test needs at least {need} "
+                               f"to ever reach p < {alpha} ({counts})")
+    if p < alpha:
+        worse = "A" if a_only > b_only else "B"
+        return "significant", f"significant difference: {worse} corrupts more (p={p:.3g} < {alpha}; {counts})"
+    # |rate A - rate B| = |A-only - B-only| / n <= discordant / n: bound the discordant share.
+    bound = wilson_interval(a_only + b_only, n)[1]
+    return "not_significant", (f"no significant difference in corruption (p={p:.3g} >= {alpha}; {counts}); "
+                               f"the corruption rates differ by at most {100 * bound:.1f} points (95% bound)")
+
+
 def compare_records(a: Dict[str, dict], b: Dict[str, dict], alpha: float = 0.05) -> dict:
     check_alpha(alpha)
     common = sorted(set(a) & set(b))
@@ -64,18 +92,7 @@ def compare_records(a: Dict[str, dict], b: Dict[str, dict], alpha: float = 0.05)
     primary = _paired_test(judged, corrupted)
     per_class = {c: _paired_test(judged, lambda r, c=c: r["verdict"] == c) for c in CORRUPTION_CLASSES}
     any_failure = _paired_test(pairs, lambda r: r["verdict"] != "ok")
-    significant = primary["p_value"] < alpha
-    if not significant:
-        text = (
-            f"no significant difference in corruption (p={primary['p_value']:.3g} >= {alpha}; "
-            f"A-only {primary['a_only']}, B-only {primary['b_only']} of {primary['pairs']} pairs)"
-        )
-    else:
-        worse = "A" if primary["a_only"] > primary["b_only"] else "B"
-        text = (
-            f"significant difference: {worse} corrupts more (p={primary['p_value']:.3g} < {alpha}; "
-            f"A-only {primary['a_only']}, B-only {primary['b_only']} of {primary['pairs']} pairs)"
-        )
+    outcome, text = _verdict(primary, alpha)
     return {
         "alpha": alpha,
         "pairs": len(pairs),
@@ -85,26 +102,41 @@ def compare_records(a: Dict[str, dict], b: Dict[str, dict], alpha: float = 0.05)
         "corruption": primary,
         "any_failure": any_failure,
         "per_class": per_class,
-        "significant": significant,
+        "outcome": outcome,
+        "significant": outcome == "significant",
         "verdict": text,
         "note": "per-class p-values are uncorrected for multiple comparisons; the primary test is 'corruption'",
     }
 
 
-def compare_runs(run_a: str, run_b: str, alpha: float = 0.05) -> dict:
-    sa, ra = load_run(run_a)
-    sb, rb = load_run(run_b)
-    result = compare_records(ra, rb, alpha)
-    result["a"] = {"run": run_a, "label": sa.get("label"), "server_info": sa.get("server_info")}
-    result["b"] = {"run": run_b, "label": sb.get("label"), "server_info": sb.get("server_info")}
+def compare_loaded(a: pairing.LoadedRun, b: pairing.LoadedRun, alpha: float = 0.05,
+                   allow_different_settings: bool = False) -> dict:
+    """The paired comparison of two loaded runs; refuses one run twice, and different settings unless allowed."""
+    pairing.refuse_same_run(a, b)
+    differ, unchecked = pairing.setting_differences(a, b)
+    if not allow_different_settings:
+        pairing.refuse_different_settings(differ)
+    result = compare_records(a.records, b.records, alpha)
+    result.update(settings_differ=differ, settings_unchecked=unchecked, a=pairing.side(a), b=pairing.side(b))
+    result["warnings"] = pairing.warnings(result)
     return result
+
+
+def compare_runs(run_a: str, run_b: str, alpha: float = 0.05, allow_different_settings: bool = False) -> dict:
+    return compare_loaded(pairing.load(run_a), pairing.load(run_b), alpha, allow_different_settings)
+
+
+def pairing_line(result: dict) -> str:
+    """Paired and unpaired counts, as every output of a comparison states them."""
+    return (f"{result['pairs']} paired requests ({result['unpaired_a']} only in A, {result['unpaired_b']} only in B: "
+            f"not compared; {result['excluded_transport_pairs']} pairs with a transport failure excluded)")
 
 
 def format_comparison(result: dict) -> str:
     la = (result.get("a") or {}).get("label") or "A"
     lb = (result.get("b") or {}).get("label") or "B"
-    excluded = result["excluded_transport_pairs"]
-    lines = [f"A = {la}, B = {lb}: {result['pairs']} paired requests ({excluded} with a transport failure excluded)"]
+    lines = [f"WARNING: {w}" for w in result.get("warnings") or []]
+    lines.append(f"A = {la}, B = {lb}: {pairing_line(result)}")
     lines.append(f"{'outcome':<24}{'A rate':>10}{'B rate':>10}{'A-only':>8}{'B-only':>8}{'p':>10}")
 
     def row(name, t):

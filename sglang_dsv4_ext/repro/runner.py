@@ -25,6 +25,7 @@ import shlex
 import signal
 import sys
 import time
+import uuid
 from typing import Dict, List, Optional
 
 from tqdm import tqdm
@@ -118,6 +119,7 @@ class Runner:
         self.evidence_before: Optional[List[dict]] = None
         self.extension_states: Optional[List[dict]] = None
         self._jsonl = None
+        self.run_id = uuid.uuid4().hex
 
     # ----- one request -----
     def _body(self, spec: RequestSpec, model: str) -> dict:
@@ -176,6 +178,8 @@ class Runner:
             "started_at": round(started, 3),
             "usage": obs.usage,
         }
+        if obs.stream_note:
+            rec["stream_note"] = obs.stream_note
         if verdict != "ok":
             rec["raw"] = obs.raw_dict()
             raw_text, source = await self._raw_text(session, obs, rec["raw"])
@@ -306,6 +310,7 @@ class Runner:
     def write_summary(self, t0: float) -> dict:
         """The one place the summary is assembled and written (add run-level evidence here)."""
         summary = summarize(self.records, self.cfg, self.planned, self.stopped_by_time_limit, self.interrupted_by)
+        summary["run_id"] = self.run_id  # `compare` refuses a run compared with (a copy of) itself
         summary["started_at"] = t0
         summary["duration_s"] = round(time.time() - t0, 3)
         summary["server_info"] = self.server_info
@@ -383,6 +388,8 @@ def summarize(records: List[dict], cfg: RunConfig, planned: int, stopped: bool,
         "overall": overall,
         "per_level": per_level,
         "reference_origin_by_verdict": origin_table(records),
+        # Judged streams that ended after their finish_reason but without [DONE] (client.py).
+        "streams_without_done": sum(1 for r in records if r.get("stream_note")),
         "rerun_command": shlex.join(cfg.to_argv()),
         "config": cfg.as_dict(),
     }
@@ -425,6 +432,9 @@ def format_summary(summary: dict) -> str:
         lines.append(row(c, lambda t, c=c: t["per_class"][c]))
     lines.append(row("corruption (responses)", lambda t: t["corruption"]))
     lines.append(row("sessions w/ corruption", lambda t: t["sessions_with_corruption"]))
+    if summary.get("streams_without_done"):
+        lines.append(f"{summary['streams_without_done']} stream(s) ended after their finish_reason without [DONE] "
+                     "(judged; each record's stream_note says how it ended)")
     lines += _evidence_lines(summary.get("server_evidence"))
     if summary.get("reference_origin_by_verdict"):
         lines.append("failure origin from the raw-output re-parse:")

@@ -177,7 +177,9 @@ class Setting:
 
     ``switch``: a flag without a value that flips the default (``--stream`` sets True, ``--no-x``
     sets False). ``scenario``: the setting decides prompts (part of :class:`ScenarioConfig`).
-    ``rerun``: written into the re-run command.
+    ``shape``: it decides what the server is asked or how a reply is judged, so two runs that
+    differ in it are not a paired comparison (``repro compare`` refuses them); every scenario
+    setting is one. ``rerun``: written into the re-run command.
     """
 
     name: str
@@ -189,7 +191,12 @@ class Setting:
     switch: Optional[str] = None
     metavar: Optional[str] = None
     scenario: bool = False
+    shape: bool = False
     rerun: bool = True
+
+    @property
+    def decides_shape(self) -> bool:
+        return self.shape or self.scenario
 
     @property
     def flag(self) -> str:
@@ -236,12 +243,12 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("answer_step", True, "skip the request that follows each tool result", switch="--no-answer-step",
             scenario=True),
     Setting("concurrency", (8,), "sessions in flight; a comma list runs a ladder, one level after another (default 8)",
-            _parse_levels, _check_levels, _levels_text, metavar="N[,N...]"),
+            _parse_levels, _check_levels, _levels_text, metavar="N[,N...]", shape=True),
     Setting("seed", 0, "decides every prompt and per-request sampling seed (default 0)", int, _any_int,
             scenario=True),
     Setting("temperature", 0.0, "sampling temperature, finite and >= 0 (default 0.0)", float, _non_negative_finite,
-            repr),
-    Setting("max_tokens", 2048, "max_tokens per request (default 2048)", int, _at_least(1)),
+            repr, shape=True),
+    Setting("max_tokens", 2048, "max_tokens per request (default 2048)", int, _at_least(1), shape=True),
     Setting("request_timeout", 300.0, "seconds per request before it counts as a timeout (default 300)", float,
             _positive_finite, repr),
     Setting("time_limit", None, "total seconds; in-flight requests are abandoned and the run summarised", float,
@@ -251,7 +258,7 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("tool_result_chars", 1500, "size of each scripted tool result (default 1500)", int, _at_least(0),
             scenario=True),
     Setting("stream", False, "use streaming responses (exercises the streaming parser; no token ids)",
-            switch="--stream"),
+            switch="--stream", shape=True),
     Setting("token_ids", True, "do not ask SGLang for response_token_ids", switch="--no-token-ids"),
     Setting("detokenize_url", None, "server whose /detokenize decodes failures' token ids (default: the endpoint)",
             check=url_check),
@@ -264,17 +271,21 @@ SETTINGS: Tuple[Setting, ...] = (
             "index-K dtype; off: refuse if any does (stock baseline); any: only record (default on)",
             check=_check_expect, metavar="{on,off,any}"),
     Setting("thinking", None, "send chat_template_kwargs.thinking on|off (default: the server's default)",
-            _parse_on_off, render=lambda v: "on" if v else "off", metavar="{on,off}"),
+            _parse_on_off, render=lambda v: "on" if v else "off", metavar="{on,off}", shape=True),
     Setting("extra_body", {}, "JSON object merged into every request body (not the keys the harness sets)",
-            _parse_json_object, _check_extra_body, lambda v: json.dumps(v, sort_keys=True), metavar="JSON"),
+            _parse_json_object, _check_extra_body, lambda v: json.dumps(v, sort_keys=True), metavar="JSON",
+            shape=True),
     Setting("exact_args", True, "do not require exactly the requested arguments, only schema-valid ones",
-            switch="--no-exact-args"),
+            switch="--no-exact-args", shape=True),
     Setting("repetition", RepetitionRule(), "degenerate-repetition rule (default 8,160,200)", _parse_repetition,
-            _check_repetition, _render_repetition, metavar="REPEATS,CHARS,PERIOD"),
+            _check_repetition, _render_repetition, metavar="REPEATS,CHARS,PERIOD", shape=True),
     Setting("api_key_env", None, "environment variable holding a bearer token (checked before anything runs)"),
     Setting("progress", True, "no progress output", switch="--no-progress", rerun=False),
 )
 SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
+# What makes two runs comparable request by request: the settings that decide the prompts, the
+# request bodies and the verdict rules (not where results go, how long to wait, or what is checked).
+SHAPE_SETTINGS = tuple(s for s in SETTINGS if s.decides_shape)
 
 
 def add_flags(group) -> None:

@@ -2,9 +2,12 @@
 
 Order of the checks (first match wins), and why:
   timeout, http_error,             nothing to judge (transport classes: excluded from the
-  protocol_error                   corruption rate and from A/B). protocol_error: HTTP 200
+  protocol_error, stream_cut       corruption rate and from A/B). protocol_error: HTTP 200
                                    with a body that is not a chat completion (not JSON, or
-                                   JSON of another shape)
+                                   JSON of another shape). stream_cut: a stream that ended
+                                   before any chunk carried a finish_reason (the partial
+                                   output is kept as evidence, never judged: half the
+                                   arguments of a cut call are not the model's arguments)
   finish_reason == "length"        degenerate_repetition if the text loops, else
                                    truncated_length: a cut-off output has unclosed
                                    markup, which must not count as malformed
@@ -46,6 +49,7 @@ CLASSES = (
     "truncated_length",
     "http_error",
     "protocol_error",
+    "stream_cut",
     "timeout",
 )
 # Classes that mean the model output (or its parsing) was broken: the incident metric.
@@ -58,7 +62,7 @@ CORRUPTION_CLASSES = (
     "degenerate_repetition",
 )
 # Classes that say nothing about the output: excluded from paired corruption tests.
-TRANSPORT_CLASSES = ("http_error", "protocol_error", "timeout")
+TRANSPORT_CLASSES = ("http_error", "protocol_error", "stream_cut", "timeout")
 
 
 @dataclass
@@ -75,6 +79,7 @@ class Observation:
     token_ids: Optional[List[int]] = None
     usage: Optional[dict] = None
     body_snippet: str = ""
+    stream_note: str = ""  # a stream judged although it ended without [DONE] (see client.py)
 
     def raw_dict(self) -> dict:
         d = {

@@ -17,6 +17,8 @@ from sglang_dsv4_ext.repro.settings import RunConfig
 from sglang_dsv4_ext.repro.stats import wilson_interval
 from tests.support.repro_server import (
     ABORTING_KINDS,
+    CUT_KINDS,
+    EXPECTED_STREAM_VERDICT,
     EXPECTED_VERDICT,
     KINDS,
     SHAPE_KINDS,
@@ -191,6 +193,9 @@ def test_ab_detects_an_injected_difference_and_not_a_null_one(tmp_path, capsys):
         assert main(argv) == 0
     capsys.readouterr()
     assert main(["repro", "compare", runs[0], str(other)]) == 2
+    assert "--seed: A 9, B 10" in capsys.readouterr().err
+    # Told to compare them anyway: the prompts differ, so there is nothing to pair.
+    assert main(["repro", "compare", runs[0], str(other), "--allow-different-settings"]) == 2
     assert "different prompts" in capsys.readouterr().err
 
 
@@ -237,6 +242,45 @@ def test_replies_of_the_wrong_shape_become_verdicts_and_the_run_completes(tmp_pa
         # Like http_error: counted, and left out of the corruption rate's denominator.
         n_protocol = summary["overall"]["per_class"]["protocol_error"]["count"]
         assert n_protocol > 0 and summary["overall"]["corruption"]["n"] == 48 - n_protocol
+
+
+def test_a_cut_stream_is_a_transport_failure_with_its_partial_output_kept(tmp_path):
+    """A stream the server cuts used to be judged from its partial text: half the arguments of a
+    correct call were invalid_arguments (counted as corruption), half an answer was ok."""
+    rates = {"cut_stream": 0.2, "cut_stream_chunked": 0.2, "done_without_finish": 0.2, "no_done": 0.2}
+    by_mode = {}
+    for stream, expected in ((True, EXPECTED_STREAM_VERDICT), (False, EXPECTED_VERDICT)):
+        out = tmp_path / f"cut-stream{stream}"
+        with InjectingServer(rates, seed=6) as srv:
+            summary = _run(srv.url, out, sessions=6, rounds=4, concurrency=(6,), stream=stream)
+        records = by_mode[stream] = _records(out)
+        assert summary["requests_done"] == summary["requests_planned"] == len(records) == 48
+        assert {srv.injected[r["prompt_sha256"]] for r in records} >= set(CUT_KINDS)  # every cut was sent
+        for r in records:
+            assert r["verdict"] == expected[srv.injected[r["prompt_sha256"]]], r
+        per_class = summary["overall"]["per_class"]
+        assert summary["overall"]["corruption"]["count"] == 0  # every reply was correct as far as it went
+        excluded = sum(per_class[c]["count"] for c in summary["transport_classes"])
+        assert excluded > 0 and summary["overall"]["corruption"]["n"] == 48 - excluded
+    # Streaming: the partial output is the evidence, kept in the record; a finished choice without
+    # [DONE] is judged and says how it ended.
+    stream_cut = [r for r in by_mode[True] if r["verdict"] == "stream_cut"]
+    cut = [r for r in stream_cut if "without [DONE]" in r["detail"]]
+    tool_cut = [r for r in cut if r["step"] == "tool"]
+    answer_cut = [r for r in cut if r["step"] == "answer"]
+    assert tool_cut and answer_cut
+    for r in tool_cut:
+        [call] = r["raw"]["tool_calls"]
+        assert call["name"] == r["expected_tool"] and 0 < len(call["arguments"]) < len(json.dumps(r["expected_args"]))
+        assert "before any chunk carried a finish_reason" in r["detail"] and r["reference"]["origin"] == "transport"
+    # [DONE] without a finish_reason: every delta arrived, and still the choice never said it ended.
+    assert any("stream ended with [DONE] before" in r["detail"] for r in stream_cut)
+    assert all(r["raw"]["content"].startswith("Done: ") for r in answer_cut)
+    no_done = [r for r in by_mode[True] if "stream_note" in r]
+    assert no_done and all(r["verdict"] == "ok" and "no [DONE]" in r["stream_note"] for r in no_done)
+    stream_summary = json.load(open(tmp_path / "cut-streamTrue" / rundir.SUMMARY))
+    assert stream_summary["streams_without_done"] == len(no_done)
+    assert "stream_cut" in stream_summary["transport_classes"]
 
 
 def test_model_list_of_the_wrong_shape_falls_back_and_says_so(tmp_path, capsys):
@@ -287,8 +331,12 @@ def test_a_signal_flushes_the_records_and_writes_an_interrupted_summary(signame,
     [row] = summary["server_evidence"]  # read after the signal too
     assert row["url"] == srv.url and row["aborted_requests"] == 0 and row["extension"].startswith("active")
     assert "server evidence" in stdout
-    # reparse accepts the directory.
+    # reparse accepts the directory; a comparison would say first that it did not finish.
     assert main(["repro", "reparse", str(out)]) == 0
+    from sglang_dsv4_ext.repro.pairing import incomplete
+
+    n = len(records)
+    assert incomplete(summary) == f"interrupted by {signame}: {n} of 320 requests run, {320 - n} not run"
 
 
 def test_a_bug_mid_run_still_leaves_the_records_and_a_summary(tmp_path, monkeypatch):

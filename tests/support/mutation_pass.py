@@ -42,6 +42,7 @@ _SUP = "tests/integration/test_serve_supervise.py::test_a_fatal_signal_stops_the
 _SERVE = "tests/unit/serving/test_bad_input_serve.py"
 _PLAN = "tests/unit/cli/test_bad_input_plan.py"
 _SERIES = "tests/unit/series/test_bad_input.py"
+_CUT = "tests/integration/test_repro_harness.py::test_a_cut_stream_is_a_transport_failure_with_its_partial_output_kept"
 
 
 MUTATIONS: List[Mutation] = [
@@ -187,6 +188,44 @@ MUTATIONS: List[Mutation] = [
     Mutation("repro: --tokenizer path checked", "sglang_dsv4_ext/repro/reparse.py",
              "    if not os.path.isdir(path):", "    if False:",
              ("tests/unit/repro/test_bad_input_reparse.py::test_reparse_tokenizer_that_does_not_exist",)),
+    Mutation("repro: a stream without a finish_reason is stream_cut, not judged", "sglang_dsv4_ext/repro/client.py",
+             "    if obs.finish_reason is None:\n        ended =", "    if False:\n        ended =",
+             (_CUT,)),
+    Mutation("repro: a chunked stream cut short keeps its partial output", "sglang_dsv4_ext/repro/client.py",
+             "    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError) as exc:",
+             "    except ZeroDivisionError as exc:",
+             (_CUT,)),
+    Mutation("repro: stream_cut is a transport class", "sglang_dsv4_ext/repro/verdict.py",
+             'TRANSPORT_CLASSES = ("http_error", "protocol_error", "stream_cut", "timeout")',
+             'TRANSPORT_CLASSES = ("http_error", "protocol_error", "timeout")',
+             ("tests/unit/repro/test_verdict_table.py",
+              "tests/unit/repro/test_repro_units.py::test_a_cut_stream_on_either_side_excludes_the_pair")),
+    Mutation("repro: a run compared with itself is refused", "sglang_dsv4_ext/repro/compare.py",
+             "    pairing.refuse_same_run(a, b)\n", "    pass\n",
+             ("tests/unit/repro/test_bad_input_compare.py::test_compare_refuses_a_run_compared_with_itself",
+              "tests/unit/report/test_report_page.py::test_report_refuses_a_run_compared_with_itself")),
+    Mutation("repro: runs of different settings are refused", "sglang_dsv4_ext/repro/compare.py",
+             "    if not allow_different_settings:\n", "    if False:\n",
+             ("tests/unit/repro/test_bad_input_compare.py::"
+              "test_compare_refuses_runs_of_different_settings_unless_told_and_then_says_so_first",
+              "tests/unit/report/test_report_page.py::"
+              "test_page_says_first_that_settings_differ_and_a_run_did_not_finish")),
+    Mutation("repro: each pair's concurrency is checked", "sglang_dsv4_ext/repro/pairing.py",
+             "        per_record = _concurrency_difference(a, b)", "        per_record = \"\"",
+             ("tests/unit/repro/test_bad_input_compare.py::"
+              "test_compare_checks_each_pairs_concurrency_when_a_summary_is_missing",)),
+    Mutation("repro: a run that did not finish is said first", "sglang_dsv4_ext/repro/pairing.py",
+             '        if info.get("incomplete"):', "        if False:",
+             ("tests/unit/repro/test_bad_input_compare.py::test_compare_says_first_that_a_run_did_not_finish",
+              "tests/unit/report/test_report_page.py::"
+              "test_page_says_first_that_settings_differ_and_a_run_did_not_finish")),
+    Mutation("repro: too few pairs cannot tell", "sglang_dsv4_ext/repro/compare.py",
+             "    if n < need:", "    if False:",
+             ("tests/unit/repro/test_repro_units.py::test_too_few_pairs_cannot_tell_even_when_every_pair_differs",)),
+    Mutation("report: a run that did not finish is marked in its section", "sglang_dsv4_ext/report/cli.py",
+             "if unfinished else \"\"", "if False else \"\"",
+             ("tests/unit/report/test_report_page.py::"
+              "test_page_says_first_that_settings_differ_and_a_run_did_not_finish",)),
     # --- serve, plan, configuration ---
     Mutation("serve: every fatal signal stops the stack", "sglang_dsv4_ext/serving/supervise.py",
              "        for sig in FATAL_SIGNALS:", "        for sig in (signal.SIGINT, signal.SIGTERM):",

@@ -46,9 +46,10 @@ def tree_digest(path: str) -> dict:
     return digest
 
 
-def make_run(out: str, capsys, rates=None, extra: List[str] = ()) -> str:
-    """A real finished run in ``out`` (8 requests) made through the CLI."""
-    with InjectingServer(rates or {"malformed_dsml": 0.4}, seed=1) as srv:
+def make_run(out: str, capsys, rates=None, extra: List[str] = (), **server) -> str:
+    """A real run in ``out`` (8 requests unless ``extra`` changes the shape) made through the CLI;
+    ``server``: keyword arguments of the stand-in server (e.g. ``stall_after``)."""
+    with InjectingServer(rates or {"malformed_dsml": 0.4}, seed=1, **server) as srv:
         rc, _, err = run_cli(["repro", "run", "--endpoint", srv.url, "--out", out, *TINY, *extra], capsys)
     assert rc == 0, err
     return out

@@ -17,6 +17,18 @@ Kinds and the verdict each must produce:
     (``choices: [null]``, ``choices`` a string, ``message`` a string, ``tool_calls``
     holding strings, the body or SSE chunk a list)
 
+CUT_KINDS: a reply the transport cuts. Streaming (``EXPECTED_STREAM_VERDICT``): ``cut_stream`` sends
+the deltas up to half the tool call's arguments (half the answer text on an answer step) and closes
+the connection (no finish_reason, no ``[DONE]``) -> stream_cut; ``cut_stream_chunked`` does the same
+in chunked framing without the last chunk (what a dying uvicorn leaves) -> stream_cut;
+``done_without_finish`` sends every delta and ``[DONE]`` but no finish_reason -> stream_cut (the
+choice never said it ended); ``no_done`` sends every delta and the finish_reason but no ``[DONE]``
+-> judged (ok). Without streaming (``EXPECTED_VERDICT``) the two cuts are half a JSON body: closed
+early -> protocol_error, short of its Content-Length -> http_error; the other two a normal reply.
+
+``stall_after=N``: requests after the N-th wait ``stall_s`` seconds before answering (a run's time
+limit then stops it with exactly N recorded, for tests of a run that did not finish).
+
 ``models_reply`` replaces the ``GET /v1/models`` answer (e.g. a list instead of an object).
 
 ``GET /metrics`` answers like SGLang with ``--enable-metrics`` and the extension active, rendered by
@@ -72,10 +84,15 @@ SHAPES = {
     "shape_list": ([{"choices": []}], [{"choices": []}]),
 }
 SHAPE_KINDS = tuple(SHAPES)
+CUT_KINDS = ("cut_stream", "cut_stream_chunked", "done_without_finish", "no_done")
 EXPECTED_VERDICT = {k: k for k in KINDS}
 EXPECTED_VERDICT.update({"http_500": "http_error", "reset": "http_error", "swallowed_malformed": "wrong_tool",
                          "swallowed_ok": "wrong_tool"})
 EXPECTED_VERDICT.update({k: "protocol_error" for k in SHAPE_KINDS})
+EXPECTED_VERDICT.update({"cut_stream": "protocol_error", "cut_stream_chunked": "http_error",
+                         "done_without_finish": "ok", "no_done": "ok"})
+EXPECTED_STREAM_VERDICT = dict(EXPECTED_VERDICT, cut_stream="stream_cut", cut_stream_chunked="stream_cut",
+                               done_without_finish="stream_cut")
 TOOL_STEP_ONLY = {"swallowed_malformed", "swallowed_ok"}
 # The activation gauge's labels of a server running the extension with bf16 index-K (activation.py).
 ACTIVE_BF16 = {"version": "stand-in", "sglang": "0.5.23", "index_k_dtype": "bf16", "gate": "auto",
@@ -163,27 +180,44 @@ class _Handler(BaseHTTPRequestHandler):
         if owner.delay:
             time.sleep(owner.delay)
         kind, resp = owner.respond(req)
+        if owner.stall_after is not None and owner.requests > owner.stall_after:
+            time.sleep(owner.stall_s)
         if kind == "timeout":
             time.sleep(owner.timeout_sleep)
+        self._reply(kind, resp, req)
+
+    def _reply(self, kind: str, resp: dict, req: dict) -> None:
         if kind == "http_500":
             self._send_json(500, {"error": {"message": "injected internal error"}})
-            return
-        if kind == "reset":
+        elif kind == "reset":
             # SO_LINGER 0 makes close() send a TCP RST instead of a FIN.
             self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.request.close()
-            return
-        if kind in SHAPES:
+        elif kind in SHAPES:
             self._send_shape(*SHAPES[kind], stream=req.get("stream"))
         elif req.get("stream"):
-            self._send_stream(resp)
+            self._send_stream(resp, kind)
+        elif kind in ("cut_stream", "cut_stream_chunked"):
+            self._send_cut_body(resp, declare_length=kind == "cut_stream_chunked")
         else:
             self._send_json(200, resp)
 
-    def _start_stream(self) -> None:
+    def _start_stream(self, chunked: bool = False) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+
+    def _send_cut_body(self, resp: dict, declare_length: bool) -> None:
+        """Half a JSON body: the connection closes early, or short of the declared Content-Length."""
+        body = json.dumps(resp).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if declare_length:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[: len(body) // 2])
 
     def _send_shape(self, body, chunk, stream: bool) -> None:
         if not stream:
@@ -193,31 +227,47 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         self.wfile.write(b"data: [DONE]\n\n")
 
-    def _send_stream(self, resp: dict) -> None:
-        self._start_stream()
-        choice = resp["choices"][0]
-        msg = choice["message"]
+    def _send_stream(self, resp: dict, kind: str) -> None:
+        events = _stream_events(resp)
+        if kind in ("cut_stream", "cut_stream_chunked"):
+            events = events[:-2]  # cut before the last delta (half the arguments, or half the text)
+        elif kind == "done_without_finish":
+            events = events[:-1] + [b"data: [DONE]\n\n"]
+        elif kind != "no_done":
+            events.append(b"data: [DONE]\n\n")
+        chunked = kind == "cut_stream_chunked"
+        self._start_stream(chunked)
+        for event in events:
+            # Chunked framing without the closing zero-length chunk when cut.
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event) if chunked else event)
 
-        def emit(delta, finish=None):
-            chunk = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
 
-        emit({"role": "assistant"})
-        for field in ("reasoning_content", "content"):
-            text = msg.get(field) or ""
-            half = len(text) // 2
-            for piece in (text[:half], text[half:]):
-                if piece:
-                    emit({field: piece})
-        for i, tc in enumerate(msg.get("tool_calls") or []):
-            args = tc["function"]["arguments"]
-            head = {"name": tc["function"]["name"], "arguments": ""}
-            emit({"tool_calls": [{"index": i, "id": tc["id"], "type": "function", "function": head}]})
-            half = len(args) // 2
-            for piece in (args[:half], args[half:]):
-                emit({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-        emit({}, choice["finish_reason"])
-        self.wfile.write(b"data: [DONE]\n\n")
+def _stream_events(resp: dict) -> List[bytes]:
+    """The SSE events of a reply, in SGLang's order: deltas, then a finish_reason chunk of its own."""
+    choice = resp["choices"][0]
+    msg = choice["message"]
+    events = []
+
+    def emit(delta, finish=None):
+        chunk = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        events.append(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+
+    emit({"role": "assistant"})
+    for field in ("reasoning_content", "content"):
+        text = msg.get(field) or ""
+        half = len(text) // 2
+        for piece in (text[:half], text[half:]):
+            if piece:
+                emit({field: piece})
+    for i, tc in enumerate(msg.get("tool_calls") or []):
+        args = tc["function"]["arguments"]
+        head = {"name": tc["function"]["name"], "arguments": ""}
+        emit({"tool_calls": [{"index": i, "id": tc["id"], "type": "function", "function": head}]})
+        half = len(args) // 2
+        for piece in (args[:half], args[half:]):
+            emit({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+    emit({}, choice["finish_reason"])
+    return events
 
 
 class _Server(ThreadingHTTPServer):
@@ -228,8 +278,9 @@ class _Server(ThreadingHTTPServer):
 
 class InjectingServer:
     def __init__(self, rates: Dict[str, float], seed: int = 0, timeout_sleep: float = 2.0, delay: float = 0.0,
-                 label: str = "", models_reply=None, extension=(ACTIVE_BF16,), metrics: bool = True):
-        known = KINDS + SHAPE_KINDS
+                 label: str = "", models_reply=None, extension=(ACTIVE_BF16,), metrics: bool = True,
+                 stall_after: Optional[int] = None, stall_s: float = 5.0):
+        known = KINDS + SHAPE_KINDS + CUT_KINDS
         unknown = set(rates) - set(known)
         if unknown:
             raise ValueError(f"unknown kinds {sorted(unknown)}; known: {known}")
@@ -246,6 +297,7 @@ class InjectingServer:
         self.requests = 0
         self.extension = [dict(labels) for labels in extension]
         self.metrics = metrics
+        self.stall_after, self.stall_s = stall_after, stall_s
         self.counters: Dict[str, float] = {"sglang:num_aborted_requests": 0.0}
         self._lock = threading.Lock()
         self._httpd: Optional[_Server] = None
@@ -390,6 +442,11 @@ _BUILDERS = {
     "truncated_length": _build_truncated,
     "swallowed_malformed": _build_swallowed_malformed,
     "swallowed_ok": _build_swallowed_ok,
+    # Cut replies: what was cut is a good reply.
+    "cut_stream": _build_ok,
+    "cut_stream_chunked": _build_ok,
+    "done_without_finish": _build_ok,
+    "no_done": _build_ok,
 }
 
 

@@ -1,5 +1,6 @@
 """``sglang-dsv4 report``: the page, built from two synthetic repro runs, loads in a real headless
-browser (Debian's chromium driven by Playwright) without console errors and shows every run's numbers."""
+browser (Debian's chromium driven by Playwright) without console errors and shows every run's numbers,
+the comparison's paired and unpaired counts, and first of all what the comparison must not hide."""
 
 from __future__ import annotations
 
@@ -10,34 +11,44 @@ import shutil
 import pytest
 
 from sglang_dsv4_ext import cli
+from sglang_dsv4_ext.repro.settings import RunConfig
+
+N = 40
 
 
-def _run(tmp_path, name, bad_every):
+def _run(tmp_path, name, bad_every, done=N, concurrency=(8, 80), **summary):
+    """A synthetic run: ``done`` of 40 requests recorded, its summary as `repro run` writes it."""
     d = tmp_path / name
     d.mkdir()
     with open(d / "requests.jsonl", "w") as f:
-        for i in range(40):
+        for i in range(done):
             verdict = "dsml_in_content" if i % bad_every == 0 else "ok"
-            f.write(json.dumps({"key": f"k{i}", "level": i // 20, "concurrency": 8 if i < 20 else 80,
+            f.write(json.dumps({"key": f"k{i}", "level": i // 20, "concurrency": concurrency[i // 20],
                                 "session": i % 5, "step": "tool", "verdict": verdict, "latency_s": 1.0 + i / 10,
+                                "started_at": 1.8e9 + len(name) + i,
                                 "prompt_sha256": hashlib.sha256(str(i).encode()).hexdigest()}) + "\n")
     evidence = [{"url": "http://prefill:30000", "aborted_requests": 3.0, "pd_transfer_failed": 70.0,
                  "integrity_mismatches": 0.0}]
-    (d / "summary.json").write_text(json.dumps({"label": name, "server_evidence": evidence}))
+    config = RunConfig(endpoint="http://127.0.0.1:8000", out=str(d), sessions=5, concurrency=concurrency).as_dict()
+    run_id = hashlib.sha256(name.encode()).hexdigest()[:32]
+    (d / "summary.json").write_text(json.dumps(dict(
+        {"label": name, "run_id": run_id, "server_evidence": evidence, "requests_planned": N, "requests_done": done,
+         "not_run": N - done, "interrupted": False, "interrupted_by": None, "stopped_by_time_limit": False,
+         "config": config}, **summary)))
     return str(d)
 
 
-def test_page_in_headless_chromium(tmp_path, capsys):
-    browser_path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser_path is None:
+def _browser_path():
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
         pytest.skip("no chromium installed (apt-get install -y chromium) - see README")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
-    a, b = _run(tmp_path, "fp8-run", 4), _run(tmp_path, "bf16-run", 40)
-    out = tmp_path / "report.html"
-    assert cli.main(["report", a, b, "-o", str(out)]) == 0
-    assert cli.main(["report", a, "-o", str(out)]) == 2  # never overwrites evidence
-    assert "exists" in capsys.readouterr().err
+    return path
 
+
+def _open(out, check):
+    """Open ``out`` in headless chromium, assert no console errors, and run ``check(page)``."""
+    browser_path = _browser_path()
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=browser_path, args=["--no-sandbox"])
         try:
@@ -46,11 +57,70 @@ def test_page_in_headless_chromium(tmp_path, capsys):
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(out.as_uri())
-            text = page.inner_text("body")
+            check(page)
             assert errors == []
-            assert page.locator("section.run").count() == 2 and page.locator("svg").count() == 4
         finally:
             browser.close()
+
+
+def test_page_in_headless_chromium(tmp_path, capsys):
+    _browser_path()
+    a, b = _run(tmp_path, "fp8-run", 4), _run(tmp_path, "bf16-run", 40)
+    out = tmp_path / "report.html"
+    assert cli.main(["report", a, b, "-o", str(out)]) == 0
+    assert cli.main(["report", a, "-o", str(out)]) == 2  # never overwrites evidence
+    assert "exists" in capsys.readouterr().err
+    seen = {}
+
+    def check(page):
+        seen["text"] = page.inner_text("body")
+        assert page.locator("section.run").count() == 2 and page.locator("svg").count() == 4
+        assert page.locator(".warnings").count() == 0 and page.locator(".incomplete").count() == 0  # nothing to flag
+
+    _open(out, check)
+    text = seen["text"]
     assert "fp8-run" in text and "bf16-run" in text and "p-value" in text
+    assert "40 paired requests (0 only in A, 0 only in B: not compared" in text
     # run A: 10 of 40 corrupted = 5 at c=8 and 5 at c=80 (rate 0.25 each); run B: 1 of 40 (at c=8)
     assert "0.2500" in text and "0.0500" in text and "70.0" in text
+
+
+def test_page_says_first_that_settings_differ_and_a_run_did_not_finish(tmp_path, capsys):
+    """B ran at other concurrencies and was interrupted after 30 of 40 requests: the page used to pair
+    the 30 and show both runs as complete."""
+    _browser_path()
+    a = _run(tmp_path, "fp8-run", 4)
+    b = _run(tmp_path, "bf16-run", 40, done=30, concurrency=(16, 80), interrupted=True, interrupted_by="SIGTERM")
+    out = tmp_path / "report.html"
+    assert cli.main(["report", a, b, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--concurrency: A 8,80, B 16,80" in err and "--allow-different-settings" in err and not out.exists()
+    assert cli.main(["report", a, b, "-o", str(out), "--allow-different-settings"]) == 0
+
+    def check(page):
+        warnings = page.locator(".warnings")
+        assert warnings.is_visible()
+        listed = warnings.inner_text()
+        assert "the runs differ in settings" in listed and "--concurrency: A 8,80, B 16,80" in listed
+        assert f"B ({b}) did not finish: interrupted by SIGTERM: 30 of 40 requests run, 10 not run" in listed
+        # Above the comparison and every run.
+        top, ab, first_run = (loc.bounding_box()["y"] for loc in (warnings, page.locator("section.ab"),
+                                                                  page.locator("section.run").first))
+        assert top < ab < first_run
+        assert "30 paired requests (10 only in A, 0 only in B: not compared" in page.inner_text("section.ab")
+        marked = page.locator("section.run .incomplete")
+        assert marked.count() == 1 and marked.is_visible()
+        assert "interrupted by SIGTERM" in marked.inner_text()
+        assert "30 requests of 40 planned" in page.inner_text("section.run >> nth=1")
+
+    _open(out, check)
+
+
+def test_report_refuses_a_run_compared_with_itself(tmp_path, capsys):
+    a = _run(tmp_path, "fp8-run", 4)
+    copy = shutil.copytree(a, str(tmp_path / "copy"))
+    for b in (a, copy):
+        out = tmp_path / "report.html"
+        assert cli.main(["report", a, b, "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "a run compared with itself" in err and "Traceback" not in err and not out.exists()

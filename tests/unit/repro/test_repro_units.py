@@ -8,7 +8,7 @@ import math
 import pytest
 
 from sglang_dsv4_ext.repro import dsml
-from sglang_dsv4_ext.repro.compare import PairingError, compare_records
+from sglang_dsv4_ext.repro.compare import PairingError, compare_records, pairs_needed
 from sglang_dsv4_ext.repro.reparse import reference_verdict
 from sglang_dsv4_ext.repro.scenario import (
     TOOLS,
@@ -173,3 +173,35 @@ def test_compare_refuses_unpaired_prompts_and_pairs_identical_ones():
     b["k2"]["prompt_sha256"] = "y"
     r = compare_records(a, b)
     assert (r["corruption"]["a_only"], r["corruption"]["b_only"]) == (1, 0) and not r["significant"]
+
+
+def _records(verdicts, sha="p"):
+    return {f"k{i}": {"prompt_sha256": f"{sha}{i}", "verdict": v} for i, v in enumerate(verdicts)}
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.01])
+def test_too_few_pairs_cannot_tell_even_when_every_pair_differs(alpha):
+    """Every judged pair corrupted in A only: with fewer pairs than the exact test needs to reach
+    p < alpha this used to read 'no significant difference'. The honest answer is 'cannot tell'."""
+    need = pairs_needed(alpha)
+    assert mcnemar_exact(0, need) < alpha <= mcnemar_exact(0, need - 1)  # the test's own limit
+    few = compare_records(_records(["malformed_dsml"] * (need - 1)), _records(["ok"] * (need - 1)), alpha)
+    assert few["outcome"] == "cannot_tell" and not few["significant"]
+    assert few["verdict"].startswith("cannot tell") and f"at least {need}" in few["verdict"]
+    assert "no significant difference" not in few["verdict"]
+    enough = compare_records(_records(["malformed_dsml"] * need), _records(["ok"] * need), alpha)
+    assert enough["outcome"] == "significant" and "A corrupts more" in enough["verdict"]
+
+
+def test_no_significant_difference_bounds_how_far_the_rates_can_differ():
+    same = compare_records(_records(["ok"] * 100), _records(["ok"] * 100))
+    assert same["outcome"] == "not_significant"
+    assert f"at most {100 * wilson_interval(0, 100)[1]:.1f} points" in same["verdict"]  # 0 of 100 discordant: 3.7
+
+
+def test_a_cut_stream_on_either_side_excludes_the_pair():
+    a = _records(["stream_cut", "malformed_dsml", "ok"])
+    b = _records(["malformed_dsml", "stream_cut", "ok"])
+    r = compare_records(a, b)
+    assert r["excluded_transport_pairs"] == 2 and r["corruption"]["pairs"] == 1
+    assert r["corruption"]["a_only"] == r["corruption"]["b_only"] == 0

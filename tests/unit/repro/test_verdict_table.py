@@ -15,7 +15,13 @@ import pytest
 from sglang_dsv4_ext.repro import dsml
 from sglang_dsv4_ext.repro.client import observation_from_body
 from sglang_dsv4_ext.repro.scenario import TOOLS_BY_NAME
-from sglang_dsv4_ext.repro.verdict import CORRUPTION_CLASSES, TRANSPORT_CLASSES, Observation, classify
+from sglang_dsv4_ext.repro.verdict import (
+    CORRUPTION_CLASSES,
+    TRANSPORT_CLASSES,
+    Observation,
+    classify,
+    reference_origin,
+)
 from tests.support.repro_server import SHAPES
 
 REQUESTED = ("read_file", {"path": "src/a.py", "max_lines": 100})
@@ -67,6 +73,9 @@ ROWS = {
     "http_error": ("tool", Observation(transport="http_error", http_status=503), "http_error", "503"),
     "protocol_error": ("tool", Observation(transport="protocol_error", error="shape"), "protocol_error", "shape"),
     "timeout": ("tool", Observation(transport="timeout"), "timeout", ""),
+    # Half the arguments of the requested call: never judged (it would be invalid_arguments).
+    "stream_cut": ("tool", Observation(transport="stream_cut", error="stream ended without [DONE]",
+                                       tool_calls=[_call("read_file", '{"path": "src/a')]), "stream_cut", "[DONE]"),
 }
 
 
@@ -87,8 +96,10 @@ def test_no_exact_args_still_requires_exactly_one_requested_call():
         assert classify(Observation(tool_calls=calls), "tool", *REQUESTED, TOOLS_BY_NAME, **relaxed)[0] == "wrong_tool"
 
 
-def test_protocol_error_is_a_transport_class_not_corruption():
-    assert "protocol_error" in TRANSPORT_CLASSES and "protocol_error" not in CORRUPTION_CLASSES
+@pytest.mark.parametrize("cls", ["protocol_error", "stream_cut"])
+def test_transport_classes_are_not_corruption(cls):
+    assert cls in TRANSPORT_CLASSES and cls not in CORRUPTION_CLASSES
+    assert reference_origin(cls, "invalid_arguments") == "transport"  # whatever the partial text re-parses to
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))

@@ -1,0 +1,172 @@
+"""What makes two runs a paired comparison, and what a comparison must say about its runs.
+
+A pair is one request key (level, session, round, step) present in both runs with the same
+prompt hash. That alone pairs runs of different shape: a run of 2 sessions shares its prompts
+with the first 2 sessions of a run of 8, and level 0 of ``--concurrency 8`` has the prompts of
+level 0 of ``--concurrency 80``. So the runs' settings that decide the workload or its verdicts
+(:data:`settings.SHAPE_SETTINGS`, read from each ``summary.json``'s ``config``) must match too,
+and so must the concurrency each paired request ran at (read from the records, which a run
+killed before its summary still has). A run compared with itself (the same directory, the same
+``run_id``, or a copy: every paired request started at the same moment with the same latency)
+shows no difference whatever the stacks do, and is refused. A run that did not finish is
+compared on what it recorded, and every output says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+from sglang_dsv4_ext.errors import PairingError
+from sglang_dsv4_ext.repro import rundir
+from sglang_dsv4_ext.repro.settings import SHAPE_SETTINGS
+
+ALLOW_FLAG = "--allow-different-settings"
+
+
+@dataclass
+class LoadedRun:
+    path: str
+    summary: dict  # {} when the run wrote none
+    records: Dict[str, dict]
+
+
+def load(run_dir: str) -> LoadedRun:
+    """A run directory's records (a bad line is refused naming FILE:LINE) and summary."""
+    _, records = rundir.load_records(run_dir)
+    return LoadedRun(run_dir, rundir.load_summary(run_dir, required=False), records)
+
+
+# ----- a run compared with itself --------------------------------------------------------------
+def _same_request(x: dict, y: dict) -> bool:
+    return x.get("started_at") == y.get("started_at") and x.get("latency_s") == y.get("latency_s")
+
+
+def same_run(a: LoadedRun, b: LoadedRun) -> str:
+    """Why A and B are one run ("" when they are two)."""
+    if os.path.realpath(a.path) == os.path.realpath(b.path):
+        return f"A and B are the same directory ({a.path})"
+    run_id = a.summary.get("run_id")
+    if run_id and run_id == b.summary.get("run_id"):
+        return f"A and B are the same run (run_id {run_id}): one directory is a copy of the other"
+    common = sorted(a.records.keys() & b.records.keys())
+    stamped = [k for k in common if a.records[k].get("started_at") is not None]
+    if stamped and len(stamped) == len(common) and all(_same_request(a.records[k], b.records[k]) for k in common):
+        return (f"A and B hold the same requests (all {len(common)} paired requests started at the same moment "
+                "with the same latency): one directory is a copy of the other")
+    return ""
+
+
+def refuse_same_run(a: LoadedRun, b: LoadedRun) -> None:
+    why = same_run(a, b)
+    if why:
+        raise PairingError(f"{why}; a run compared with itself shows no difference whatever the stacks do. "
+                           "Compare two runs")
+
+
+# ----- the settings that make two runs comparable ----------------------------------------------
+def _canonical(value) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _show(setting, value) -> str:
+    if setting.switch is not None:  # the flag as the operator typed it (or not)
+        return "given" if value != setting.default else "not given"
+    if value is None:
+        return "unset"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return json.dumps(value) if isinstance(value, (dict, str)) else str(value)
+
+
+def _config_differences(a: LoadedRun, b: LoadedRun) -> Tuple[Dict[str, str], List[str]]:
+    configs = {side: run.summary.get("config") for side, run in (("A", a), ("B", b))}
+    lacking = [side for side, cfg in configs.items() if not isinstance(cfg, dict)]
+    if lacking:
+        return {}, [f"{side}'s summary.json records no settings" for side in lacking]
+    differ, unrecorded = {}, []
+    for s in SHAPE_SETTINGS:
+        if s.name not in configs["A"] or s.name not in configs["B"]:
+            unrecorded.append(s.flag)
+        elif _canonical(configs["A"][s.name]) != _canonical(configs["B"][s.name]):
+            differ[s.flag] = f"A {_show(s, configs['A'][s.name])}, B {_show(s, configs['B'][s.name])}"
+    notes = [f"{', '.join(unrecorded)} not recorded in both summaries"] if unrecorded else []
+    return differ, notes
+
+
+def _concurrency_difference(a: LoadedRun, b: LoadedRun) -> str:
+    common = sorted(a.records.keys() & b.records.keys())
+    other = [k for k in common if a.records[k].get("concurrency") != b.records[k].get("concurrency")]
+    if not other:
+        return ""
+    k = other[0]
+    return (f"{len(other)} of {len(common)} paired requests ran at another concurrency "
+            f"(first {k}: A {a.records[k].get('concurrency')}, B {b.records[k].get('concurrency')})")
+
+
+def setting_differences(a: LoadedRun, b: LoadedRun) -> Tuple[Dict[str, str], List[str]]:
+    """({flag: "A x, B y"} for each setting that differs, [what could not be checked])."""
+    differ, unchecked = _config_differences(a, b)
+    if "--concurrency" not in differ:
+        per_record = _concurrency_difference(a, b)
+        if per_record:
+            differ["--concurrency"] = per_record
+    return differ, unchecked
+
+
+def refuse_different_settings(differ: Dict[str, str]) -> None:
+    if differ:
+        listed = "; ".join(f"{flag}: {text}" for flag, text in differ.items())
+        raise PairingError(
+            f"the runs differ in settings that decide the workload or its verdicts ({listed}), so their shared "
+            "requests are not a paired comparison. Re-run B with A's re-run command (summary.json rerun_command), "
+            f"or pass {ALLOW_FLAG} to compare the shared requests anyway (the output then says so at the top)"
+        )
+
+
+# ----- a run that did not finish ---------------------------------------------------------------
+def incomplete(summary: dict) -> str:
+    """How a run did not finish ("" when it did)."""
+    if not summary:
+        return "no summary.json (killed before writing it?): cannot tell how many requests were planned"
+    if not isinstance(summary.get("requests_planned"), int):
+        return "its summary.json has no request counts: cannot tell whether it finished"
+    counts = (f"{summary.get('requests_done')} of {summary['requests_planned']} requests run, "
+              f"{summary.get('not_run')} not run")
+    if summary.get("interrupted"):
+        return f"interrupted by {summary.get('interrupted_by') or 'a signal'}: {counts}"
+    if summary.get("stopped_by_time_limit"):
+        return f"stopped at its time limit: {counts}"
+    if summary.get("aborted_by"):
+        return f"aborted by {summary['aborted_by']}: {counts}"
+    if summary.get("not_run"):
+        return f"incomplete: {counts}"
+    return ""
+
+
+def side(run: LoadedRun) -> dict:
+    """What a comparison records about one of its runs."""
+    s = run.summary
+    return {"run": run.path, "label": s.get("label"), "server_info": s.get("server_info"), "run_id": s.get("run_id"),
+            "requests": len(run.records), "requests_planned": s.get("requests_planned"),
+            "incomplete": incomplete(s)}
+
+
+def warnings(result: dict) -> List[str]:
+    """The lines every output of a comparison shows first (terminal and report page alike)."""
+    lines = []
+    if result.get("settings_differ"):
+        listed = "; ".join(f"{flag}: {text}" for flag, text in result["settings_differ"].items())
+        lines.append(f"the runs differ in settings that decide the workload or its verdicts ({listed}); "
+                     f"compared anyway ({ALLOW_FLAG}): a difference may be the settings, not the stacks")
+    for note in result.get("settings_unchecked") or []:
+        lines.append(f"cannot check that the runs had the same settings: {note}; "
+                     "pairs are checked on prompt hash and concurrency only")
+    for name in ("a", "b"):
+        info = result.get(name) or {}
+        if info.get("incomplete"):
+            lines.append(f"{name.upper()} ({info['run']}) did not finish: {info['incomplete']}; "
+                         "only its recorded requests are paired")
+    return lines
