@@ -129,14 +129,10 @@ def main(argv=None) -> int:
         if getattr(args, name) < 1:
             print(f"capture_cost: --{name} must be >= 1, got {getattr(args, name)}", file=sys.stderr)
             return 2
-    import torch
-
-    if not torch.cuda.is_available():
-        print("capture_cost: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
-        return 2
     from benchmarks.sglang_gpu import bootstrap
 
-    print("\n".join(bootstrap.prepare().lines()), flush=True)
+    if not bootstrap.prepare_for_main("capture_cost"):
+        return 2
     print(format_table(run(args.requests, args.iters, args.warmup), args.requests, args.iters))
     return 0
 

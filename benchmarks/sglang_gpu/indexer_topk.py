@@ -356,14 +356,10 @@ def main(argv=None) -> int:
     if args.seeds < 1:
         print(f"indexer_topk: --seeds must be >= 1, got {args.seeds}", file=sys.stderr)
         return 2
-    import torch
-
-    if not torch.cuda.is_available():
-        print("indexer_topk: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
-        return 2
     from benchmarks.sglang_gpu import bootstrap
 
-    print("\n".join(bootstrap.prepare().lines()), flush=True)
+    if not bootstrap.prepare_for_main("indexer_topk"):
+        return 2
     result = run(seeds=tuple(range(args.seeds)))
     print(format_table(result["rows"]))
     if args.out:
