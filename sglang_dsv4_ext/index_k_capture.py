@@ -4,29 +4,33 @@ Why: ``recall`` answers "is bf16 index-K worth its bytes on *this* traffic?" onl
 and keys. The bf16 indexer path (:mod:`sglang_dsv4_ext.hooks.indexer`) calls :meth:`IndexKCapture.record`
 with the bf16 queries (after RoPE + Hadamard), the head weights, the per-row c4 lengths and page
 table, and the layer's index-K buffer; for each sampled (request, layer) it writes one file in the
-format ``recall`` reads (:mod:`sglang_dsv4_ext.recall.cli`).
+format :mod:`sglang_dsv4_ext.capture_format` defines (format 3, with a content checksum).
 
-What a file holds (``format_version`` 2; recall still reads version-1 files without the metadata):
-``layer``, ``request_id``, ``request_index``, ``index_topk`` (the model's top-k), ``dtype`` ("bf16"),
-``page_size``; ``q`` bf16 ``[R, H, D]``, ``weights`` fp32 ``[R, H]``, ``seq_lens`` int64 ``[R]`` (valid
-keys per row), ``query_rows`` int64 ``[R]`` (row numbers within the forward call), ``k`` bf16: the
-index-K rows read, in order, either ``[T, D]`` shared by every row (the rows of one request read one
-prefix; row r reads the first ``seq_lens[r]``) or ``[R, T, D]`` when their page tables differ
-(zero past ``seq_lens[r]``); ``slots`` int64 (``[T]`` or ``[R, T]``, -1 = padding): the pool slot of
-each key row, so a reader can check the rows against the pool.
+The reference: before the indexer reads a layer, the compressor's store for that layer calls
+:meth:`IndexKCapture.note_stored` with what the bf16 store receives (the compressed rows, norm weight,
+RoPE table, positions, slots). For the sampled layers it keeps those rows transformed (RMSNorm, RoPE,
+Hadamard) in float64 and rounded to fp32, i.e. the values the store rounds to bf16, for this forward
+pass only. A file carries them as ``k_fp32`` when every key row its request read was stored in the same
+forward pass (a fresh prompt's first chunk); keys stored earlier (the prefix cache, an earlier chunk,
+decode) have no such values, and the file has no ``k_fp32``: recall then says bf16 is its reference.
 
 Bounds (:class:`sglang_dsv4_ext.config.CaptureConfig`): distinct requests, sampled c4 layers
 (validated here against the model's c4 layers when a pool is built), query rows per
 request and layer, and MiB queued. Each bound that stops capturing logs one line.
 
 Costs: decided once per pool when it is built (``capture_for``); off, the cost is one
-attribute lookup per call. On, a call that captures something costs one device->host sync (the
-sampled rows' lengths and page-table rows, a few hundred bytes), a gather of the key rows, and
-non-blocking copies into pinned host memory; a background thread waits for the copies and writes
-the files. Once the bounds are reached a call returns at the first check. CUDA-graph replays run
-no Python, so decode steps served from a graph are not captured (prefill is; capture decode with
-``--disable-cuda-graph``). Only attention-TP rank 0 captures (every TP rank holds the same indexer
-heads and keys).
+attribute lookup per call. On, a call that captures something never waits for the GPU: the sampled
+row numbers go to the device from pinned memory, the number of key rows gathered is bounded from
+host-side lengths (``forward_batch.seq_lens_cpu``, else the page-table width), and the queries,
+weights, lengths, page-table rows and gathered keys are copied non-blocking into pinned host buffers;
+a CUDA event goes with them to a background thread, which waits for it, checks what arrived (every
+sampled row read a prefix of the same pool slots, no row read past what was gathered) and trims, checksums
+and writes the file; a file that fails a check is not written (logged, counted as failed). The store's
+float64 transform runs only on sampled layers while capture still wants a request of the batch. Once
+the bounds are reached a call returns at the first check. The measured cost per call is in the README
+(``benchmarks/capture_cost.py``). CUDA-graph replays run no Python, so decode steps served from a graph
+are not captured (prefill is; capture decode with ``--disable-cuda-graph``). Only attention-TP rank 0
+captures (every TP rank holds the same indexer heads and keys).
 
 Files are never overwritten: each process writes under its own new subdirectory
 ``DIR/<host>-pid<pid>-<time>/`` (created with ``exist_ok=False``), files opened with ``"xb"``.
@@ -43,10 +47,11 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
+from sglang_dsv4_ext import capture_format
 from sglang_dsv4_ext.config import (
     ENV_CAPTURE,
     ENV_CAPTURE_LAYERS,
@@ -59,7 +64,8 @@ from sglang_dsv4_ext.errors import ConfigError
 
 logger = logging.getLogger("sglang_dsv4_ext.index_k_capture")
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = capture_format.FORMAT_VERSION
+COMPRESS_RATIO = 4  # c4: one index-K row per 4 tokens
 _ATTR = "_dsv4_index_k_capture"  # the decision, kept on the pool it was made for
 _UNDECIDED = object()
 MIB = 1 << 20
@@ -89,18 +95,25 @@ def selected_layers(spec: str, c4_layers: Sequence[int], stage: Optional[range] 
     return frozenset(layer for layer in chosen if stage is None or layer in stage)
 
 
-def request_row_groups(forward_batch, num_rows: int) -> List[Tuple[str, List[int]]]:
-    """``(request id, query rows)`` per request of the batch: extend lengths when SGLang gives
-    them (prefill, mixed), else an equal split over the batch (decode, target verify)."""
+class RequestRows(NamedTuple):
+    rid: str
+    rows: List[int]  # query rows of the forward call
+    key_bound: int  # host-side upper bound of the keys its rows read (0: none yet)
+
+
+def request_row_groups(forward_batch, num_rows: int, width: int) -> List[RequestRows]:
+    """The query rows of each request of the batch: extend lengths when SGLang gives them (prefill, mixed), else
+    an equal split over the batch (decode, target verify). ``width``: the most keys a page-table row can address."""
     lengths = _rows_per_request(forward_batch, num_rows)
     rids = getattr(forward_batch, "rids", None)
     if rids is None or len(rids) != len(lengths):
         rids = [f"batch{id(forward_batch):x}-{i}" for i in range(len(lengths))]
+    bounds = _key_bounds(forward_batch, len(lengths), width)
     groups, start = [], 0
-    for rid, n in zip(rids, lengths):
-        groups.append((str(rid), list(range(start, start + n))))
+    for rid, n, bound in zip(rids, lengths, bounds):
+        groups.append(RequestRows(str(rid), list(range(start, start + n)), bound))
         start += n
-    return [(rid, rows) for rid, rows in groups if rows]
+    return [group for group in groups if group.rows]
 
 
 def _rows_per_request(forward_batch, num_rows: int) -> List[int]:
@@ -113,6 +126,14 @@ def _rows_per_request(forward_batch, num_rows: int) -> List[int]:
     return [num_rows]
 
 
+def _key_bounds(forward_batch, requests: int, width: int) -> List[int]:
+    """Per request, at most ``seq_lens_cpu // 4`` keys (host data, no device read), never past the page table."""
+    seq_lens_cpu = getattr(forward_batch, "seq_lens_cpu", None)
+    if seq_lens_cpu is None or len(seq_lens_cpu) != requests:
+        return [width] * requests
+    return [min(width, int(n) // COMPRESS_RATIO) for n in seq_lens_cpu]
+
+
 def sample_rows(rows: Sequence[int], limit: int) -> List[int]:
     """At most ``limit`` evenly spaced rows, the last (longest context) always among them."""
     if len(rows) <= limit:
@@ -121,41 +142,113 @@ def sample_rows(rows: Sequence[int], limit: int) -> List[int]:
     return [rows[i] for i in sorted(picks)]
 
 
-# --- the key rows a request read ----------------------------------------------------------------
+# --- the key rows a request read (on the device: nothing here waits for it) -----------------------
 
-def key_slots(table_rows: torch.Tensor, lens: torch.Tensor, page_size: int) -> torch.Tensor:
-    """Pool slot of key t of each row ``[R, T]`` (T = the longest row), -1 past the row's length."""
-    t = torch.arange(int(lens.max()), dtype=torch.int64)
-    slots = table_rows.long()[:, t // page_size] * page_size + t % page_size
-    return slots.masked_fill(t.unsqueeze(0) >= lens.unsqueeze(1), -1)
+def read_slots(table_row: torch.Tensor, length: torch.Tensor, bound: int, page_size: int) -> torch.Tensor:
+    """Pool slot of key t < ``bound`` of one page-table row ``[W]``, -1 from ``length`` (a 0-d device tensor) on.
+    ``bound`` <= W * page_size."""
+    t = torch.arange(bound, dtype=torch.int64, device=table_row.device)
+    slots = table_row.long()[t // page_size] * page_size + t % page_size
+    return slots.masked_fill(t >= length, -1)
 
 
-def shared_slots(slots: torch.Tensor) -> Optional[torch.Tensor]:
-    """The longest row's slots if every row reads a prefix of them (one request's rows), else None."""
-    longest = slots[(slots >= 0).sum(1).argmax()]
-    same = (slots < 0) | (slots == longest.unsqueeze(0))
-    return longest if bool(same.all()) else None
+def table_slots(table_row: torch.Tensor, length: int, page_size: int) -> torch.Tensor:
+    """Host-side: the slots of the first ``length`` keys of a page-table row."""
+    t = torch.arange(length, dtype=torch.int64)
+    return table_row.long()[t // page_size] * page_size + t % page_size
 
 
 def gather_keys(cache: torch.Tensor, slots: torch.Tensor, head_dim: int) -> torch.Tensor:
     """bf16 rows at ``slots`` (any shape; -1 gives zeros) of one layer's bf16 index-K page rows."""
     flat = cache.view(torch.bfloat16).reshape(-1, head_dim)
-    index = slots.clamp(min=0).to(cache.device)
+    index = slots.clamp(0, flat.shape[0] - 1)  # past-the-end page-table entries are masked, never read
     rows = flat[index.reshape(-1)].reshape(*slots.shape, head_dim)
-    return rows.masked_fill((slots < 0).to(cache.device).unsqueeze(-1), 0)
+    return rows.masked_fill((slots < 0).unsqueeze(-1), 0)
+
+
+class StoredKeys(NamedTuple):
+    """What one forward pass's bf16 store of a layer received, as fp32 values before bf16 rounding."""
+    forward_batch: object  # the forward pass they belong to (identity)
+    slots: torch.Tensor  # [N] int64, -1: a row the store skipped
+    rows: torch.Tensor  # [N, D] fp32
+
+    def lookup(self, slots: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """fp32 rows at ``slots`` ``[T]`` (zeros where not stored) and whether each was stored in this pass."""
+        order = self.slots.argsort()
+        stored = self.slots[order]
+        at = torch.searchsorted(stored, slots).clamp(max=stored.numel() - 1)
+        found = (stored[at] == slots) & (slots >= 0)
+        return self.rows[order[at]].masked_fill(~found.unsqueeze(-1), 0), found
+
+
+def prerounding_rows(kv, norm_weight, norm_eps, freqs_cis, positions, slots) -> torch.Tensor:
+    """fp32 ``[N, D]``: RMSNorm, RoPE and Hadamard of the store's input, in float64 (no TF32 matmul, no kernel's
+    rounding order), rounded once to fp32: what the bf16 store rounds, to within a few fp32 ulps."""
+    from kernels_sm120 import reference
+
+    positions = positions.long().masked_fill(slots < 0, 0)  # skipped rows may carry any position
+    return reference.index_k_transform_reference(kv, norm_weight, norm_eps, freqs_cis, positions).float()
+
+
+def _host_buffer(t: torch.Tensor) -> torch.Tensor:
+    """An empty host tensor like ``t``: pinned when ``t`` lives on a GPU (so the copy into it can be asynchronous)."""
+    return torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=t.is_cuda)
 
 
 def _to_host(t: torch.Tensor) -> torch.Tensor:
-    """A host copy that does not wait: pinned memory + ``non_blocking`` on CUDA (the writer waits)."""
-    if t.device.type == "cpu":
-        return t.clone()
-    out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    """A host copy that does not wait: non-blocking into a pinned buffer (the writer thread waits)."""
+    out = _host_buffer(t)
     out.copy_(t, non_blocking=True)
     return out
 
 
+def _to_device(values: Sequence[int], device: torch.device) -> torch.Tensor:
+    """int64 ``values`` on ``device`` without waiting: from pinned memory, non-blocking."""
+    host = torch.tensor(values, dtype=torch.int64)
+    if device.type == "cpu":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+def _ready_event(device: torch.device):
+    """A CUDA event after the copies queued so far on this stream (None on CPU: the copies are done)."""
+    if device.type != "cuda":
+        return None
+    ready = torch.cuda.Event()
+    ready.record()
+    return ready
+
+
 def _graph_capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+# --- what the writer thread makes of the copies ----------------------------------------------------
+
+class CaptureRefused(Exception):
+    """What arrived on the host is not a consistent capture; the file is not written."""
+
+
+def finish_record(meta: dict, host: Dict[str, torch.Tensor], page_size: int) -> dict:
+    """The file's dict, once the copies have landed: checked, trimmed to the keys read, checksummed."""
+    lens, slots = host["seq_lens"], host["slots"]
+    n = int(lens.max())
+    if int(lens.min()) < 0:
+        raise CaptureRefused(f"negative key count in seq_lens {lens.tolist()}")
+    if n > slots.numel():
+        raise CaptureRefused(f"a row reads {n} keys, more than the {slots.numel()} gathered (bound from the host)")
+    for r, length in enumerate(lens.tolist()):
+        if not torch.equal(table_slots(host["tables"][r], length, page_size), slots[:length]):
+            raise CaptureRefused(f"query row {meta['query_rows'][r]} reads other pool slots than the request's "
+                                 f"last row (one request's rows share its page table)")
+    record = {name: meta[name] for name in capture_format.META_FIELDS}
+    record.update(q=host["q"], weights=host["weights"], seq_lens=lens,
+                  query_rows=torch.tensor(meta["query_rows"], dtype=torch.int64),
+                  k=host["k"][:n].clone(), slots=slots[:n].clone())  # clone: save the rows read, not the buffer
+    if capture_format.PREROUNDING in host and bool(host["k_fp32_found"][:n].all()):
+        record[capture_format.PREROUNDING] = host[capture_format.PREROUNDING][:n].clone()
+    record[capture_format.CHECKSUM] = capture_format.content_checksum(record)
+    return record
 
 
 # --- writing --------------------------------------------------------------------------------------
@@ -170,33 +263,35 @@ class _Writer:
         self.failed = 0
         self._thread: Optional[threading.Thread] = None
 
-    def submit(self, path: Path, record: dict, ready, nbytes: int) -> None:
+    def submit(self, path: Path, make_record: Callable[[], dict], ready, nbytes: int) -> None:
+        """``make_record`` runs on the writer thread after ``ready`` (a CUDA event, or None) has completed."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="dsv4-index-k-capture", daemon=True)
             self._thread.start()
-        self.queue.put((path, record, ready, nbytes))
+        self.queue.put((path, make_record, ready, nbytes))
 
     def _run(self) -> None:
         while True:
-            path, record, ready, nbytes = self.queue.get()
+            path, make_record, ready, nbytes = self.queue.get()
             try:
-                self._write(path, record, ready, nbytes)
+                self._write(path, make_record, ready, nbytes)
             finally:
                 self.queue.task_done()
 
-    def _write(self, path: Path, record: dict, ready, nbytes: int) -> None:
+    def _write(self, path: Path, make_record, ready, nbytes: int) -> None:
         # Written whole under NAME.part, then linked to NAME (os.link never replaces a file): a reader
         # (recall) sees complete files only, and a failed write leaves nothing behind.
         part = path.with_name(path.name + ".part")
         try:
             if ready is not None:
-                ready.synchronize()  # the non-blocking device->host copies have landed
+                ready.synchronize()  # the non-blocking device->host copies have landed (off the forward thread)
+            record = make_record()
             with open(part, "xb") as f:  # never overwrite
                 torch.save(record, f)
             os.link(part, path)
-        except Exception as exc:  # a full disk must not take the server down
+        except Exception as exc:  # a full disk (or an inconsistent capture) must not take the server down
             self.failed += 1
-            logger.warning("index-K capture: could not write %s: %s", path, exc)
+            logger.warning("index-K capture: did not write %s: %s", path, exc)
             return
         finally:
             _unlink_quietly(part)
@@ -235,6 +330,22 @@ def new_run_directory(root: str) -> Path:
 
 # --- the capture ----------------------------------------------------------------------------------
 
+class _Call(NamedTuple):
+    """One indexer call's device tensors."""
+    q: torch.Tensor  # bf16 [N, H, D]
+    weights: torch.Tensor  # [N, H]
+    lens: torch.Tensor  # [N] c4 lengths
+    table: torch.Tensor  # [N, W] page table
+    cache: torch.Tensor  # the layer's bf16 index-K pages
+    stored: Optional[StoredKeys]  # this pass's store of the layer, if capture kept it
+
+
+def _queued_bytes(rows: int, heads: int, head_dim: int, keys: int, width: int, prerounding: bool) -> int:
+    """Host bytes one capture holds until written: q, weights, lengths, page-table rows, keys, slots (+ fp32 keys)."""
+    per_key = head_dim * 2 + 8 + (head_dim * 4 + 1 if prerounding else 0)
+    return rows * (heads * (head_dim * 2 + 4) + 8 + width * 4) + keys * per_key
+
+
 class IndexKCapture:
     """What one process captures; see the module docstring."""
 
@@ -246,73 +357,91 @@ class IndexKCapture:
         self.queued_bytes = 0
         self.stopped: Optional[str] = None  # why capture stopped
         self._request_bound_logged = False
+        self._stored: Dict[int, StoredKeys] = {}  # layer -> this forward pass's store, until its indexer reads it
         self.writer = _Writer()
         atexit.register(self.writer.drain)
         logger.info("index-K capture on: %s (requests <= %d, layers %s, rows <= %d per request and layer, "
                     "<= %d MiB)", run_dir, config.requests, sorted(layers), config.rows, config.max_mb)
 
+    def _layer_open(self, layer: int) -> bool:
+        return not self.stopped and layer in self.layers and not _graph_capturing()
+
+    # the compressor's bf16 store of one layer, before that layer's indexer call
+    def note_stored(self, layer, forward_batch, kv, norm_weight, norm_eps, freqs_cis, positions, slots) -> None:
+        self._stored.pop(layer, None)
+        if kv.shape[0] == 0 or not self._layer_open(layer):
+            return
+        rids = getattr(forward_batch, "rids", None)
+        if rids is not None and not any(self._wants(str(rid), layer, log=False) for rid in rids):
+            return
+        rows = prerounding_rows(kv, norm_weight, norm_eps, freqs_cis, positions, slots)
+        self._stored[layer] = StoredKeys(forward_batch, slots.long(), rows)
+
     # one indexer call
     def record(self, c4_indexer, forward_batch, q, weights, c4_seq_lens, page_table, cache) -> None:
         layer = int(c4_indexer.layer_id)
-        if self.stopped or layer not in self.layers or _graph_capturing():
+        stored = self._stored.pop(layer, None)
+        if not self._layer_open(layer):
             return
-        groups = [(rid, sample_rows(rows, self.config.rows))
-                  for rid, rows in request_row_groups(forward_batch, q.shape[0]) if self._wants(rid, layer)]
-        if not groups:
-            return
-        rows = [r for _, group in groups for r in group]
-        index = torch.tensor(rows, dtype=torch.int64, device=q.device)
-        # The one sync of a capturing call: the sampled rows' lengths and page-table rows.
-        host = torch.cat([c4_seq_lens.index_select(0, index).unsqueeze(1).to(page_table.dtype),
-                          page_table.index_select(0, index)], dim=1).cpu().long()
-        at = dict(zip(rows, range(len(rows))))
+        if stored is not None and stored.forward_batch is not forward_batch:
+            stored = None  # kept from another forward pass: its slots may hold other rows by now
+        page_size = cache.shape[1] // (2 * q.shape[-1])
+        groups = [group._replace(rows=sample_rows(group.rows, self.config.rows))
+                  for group in request_row_groups(forward_batch, q.shape[0], page_table.shape[1] * page_size)
+                  if self._wants(group.rid, layer)]
+        call = _Call(q, weights, c4_seq_lens, page_table, cache, stored)
         topk = int(getattr(c4_indexer, "index_topk", 0) or 0)
-        for rid, group in groups:
-            picked = [at[r] for r in group]
-            self._capture(rid, layer, topk, group, q, weights, host[picked], cache)
+        for group in groups:
+            self._capture(group, layer, topk, page_size, call)
             if self.stopped:
                 return
 
-    def _wants(self, rid: str, layer: int) -> bool:
+    def _wants(self, rid: str, layer: int, log: bool = True) -> bool:
         if (rid, layer) in self.done:
             return False
         if rid in self.admitted or len(self.admitted) < self.config.requests:
             return True
-        self._log_request_bound()
+        if log:
+            self._log_request_bound()
         return False
 
-    def _capture(self, rid, layer, topk, rows, q, weights, host, cache) -> None:
-        lens, table = host[:, 0], host[:, 1:]
-        if int(lens.max()) <= 0:
+    def _capture(self, group: RequestRows, layer: int, topk: int, page_size: int, call: _Call) -> None:
+        if group.key_bound <= 0:
             return  # nothing read yet (a prompt shorter than one compressed group)
-        if not self._wants(rid, layer):  # several new requests in one call: the bound counts admissions
+        if not self._wants(group.rid, layer):  # several new requests in one call: the bound counts admissions
             return
-        head_dim = q.shape[-1]
-        page_size = cache.shape[1] // (2 * head_dim)
-        slots = key_slots(table, lens, page_size)
-        shared = shared_slots(slots)
-        slots = shared if shared is not None else slots
-        nbytes = len(rows) * q.shape[1] * (head_dim * 2 + 4) + slots.numel() * (head_dim * 2 + 8) + len(rows) * 16
+        _, heads, head_dim = call.q.shape
+        nbytes = _queued_bytes(len(group.rows), heads, head_dim, group.key_bound, call.table.shape[1],
+                               call.stored is not None)
         if self.queued_bytes + nbytes > self.max_bytes:
             self._stop(f"size cap reached ({ENV_CAPTURE_MAX_MB}={self.config.max_mb})")
             return
-        request_index = self.admitted.setdefault(rid, len(self.admitted))
-        index = torch.tensor(rows, dtype=torch.int64, device=q.device)
-        record = {
-            "format_version": FORMAT_VERSION, "layer": layer, "request_id": rid, "request_index": request_index,
-            "index_topk": topk, "dtype": "bf16", "page_size": page_size,
-            "q": _to_host(q.index_select(0, index)), "weights": _to_host(weights.index_select(0, index).float()),
-            "k": _to_host(gather_keys(cache, slots, head_dim)), "slots": slots, "seq_lens": lens.clone(),
-            "query_rows": torch.tensor(rows, dtype=torch.int64),
-        }
-        ready = None
-        if q.is_cuda:
-            ready = torch.cuda.Event()
-            ready.record()
+        request_index = self.admitted.setdefault(group.rid, len(self.admitted))
+        host = self._copy_to_host(group, page_size, call)
+        meta = {"format_version": FORMAT_VERSION, "layer": layer, "request_id": group.rid,
+                "request_index": request_index, "index_topk": topk, "dtype": capture_format.STORED_DTYPE,
+                "page_size": page_size, "query_rows": list(group.rows)}
+        ready = _ready_event(call.q.device)
         self.queued_bytes += nbytes
-        self.done.add((rid, layer))
-        self.writer.submit(self.run_dir / f"L{layer:03d}-req{request_index:04d}.pt", record, ready, nbytes)
+        self.done.add((group.rid, layer))
+        self.writer.submit(self.run_dir / f"L{layer:03d}-req{request_index:04d}.pt",
+                           lambda: finish_record(meta, host, page_size), ready, nbytes)
         self._check_complete()
+
+    @staticmethod
+    def _copy_to_host(group: RequestRows, page_size: int, call: _Call) -> Dict[str, torch.Tensor]:
+        """Gather on the device and queue the copies; nothing here reads a device value."""
+        index = _to_device(group.rows, call.q.device)
+        lens = call.lens.index_select(0, index).long()
+        tables = call.table.index_select(0, index)
+        # Keys through the last sampled row's page table (the longest context); the writer checks the other rows.
+        slots = read_slots(tables[-1], lens[-1], group.key_bound, page_size)
+        device = {"q": call.q.index_select(0, index), "weights": call.weights.index_select(0, index).float(),
+                  "seq_lens": lens, "tables": tables, "slots": slots,
+                  "k": gather_keys(call.cache, slots, call.q.shape[-1])}
+        if call.stored is not None:
+            device[capture_format.PREROUNDING], device["k_fp32_found"] = call.stored.lookup(slots)
+        return {name: _to_host(t) for name, t in device.items()}
 
     def _check_complete(self) -> None:
         if len(self.admitted) >= self.config.requests and len(self.done) >= len(self.admitted) * len(self.layers):
@@ -327,6 +456,7 @@ class IndexKCapture:
 
     def _stop(self, why: str) -> None:
         self.stopped = why
+        self._stored.clear()
         logger.info("index-K capture stopped: %s; %s", why, self.summary())
 
     def summary(self) -> str:

@@ -167,6 +167,18 @@ def prepare(*, device: str = "cuda", carry: Optional[str] = None, force_bundle: 
     return REPORT
 
 
+def prepare_for_main(prog: str) -> bool:
+    """A GPU benchmark's start: False (the reason on stderr) without a CUDA GPU, else :func:`prepare` done and its
+    report printed."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"{prog}: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return False
+    print("\n".join(prepare().lines()), flush=True)
+    return True
+
+
 def restore() -> None:
     """Withdraw the server-args context (test teardown)."""
     global _server_args_override

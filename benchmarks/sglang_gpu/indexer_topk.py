@@ -217,6 +217,15 @@ def make_inputs(shape: Shape, seed: int, device: str, q_lora_rank: int = 256) ->
 def run_indexer(pool, inp: Inputs, shape: Shape, dtype: str):
     """SGLang's forward_c4_indexer (hooked) on ``pool``; returns the selected slots [rows, 512]."""
     import torch
+
+    selected = launch_indexer(pool, inp, shape, dtype)
+    torch.cuda.synchronize()
+    return selected
+
+
+def launch_indexer(pool, inp: Inputs, shape: Shape, dtype: str):
+    """:func:`run_indexer` without waiting for the GPU (benchmarks/capture_cost.py times the host side)."""
+    import torch
     from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
     from sglang.srt.layers.attention.dsv4 import metadata as sg_metadata
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
@@ -238,7 +247,6 @@ def run_indexer(pool, inp: Inputs, shape: Shape, dtype: str):
         sg_indexer.C4IndexerBackendMixin.forward_c4_indexer(backend, x=inp.x, q_lora=inp.q_lora,
                                                             c4_indexer=inp.indexer, forward_batch=batch,
                                                             skip_compressor=True)
-    torch.cuda.synchronize()
     return core.c4_sparse_page_indices
 
 
@@ -348,14 +356,10 @@ def main(argv=None) -> int:
     if args.seeds < 1:
         print(f"indexer_topk: --seeds must be >= 1, got {args.seeds}", file=sys.stderr)
         return 2
-    import torch
-
-    if not torch.cuda.is_available():
-        print("indexer_topk: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
-        return 2
     from benchmarks.sglang_gpu import bootstrap
 
-    print("\n".join(bootstrap.prepare().lines()), flush=True)
+    if not bootstrap.prepare_for_main("indexer_topk"):
+        return 2
     result = run(seeds=tuple(range(args.seeds)))
     print(format_table(result["rows"]))
     if args.out:

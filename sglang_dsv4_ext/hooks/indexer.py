@@ -26,7 +26,8 @@ own code, unwrapped at call time):
     SGLang's own top-k transforms; the non-paged branch is never taken for bf16
     (``_can_use_nonpaged_indexer`` also answers False). With ``SGLANG_DSV4_INDEX_K_CAPTURE``
     set, the queries, weights and key rows it reads are handed to
-    :mod:`sglang_dsv4_ext.index_k_capture` first (for ``sglang-dsv4 recall``).
+    :mod:`sglang_dsv4_ext.index_k_capture` first (for ``sglang-dsv4 recall``), and the store
+    above hands it what it rounded to bf16 (recall's reference).
 
 Upstream status: not upstream.
 Retire when: SGLang ships a bf16 DSV4 index-K data path.
@@ -128,6 +129,11 @@ def store_compressed_index_k_bf16(backend, x, forward_batch, layer_id, compresso
         kv_compressed, norm_weight, compressor.norm.variance_epsilon, compressor.freqs_cis,
         positions, out_loc_rows, cache,
     )
+    # SGLANG_DSV4_INDEX_K_CAPTURE: what this store rounded to bf16 is recall's reference (sampled layers only).
+    capture = index_k_capture.capture_for(token_to_kv_pool)
+    if capture is not None:
+        capture.note_stored(layer_id, forward_batch, kv_compressed, norm_weight, compressor.norm.variance_epsilon,
+                            compressor.freqs_cis, positions, out_loc_rows)
 
 
 # --- query ----------------------------------------------------------------------------------

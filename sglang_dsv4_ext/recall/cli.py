@@ -1,31 +1,44 @@
 """``sglang-dsv4 recall DIR``: is bf16 index-K worth its bytes on this traffic?
 
-A capture directory holds ``*.pt`` files (in it or its subdirectories, e.g. the per-process
-subdirectories ``SGLANG_DSV4_INDEX_K_CAPTURE=DIR`` writes, see :mod:`sglang_dsv4_ext.index_k_capture`),
-each a dict with ``layer`` (int), ``q`` ``[R, H, 128]``, ``weights`` ``[R, H]``, ``k`` (the index-K
-rows each query row read, in order: ``[R, T, 128]``, or ``[T, 128]`` shared by every row),
-``seq_lens`` ``[R]`` (valid rows of ``k`` per query row), and optionally ``index_topk`` (the model's
-top-k; files of format version 1 have none). For every format (bf16; fp8 and fp4 exactly as SGLang's
-own kernels quantize index-K and index-Q, :mod:`sglang_dsv4_ext.recall.formats`) q and k are rounded
-through the format, the indexer logits ``sum_h w_h relu(q_h . k_t)`` recomputed, and the top-k set
-compared with the float64 logits' top-k, for k = 512 and the model's ``index_topk`` (from the file,
-else the bundled DeepSeek-V4-Flash config). Rows with no more than k valid keys are skipped (SGLang
-takes them all). Output: a table per layer and format, and ``--json`` for machines.
+DIR holds capture files (``*.pt``, in it or its subdirectories, e.g. the per-process subdirectories
+``SGLANG_DSV4_INDEX_K_CAPTURE=DIR`` writes; format: :mod:`sglang_dsv4_ext.capture_format`). For every
+format (bf16; fp8 and fp4 exactly as SGLang's own kernels quantize index-K and index-Q,
+:mod:`sglang_dsv4_ext.recall.formats`) the indexer logits ``sum_h w_h relu(q_h . k_t)`` are recomputed
+in float64 and their top-k set compared with the reference's, for k = 512 and the model's ``index_topk``
+(from the file, else the bundled DeepSeek-V4-Flash config).
+
+The reference: the keys as the bf16 store received them (``k_fp32``, fp32 before bf16 rounding) when
+the file has them; bf16 is then scored against them like fp8 and fp4. A file without them (its keys were
+stored before capture saw them) has the stored bf16 keys as reference: bf16 is reported as "the
+reference", never as a recall of 1.0. Queries are the captured bf16 ones for every format.
+
+Refused (exit 2, naming the file and the field): anything inconsistent (format version, checksum, dtype,
+shapes, lengths, slots, a file reached twice or a copy of another). Not scored, counted: rows without keys
+or with NaN/inf/all-zero queries, weights or keys; rows with at most k keys (SGLang takes them all); rows
+whose reference top-k is not unique (a tie at the k-th logit). Nothing scorable: the verdict says so,
+exit 1. Output: a table per layer, format, k and reference, then what was not scored; ``--json`` for
+machines.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
+from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.errors import CaptureFileError
-from sglang_dsv4_ext.recall import formats
+from sglang_dsv4_ext.recall import capture_files, formats
 
 FORMATS = ("bf16", "fp8", "fp4")
+REFERENCE_FP32 = "fp32"  # the file's k_fp32: the values the bf16 store rounded
+REFERENCE_BF16 = "bf16"  # the stored bf16 keys (the file has no k_fp32)
 fp4_round_trip = formats.fp4_round_trip  # SGLang's fp4 index-K rule (see formats), float64 out
 
 
@@ -46,60 +59,147 @@ def logits(q: torch.Tensor, weights: torch.Tensor, k: torch.Tensor) -> torch.Ten
     return (scores * weights.to(torch.float64).unsqueeze(1)).sum(-1)
 
 
-def set_recall(got: torch.Tensor, ref: torch.Tensor, seq_lens: torch.Tensor, k: int):
-    """Per query row with more than k valid keys: |topk(got) & topk(ref)| / k."""
-    out = []
-    for r in range(ref.shape[0]):
-        n = int(seq_lens[r])
-        if n <= k:
-            continue
-        a = set(got[r, :n].topk(k).indices.tolist())
-        b = set(ref[r, :n].topk(k).indices.tolist())
-        out.append(len(a & b) / k)
+# --- scoring ------------------------------------------------------------------------------------
+
+@dataclass
+class _Cell:
+    """One (layer, k, reference): recall per format over the rows scored, and the rows not scored."""
+
+    recalls: Dict[str, List[float]] = field(default_factory=dict)
+    at_most_k_keys: int = 0
+    tied_at_k: int = 0
+
+
+def _format_logits(capture: capture_files.Capture, rows: List[int]) -> Dict[str, torch.Tensor]:
+    """float64 logits ``[len(rows), T]`` of the reference and of each format scored against it."""
+    q, weights = capture.q[rows], capture.weights[rows]
+
+    def keys(t: torch.Tensor) -> torch.Tensor:
+        return t if t.dim() == 2 else t[rows]
+
+    reference_keys = keys(capture.k if capture.k_fp32 is None else capture.k_fp32)
+    out = {"reference": logits(q, weights, reference_keys)}
+    if capture.k_fp32 is not None:
+        out["bf16"] = logits(q, weights, keys(capture.k))  # what the pool held
+    for fmt in ("fp8", "fp4"):
+        out[fmt] = logits(round_trip(fmt, q), weights, round_trip(fmt, reference_keys))
     return out
 
 
-CAPTURE_FIELDS = ("layer", "q", "weights", "k", "seq_lens")
-
-
-def _add_file(acc: Dict[tuple, List[float]], path: Path, ks: List[int]) -> None:
-    rec = torch.load(path, map_location="cpu", weights_only=True)
-    missing = [f for f in CAPTURE_FIELDS if not isinstance(rec, dict) or f not in rec]
-    if missing:
-        raise CaptureFileError(f"{path}: not a capture file: lacks {', '.join(missing)} "
-                               f"(a capture file holds {', '.join(CAPTURE_FIELDS)})")
-    file_ks = sorted(set(ks) | ({int(rec["index_topk"])} if rec.get("index_topk") else set()))
-    ref = logits(rec["q"], rec["weights"], rec["k"])
+def _score_row(cell: _Cell, got: Dict[str, torch.Tensor], i: int, n: int, k: int) -> bool:
+    if n <= k:
+        cell.at_most_k_keys += 1
+        return False
+    ref = got["reference"][i, :n]
+    top = ref.topk(k + 1)
+    if top.values[k - 1] == top.values[k]:
+        cell.tied_at_k += 1  # the reference's top-k set is not unique: any score would be arbitrary
+        return False
+    want = set(top.indices[:k].tolist())
     for fmt in FORMATS:
-        got = logits(round_trip(fmt, rec["q"]), rec["weights"], round_trip(fmt, rec["k"]))
-        for k in file_ks:
-            acc.setdefault((int(rec["layer"]), fmt, k), []).extend(set_recall(got, ref, rec["seq_lens"], k))
+        if fmt in got:
+            picked = set(got[fmt][i, :n].topk(k).indices.tolist())
+            cell.recalls.setdefault(fmt, []).append(len(picked & want) / k)
+    return True
+
+
+def score_capture(capture: capture_files.Capture, ks: List[int], cells: Dict[tuple, _Cell]) -> Tuple[Counter, int]:
+    """Add one file's rows to ``cells``; returns its degenerate rows by reason (never scored) and how many of
+    its query rows were scored (at some k)."""
+    reasons = [capture_files.degenerate_reason(capture, r) for r in range(capture.q.shape[0])]
+    degenerate = Counter(reason for reason in reasons if reason is not None)
+    rows = [r for r, reason in enumerate(reasons) if reason is None]
+    reference = REFERENCE_BF16 if capture.k_fp32 is None else REFERENCE_FP32
+    file_ks = sorted(set(ks) | ({capture.index_topk} if capture.index_topk else set()))
+    got = _format_logits(capture, rows) if rows else {}
+    scored = set()
+    for k in file_ks:
+        cell = cells.setdefault((capture.layer, k, reference), _Cell())
+        for i, r in enumerate(rows):
+            if _score_row(cell, got, i, int(capture.seq_lens[r]), k):
+                scored.add(r)
+    return degenerate, len(scored)
 
 
 def analyse(directory: Path, ks: List[int]) -> Dict[str, object]:
-    files = sorted(directory.rglob("*.pt"))
-    if not files:
+    paths = capture_files.find_files(directory)
+    if not paths:
         raise FileNotFoundError(f"{directory}: no capture files (*.pt)")
-    acc: Dict[tuple, List[float]] = {}
-    for path in files:
-        try:
-            _add_file(acc, path, ks)
-        except CaptureFileError:
-            raise
-        except Exception as exc:  # torch.load / pickle / shape errors: name the file, never a traceback
-            raise CaptureFileError(f"{path}: not a readable capture file ({type(exc).__name__}: {exc})") from exc
-    rows = [{"layer": layer, "format": fmt, "k": k, "rows": len(v),
-             "recall": (sum(v) / len(v)) if v else None, "min_recall": min(v) if v else None}
-            for (layer, fmt, k), v in sorted(acc.items())]
-    return {"directory": str(directory), "files": len(files), "rows": rows}
+    cells: Dict[tuple, _Cell] = {}
+    degenerate, references, first_of, scored = [], Counter(), {}, 0
+    for path in paths:
+        capture = capture_files.load(path)
+        if capture.checksum in first_of:
+            raise CaptureFileError(f"{path}: checksum: same content as {first_of[capture.checksum]} (a copy; "
+                                   f"each capture is read once)")
+        first_of[capture.checksum] = path
+        references[REFERENCE_BF16 if capture.k_fp32 is None else REFERENCE_FP32] += 1
+        counts, file_scored = score_capture(capture, ks, cells)
+        scored += file_scored
+        if counts:
+            degenerate.append({"file": str(path), "rows": dict(sorted(counts.items()))})
+    rows = _result_rows(cells)
+    result = {"directory": str(directory), "files": len(paths), "files_by_reference": dict(references),
+              "rows": rows, "not_scored": {"degenerate": degenerate, "by_layer": _not_scored(cells)},
+              "scored_rows": scored}
+    result["verdict"] = verdict(result)
+    return result
+
+
+def _result_rows(cells: Dict[tuple, _Cell]) -> List[dict]:
+    out = []
+    for (layer, k, reference), cell in sorted(cells.items()):
+        for fmt in FORMATS:
+            row = {"layer": layer, "format": fmt, "k": k, "reference": reference}
+            if fmt == "bf16" and reference == REFERENCE_BF16:
+                row.update(rows=0, recall=None, min_recall=None, is_reference=True)
+            else:
+                v = cell.recalls.get(fmt, [])
+                row.update(rows=len(v), recall=(sum(v) / len(v)) if v else None, min_recall=min(v) if v else None,
+                           is_reference=False)
+            out.append(row)
+    return out
+
+
+def _not_scored(cells: Dict[tuple, _Cell]) -> List[dict]:
+    return [{"layer": layer, "k": k, "reference": reference, "at_most_k_keys": c.at_most_k_keys,
+             "tied_at_k": c.tied_at_k}
+            for (layer, k, reference), c in sorted(cells.items()) if c.at_most_k_keys or c.tied_at_k]
+
+
+def verdict(result: Dict[str, object]) -> str:
+    by_reference = result["files_by_reference"]
+    degenerate = sum(sum(d["rows"].values()) for d in result["not_scored"]["degenerate"])
+    if not result["scored_rows"]:
+        return (f"cannot tell: no query row could be scored ({degenerate} degenerate rows; rows with at most k keys "
+                f"or a tie at the k-th reference logit are listed above)")
+    parts = []
+    if by_reference.get(REFERENCE_FP32):
+        parts.append(f"{by_reference[REFERENCE_FP32]} files: bf16, fp8 and fp4 against the fp32 keys before bf16 "
+                     f"rounding")
+    if by_reference.get(REFERENCE_BF16):
+        parts.append(f"{by_reference[REFERENCE_BF16]} files: no fp32 keys (stored before capture saw them), bf16 is "
+                     f"the reference, only fp8 and fp4 scored")
+    tail = f"; {degenerate} degenerate rows not scored" if degenerate else ""
+    return f"scored {result['scored_rows']} query rows: " + "; ".join(parts) + tail
 
 
 def format_table(result: Dict[str, object]) -> str:
-    lines = [f"{'layer':>5} {'format':<6} {'k':>5} {'rows':>6} {'recall':>8} {'min':>8}"]
+    lines = [f"{'layer':>5} {'format':<6} {'k':>5} {'reference':<9} {'rows':>6} {'recall':>8} {'min':>8}"]
     for r in result["rows"]:
-        rec = "n/a" if r["recall"] is None else f"{r['recall']:.4f}"
-        mn = "n/a" if r["min_recall"] is None else f"{r['min_recall']:.4f}"
-        lines.append(f"{r['layer']:>5} {r['format']:<6} {r['k']:>5} {r['rows']:>6} {rec:>8} {mn:>8}")
+        if r["is_reference"]:
+            figures = f"{'-':>6} {'(the reference)':>17}"
+        else:
+            rec = "n/a" if r["recall"] is None else f"{r['recall']:.4f}"
+            mn = "n/a" if r["min_recall"] is None else f"{r['min_recall']:.4f}"
+            figures = f"{r['rows']:>6} {rec:>8} {mn:>8}"
+        lines.append(f"{r['layer']:>5} {r['format']:<6} {r['k']:>5} {r['reference']:<9} {figures}")
+    for c in result["not_scored"]["by_layer"]:
+        lines.append(f"not scored, layer {c['layer']} k={c['k']} ({c['reference']} reference): "
+                     f"{c['at_most_k_keys']} rows with at most k keys, {c['tied_at_k']} with a tie at the k-th logit")
+    for d in result["not_scored"]["degenerate"]:
+        lines.append(f"not scored, {d['file']}: " + ", ".join(f"{n} rows {why}" for why, n in d["rows"].items()))
+    lines.append(f"verdict: {result['verdict']}")
     return "\n".join(lines)
 
 
@@ -111,24 +211,33 @@ def configured_topk() -> int:
     return int(config["index_topk"])
 
 
+def _emit(text: str) -> None:
+    """Print; a reader that went away (``recall --json | head``) ends the output quietly, not with a traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not raise again
+
+
 def run(args) -> int:
     directory = Path(args.directory)
     if not directory.is_dir():
         print(f"sglang-dsv4 recall: {directory} is not a directory", file=sys.stderr)
-        return 2
+        return exit_codes.USAGE
     ks = sorted({512, configured_topk()})
     try:
         result = analyse(directory, ks)
     except (FileNotFoundError, CaptureFileError) as exc:
         print(f"sglang-dsv4 recall: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, indent=2) if args.json else format_table(result))
-    return 0
+        return exit_codes.USAGE
+    _emit(json.dumps(result, indent=2) if args.json else format_table(result))
+    return exit_codes.OK if result["scored_rows"] else exit_codes.ATTENTION
 
 
 def add_subparser(subparsers) -> None:
     p = subparsers.add_parser(
-        "recall", help="top-k set recall of fp8, fp4 and bf16 index-K against float64, per layer",
+        "recall", help="top-k set recall of fp8, fp4 and bf16 index-K against the fp32 keys before bf16 rounding",
         description=__doc__)
     p.add_argument("directory", help="capture directory (*.pt files in it or its subdirectories, see above)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")

@@ -13,17 +13,21 @@ from __future__ import annotations
 
 import json
 import logging
+from types import SimpleNamespace
 
 import pytest
 import torch
 from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
+from sglang.srt.layers.attention.dsv4.compressor_v2 import CompressorBackendMixin
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from kernels_sm120 import reference
 from sglang_dsv4_ext import cli, errors, index_k_capture
-from sglang_dsv4_ext.config import load_config
+from sglang_dsv4_ext.config import CaptureConfig, load_config
+from sglang_dsv4_ext.recall import capture_files
 from sglang_dsv4_ext.recall import cli as recall
 from tests.support import indexer_doubles as dbl
+from tests.support.device_resident import DeviceResident, HostRead, on_device
 from tests.unit.hooks.test_indexer import Q_LORA_RANK, dsv4_pool, forward_metadata, paged_metadata, slot_of
 
 C4IndexerBackendMixin = sg_indexer.C4IndexerBackendMixin
@@ -120,7 +124,8 @@ def test_capture_holds_exactly_the_rows_the_indexer_read_and_recall_reads_it(stu
         rows = list(range(first_row, first_row + len(row_lens)))
         first_row += len(row_lens)
         assert rec["layer"] == LAYER and rec["request_id"] == rid and rec["index_topk"] == 512
-        assert rec["dtype"] == "bf16" and rec["format_version"] == 2
+        assert rec["dtype"] == "bf16" and rec["format_version"] == 3 and rec["checksum"].startswith("sha256:")
+        assert "k_fp32" not in rec  # the keys were put into the pool directly, not through the store this pass
         assert rec["query_rows"].tolist() == rows
         assert torch.equal(rec["q"], call["q"][rows]) and rec["q"].dtype == torch.bfloat16
         assert torch.equal(rec["weights"], call["weights"][rows])
@@ -137,9 +142,13 @@ def test_capture_holds_exactly_the_rows_the_indexer_read_and_recall_reads_it(stu
             assert sorted(rec["slots"][top].tolist()) == sorted(selected[r].tolist()), (rid, r)
 
     assert cli.main(["recall", str(capture_dir), "--json"]) == 0
-    result = {(r["format"], r["k"]): r for r in json.loads(capsys.readouterr().out)["rows"]}
-    assert result[("bf16", 512)]["recall"] == 1.0 and result[("bf16", 512)]["rows"] == 5
-    assert all(0.0 < result[(fmt, 512)]["recall"] <= 1.0 for fmt in ("fp8", "fp4"))
+    out = json.loads(capsys.readouterr().out)
+    result = {(r["format"], r["k"]): r for r in out["rows"]}
+    # No fp32 keys in these files: bf16 is the reference, not a recall of 1.0.
+    assert result[("bf16", 512)]["is_reference"] and result[("bf16", 512)]["recall"] is None
+    assert all(result[(fmt, 512)]["reference"] == "bf16" for fmt in ("bf16", "fp8", "fp4"))
+    assert all(0.0 < result[(fmt, 512)]["recall"] <= 1.0 and result[(fmt, 512)]["rows"] == 5 for fmt in ("fp8", "fp4"))
+    assert out["scored_rows"] == 5 and "bf16 is the reference" in out["verdict"]
 
 
 def test_capture_is_off_by_default_and_decided_per_pool(stubs, monkeypatch, rng, tmp_path):
@@ -275,11 +284,159 @@ def test_layer_ids_that_are_not_c4_layers_are_refused_when_the_pool_is_built(stu
 def test_a_failed_write_leaves_no_file_and_a_good_one_no_part(tmp_path):
     """Files appear whole or not at all (recall reads *.pt while capture may still be writing)."""
     writer = index_k_capture._Writer()
-    writer.submit(tmp_path / "bad.pt", {"q": lambda: None}, None, 10)  # a lambda cannot be pickled
-    writer.submit(tmp_path / "good.pt", {"q": torch.zeros(2)}, None, 10)
+    writer.submit(tmp_path / "bad.pt", lambda: {"q": lambda: None}, None, 10)  # a lambda cannot be pickled
+    writer.submit(tmp_path / "good.pt", lambda: {"q": torch.zeros(2)}, None, 10)
     writer.drain()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.pt"]
     assert (writer.files, writer.failed) == (1, 1)
-    writer.submit(tmp_path / "good.pt", {"q": torch.ones(2)}, None, 10)  # never overwrites
+    writer.submit(tmp_path / "good.pt", lambda: {"q": torch.ones(2)}, None, 10)  # never overwrites
     writer.drain()
     assert torch.equal(torch.load(tmp_path / "good.pt")["q"], torch.zeros(2)) and writer.failed == 2
+
+
+# ---------------------------------------------------------------------------------------
+# The reference: what the bf16 store rounded, when the capture saw the store
+# ---------------------------------------------------------------------------------------
+
+KEYS = 800  # compressed rows stored, slots 64.. (pages 1..13)
+
+
+def _store_then_index(pool, stubs, rng, row_lens, store_batch=None, stored_keys=KEYS):
+    """One forward pass: the compressor hook stores ``stored_keys`` rows into slots 64.. of LAYER (SGLang's real
+    ``forward_indexer_compressor``, our store hook; the store kernel stubbed with the float64 reference), then the
+    hooked indexer reads them for one request with c4 lengths ``row_lens``. ``store_batch``: the store's forward
+    batch (default: the indexer's, i.e. the same pass)."""
+    slots = torch.arange(dbl.C4_PAGE, dbl.C4_PAGE + stored_keys)
+    plan = dbl.prefill_plan([(4 * (i + 1), i) for i in range(stored_keys)])  # RoPE position of row i: 4 * i
+    fb = dbl.forward_batch(ForwardMode.EXTEND)
+    fb.rids, fb.extend_seq_lens_cpu = ["req-A"], [len(row_lens)]
+    comp = dbl.IndexerCompressorStandIn(layer_id=LAYER, freqs_cis=dbl.rope_table(), generator=rng)
+    stubs.compressed_rows = torch.randn(stored_keys, dbl.HEAD_DIM, generator=rng)  # fp32, like compress_forward
+    store_backend = dbl.BackendStandIn(pool, forward_metadata(plan=plan, out_loc=slots.clone()))
+    CompressorBackendMixin.forward_indexer_compressor(store_backend, x=torch.zeros(stored_keys, 8),
+                                                      forward_batch=store_batch or fb, layer_id=LAYER,
+                                                      compressor=comp)
+    lens = torch.tensor(row_lens, dtype=torch.int32)
+    page_table = torch.arange(1, 14, dtype=torch.int32).expand(len(row_lens), 13).contiguous()
+    md = paged_metadata(page_table, lens)
+    backend = dbl.BackendStandIn(pool, forward_metadata(md, rows=len(row_lens), topk=TOPK,
+                                                        positions=lens.long() * 4 + 3))
+    ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(), generator=rng)
+    x = torch.randn(len(row_lens), Q_LORA_RANK, generator=rng).to(torch.bfloat16)
+    C4IndexerBackendMixin.forward_c4_indexer(backend, x=x, q_lora=x, c4_indexer=ix, forward_batch=fb,
+                                             skip_compressor=True)
+    index_k_capture.capture_for(pool).flush()
+    keys64 = reference.index_k_transform_reference(stubs.compressed_rows, comp.norm.weight.to(torch.float32),
+                                                   comp.norm.variance_epsilon, comp.freqs_cis,
+                                                   torch.arange(stored_keys) * 4)
+    return keys64, slots
+
+
+def test_capture_carries_the_keys_before_bf16_rounding_and_recall_scores_bf16_against_them(
+        stubs, monkeypatch, rng, capture_dir):
+    """Found in review: bf16 was 1.0 by construction (the reference was built from the captured bf16 rows)."""
+    row_lens = [700, 730, 760, 790]
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        keys64, slots = _store_then_index(pool, stubs, rng, row_lens)
+        pool_rows = reference.index_k_cache_as_rows(pool.get_index_k_with_scale_buffer(LAYER))
+    call = stubs.calls["paged_mqa_logits_bf16"][0]
+    (path,) = _files(capture_dir)
+    rec = _load(path)
+    n = max(row_lens)
+    assert rec["slots"].tolist() == slots[:n].tolist() and torch.equal(rec["k"], pool_rows[slots[:n]])
+    # k_fp32: the store's float64 transform of what it received, in fp32 - not its bf16 rounding.
+    k32 = rec["k_fp32"]
+    assert k32.dtype == torch.float32 and torch.equal(k32, keys64[:n].float())
+    assert (k32 != rec["k"].float()).float().mean() > 0.9
+
+    # recall's bf16 number is the set recall of the stored bf16 keys against those values (computed here).
+    q, w = call["q"].double(), call["weights"].double()
+    expected = []
+    for r, length in enumerate(row_lens):
+        def top(keys):
+            return set((torch.relu(keys[:length].double() @ q[r].T) @ w[r]).topk(TOPK).indices.tolist())
+        expected.append(len(top(pool_rows[slots]) & top(keys64)) / TOPK)
+    rows = {(r["format"], r["k"]): r for r in recall.analyse(capture_dir, [TOPK])["rows"]}
+    bf16 = rows[("bf16", TOPK)]
+    assert bf16["reference"] == "fp32" and not bf16["is_reference"] and bf16["rows"] == len(row_lens)
+    assert bf16["recall"] == pytest.approx(sum(expected) / len(expected), abs=1 / TOPK)
+    assert bf16["recall"] < 1.0  # what bf16 loses on this traffic, no longer 1.0 by construction
+    assert rows[("fp8", TOPK)]["recall"] < bf16["recall"]
+
+
+@pytest.mark.parametrize("case", ["stored in an earlier pass", "half stored in this pass"])
+def test_keys_stored_before_the_capture_saw_them_leave_bf16_as_the_reference(stubs, monkeypatch, rng, capture_dir,
+                                                                              case):
+    """Keys from the prefix cache or an earlier chunk were rounded before this pass: no fp32 values for them."""
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        if case == "stored in an earlier pass":
+            _store_then_index(pool, stubs, rng, [700], store_batch=dbl.forward_batch(ForwardMode.EXTEND))
+        else:
+            _fill_layer(pool, rng)
+            _store_then_index(pool, stubs, rng, [700], stored_keys=400)  # keys 400.. from an earlier pass
+    rec = _load(_files(capture_dir)[0])
+    assert "k_fp32" not in rec and rec["k"].shape[0] == 700
+    rows = {(r["format"], r["k"]): r for r in recall.analyse(capture_dir, [TOPK])["rows"]}
+    assert rows[("bf16", TOPK)]["is_reference"] and rows[("fp8", TOPK)]["reference"] == "bf16"
+
+
+# ---------------------------------------------------------------------------------------
+# A capturing call never waits for the GPU
+# ---------------------------------------------------------------------------------------
+
+def _direct_call(tmp_path, row_lens, *, seq_lens_cpu=None, tables=None, pages=14):
+    """An indexer call's tensors for :meth:`IndexKCapture.record`, one request "a" at layer 2."""
+    g = torch.Generator().manual_seed(5)
+    capture = index_k_capture.IndexKCapture(CaptureConfig(directory=str(tmp_path)), frozenset({LAYER}), tmp_path)
+    rows = len(row_lens)
+    cache = torch.randn(pages, dbl.C4_PAGE * dbl.HEAD_DIM, generator=g).to(torch.bfloat16).view(torch.uint8)
+    table = torch.arange(1, pages, dtype=torch.int32).expand(rows, pages - 1).contiguous() if tables is None else tables
+    tensors = dict(q=torch.randn(rows, 4, dbl.HEAD_DIM, generator=g).to(torch.bfloat16),
+                   weights=torch.randn(rows, 4, generator=g), c4_seq_lens=torch.tensor(row_lens, dtype=torch.int32),
+                   page_table=table, cache=cache)
+    fb = SimpleNamespace(rids=["a"], extend_seq_lens_cpu=[rows], batch_size=1, seq_lens_cpu=seq_lens_cpu)
+    return capture, fb, tensors
+
+
+def test_a_capturing_call_reads_no_device_value_and_copies_non_blocking(tmp_path):
+    """Found in review: capture blocked the host several times per capturing call (``torch.tensor(..., device=)``,
+    ``.cpu()``, ``int(lens.max())``). Here the inputs refuse every host read (tests/support/device_resident.py);
+    on a GPU the same is checked with CUDA's sync debug mode (tests/gpu/test_index_k_capture_gpu.py)."""
+    capture, fb, tensors = _direct_call(tmp_path, [600, 650, 700], seq_lens_cpu=torch.tensor([2803]))
+    kv, norm_weight = torch.randn(KEYS, dbl.HEAD_DIM), 1 + 0.1 * torch.randn(dbl.HEAD_DIM)
+    positions = torch.arange(KEYS) * 4
+    stored_slots = torch.arange(dbl.C4_PAGE, dbl.C4_PAGE + KEYS)
+    # What the store would have written for these rows (the float64 transform, rounded to bf16).
+    reference.scatter_reference(tensors["cache"], reference.index_k_transform_reference(
+        kv, norm_weight, 1e-6, dbl.rope_table(), positions), stored_slots)
+    DeviceResident.copies = []
+    capture.note_stored(LAYER, fb, on_device(kv), on_device(norm_weight), 1e-6, on_device(dbl.rope_table()),
+                        on_device(positions), on_device(stored_slots))
+    capture.record(SimpleNamespace(layer_id=LAYER, index_topk=TOPK), fb,
+                   **{name: on_device(t) for name, t in tensors.items()})
+    assert DeviceResident.copies and all(DeviceResident.copies)  # every device->host copy non-blocking
+    capture.flush()
+    (path,) = sorted(tmp_path.glob("*.pt"))
+    got = capture_files.load(path)  # recall's checks pass on what the writer thread made of the copies
+    assert got.k_fp32 is not None and got.k.shape == (700, dbl.HEAD_DIM)
+    with pytest.raises(HostRead):  # the guard itself: what the old capture did first
+        on_device(tensors["c4_seq_lens"]).cpu()
+
+
+@pytest.mark.parametrize("case,logged", [
+    ("rows with other page tables", "reads other pool slots than the request's last row"),
+    ("host bound too small", "a row reads 700 keys, more than the 500 gathered"),
+])
+def test_an_inconsistent_capture_is_not_written(tmp_path, caplog, case, logged):
+    """What only the device knew is checked on the writer thread; a capture that does not add up is dropped."""
+    tables = None
+    if case == "rows with other page tables":
+        tables = torch.arange(1, 14, dtype=torch.int32).expand(2, 13).contiguous()
+        tables[0] = tables[0].flip(0)
+    capture, fb, tensors = _direct_call(tmp_path, [600, 700], tables=tables,
+                                        seq_lens_cpu=torch.tensor([2000]) if case == "host bound too small" else None)
+    caplog.set_level(logging.WARNING, logger=CAPTURE_LOG)
+    capture.record(SimpleNamespace(layer_id=LAYER, index_topk=TOPK), fb, **tensors)
+    capture.flush()
+    assert not list(tmp_path.glob("*.pt*")) and capture.writer.failed == 1
+    assert any(logged in r.getMessage() for r in caplog.records)

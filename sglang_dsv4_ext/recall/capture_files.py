@@ -1,0 +1,215 @@
+"""Finding, loading and checking capture files for ``sglang-dsv4 recall`` (format: ``capture_format``).
+
+Every inconsistency is a :class:`~sglang_dsv4_ext.errors.CaptureFileError` naming the file and the field: a file is
+scored whole or the run stops, never partly. Finding files never follows a path twice (real paths), never opens
+what is not a regular file (a FIFO named ``*.pt`` would block ``open``), and stops at a directory it cannot list.
+Rows that are well formed but carry nothing to rank (no keys; NaN, inf or all-zero queries, weights or keys) are
+named by :func:`degenerate_reason`; recall counts them and never scores them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+from sglang_dsv4_ext import capture_format as fmt
+from sglang_dsv4_ext.errors import CaptureFileError
+
+SUFFIX = ".pt"
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One checked capture file."""
+
+    path: Path
+    layer: int
+    index_topk: int  # 0: not known
+    checksum: str
+    q: torch.Tensor  # bf16 [R, H, D]
+    weights: torch.Tensor  # fp32 [R, H]
+    seq_lens: torch.Tensor  # int64 [R]
+    k: torch.Tensor  # bf16 [T, D] (shared) or [R, T, D]
+    k_fp32: Optional[torch.Tensor]  # fp32, k's shape: the values k was rounded from, when captured
+
+    def keys_of(self, row: int, keys: torch.Tensor) -> torch.Tensor:
+        """The ``seq_lens[row]`` key rows query row ``row`` read, from ``keys`` (``k`` or ``k_fp32``)."""
+        n = int(self.seq_lens[row])
+        return keys[:n] if keys.dim() == 2 else keys[row, :n]
+
+
+# --- finding ------------------------------------------------------------------------------------
+
+def find_files(directory: Path) -> List[Path]:
+    """Every ``*.pt`` under ``directory`` (symlinks followed, each real file and directory once), sorted."""
+    found: Dict[str, Path] = {}
+    seen_dirs = set()
+
+    def refuse(exc: OSError) -> None:
+        raise CaptureFileError(f"{exc.filename}: cannot list this directory ({exc.strerror or exc}); "
+                               f"recall reads every subdirectory or none")
+
+    for top, dirs, files in os.walk(directory, onerror=refuse, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen_dirs:
+            dirs[:] = []  # reached again through a link: read once
+            continue
+        seen_dirs.add(real)
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(SUFFIX):
+                path = Path(top) / name
+                found.setdefault(os.path.realpath(path), path)
+    return sorted(found.values())
+
+
+def _check_regular(path: Path) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise CaptureFileError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    if not stat.S_ISREG(mode):
+        raise CaptureFileError(f"{path}: not a regular file (a capture file is one; this was not opened)")
+
+
+# --- loading and checking -----------------------------------------------------------------------
+
+def load(path: Path) -> Capture:
+    """The checked capture in ``path``; :class:`CaptureFileError` naming the field on any inconsistency."""
+    _check_regular(path)
+    try:
+        rec = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch.load / unpickling: name the file, never a traceback
+        raise CaptureFileError(f"{path}: not a readable capture file ({type(exc).__name__}: {exc})") from exc
+    where = f"{path}: "
+    _check_fields(where, rec)
+    _check_types(where, rec)
+    if rec[fmt.CHECKSUM] != fmt.content_checksum(rec):
+        raise CaptureFileError(f"{where}checksum: does not match the content (changed or corrupted after capture)")
+    _check_meta(where, rec)
+    _check_shapes(where, rec)
+    _check_lengths(where, rec)
+    _check_slots(where, rec)
+    if fmt.PREROUNDING in rec:
+        _check_prerounding(where, rec)
+    return Capture(path=path, layer=rec["layer"], index_topk=rec["index_topk"], checksum=rec[fmt.CHECKSUM],
+                   q=rec["q"], weights=rec["weights"], seq_lens=rec["seq_lens"], k=rec["k"],
+                   k_fp32=rec.get(fmt.PREROUNDING))
+
+
+def _fail(where: str, field: str, problem: str):
+    raise CaptureFileError(f"{where}{field}: {problem}")
+
+
+def _check_fields(where: str, rec) -> None:
+    required = [*fmt.META_FIELDS, *fmt.TENSOR_FIELDS, fmt.CHECKSUM]
+    if not isinstance(rec, dict):
+        raise CaptureFileError(f"{where}not a capture file: holds a {type(rec).__name__}, not a dict of "
+                               f"{', '.join(required)}")
+    version = rec.get("format_version", "missing")
+    if version != fmt.FORMAT_VERSION or type(version) is not int:
+        _fail(where, "format_version", f"{version!r} is not supported; allowed: {fmt.FORMAT_VERSION} (files of "
+              f"earlier versions carry no checksum: capture again with this version)")
+    missing = [name for name in required if name not in rec]
+    if missing:
+        raise CaptureFileError(f"{where}not a capture file: lacks {', '.join(missing)} "
+                               f"(a capture file holds {', '.join(required)})")
+    unknown = sorted(set(rec) - set(required) - set(fmt.OPTIONAL_TENSOR_FIELDS))
+    if unknown:
+        _fail(where, unknown[0], "not a field of a capture file (format 3)")
+
+
+def _check_types(where: str, rec) -> None:
+    for name, kind in fmt.META_FIELDS.items():
+        if type(rec[name]) is not kind:  # bool is not an int here
+            _fail(where, name, f"{type(rec[name]).__name__} {rec[name]!r}, expected {kind.__name__}")
+    for name, dtype in {**fmt.TENSOR_FIELDS, **fmt.OPTIONAL_TENSOR_FIELDS}.items():
+        value = rec.get(name)
+        if name in rec and not isinstance(value, torch.Tensor):
+            _fail(where, name, f"a {type(value).__name__}, expected a tensor")
+        if name in rec and value.dtype != dtype:
+            _fail(where, name, f"dtype {value.dtype}, expected {dtype}")
+    if not isinstance(rec[fmt.CHECKSUM], str):
+        _fail(where, fmt.CHECKSUM, f"a {type(rec[fmt.CHECKSUM]).__name__}, expected 'sha256:<hex>'")
+
+
+def _check_meta(where: str, rec) -> None:
+    if rec["dtype"] != fmt.STORED_DTYPE:
+        _fail(where, "dtype", f"{rec['dtype']!r}: recall compares formats against what bf16 index-K stored; "
+              f"allowed: {fmt.STORED_DTYPE!r}")
+    for name, low in (("layer", 0), ("request_index", 0), ("index_topk", 0), ("page_size", 1)):
+        if rec[name] < low:
+            _fail(where, name, f"{rec[name]}, expected >= {low}")
+
+
+def _check_shapes(where: str, rec) -> None:
+    q, k = rec["q"], rec["k"]
+    if q.dim() != 3 or q.shape[0] == 0 or q.shape[-1] % 32:
+        _fail(where, "q", f"shape {tuple(q.shape)}, expected [R >= 1, H, D] with D a multiple of 32")
+    rows, heads, dim = q.shape
+    expected = {"weights": (rows, heads), "seq_lens": (rows,), "query_rows": (rows,)}
+    for name, shape in expected.items():
+        if tuple(rec[name].shape) != shape:
+            _fail(where, name, f"shape {tuple(rec[name].shape)}, expected {shape} (q is {tuple(q.shape)})")
+    if not (k.dim() == 2 or (k.dim() == 3 and k.shape[0] == rows)) or k.shape[-1] != dim:
+        _fail(where, "k", f"shape {tuple(k.shape)}, expected [T, {dim}] or [{rows}, T, {dim}]")
+    for name, shape in (("slots", k.shape[:-1]), (fmt.PREROUNDING, k.shape)):
+        if name in rec and rec[name].shape != shape:
+            _fail(where, name, f"shape {tuple(rec[name].shape)}, expected {tuple(shape)} (k is {tuple(k.shape)})")
+
+
+def _check_lengths(where: str, rec) -> None:
+    lens, keys = rec["seq_lens"], rec["k"].shape[-2]
+    for r, n in enumerate(lens.tolist()):
+        if n < 0 or n > keys:
+            _fail(where, "seq_lens", f"row {r} reads {n} keys; the file holds {keys} (k): allowed 0..{keys}")
+
+
+def _check_slots(where: str, rec) -> None:
+    """A key row has a pool slot (>= 0) exactly where a query row reads it, -1 elsewhere."""
+    slots, lens = rec["slots"], rec["seq_lens"]
+    t = torch.arange(slots.shape[-1])
+    if slots.dim() == 1:
+        read = t < int(lens.max())
+    else:
+        read = t.unsqueeze(0) < lens.unsqueeze(1)
+    if not torch.equal(slots >= 0, read) or bool((slots < -1).any()):
+        _fail(where, "slots", "not a pool slot (>= 0) exactly at the keys read and -1 elsewhere (seq_lens)")
+
+
+def _check_prerounding(where: str, rec) -> None:
+    """``k`` must be ``k_fp32`` rounded to bf16, to within one bf16 step (the capture recomputes the fp32 values:
+    where they sit within a few fp32 ulps of a bf16 rounding boundary the store may have rounded the other way)."""
+    k, pre = rec["k"], rec[fmt.PREROUNDING]
+    rounded = pre.to(torch.bfloat16)
+    same = (rounded == k) | (rounded.isnan() & k.isnan())
+    if bool(same.all()):
+        return
+    _, exponent = torch.frexp(pre.abs().clamp(min=2.0**-126))
+    step = torch.ldexp(torch.ones_like(pre), exponent - 8)  # bf16 spacing at |k_fp32|: 8 significant bits
+    near = (rounded.float() - k.float()).abs() <= step
+    if not bool((same | near).all()):
+        bad = int((~(same | near)).sum())
+        _fail(where, fmt.PREROUNDING, f"{bad} values are not what k was rounded from (more than one bf16 step)")
+
+
+# --- rows with nothing to rank ------------------------------------------------------------------
+
+def degenerate_reason(capture: Capture, row: int) -> Optional[str]:
+    """Why query row ``row`` cannot be ranked (None: it can)."""
+    if int(capture.seq_lens[row]) == 0:
+        return "no keys (seq_lens 0)"
+    parts = [("q", capture.q[row]), ("weights", capture.weights[row]), ("keys", capture.keys_of(row, capture.k))]
+    if capture.k_fp32 is not None:
+        parts.append(("k_fp32", capture.keys_of(row, capture.k_fp32)))
+    for name, values in parts:
+        if not bool(torch.isfinite(values).all()):
+            return f"{name} not finite"
+        if not bool((values != 0).any()):
+            return f"{name} all zero"
+    return None
