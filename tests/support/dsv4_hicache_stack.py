@@ -16,14 +16,13 @@ and the device allocator (a duck handing out fresh device pages, as ``benchmarks
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import types
 from typing import List, Optional
 
 import torch
 
-from benchmarks.sglang_gpu import standins
+from benchmarks.sglang_gpu import race, standins
 from sglang_dsv4_ext import dsv4_model
 from tests.support import gate_doubles as gd
 
@@ -31,17 +30,14 @@ PAGE = 256
 HOST_PAGES = 4  # --hicache-ratio 0.25 of the pool's 16 full pages: small, so freed pages come back soon
 
 
-class FreshDevicePages:
-    """The device allocator surface the controller uses: every ``alloc`` gets pages not handed out before."""
+class FreshDevicePages(race.DuckAllocator):
+    """The race replay's duck allocator, except that every ``alloc`` gets pages not handed out before."""
 
     def __init__(self, pool):
-        self.pool = pool
+        super().__init__(pool, None)
         self.size_full = pool.size
         self.next_page = 1  # page 0 is the null page
         self.swa_attn_allocator = types.SimpleNamespace(alloc=lambda n: None, free=lambda i: None)
-
-    def get_kvcache(self):
-        return self.pool
 
     def alloc(self, need_size: int):
         start = self.next_page * PAGE
@@ -50,18 +46,6 @@ class FreshDevicePages:
 
     def free(self, indices) -> None:
         pass
-
-    def set_hicache_transfer_done_event(self, key, event) -> None:
-        pass
-
-
-def _single_rank_group():
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        store = tempfile.NamedTemporaryFile(prefix="dsv4-stack-gloo-", delete=False).name
-        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    return dist.group.WORLD
 
 
 def _attach_file_backend(controller, group, l3_dir: str) -> None:
@@ -85,7 +69,7 @@ def build(monkeypatch, l3_dir: Optional[str] = None):
     monkeypatch.setattr(mph, "transfer_kv_direct", standins.transfer_kv_direct, raising=False)
     pool = gd.build_pool(start_layer=0, end_layer=len(gd.RATIOS))  # a server's stage bounds (the builder checks them)
     params = types.SimpleNamespace(
-        page_size=PAGE, token_to_kv_pool_allocator=FreshDevicePages(pool), tp_cache_group=_single_rank_group(),
+        page_size=PAGE, token_to_kv_pool_allocator=FreshDevicePages(pool), tp_cache_group=race._single_rank_group(),
         attn_cp_cache_group=None, attn_tp_cache_group=None, pp_cache_group=None, mtp_draft_device_pools=())
     ratio = HOST_PAGES / (pool.size // PAGE)
     with dsv4_model.cpu_server_args(hicache_ratio=ratio, hicache_io_backend="direct", hicache_mem_layout="layer_first"):

@@ -65,16 +65,22 @@ def _refill_from_l3(stack):
     return prefetch.host_indices, b_rows
 
 
-def test_a_page_refilled_from_l3_is_not_checked_against_its_previous_occupant(integrity_full, monkeypatch, tmp_path,
-                                                                              caplog):
-    stack = hs.build(monkeypatch, l3_dir=str(tmp_path / "l3"))
+def _l3_refill_loaded_and_read(monkeypatch, l3_dir, caplog):
+    """B refilled from L3 into A's old pages, loaded (intact: the device rows are B's) and read; the tracker."""
+    stack = hs.build(monkeypatch, l3_dir=l3_dir)
     tracker = integrity.tracker_of(stack.c4_host)
     host, b_rows = _refill_from_l3(stack)
     device = hs.load(stack, host)
-    assert all(torch.equal(got, want) for got, want in zip(hs.c4_rows(stack.pool, device), b_rows))  # intact
+    assert all(torch.equal(got, want) for got, want in zip(hs.c4_rows(stack.pool, device), b_rows))
     with caplog.at_level("ERROR", logger="sglang_dsv4_ext.integrity"):
         hs.read_c4_layers(stack.pool)
         index_k_integrity.report(tracker.drain())
+    return tracker
+
+
+def test_a_page_refilled_from_l3_is_not_checked_against_its_previous_occupant(integrity_full, monkeypatch, tmp_path,
+                                                                              caplog):
+    tracker = _l3_refill_loaded_and_read(monkeypatch, str(tmp_path / "l3"), caplog)
     assert _mismatch_lines(caplog) == [] and tracker.mismatches == 0
     # B's pages came from L3: nothing recorded them, so they are counted as loaded but not checked
     assert tracker.pages_checked == 0 and tracker.unchecked[index_k_integrity.NO_CHECKSUM] == 2 * LAYERS
@@ -86,14 +92,7 @@ def test_without_the_reuse_hooks_the_intact_l3_page_is_reported_as_a_mismatch(in
     for target in _REUSE_HOOKS:
         owner, name, current = compat.resolve(target.path)
         monkeypatch.setattr(owner, name, compat.unwrap_to_original(current))
-    stack = hs.build(monkeypatch, l3_dir=str(tmp_path / "l3"))
-    tracker = integrity.tracker_of(stack.c4_host)
-    host, b_rows = _refill_from_l3(stack)
-    device = hs.load(stack, host)
-    assert all(torch.equal(got, want) for got, want in zip(hs.c4_rows(stack.pool, device), b_rows))  # intact
-    with caplog.at_level("ERROR", logger="sglang_dsv4_ext.integrity"):
-        hs.read_c4_layers(stack.pool)
-        index_k_integrity.report(tracker.drain())
+    tracker = _l3_refill_loaded_and_read(monkeypatch, str(tmp_path / "l3"), caplog)
     assert tracker.mismatches == 2 * LAYERS and len(_mismatch_lines(caplog)) == LAYERS  # both pages, every layer
 
 
