@@ -12,8 +12,9 @@ flip, a changed word or two swapped words always change it (the odd weights make
 contribution distinct and non-zero modulo nothing: there is no modulus).
 
 ``verify_page_checksums`` recomputes the checksums of ``rows`` and compares them with ``expected``
-in one launch. Mismatches go to a device-side ``state`` tensor (int64 ``[2]``: mismatch count, and
-the smallest ``code`` of a mismatching page, see :func:`mismatch_code`); nothing is read back, so
+in one launch. Mismatches go to a device-side ``state`` tensor (int64 ``[3]``: mismatch count, the
+smallest ``code`` of a mismatching page, see :func:`mismatch_code`, and the number of pages compared,
+i.e. whose expected checksum was known); nothing is read back, so
 the call is asynchronous and CUDA-graph capturable. The caller copies ``state`` to pinned memory
 with ``non_blocking=True`` and reads it on a later step.
 
@@ -32,8 +33,8 @@ _SEQ_BITS, _LAYER_BITS, _POS_BITS = 23, 16, 24  # mismatch code: sequence | laye
 
 
 def new_state(device) -> torch.Tensor:
-    """A fresh device-side record: ``[mismatch count, smallest mismatch code]``."""
-    return torch.tensor([0, NO_MISMATCH], dtype=torch.int64, device=device)
+    """A fresh device-side record: ``[mismatch count, smallest mismatch code, pages compared]``."""
+    return torch.tensor([0, NO_MISMATCH, 0], dtype=torch.int64, device=device)
 
 
 def mismatch_code(seq: int, layer: int, page_row: int) -> int:
@@ -86,9 +87,10 @@ def page_checksums_reference(page_rows: torch.Tensor, rows: torch.Tensor) -> tor
 def _verify_reference(words, rows, expected, state, layer: int, seq: int, skip_unknown: bool) -> None:
     got = page_checksums_reference(words, rows)
     bad = got != expected
-    if skip_unknown:
-        bad &= expected != NO_MISMATCH
+    compared = expected != NO_MISMATCH if skip_unknown else torch.ones_like(bad)
+    bad &= compared
     state[0] += bad.sum()
+    state[2] += compared.sum()
     rows64 = rows.to(torch.int64)
     codes = torch.where(bad, mismatch_code(seq, layer, 0) + rows64, torch.full_like(rows64, NO_MISMATCH))
     if codes.numel():
@@ -122,7 +124,10 @@ def verify_checksum_kernel(words_ptr, stride_row, rows_ptr, expected_ptr, state_
     row = tl.load(rows_ptr + i)
     got = _row_checksum(words_ptr, stride_row, row, W, BLOCK)
     expected = tl.load(expected_ptr + i)
-    if (got != expected) & ((expected != NO_MISMATCH) | (SKIP_UNKNOWN == 0)):
+    compared = (expected != NO_MISMATCH) | (SKIP_UNKNOWN == 0)
+    if compared:
+        tl.atomic_add(state_ptr + 2, 1)
+    if (got != expected) & compared:
         tl.atomic_add(state_ptr, 1)
         tl.atomic_min(state_ptr + 1, code_base + row.to(tl.int64))
 
@@ -148,14 +153,15 @@ def verify_page_checksums(page_rows: torch.Tensor, rows: torch.Tensor, expected:
                           *, layer: int, seq: int, skip_unknown: bool = False) -> None:
     """Add each page of ``rows`` whose checksum differs from ``expected`` to ``state`` (no host sync).
 
-    ``skip_unknown``: rows whose expected value is ``NO_MISMATCH`` (no checksum recorded) pass.
+    ``skip_unknown``: rows whose expected value is ``NO_MISMATCH`` (no checksum recorded) pass and are not
+    counted as compared (``state[2]``).
     The mismatch code holds the page row itself (see :func:`mismatch_code`)."""
     words = _words(page_rows)
     rows = _check_rows("rows", rows, words.device)
     if expected.shape != rows.shape or expected.dtype != torch.int64:
         raise ValueError(f"expected must be int64 of shape {tuple(rows.shape)}, got {expected.dtype} "
                          f"{tuple(expected.shape)}")
-    if state.shape != (2,) or state.dtype != torch.int64 or state.device != words.device:
+    if state.shape != (3,) or state.dtype != torch.int64 or state.device != words.device:
         raise ValueError("state must be new_state(device) on the page rows' device")
     if words.shape[0] > 1 << _POS_BITS or not 0 <= layer < 1 << _LAYER_BITS:
         raise ValueError(f"at most {1 << _POS_BITS} page rows and layer < {1 << _LAYER_BITS}")

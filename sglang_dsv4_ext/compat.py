@@ -32,6 +32,7 @@ _PGR = "sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGr
 _IDX = "sglang.srt.layers.attention.dsv4.indexer"
 _CMP = "sglang.srt.layers.attention.dsv4.compressor_v2.CompressorBackendMixin"
 _HOST_PAGED = f"{_HOST}.DeepSeekV4PagedHostPool"
+_HOST_LOGICAL = f"{_HOST}.LogicalHostPool"
 _DECODE = "sglang.srt.disaggregation.decode.SchedulerDisaggregationDecodeMixin"
 
 # Features a target serves; doctor reports a target as skipped-by-config when its feature
@@ -205,6 +206,21 @@ INTEGRITY_HOST_POOL_LOAD = Target(
 INTEGRITY_HOST_POOL_FREE = Target(
     f"{_HOST_PAGED}.free", "(self, indices)",
     "integrity", INTEGRITY, "freed host pages forget their checksum")
+INTEGRITY_HOST_POOL_CLEAR = Target(
+    f"{_HOST_PAGED}.clear", "(self)",
+    "integrity", INTEGRITY, "a cleared host mirror forgets every checksum")
+# The c4 indexer mirror borrows the page indices of the group's KV anchor (a LogicalHostPool): SGLang
+# frees, reallocates and fills those pages through the anchor alone, never through the mirror.
+INTEGRITY_HOST_POOL_GROUP_INIT = Target(
+    "sglang.srt.mem_cache.pool_host.group.HostPoolGroup.__init__", "(self, entries)",
+    "integrity", INTEGRITY, "link the c4 indexer mirror to the anchor pool whose page indices it borrows")
+INTEGRITY_ANCHOR_ALLOC = Target(
+    f"{_HOST_LOGICAL}.alloc", "(self, need_size)",
+    "integrity", INTEGRITY, "anchor pages handed to a new owner (backup, L3 prefetch, PD host receive) forget "
+    "their checksum in the mirror")
+INTEGRITY_ANCHOR_FREE = Target(
+    f"{_HOST_LOGICAL}.free", "(self, indices)",
+    "integrity", INTEGRITY, "anchor pages freed forget their checksum in the mirror")
 INTEGRITY_C4_INDEXER_FORWARD = Target(
     f"{_IDX}.C4Indexer.forward",
     "(self, x, q_lora, forward_batch, attn_backend, enable_multi_stream=False, q_lora_ready=None, "
@@ -219,6 +235,7 @@ INTEGRITY_PD_CHECKSUM_MISMATCH = Target(
 WITHOUT_SOURCE_PATCH = (
     EXTERNAL_LINKER_CREATE,
     INTEGRITY_HOST_POOL_INIT, INTEGRITY_HOST_POOL_BACKUP, INTEGRITY_HOST_POOL_LOAD, INTEGRITY_HOST_POOL_FREE,
+    INTEGRITY_HOST_POOL_CLEAR, INTEGRITY_HOST_POOL_GROUP_INIT, INTEGRITY_ANCHOR_ALLOC, INTEGRITY_ANCHOR_FREE,
     INTEGRITY_C4_INDEXER_FORWARD, INTEGRITY_PD_CHECKSUM_MISMATCH,
 )
 
@@ -232,6 +249,7 @@ TARGETS: List[Target] = [
     POOL_WAIT_LAYER_TRANSFER, *TOPLEVEL_INDEX_K_READERS, *SUBPOOL_INDEX_K_READERS,
     COUNTER_SET_CONSUMER, COUNTER_WAIT_UNTIL, PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS, PREFILL_GRAPH_EXECUTE,
     INTEGRITY_HOST_POOL_INIT, INTEGRITY_HOST_POOL_BACKUP, INTEGRITY_HOST_POOL_LOAD, INTEGRITY_HOST_POOL_FREE,
+    INTEGRITY_HOST_POOL_CLEAR, INTEGRITY_HOST_POOL_GROUP_INIT, INTEGRITY_ANCHOR_ALLOC, INTEGRITY_ANCHOR_FREE,
     INTEGRITY_C4_INDEXER_FORWARD, INTEGRITY_PD_CHECKSUM_MISMATCH,
 ]
 

@@ -14,11 +14,21 @@ One :class:`IntegrityTracker` per index-K host mirror (HiCache's c4 indexer host
 * :meth:`verify` (on the reader's stream, where the layer is read): one fused kernel recomputes
   the pending rows' checksums and adds mismatches to a device-side record. No host
   synchronisation: the record is copied to pinned memory with ``non_blocking=True`` behind an
-  event, and :meth:`poll` (called on a later step) reads it once the event has completed.
-* :meth:`forget` (host pages freed): their keys lose their checksum, so a page later filled from
-  elsewhere (L3 storage) is never compared with a stale checksum.
+  event, and :meth:`poll` (called on a later step) reads the newest copy whose event has completed.
+* :meth:`forget` (host pages freed or handed to a new owner): their keys lose their checksum, so a
+  page later filled from elsewhere (L3 storage, a PD host receive) is never compared with the
+  checksum of its previous occupant.
 
-Keys with no checksum are skipped (the kernel treats the sentinel as "unknown").
+Keys with no checksum are skipped (the kernel treats the sentinel as "unknown") and counted as
+loaded but not checked. Every loaded page ends in one of four counts (exported at zero when the
+tracker is created, see :class:`Series`): checked, or not checked because of ``sampling``, because
+no hooked reader ran before the next load (``no_eager_reader``: a CUDA-graph replay), or because
+the page had ``no_checksum``.
+
+No host synchronisation anywhere: index tensors that are on the host (HiCache's ``direct`` io
+backend) reach the device through pinned memory with ``non_blocking=True`` (:func:`indices_on`);
+forgets run on a side stream of their own, and the streams that read or write the table wait for
+it on the device (``wait_event``), never on the host.
 """
 
 from __future__ import annotations
@@ -38,7 +48,15 @@ OFF, SAMPLE, FULL = "off", "sample", "full"
 WHERE_LOAD = "load"  # a HiCache layer load, verified where the layer is read
 WHERE_PD = "pd"  # a PD decode server's received KV
 METRIC_NAME = "sglang:dsv4_index_k_integrity_mismatches_total"
+CHECKED_METRIC_NAME = "sglang:dsv4_index_k_integrity_pages_checked_total"
+UNCHECKED_METRIC_NAME = "sglang:dsv4_index_k_integrity_pages_unchecked_total"
+# Why a loaded page was not checked (label ``reason`` of UNCHECKED_METRIC_NAME).
+SAMPLING = "sampling"  # not among the pages ``sample`` mode verifies
+NO_EAGER_READER = "no_eager_reader"  # replaced by the next load before a hooked reader ran (CUDA-graph replay)
+NO_CHECKSUM = "no_checksum"  # its host page holds no recorded checksum (filled from L3 or a PD host receive)
+UNCHECKED_REASONS = (SAMPLING, NO_EAGER_READER, NO_CHECKSUM)
 _REQUEST_HISTORY = 256  # verify calls whose request ids are kept for the mismatch log
+_SNAPSHOTS = 64  # pinned copies of the device record in flight: the host may run this many verifies ahead
 
 
 @dataclass(frozen=True)
@@ -57,6 +75,48 @@ class Mismatch:
                 f"page {page}, request(s) {reqs}")
 
 
+def indices_on(device: torch.device, indices: torch.Tensor) -> torch.Tensor:
+    """``indices`` as int64 on ``device``, without making the host wait.
+
+    A host tensor bound for a CUDA device (HiCache's ``direct`` io backend keeps its indices on the
+    host) is copied into fresh pinned memory and sent with ``non_blocking=True``: a blocking copy
+    synchronises the stream, and CUDA stages a copy from pageable memory only after the stream's
+    earlier work, so either would block the host once per layer. Fresh pinned memory: PyTorch keeps
+    it alive until the copy ran, and the caller may reuse its own tensor at once.
+    """
+    indices = indices.to(torch.int64)
+    if indices.device == device:
+        return indices
+    if device.type == "cuda" and indices.device.type == "cpu":
+        staged = torch.empty(indices.shape, dtype=torch.int64, pin_memory=True)
+        staged.copy_(indices)
+        return staged.to(device, non_blocking=True)
+    return indices.to(device)
+
+
+class Series:
+    """One tracker's counts in SGLang's Prometheus registry, created at zero (see :func:`export_at_zero`)."""
+
+    def __init__(self, where: str):
+        export_at_zero(where)
+        self.checked = checked_metric().labels(where=where)
+        self.unchecked = {r: unchecked_metric().labels(where=where, reason=r) for r in UNCHECKED_REASONS}
+
+
+class _Snapshot:
+    """A pinned copy of the device record and the host-side count of rows verified when it was taken."""
+
+    __slots__ = ("values", "event", "rows")
+
+    def __init__(self, pin: bool):
+        self.values = torch.zeros(3, dtype=torch.int64, pin_memory=pin)
+        self.event = torch.cuda.Event() if pin else None
+        self.rows = 0
+
+    def done(self) -> bool:
+        return self.event is None or self.event.query()
+
+
 class _Pending:
     __slots__ = ("rows", "expected", "requests")
 
@@ -68,7 +128,7 @@ class IntegrityTracker:
     """Checksums of one index-K host mirror; see the module docstring."""
 
     def __init__(self, mode: str, buffers: Sequence[torch.Tensor], num_keys: int, *, where: str = WHERE_LOAD,
-                 sample_pages: int = 8, sample_layer_stride: int = 4):
+                 sample_pages: int = 8, sample_layer_stride: int = 4, series: Optional[Series] = None):
         if mode not in (SAMPLE, FULL):
             raise ValueError(f"integrity mode must be 'sample' or 'full' for a tracker, got {mode!r}")
         self.mode, self.where = mode, where
@@ -81,26 +141,82 @@ class IntegrityTracker:
         self.loads = 0
         self.seq = 0
         self.requests: "OrderedDict[int, Tuple[str, ...]]" = OrderedDict()
-        pin = self.device.type == "cuda"
-        self._snapshot = torch.zeros(2, dtype=torch.int64, pin_memory=pin)
-        self._snapshot_event = torch.cuda.Event() if pin else None
+        cuda = self.device.type == "cuda"
+        self._snapshots = [_Snapshot(cuda) for _ in range(_SNAPSHOTS)]
+        self._taken = self._read = 0  # snapshots taken / read so far (ring positions)
+        # Forgets of host keys run on a side stream nothing else uses; the table's readers and writers wait for
+        # its last one on the device (a forget on a busy stream would make them wait for that stream's work).
+        self._forget_stream = torch.cuda.Stream(device=self.device) if cuda else None
+        self._forget_done = torch.cuda.Event() if cuda else None
+        self._forgotten = False
         self._reported = 0
+        self.series = series
         self.mismatches = 0  # pages reported so far
-        self.unverified_pages = 0  # loaded pages replaced by the next load before any reader verified them
+        self.pages_checked = 0  # pages whose checksum was compared where they were read
+        self.unchecked = dict.fromkeys(UNCHECKED_REASONS, 0)  # pages loaded but not checked, by reason
+        self.rows_verified = 0  # pages handed to the verify kernel (checked or without a checksum)
+
+    @property
+    def unverified_pages(self) -> int:
+        """Loaded pages replaced by the next load before any reader verified them."""
+        return self.unchecked[NO_EAGER_READER]
+
+    def _count_unchecked(self, reason: str, pages: int) -> None:
+        if pages <= 0:
+            return
+        self.unchecked[reason] += pages
+        if self.series is not None:
+            self.series.unchecked[reason].inc(pages)
+
+    def _count_checked(self, pages: int) -> None:
+        if pages <= 0:
+            return
+        self.pages_checked += pages
+        if self.series is not None:
+            self.series.checked.inc(pages)
+
+    def _after_forgets(self) -> None:
+        """The current stream waits (on the device) for the last forget before it touches the table."""
+        if self._forgotten:
+            torch.cuda.current_stream(self.device).wait_event(self._forget_done)
 
     # ---- write side ----
     def record(self, layer: int, src_rows: torch.Tensor, keys: torch.Tensor) -> None:
         """Store the checksums of device page rows ``src_rows`` of ``layer`` under ``keys`` (host rows)."""
-        sums = ck.page_checksums(self.buffers[layer], src_rows.to(self.device, torch.int64))
-        self.table[layer].index_copy_(0, keys.to(self.device, torch.int64), sums)
+        self._after_forgets()
+        sums = ck.page_checksums(self.buffers[layer], indices_on(self.device, src_rows))
+        self.table[layer].index_copy_(0, indices_on(self.device, keys), sums)
 
     def record_all_layers(self, src_rows: torch.Tensor, keys: torch.Tensor) -> None:
+        src_rows, keys = indices_on(self.device, src_rows), indices_on(self.device, keys)
         for layer in range(len(self.buffers)):
             self.record(layer, src_rows, keys)
 
     def forget(self, keys: torch.Tensor) -> None:
-        """Keys (host rows) freed: they no longer hold what was backed up."""
-        self.table.index_fill_(1, keys.to(self.device, torch.int64), ck.NO_MISMATCH)
+        """Keys (host rows) freed or handed to a new owner: they no longer hold what was backed up."""
+        self._forgetting(lambda: self.table.index_fill_(1, indices_on(self.device, keys), ck.NO_MISMATCH), keys)
+
+    def forget_all(self) -> None:
+        """Every host page freed at once (the host pool was cleared)."""
+        self._forgetting(lambda: self.table.fill_(ck.NO_MISMATCH))
+
+    def _forgetting(self, fill, keys: Optional[torch.Tensor] = None) -> None:
+        """Run ``fill`` (a table write) on the side stream and note it for the table's readers and writers.
+
+        Host keys (what every host pool's free and alloc hand over) need nothing from any stream, so the
+        side stream runs them at once; device keys were made on the caller's stream, which the side
+        stream then waits for.
+        """
+        if self._forget_stream is None:
+            fill()
+            return
+        if keys is not None and keys.device.type != "cpu":
+            self._forget_stream.wait_stream(torch.cuda.current_stream(self.device))
+            keys.record_stream(self._forget_stream)
+        with torch.cuda.stream(self._forget_stream):
+            fill()
+            self._forget_done.record(self._forget_stream)
+        self._forgotten = True
 
     # ---- read side ----
     def begin_load(self) -> None:
@@ -120,15 +236,17 @@ class IntegrityTracker:
 
     def expect(self, layer: int, dst_rows: torch.Tensor, keys: torch.Tensor, requests: Sequence[str] = ()) -> None:
         """Device rows ``dst_rows`` of ``layer`` were loaded from ``keys``: verify them where read."""
-        if not self.samples_layer(layer):
-            return
-        dst_rows = dst_rows.to(self.device, torch.int64)
-        keys = keys.to(self.device, torch.int64)
         n = dst_rows.numel()
+        if not self.samples_layer(layer):
+            self._count_unchecked(SAMPLING, n)
+            return
+        dst_rows, keys = indices_on(self.device, dst_rows), indices_on(self.device, keys)
         if self.mode == SAMPLE and n > self.sample_pages:
             step = n // self.sample_pages  # views only: evenly spaced rows, no index tensor from the host
             offset = self.loads % step
             dst_rows, keys = dst_rows[offset::step][: self.sample_pages], keys[offset::step][: self.sample_pages]
+            self._count_unchecked(SAMPLING, n - dst_rows.numel())
+        self._after_forgets()
         expected = self.table[layer].index_select(0, keys)
         self._note_unverified(layer, self.pending.get(layer))
         self.pending[layer] = _Pending(dst_rows, expected, tuple(requests))
@@ -137,13 +255,13 @@ class IntegrityTracker:
         """A load replaces pages no reader verified: say so once (never a silent gap in the evidence)."""
         if previous is None:
             return
-        if self.unverified_pages == 0:
+        if self.unchecked[NO_EAGER_READER] == 0:
             logger.warning(
                 "index-K integrity: %d loaded page(s) of c4 layer %d were never verified before the next load: "
                 "their reader ran no Python hook (a CUDA-graph replay, e.g. --cuda-graph-backend-prefill "
                 "breakable) or did not run; integrity counts cover eagerly run readers only (logged once; "
-                "the running count is IntegrityTracker.unverified_pages)", previous.rows.numel(), layer)
-        self.unverified_pages += previous.rows.numel()
+                "counted in %s{reason=%r})", previous.rows.numel(), layer, UNCHECKED_METRIC_NAME, NO_EAGER_READER)
+        self._count_unchecked(NO_EAGER_READER, previous.rows.numel())
 
     def has_pending(self, layer: int) -> bool:
         return layer in self.pending
@@ -159,19 +277,34 @@ class IntegrityTracker:
             self.requests.popitem(last=False)
         ck.verify_page_checksums(self.buffers[layer], pending.rows, pending.expected, self.state,
                                  layer=layer, seq=self.seq, skip_unknown=True)
+        self.rows_verified += pending.rows.numel()
         self._take_snapshot()
         return True
 
     def _take_snapshot(self) -> None:
-        self._snapshot.copy_(self.state, non_blocking=True)
-        if self._snapshot_event is not None:
-            self._snapshot_event.record()
+        snapshot = self._snapshots[self._taken % _SNAPSHOTS]
+        snapshot.values.copy_(self.state, non_blocking=True)
+        snapshot.rows = self.rows_verified
+        if snapshot.event is not None:
+            snapshot.event.record()
+        self._taken += 1
+        self._read = max(self._read, self._taken - _SNAPSHOTS)  # older ones were overwritten: the record is cumulative
+
+    def _latest_completed(self) -> Optional[_Snapshot]:
+        latest = None
+        while self._read < self._taken and self._snapshots[self._read % _SNAPSHOTS].done():
+            latest = self._snapshots[self._read % _SNAPSHOTS]
+            self._read += 1
+        return latest
 
     def poll(self) -> Optional[Mismatch]:
-        """New mismatches found by completed verifications (never blocks); None if none."""
-        if self._snapshot_event is not None and not self._snapshot_event.query():
+        """Counts and new mismatches of the newest completed verification (never blocks); None if no new mismatch."""
+        snapshot = self._latest_completed()
+        if snapshot is None:
             return None
-        count, code = (int(v) for v in self._snapshot.tolist())
+        count, code, compared = (int(v) for v in snapshot.values.tolist())
+        self._count_checked(compared - self.pages_checked)
+        self._count_unchecked(NO_CHECKSUM, snapshot.rows - compared - self.unchecked[NO_CHECKSUM])
         if count <= self._reported:
             return None
         new, self._reported = count - self._reported, count
@@ -184,25 +317,50 @@ class IntegrityTracker:
 
     def drain(self) -> Optional[Mismatch]:
         """Wait for the last snapshot and report (tests, benchmarks, shutdown; synchronises)."""
-        if self._snapshot_event is not None:
-            self._snapshot_event.synchronize()
+        if self._taken:
+            last = self._snapshots[(self._taken - 1) % _SNAPSHOTS]
+            if last.event is not None:
+                last.event.synchronize()
         return self.poll()
 
 
 # ---------------------------------------------------------------------------------------- reporting
-_METRIC = None
+_METRICS: Dict[str, object] = {}
+
+
+def _counter(name: str, documentation: str, labelnames: Sequence[str]):
+    """SGLang's Prometheus machinery: a counter in the default registry (multiprocess-aware, as
+    SGLang's own collectors, when SGLang set PROMETHEUS_MULTIPROC_DIR), created on first use."""
+    if name not in _METRICS:
+        from prometheus_client import Counter
+
+        _METRICS[name] = Counter(name, documentation, labelnames=list(labelnames))
+    return _METRICS[name]
 
 
 def mismatch_metric():
-    """SGLang's Prometheus machinery: a counter in the default registry (multiprocess-aware, as
-    SGLang's own collectors, when SGLang set PROMETHEUS_MULTIPROC_DIR), created on first use."""
-    global _METRIC
-    if _METRIC is None:
-        from prometheus_client import Counter
+    return _counter(METRIC_NAME, "Index-K pages whose checksum differed where they were read "
+                    "(sglang-dsv4-ext integrity mode).", ["where"])
 
-        _METRIC = Counter(METRIC_NAME, "Index-K pages whose checksum differed where they were read "
-                          "(sglang-dsv4-ext integrity mode).", labelnames=["where"])
-    return _METRIC
+
+def checked_metric():
+    return _counter(CHECKED_METRIC_NAME, "Index-K pages whose checksum was compared where they were read "
+                    "(sglang-dsv4-ext integrity mode).", ["where"])
+
+
+def unchecked_metric():
+    return _counter(UNCHECKED_METRIC_NAME, "Index-K pages loaded but not compared, by reason: sampling, "
+                    "no_eager_reader (CUDA-graph replay), no_checksum (sglang-dsv4-ext integrity mode).",
+                    ["where", "reason"])
+
+
+def export_at_zero(where: str) -> None:
+    """Create ``where``'s series at 0: a server that checks and finds nothing reads 0, one that never
+    checked reads no series at all, so the two cannot be mistaken for each other."""
+    checked_metric().labels(where=where).inc(0)
+    for reason in UNCHECKED_REASONS:
+        unchecked_metric().labels(where=where, reason=reason).inc(0)
+    mismatch_metric().labels(where=where).inc(0)
 
 
 def report(mismatch: Optional[Mismatch], seen: Optional[List[Mismatch]] = None) -> None:

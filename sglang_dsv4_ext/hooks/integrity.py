@@ -11,6 +11,8 @@ How: shared logic in :mod:`sglang_dsv4_ext.index_k_integrity`, kernels in
     table (one int64 per layer and host page) when the mode is on (decided at pool creation).
   * AFTER ``backup_from_device_all_layer``: the checksum of every device page backed up is stored
     under its host page, on the backup's stream. Token-granular backups forget the host page.
+    Index tensors on the host (``--hicache-io-backend direct``) reach the device through pinned
+    memory, non-blocking: no integrity path blocks the host.
   * AFTER ``load_to_device_per_layer``: the loaded rows of that layer become pending; ``sample``
     keeps 8 evenly spaced pages of one layer in four (rotating per load), ``full`` all of them.
   * AFTER ``C4Indexer.forward`` (the reader of the layer's index-K, on the reader's stream, right
@@ -19,6 +21,17 @@ How: shared logic in :mod:`sglang_dsv4_ext.index_k_integrity`, kernels in
     and is read on a later call (no host synchronisation). Mismatches are logged once with layer,
     page, request and where, and counted in ``sglang:dsv4_index_k_integrity_mismatches_total``
     (SGLang's Prometheus registry, served by its /metrics). Skipped during CUDA-graph capture.
+    Pages checked and pages loaded but not checked (by reason) are counted beside it; all three
+    series exist at zero from pool creation, so "checked, nothing found" never reads like "never ran".
+  * Page reuse: the mirror borrows the page indices of its group's KV anchor (a ``LogicalHostPool``;
+    ``hybrid_pool_assembler`` pairs ``DEEPSEEK_V4_C4_INDEXER`` with ``KV``), and SGLang frees,
+    reallocates and fills those pages through the anchor only (``FullComponent.free_host_values``,
+    ``HostPoolGroup.free``/``alloc``, the controller's prefetch buffers, the decode side's host
+    receive), never calling the mirror's own ``free``. AFTER ``HostPoolGroup.__init__`` links the
+    mirror to its anchor; AFTER the anchor's ``alloc`` and ``free`` the pages forget their checksum
+    in the mirror, so a page refilled from L3 or by a host receive is counted as not checked
+    (``no_checksum``) instead of compared with its previous occupant. AFTER ``clear`` of the mirror
+    (HiCache reset) every checksum is forgotten.
   * AFTER ``free`` of that host pool: freed host pages forget their checksum.
   * PD: SGLang already carries a per-request KV checksum prefill -> decode in its metadata buffers
     (``--disaggregation-enable-kv-checksum``: adler32 over every transferred region, the c4
@@ -42,12 +55,23 @@ from sglang_dsv4_ext.config import load_config
 logger = logging.getLogger("sglang_dsv4_ext.integrity")
 
 _TRACKER = "_dsv4_integrity"  # attribute on the host pool and on the device sub-pool it mirrors
+_BORROWERS = "_dsv4_integrity_borrowers"  # attribute on an anchor host pool: tracked pools using its page indices
+
+
+def _pool_names():
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+
+    return PoolName
 
 
 def _c4_indexer_pool_name():
-    from sglang.srt.mem_cache.hicache_storage import PoolName
+    return str(_pool_names().DEEPSEEK_V4_C4_INDEXER.value)
 
-    return str(PoolName.DEEPSEEK_V4_C4_INDEXER.value)
+
+def _page_keys(indices, page_size: int):
+    """Host page rows of token ``indices``; de-duplicated only on the host (``unique`` of a device tensor syncs)."""
+    keys = indices.to(torch.int64) // page_size
+    return torch.unique(keys) if keys.device.type == "cpu" else keys
 
 
 def tracker_of(pool):
@@ -58,7 +82,9 @@ def _after_host_pool_init(result, self, pool_name, device_buffers, item_bytes, n
     mode = load_config().integrity
     if mode == index_k_integrity.OFF or str(getattr(pool_name, "value", pool_name)) != _c4_indexer_pool_name():
         return None
-    setattr(self, _TRACKER, index_k_integrity.IntegrityTracker(mode, list(device_buffers), int(num_host_pages)))
+    series = index_k_integrity.Series(index_k_integrity.WHERE_LOAD)  # exported at zero from here on
+    setattr(self, _TRACKER, index_k_integrity.IntegrityTracker(mode, list(device_buffers), int(num_host_pages),
+                                                                series=series))
     logger.info("index-K integrity %s: checksums for %d layers x %d host pages", mode, len(device_buffers),
                 num_host_pages)
     return None
@@ -84,7 +110,7 @@ def _after_backup(result, self, device_pool, host_indices, device_indices, io_ba
     if tracker is None:
         return None
     if not _page_aligned(self, host_indices, device_indices):
-        tracker.forget(torch.unique(host_indices.to(torch.int64) // self.slot_page_size))
+        tracker.forget(_page_keys(host_indices, self.slot_page_size))
         return None
     tracker.record_all_layers(self._to_page_indices(device_indices), self._to_page_indices(host_indices))
     index_k_integrity.report(tracker.poll())
@@ -107,7 +133,44 @@ def _after_load_layer(result, self, device_pool, host_indices, device_indices, l
 def _after_free(result, self, indices):
     tracker = tracker_of(self)
     if tracker is not None and indices is not None and indices.numel():
-        tracker.forget(torch.unique(indices.to(torch.int64) // self.slot_page_size))
+        tracker.forget(_page_keys(indices, self.slot_page_size))
+    return None
+
+
+def _after_clear(result, self):
+    tracker = tracker_of(self)
+    if tracker is not None:
+        tracker.forget_all()
+    return None
+
+
+def _after_group_init(result, self, entries):
+    """Link every tracked mirror of this group to the KV anchor whose page indices it borrows."""
+    borrowers = [e.host_pool for e in self.entries if e is not self.anchor_entry and tracker_of(e.host_pool)]
+    if not borrowers:
+        return None
+    if self.anchor_entry.name != _pool_names().KV:
+        logger.warning("index-K integrity: host pool group anchored on %s, not KV: pages reused through it are not "
+                       "forgotten by the c4 indexer mirror", self.anchor_entry.name)
+        return None
+    setattr(self.anchor_entry.host_pool, _BORROWERS, borrowers)
+    return None
+
+
+def _forget_in_borrowers(anchor, indices) -> None:
+    if indices is None or not indices.numel():
+        return
+    for host in getattr(anchor, _BORROWERS, ()):
+        tracker_of(host).forget(_page_keys(indices, host.slot_page_size))
+
+
+def _after_anchor_alloc(result, self, need_size):
+    _forget_in_borrowers(self, result)  # a new owner: whatever fills the pages next, the old checksum is wrong
+    return None
+
+
+def _after_anchor_free(result, self, indices):
+    _forget_in_borrowers(self, indices)
     return None
 
 
@@ -141,6 +204,10 @@ def hooks(ctx):
         Hook(compat.INTEGRITY_HOST_POOL_BACKUP, _after_backup, "after"),
         Hook(compat.INTEGRITY_HOST_POOL_LOAD, _after_load_layer, "after"),
         Hook(compat.INTEGRITY_HOST_POOL_FREE, _after_free, "after"),
+        Hook(compat.INTEGRITY_HOST_POOL_CLEAR, _after_clear, "after"),
+        Hook(compat.INTEGRITY_HOST_POOL_GROUP_INIT, _after_group_init, "after"),
+        Hook(compat.INTEGRITY_ANCHOR_ALLOC, _after_anchor_alloc, "after"),
+        Hook(compat.INTEGRITY_ANCHOR_FREE, _after_anchor_free, "after"),
         Hook(compat.INTEGRITY_C4_INDEXER_FORWARD, _after_c4_indexer_forward, "after"),
         Hook(compat.INTEGRITY_PD_CHECKSUM_MISMATCH, _before_pd_checksum_mismatch, "before"),
     ]

@@ -21,7 +21,7 @@ import sys
 from collections import Counter
 from typing import Dict, List
 
-from sglang_dsv4_ext.repro import pairing
+from sglang_dsv4_ext.repro import pairing, server_evidence
 from sglang_dsv4_ext.repro.cli import add_allow_different_settings
 from sglang_dsv4_ext.repro.compare import compare_loaded, pairing_line
 from sglang_dsv4_ext.repro.stats import wilson_interval
@@ -115,7 +115,7 @@ def run_section(run_dir: str, summary: dict, records: Dict[str, dict]) -> str:
              "<h3>latency</h3>", _latency_svg(lat)]
     if lat:
         parts.append(f"<p>median {lat[len(lat) // 2]:.3f} s, p90 {lat[int(0.9 * (len(lat) - 1))]:.3f} s</p>")
-    evidence = summary.get("server_evidence")
+    evidence = [server_evidence.shown(row) for row in summary.get("server_evidence") or []]
     if evidence:
         cols = sorted({k for row in evidence for k in row}, key=lambda k: (k != "url", k))
         parts += ["<h3>server evidence (deltas during the run)</h3>", _table(evidence, cols)]

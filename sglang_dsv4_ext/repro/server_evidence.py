@@ -13,6 +13,9 @@ by every process whose DeepSeek-V4 pool was built with the extension's hooks ver
 sets (``version, sglang, index_k_dtype, gate, fp4_budget, integrity``) under ``"extension"``, or
 None when the server does not export it; ``"sglang_metrics"`` says whether SGLang's own families
 were there at all (metrics on), which tells "extension not active" from "nothing to read".
+
+Integrity comes as three counts (pages checked, pages loaded but not checked, mismatches; the extension
+exports them at 0 from pool creation): :func:`shown` never prints "0 mismatches" beside 0 checked pages.
 :mod:`.extension_check` decides from that whether a run may start.
 
 Call site for the runner (two lines)::
@@ -38,8 +41,11 @@ EVIDENCE_METRICS = {
     "pd_bootstrap_failed": "sglang:num_bootstrap_failed_reqs",
     "hicache_load_back_tokens": "sglang:load_back_tokens",
     "hicache_backup_tokens": "sglang:hicache_backup_tokens",
+    "integrity_checked": "sglang:dsv4_index_k_integrity_pages_checked",
+    "integrity_not_checked": "sglang:dsv4_index_k_integrity_pages_unchecked",  # summed over its reasons
     "integrity_mismatches": "sglang:dsv4_index_k_integrity_mismatches",
 }
+NOT_CHECKED = "not checked"  # shown instead of a mismatch count of 0 when no page was checked
 # The extension's activation gauge (sglang_dsv4_ext/activation.py): value 1, one label set per process.
 EXTENSION_GAUGE = "sglang:dsv4_ext_active"
 _SGLANG_PREFIX = "sglang:"
@@ -131,13 +137,33 @@ def deltas(before: List[Dict[str, object]], after: List[Dict[str, object]]) -> L
     return rows
 
 
+def shown(row: Dict[str, object]) -> Dict[str, object]:
+    """``row`` as printed and on the report page: a mismatch count of 0 is shown only beside pages checked.
+
+    0 mismatches over 0 checked pages is :data:`NOT_CHECKED`; beside a server (or an older summary) that
+    does not say how many pages it checked, it is n/a (None): cannot tell. A count above 0 is always shown.
+    """
+    if "integrity_mismatches" not in row or row["integrity_mismatches"]:
+        return row
+    checked = row.get("integrity_checked")
+    if checked is None:
+        return {**row, "integrity_mismatches": None}
+    return {**row, "integrity_mismatches": NOT_CHECKED} if checked == 0 else row
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "n/a"
+    return value if isinstance(value, str) else f"{value:g}"
+
+
 def format_table(rows: List[Dict[str, object]]) -> str:
     labels = list(EVIDENCE_METRICS)
     lines = ["server".ljust(28) + "".join(lbl[:22].rjust(24) for lbl in labels)]
-    for row in rows:
+    for row in map(shown, rows):
         if "error" in row:
             lines.append(f"{row['url']:<28}  unreadable: {row['error']}")
             continue
-        cells = ["n/a" if row[lbl] is None else f"{row[lbl]:g}" for lbl in labels]
+        cells = [_cell(row[lbl]) for lbl in labels]
         lines.append(f"{row['url']:<28}" + "".join(c.rjust(24) for c in cells))
     return "\n".join(lines)

@@ -47,10 +47,10 @@ def _forget_budget() -> None:
     index_k_budget.forget_budget()
 
 
-def build_pool(cls=DeepSeekV4TokenToKVPool):
-    """A real DSV4 pool (fp8 index-K), layers (0, 4, 128, 4); ``cls`` may be a subclass."""
+def build_pool(cls=DeepSeekV4TokenToKVPool, **extra):
+    """A real DSV4 pool (fp8 index-K), layers (0, 4, 128, 4); ``cls`` may be a subclass, ``extra`` more pool kwargs."""
     _forget_budget()
-    return cls(**_pool_kwargs(RATIOS))
+    return cls(**_pool_kwargs(RATIOS, **extra))
 
 
 def build_low_ratio_pool():

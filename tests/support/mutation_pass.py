@@ -45,6 +45,8 @@ _SERIES = "tests/unit/series/test_bad_input.py"
 _CUT = "tests/integration/test_repro_harness.py::test_a_cut_stream_is_a_transport_failure_with_its_partial_output_kept"
 _CAP = "tests/unit/hooks/test_index_k_capture.py"
 _REC = "tests/unit/recall/test_recall.py"
+_REUSE = "tests/unit/hooks/test_integrity_host_reuse.py::"
+_COUNTS = "tests/unit/hooks/test_integrity_counts.py::"
 
 
 MUTATIONS: List[Mutation] = [
@@ -382,6 +384,61 @@ MUTATIONS: List[Mutation] = [
              "before anything changes\n    drops",
              "before anything changes\n    protect_series_dir(series_dir, progress)\n    drops",
              (f"{_SERIES}::test_a_refused_export_or_rebase_does_not_leave_a_backup_behind[rebase]",)),
+
+    Mutation("integrity: the c4 mirror is linked to the KV anchor whose pages it borrows",
+             "sglang_dsv4_ext/hooks/integrity.py",
+             "    setattr(self.anchor_entry.host_pool, _BORROWERS, borrowers)\n", "    pass\n",
+             (_REUSE + "test_a_page_refilled_from_l3_is_not_checked_against_its_previous_occupant",
+              _REUSE + "test_host_receive_pages_are_not_checked_against_their_previous_occupant")),
+    Mutation("integrity: pages freed through the KV anchor forget their checksum", "sglang_dsv4_ext/hooks/integrity.py",
+             "def _after_anchor_free(result, self, indices):\n    _forget_in_borrowers(self, indices)\n",
+             "def _after_anchor_free(result, self, indices):\n    pass\n",
+             (_REUSE + "test_evicted_pages_forget_and_a_reset_forgets_everything",)),
+    Mutation("integrity: pages the KV anchor hands out again forget their checksum",
+             "sglang_dsv4_ext/hooks/integrity.py",
+             "    _forget_in_borrowers(self, result)  #", "    pass  #",
+             (_REUSE + "test_pages_the_anchor_hands_out_again_are_forgotten_however_they_came_back",)),
+    Mutation("integrity: a cleared host mirror forgets every checksum", "sglang_dsv4_ext/hooks/integrity.py",
+             "        tracker.forget_all()\n", "        pass\n",
+             (_REUSE + "test_evicted_pages_forget_and_a_reset_forgets_everything",)),
+    Mutation("integrity: host indices reach the device pinned and non-blocking", "sglang_dsv4_ext/index_k_integrity.py",
+             "        return staged.to(device, non_blocking=True)", "        return indices.to(device)",
+             (_COUNTS + "test_host_indices_reach_a_cuda_device_through_fresh_pinned_memory_without_blocking",)),
+    Mutation("integrity: record moves no index with a blocking copy", "sglang_dsv4_ext/index_k_integrity.py",
+             "        sums = ck.page_checksums(self.buffers[layer], indices_on(self.device, src_rows))",
+             "        sums = ck.page_checksums(self.buffers[layer], src_rows.to(self.device, torch.int64))",
+             (_COUNTS + "test_record_expect_verify_forget_poll_copy_no_index_blocking_and_read_back_only_the_pinned_"
+              "record",)),
+    Mutation("integrity: device page keys are not de-duplicated on the host", "sglang_dsv4_ext/hooks/integrity.py",
+             "    return torch.unique(keys) if keys.device.type == \"cpu\" else keys",
+             "    return torch.unique(keys)",
+             (_COUNTS + "test_page_keys_of_device_indices_are_not_deduplicated_on_the_host",)),
+    Mutation("integrity: pages compared are counted on the device (torch path)", "kernels_sm120/index_k_checksum.py",
+             "    state[2] += compared.sum()\n", "",
+             (_COUNTS + "test_checksums_compared_are_counted_on_the_device",)),
+    Mutation("integrity: pages compared are counted on the device (Triton kernel)", "kernels_sm120/index_k_checksum.py",
+             "        tl.atomic_add(state_ptr + 2, 1)\n", "        pass\n",
+             ("tests/unit/hooks/test_integrity.py::test_checksum_kernel_in_triton_interpreter_matches_torch",)),
+    Mutation("integrity: the three series exist at zero from pool creation", "sglang_dsv4_ext/hooks/integrity.py",
+             "    series = index_k_integrity.Series(index_k_integrity.WHERE_LOAD)", "    series = None",
+             (_COUNTS + "test_the_three_series_exist_at_zero_from_pool_creation",)),
+    Mutation("integrity: pages sample mode leaves out are counted", "sglang_dsv4_ext/index_k_integrity.py",
+             "            self._count_unchecked(SAMPLING, n)\n", "",
+             (_COUNTS + "test_every_loaded_page_is_counted_once_checked_or_why_not",)),
+    Mutation("integrity: pages without a checksum are counted", "sglang_dsv4_ext/index_k_integrity.py",
+             "        self._count_unchecked(NO_CHECKSUM, snapshot.rows - compared - self.unchecked[NO_CHECKSUM])\n", "",
+             (_COUNTS + "test_every_loaded_page_is_counted_once_checked_or_why_not",
+              _REUSE + "test_a_page_refilled_from_l3_is_not_checked_against_its_previous_occupant")),
+    Mutation("integrity: a poll reads the newest finished snapshot, not only the last one",
+             "sglang_dsv4_ext/index_k_integrity.py",
+             "        while self._read < self._taken and self._snapshots[self._read % _SNAPSHOTS].done():",
+             "        while self._read < self._taken and self._snapshots[(self._taken - 1) % _SNAPSHOTS].done():",
+             (_COUNTS + "test_a_poll_reads_the_newest_finished_snapshot_while_later_ones_are_still_in_flight",)),
+    Mutation("repro: never 0 mismatches beside 0 checked pages", "sglang_dsv4_ext/repro/server_evidence.py",
+             "    return {**row, \"integrity_mismatches\": NOT_CHECKED} if checked == 0 else row",
+             "    return row",
+             ("tests/unit/repro/test_server_evidence.py::test_zero_mismatches_are_shown_only_beside_checked_pages",
+              "tests/unit/repro/test_server_evidence.py::test_the_report_page_says_not_checked_for_zero_checked_pages")),
 ]
 
 

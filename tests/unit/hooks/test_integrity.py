@@ -219,12 +219,21 @@ def test_checksum_kernel_in_triton_interpreter_matches_torch():
     assert ck.page_checksums(swapped, rows)[1] != ref[1]  # order-sensitive within a page
     expected = ref.clone()
     expected[2] += 1
+    unknown = expected.clone()
+    unknown[0] = ck.NO_MISMATCH  # no checksum recorded for row 5
     with interpreted_kernels(ck):
         got = ck.page_checksums(buf, rows)
         state = ck.new_state("cpu")
         ck.verify_page_checksums(buf, rows, expected, state, layer=3, seq=9)
+        skipping = ck.new_state("cpu")
+        ck.verify_page_checksums(buf, rows, unknown, skipping, layer=3, seq=9, skip_unknown=True)
     assert torch.equal(got, ref)
     assert int(state[0]) == 1 and ck.decode_mismatch_code(int(state[1])) == (9, 3, 3)
+    assert int(state[2]) == 3  # pages compared
+    assert int(skipping[0]) == 1 and int(skipping[2]) == 2  # the row without a checksum is not compared
+    reference = ck.new_state("cpu")
+    ck.verify_page_checksums(buf, rows, unknown, reference, layer=3, seq=9, skip_unknown=True)
+    assert torch.equal(reference, skipping)  # the torch path counts the same
 
 
 def test_bad_mode_names_the_variable(monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import inspect
+import re
 import threading
 
 import pytest
@@ -54,14 +55,16 @@ def server():
 def test_metric_names_are_sglangs_own():
     from sglang.srt.observability import metrics_collector
 
+    from sglang_dsv4_ext import index_k_integrity as ii
+
     source = inspect.getsource(metrics_collector)
+    ours = {ii.METRIC_NAME, ii.CHECKED_METRIC_NAME, ii.UNCHECKED_METRIC_NAME}
     for family in se.EVIDENCE_METRICS.values():
         if family.startswith("sglang:dsv4_"):
-            from sglang_dsv4_ext import index_k_integrity
-
-            assert index_k_integrity.METRIC_NAME == family + "_total"
+            ours.discard(family + "_total")
             continue
         assert f'"{family}_total"' in source, family
+    assert ours == set()  # all three integrity series are read
 
 
 def test_deltas_per_server_with_an_unreadable_one(server):
@@ -111,3 +114,45 @@ def test_a_reply_that_is_not_prometheus_text_is_reported_not_raised(server):
     metrics.text = lambda: "<html><body>router</body></html>"
     [entry] = se.snapshot([url])
     assert "not Prometheus text" in entry["error"] and entry["url"] == url
+
+
+def test_integrity_counts_are_read_from_the_series_the_extension_exports_at_zero():
+    """The tracker's own Prometheus text (series at 0, then counts with reasons) parsed as a server's /metrics."""
+    from prometheus_client import generate_latest
+
+    from sglang_dsv4_ext import index_k_integrity as ii
+
+    ii.export_at_zero("load")
+    counters = se.parse_counters(generate_latest().decode())
+    for label in ("integrity_checked", "integrity_not_checked", "integrity_mismatches"):
+        assert se.EVIDENCE_METRICS[label] in counters, label
+
+
+@pytest.mark.parametrize("checked, mismatches, cell", [
+    (0.0, 0.0, se.NOT_CHECKED),  # integrity ran, nothing was checked: never "0 mismatches"
+    (None, 0.0, "n/a"),  # the server does not say how many pages it checked: cannot tell
+    (None, None, "n/a"),  # integrity not exported at all
+    (1200.0, 0.0, "0"),  # 0 mismatches in 1200 checked pages
+    (0.0, 3.0, "3"),  # a mismatch is evidence whatever was counted (PD digests count no pages)
+])
+def test_zero_mismatches_are_shown_only_beside_checked_pages(checked, mismatches, cell):
+    row = {"url": "http://decode:30001", **dict.fromkeys(se.EVIDENCE_METRICS, 0.0),
+           "integrity_checked": checked, "integrity_mismatches": mismatches}
+    assert se.shown(row)["integrity_mismatches"] == (None if cell == "n/a" else se.NOT_CHECKED if cell == se.NOT_CHECKED
+                                                     else row["integrity_mismatches"])
+    assert se.format_table([row]).splitlines()[1][-24:].strip() == cell
+    assert row["integrity_mismatches"] == mismatches  # the summary's numbers stay as read
+
+
+def test_the_report_page_says_not_checked_for_zero_checked_pages(tmp_path):
+    from sglang_dsv4_ext.report import cli
+
+    evidence = [{"url": "http://prefill:30000", "integrity_checked": 0.0, "integrity_not_checked": 512.0,
+                 "integrity_mismatches": 0.0},
+                {"url": "http://old-summary:30000", "integrity_mismatches": 0.0}]
+    page = cli.run_section(str(tmp_path), {"label": "run", "server_evidence": evidence}, {})
+    table = page[page.index("server evidence"):]
+    head = re.findall(r"<th>(.*?)</th>", table)
+    rows = [dict(zip(head, re.findall(r"<td>(.*?)</td>", tr))) for tr in re.findall(r"<tr><td>.*?</tr>", table)]
+    assert [r["integrity_mismatches"] for r in rows] == [se.NOT_CHECKED, "n/a"]  # never a bare 0
+    assert rows[0]["integrity_checked"] == "0.0000" and rows[0]["integrity_not_checked"] == "512.0000"
