@@ -65,6 +65,19 @@ def test_kv_sources_follow_sglangs_own_rule():
     assert not {4, 128} & set(sglang_sources)  # V4.1-Flash has no c4 / c128 layer
 
 
+def expected_bytes_per_full_token(model, swa_ratio=Fraction(1, 10)) -> Fraction:
+    """SWA (every layer's main KV, priced per SWA slot; no c4 state without c4 layers) + per ratio-1/2
+    kv_source layer (KV + fp4 index-K) / ratio."""
+    swa = swa_ratio * kv_bytes_per_slot(0) * model.num_hidden_layers
+    return swa + sum(len(s) * (kv_bytes_per_slot(r) + FP4_BYTES) / r for r, s in model.low_ratio_sources().items())
+
+
+def test_readme_figure_from_the_formula():
+    """The README's 3972.50 B per full token for V4.1-Flash (ratio 0.1) follows from 2 x r0, 18 x r2, 20 x r1."""
+    assert V41.layer_counts() == {0: 2, 1: 20, 2: 18}
+    assert expected_bytes_per_full_token(V41) == Fraction("3972.5")
+
+
 @pytest.mark.parametrize("dtype", ["fp8", "bf16", "fp4"])
 def test_configurator_budget_equals_the_real_pools_allocation(ext_active, monkeypatch, dtype):
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", dtype)
@@ -72,12 +85,11 @@ def test_configurator_budget_equals_the_real_pools_allocation(ext_active, monkey
     with sized_pool(model=V41, budget_bytes=BUDGET, **RATIO_MODE, **extra) as (configurator, pool_config, pool):
         full = pool_config.full_max_total_num_tokens
         sources = V41.low_ratio_sources()
-        # The coefficient: SWA (every layer's main KV, priced per SWA slot) + per ratio (KV + fp4 index-K) / ratio.
+        coefficient = Fraction(configurator.bytes_per_full_token).limit_denominator(10**6)
+        assert coefficient == expected_bytes_per_full_token(V41)
         swa = Fraction(1, 10) * kv_bytes_per_slot(0) * V41.num_hidden_layers
-        low = sum(len(s) * (kv_bytes_per_slot(r) + FP4_BYTES) / r for r, s in sources.items())
-        assert Fraction(configurator.bytes_per_full_token).limit_denominator(10**6) == swa + low
         # What SGLang budgets for the low-ratio pools (coefficient + reserved pages) is what they allocate.
-        budgeted = (Fraction(configurator.bytes_per_full_token).limit_denominator(10**6) - swa) * full
+        budgeted = (coefficient - swa) * full
         budgeted += Fraction(configurator._get_low_ratio_kv_padding_bytes(full)).limit_denominator(10**6)
         allocated = {r: allocated_low_ratio_bytes(pool, r) for r in sources}
         assert sum(allocated.values()) == budgeted
