@@ -3,7 +3,9 @@
 For a model config (default: the bundled DeepSeek-V4-Flash config) and a KV budget per
 rank, run ``DSV4PoolConfigurator.calculate_pool_sizes`` once per index-K dtype, with the
 extension active (so the budget is what a server with that dtype would use), and print
-tokens, per-pool sizes and bytes per token side by side. Nothing is allocated.
+tokens, per-pool sizes and bytes per token side by side. Nothing is allocated at the budget's
+size (for DeepSeek-V4.1's ratio-1/2 layers, :mod:`.plan_low_ratio` reads PD and HiCache item
+lengths off a real pool of 16 full pages).
 """
 
 from __future__ import annotations
