@@ -18,7 +18,12 @@ from typing import Iterator, List, Optional
 
 from sglang_dsv4_ext.errors import PlanInputError
 
-BUNDLED_CONFIG = "deepseek-v4-flash-config.json"
+# Bundled architecture configs by short name (``plan --model``); the first is the default.
+BUNDLED_MODELS = {
+    "v4-flash": ("deepseek-v4-flash-config.json", "DeepSeek-V4-Flash (bundled config)"),
+    "v4.1-flash": ("deepseek-v4.1-flash-config.json", "DeepSeek-V4.1-Flash (bundled config)"),
+}
+V41_MODEL_TYPE = "deepseek_v41"
 PAGE_SIZE = 256  # DSV4's full page (paged SWA requires 256)
 
 
@@ -35,14 +40,28 @@ class Dsv4Model:
     window_size: int
     context_len: int
     kv_source_layer_ids: List[int] = field(default_factory=list)
+    model_type: str = "deepseek_v4"
+
+    @property
+    def is_v41(self) -> bool:
+        return self.model_type == V41_MODEL_TYPE
+
+    def low_ratio_sources(self, start: int = 0, end: Optional[int] = None) -> dict:
+        """``{ratio: [kv_source layers]}`` for the V4.1 ratios 1 and 2 of a stage (SGLang's rule)."""
+        stage = range(start, self.num_hidden_layers if end is None else end)
+        return {ratio: [layer for layer in self.kv_source_layer_ids if layer in stage
+                        and self.compress_ratios[layer] == ratio]
+                for ratio in LOW_RATIOS if ratio in self.compress_ratios[stage.start:stage.stop]}
 
     def layer_counts(self, start: int = 0, end: Optional[int] = None) -> dict:
         stage = self.compress_ratios[start : self.num_hidden_layers if end is None else end]
         return {ratio: stage.count(ratio) for ratio in sorted(set(stage))}
 
 
-# The compression ratios DSV4's pool configurator sizes: 0 (uncompressed / MTP), c4, c128.
-COMPRESS_RATIOS = (0, 4, 128)
+# The compression ratios DSV4's pools accept (collect_sources_by_ratio): 0 (uncompressed / MTP),
+# the V4.1 ratios 1 and 2 (storage owned by kv_source layers, shared by the later layers), c4, c128.
+COMPRESS_RATIOS = (0, 1, 2, 4, 128)
+LOW_RATIOS = (1, 2)
 _OPTIONAL_DIMS = {  # config key -> default when absent (DeepSeek-V4-Flash's values)
     "qk_nope_head_dim": 448,
     "qk_rope_head_dim": 64,
@@ -62,11 +81,11 @@ def _positive_int(raw: dict, key: str, default: int, name: str) -> int:
     return value
 
 
-def _read_config_text(path: Optional[str]):
+def _read_config_text(path: Optional[str], bundled: str = "v4-flash"):
     """(text, display name) of the config file; errors name the path."""
     if path is None:
-        text = resources.files("sglang_dsv4_ext.data").joinpath(BUNDLED_CONFIG).read_text()
-        return text, "DeepSeek-V4-Flash (bundled config)"
+        filename, display = BUNDLED_MODELS[bundled]
+        return resources.files("sglang_dsv4_ext.data").joinpath(filename).read_text(), display
     config_path = Path(path)
     if config_path.is_dir():
         config_path = config_path / "config.json"
@@ -76,6 +95,15 @@ def _read_config_text(path: Optional[str]):
         return config_path.read_text(), str(config_path)
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanInputError(f"--model-config {path!r}: cannot read {config_path}: {exc}") from None
+
+
+def _flatten_text_config(raw: dict) -> dict:
+    """A released V4.1 ``config.json`` nests the text model under ``text_config``: flatten it as SGLang does."""
+    if not isinstance(raw.get("text_config"), dict):
+        return raw
+    from sglang.srt.configs.deepseek_v41 import normalize_deepseek_v41_config
+
+    return normalize_deepseek_v41_config(raw)
 
 
 def _compress_ratios(raw: dict, layers: int, name: str) -> List[int]:
@@ -92,37 +120,79 @@ def _compress_ratios(raw: dict, layers: int, name: str) -> List[int]:
     return list(ratios)
 
 
-def load_model(path: Optional[str] = None) -> Dsv4Model:
-    """Load a HF-style DSV4 ``config.json``; default: the bundled DeepSeek-V4-Flash config.
+def _kv_source_layer_ids(raw: dict, ratios: List[int], layers: int, name: str) -> List[int]:
+    """The kv_source layers; every ratio-1/2 layer needs one of its ratio at or before it.
 
-    Every field that sizes a pool is checked; :class:`PlanInputError` names the field.
+    SGLang (``DeepSeekV4TokenToKVPool.source_layer_of``) maps a ratio-1/2 layer to the nearest
+    preceding kv_source layer of its ratio and asserts one exists; a kv_source layer of another
+    ratio owns nothing (``collect_sources_by_ratio``).
     """
-    text, name = _read_config_text(path)
+    source_ids = raw.get("kv_source_layer_ids", [])
+    if not isinstance(source_ids, list) or not all(_is_int(i) and i >= 0 for i in source_ids):
+        raise PlanInputError(f"model config {name}: kv_source_layer_ids = {source_ids!r}: must be a list of layer ids")
+    not_low = [i for i in source_ids if i >= layers or ratios[i] not in LOW_RATIOS]
+    if not_low:
+        raise PlanInputError(
+            f"model config {name}: kv_source_layer_ids = {source_ids!r}: {not_low} are not ratio-1/2 layers "
+            f"below num_hidden_layers ({layers}); a kv_source layer owns the compressed KV of its ratio 1 or 2"
+        )
+    orphans = [layer for layer in range(layers) if ratios[layer] in LOW_RATIOS
+               and not any(i <= layer and ratios[i] == ratios[layer] for i in source_ids)]
+    if orphans:
+        raise PlanInputError(
+            f"model config {name}: layers {orphans} have ratio 1 or 2 but no kv_source layer of their ratio at or "
+            f"before them (kv_source_layer_ids = {source_ids!r})"
+        )
+    return list(source_ids)
+
+
+def _model_type(raw: dict, ratios: List[int], layers: int, name: str) -> str:
+    model_type = raw.get("model_type", "deepseek_v4")
+    if model_type != V41_MODEL_TYPE and any(r in LOW_RATIOS for r in ratios[:layers]):
+        # sglang/srt/configs/deepseek_v41.py: "the native V4 config rejects 1/2".
+        raise PlanInputError(
+            f"model config {name}: compress_ratios has ratio-1/2 layers but model_type = {model_type!r}: SGLang "
+            f"serves ratios 1 and 2 only for model_type {V41_MODEL_TYPE!r}"
+        )
+    return model_type
+
+
+def _parse_config(text: str, name: str) -> dict:
     try:
         raw = json.loads(text)
     except ValueError as exc:
         raise PlanInputError(f"model config {name}: not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise PlanInputError(f"model config {name}: a JSON object is expected, found {type(raw).__name__}")
+    raw = _flatten_text_config(raw)
     missing = [k for k in ("num_hidden_layers", "compress_ratios") if k not in raw]
     if missing:
         raise PlanInputError(f"model config {name}: missing {', '.join(missing)} (not a DeepSeek-V4 config?)")
+    return raw
+
+
+def load_model(path: Optional[str] = None, bundled: str = "v4-flash") -> Dsv4Model:
+    """Load a HF-style DSV4 ``config.json``; default: a bundled config (DeepSeek-V4-Flash unless ``bundled``).
+
+    Every field that sizes a pool is checked; :class:`PlanInputError` names the field.
+    """
+    text, name = _read_config_text(path, bundled)
+    raw = _parse_config(text, name)
     layers = _positive_int(raw, "num_hidden_layers", 0, name)
     dims = {key: _positive_int(raw, key, default, name) for key, default in _OPTIONAL_DIMS.items()}
     window_key = "window_size" if "window_size" in raw else "sliding_window"
-    source_ids = raw.get("kv_source_layer_ids", [])
-    if not isinstance(source_ids, list) or not all(_is_int(i) and i >= 0 for i in source_ids):
-        raise PlanInputError(f"model config {name}: kv_source_layer_ids = {source_ids!r}: must be a list of layer ids")
+    ratios = _compress_ratios(raw, layers, name)
     return Dsv4Model(
         name=name,
         num_hidden_layers=layers,
-        compress_ratios=_compress_ratios(raw, layers, name),
+        compress_ratios=ratios,
         qk_nope_head_dim=dims["qk_nope_head_dim"],
         qk_rope_head_dim=dims["qk_rope_head_dim"],
         index_head_dim=dims["index_head_dim"],
         window_size=_positive_int(raw, window_key, 128, name),
         context_len=dims["max_position_embeddings"],
-        kv_source_layer_ids=list(source_ids),
+        kv_source_layer_ids=_kv_source_layer_ids(raw, ratios, layers, name),
+        model_type=_model_type(raw, ratios, layers, name),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,9 @@ class IndexKBudget:
     indexer_bytes_per_token: int
     c4_index_layers: int  # layers of this PP stage owning a c4 index-K pool
     spec_inflation: float
+    # DeepSeek-V4.1's ratio-1/2 index-K (always fp4): bytes per slot and (ratio, kv_source layers) of this stage.
+    low_ratio_index_bytes: int = 0
+    low_ratio_index_layers: Tuple[Tuple[int, int], ...] = ()
 
     @property
     def bytes_per_full_token(self) -> Fraction:

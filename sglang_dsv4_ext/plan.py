@@ -3,7 +3,9 @@
 For a model config (default: the bundled DeepSeek-V4-Flash config) and a KV budget per
 rank, run ``DSV4PoolConfigurator.calculate_pool_sizes`` once per index-K dtype, with the
 extension active (so the budget is what a server with that dtype would use), and print
-tokens, per-pool sizes and bytes per token side by side. Nothing is allocated.
+tokens, per-pool sizes and bytes per token side by side. Nothing is allocated at the budget's
+size (for DeepSeek-V4.1's ratio-1/2 layers, :mod:`.plan_low_ratio` reads PD and HiCache item
+lengths off a real pool of 16 full pages).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import sys
 from typing import Dict, Optional
 
-from sglang_dsv4_ext import dsv4_model, exit_codes
+from sglang_dsv4_ext import dsv4_model, exit_codes, plan_low_ratio
 from sglang_dsv4_ext.arg_types import finite_float, int_at_least
 from sglang_dsv4_ext.cli import _SUMMARIES
 from sglang_dsv4_ext.config import ENV_FP4_BUDGET, ENV_INDEX_K_DTYPE, INDEX_K_DTYPES
@@ -70,6 +72,7 @@ def plan_one(model: dsv4_model.Dsv4Model, dtype: str, *, kv_budget_bytes: int, m
             raise PlanInputError(
                 f"SGLang's DSV4PoolConfigurator refuses a {kv_budget_bytes / GIB:g} GiB budget ({dtype}): {exc}"
             ) from None
+        low_ratio = plan_low_ratio.plan_entries(model, kvc, configurator, pool, start=start_layer, end=end_layer)
     c4_layers = configurator.num_layers(4)
     index_page = dsv4_model.PAGE_SIZE // 4
     c4_logical = pool.c128_max_total_num_tokens * 32  # the pool's indexer size (DeepSeekV4TokenToKVPool.__init__)
@@ -89,19 +92,27 @@ def plan_one(model: dsv4_model.Dsv4Model, dtype: str, *, kv_budget_bytes: int, m
         "index_k_pool_bytes": index_k_bytes,
         "c4_index_layers": c4_layers,
         "swa_cap_mode": configurator.swa_cap_tokens is not None,
+        **low_ratio,  # DeepSeek-V4.1's ratio-1/2 pools; nothing for a model without them
     }
+
+
+def _load_model(args: argparse.Namespace) -> dsv4_model.Dsv4Model:
+    if args.model is not None and args.model_config is not None:
+        raise PlanInputError(f"--model {args.model} and --model-config {args.model_config!r}: give one of them")
+    return dsv4_model.load_model(args.model_config, bundled=args.model or "v4-flash")
 
 
 def build_plan(args: argparse.Namespace) -> Dict[str, object]:
     from sglang_dsv4_ext import activation
 
-    model = dsv4_model.load_model(args.model_config)
+    model = _load_model(args)
     end_layer = model.num_hidden_layers if args.end_layer is None else args.end_layer
     if not 0 <= args.start_layer < end_layer <= model.num_hidden_layers:
         raise PlanInputError(
             f"--start-layer {args.start_layer} / --end-layer {end_layer}: need 0 <= start < end <= "
             f"{model.num_hidden_layers}"
         )
+    plan_low_ratio.refuse_unsupported(model, mtp=args.mtp, stage=(args.start_layer, end_layer))
     activation.activate()
     budget = int(args.kv_budget_gib * GIB)
     results = {}
@@ -163,6 +174,7 @@ def _print_table(plan: Dict[str, object]) -> None:
         base = plan["dtypes"]["fp8"]["full_tokens"]
         print(f"{'tokens vs fp8':<24}" + "".join(
             f"{plan['dtypes'][d]['full_tokens'] / base:>16.4f}" for d in dtypes))
+    plan_low_ratio.print_low_ratio(plan)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -205,7 +217,9 @@ def add_subparser(subparsers) -> None:
         "allocated) for each index-K dtype and print tokens, pool sizes and bytes per token.",
     )
     parser.add_argument("--model-config", default=None, metavar="PATH",
-                        help="a DeepSeek-V4 config.json (or its directory); default: bundled DeepSeek-V4-Flash")
+                        help="a DeepSeek-V4 or V4.1 config.json (or its directory); default: bundled DeepSeek-V4-Flash")
+    parser.add_argument("--model", default=None, choices=list(dsv4_model.BUNDLED_MODELS),
+                        help="a bundled architecture config instead of --model-config (default v4-flash)")
     parser.add_argument("--kv-budget-gib", type=_positive_float, default=12.0,
                         help="KV-cache bytes available per rank, GiB (default 12)")
     parser.add_argument("--max-running-requests", type=_positive_int, default=256,

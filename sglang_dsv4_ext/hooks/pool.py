@@ -13,9 +13,10 @@ uint8 tensor ``[pages, 64*256]`` per c4 layer, so PD (``get_contiguous_buf_infos
 ``_mla_slice_ptrs_for_pp``) and HiCache (``_dsv4_indexer_regions``) derive sizes from the
 buffers unchanged. Writers that only know the fp8/fp4 layouts raise on it. An AFTER hook on
 ``DeepSeekV4TokenToKVPool.__init__`` compares the index-K bytes actually allocated per full
-token with what the configurator budgeted and refuses to continue on a mismatch; it also
-announces the new pool (:mod:`sglang_dsv4_ext.pool_lifecycle`), so the index-K read gate can
-link the sub-pools.
+token with what the configurator budgeted and refuses to continue on a mismatch (for
+DeepSeek-V4.1 also the ratio-1/2 index-K pools of the kv_source layers, which stay fp4 whatever
+the dtype: SGLang builds them with ``force_fp4=True``); it also announces the new pool
+(:mod:`sglang_dsv4_ext.pool_lifecycle`), so the index-K read gate can link the sub-pools.
 
 Upstream status: no bf16 index-K upstream (PR #33413 keeps the indexer quantized).
 Retire when: SGLang ships a bf16 DSV4 index-K with matching sizing.
@@ -182,9 +183,10 @@ def check_index_k_budget(kv_pool, *, is_draft_worker: bool = False) -> Optional[
             )
         return f"draft: {float(allocated_per_layer):.2f} B per full token per layer"
     budgeted = budget.bytes_per_full_token
+    low_ratio = _check_low_ratio_index_k(kv_pool, budget)
     if allocated < budgeted and _stock_fp4_estimate_in_force(kv_pool):
         return (f"{float(allocated):.2f} B per full token ({layers} c4 layers) < budget {float(budgeted):.2f} B: "
-                f"SGLang's stock fp4 estimate kept ({ENV_FP4_BUDGET}=stock)")
+                f"SGLang's stock fp4 estimate kept ({ENV_FP4_BUDGET}=stock)" + low_ratio)
     if allocated != budgeted:
         gap = allocated - budgeted
         raise IndexKSizingError(
@@ -194,7 +196,35 @@ def check_index_k_budget(kv_pool, *, is_draft_worker: bool = False) -> Optional[
             f"{float(gap):+.2f} B per full token. The configurator and the pool disagree on index-K bytes "
             f"per token; refusing to start rather than over-commit GPU memory"
         )
-    return f"{float(allocated):.2f} B per full token ({layers} c4 layers) == budget"
+    return f"{float(allocated):.2f} B per full token ({layers} c4 layers) == budget" + low_ratio
+
+
+def _check_low_ratio_index_k(kv_pool, budget: index_k_budget.IndexKBudget) -> str:
+    """DeepSeek-V4.1's ratio-1/2 index-K pools: fp4 per slot and one layer per kv_source, as budgeted.
+
+    SGLang builds them with ``force_fp4=True`` and budgets ``low_ratio_index_bytes`` (68 B) per slot;
+    whatever the index-K dtype, a wider row (bf16 leaking into them) would over-commit GPU memory.
+    """
+    pools = {ratio: pool for ratio, pool in getattr(kv_pool, "index_pools", {}).items() if ratio in (1, 2)}
+    budgeted = dict(budget.low_ratio_index_layers)
+    if not pools and not budgeted:
+        return ""
+    found = {}
+    for ratio, pool in pools.items():
+        row_bytes = sum(buf.shape[1] * buf.element_size() for buf in pool.contiguous_page_row_buffers())
+        found[ratio] = (pool.layer_num, Fraction(row_bytes, pool.page_size * max(pool.layer_num, 1)))
+    expected = {ratio: (layers, Fraction(budget.low_ratio_index_bytes)) for ratio, layers in budgeted.items()}
+    if found != expected:
+        raise IndexKSizingError(
+            f"ratio-1/2 index-K allocation does not match the pool configurator's budget: allocated "
+            f"{_describe_low_ratio(found)}; budgeted {_describe_low_ratio(expected)}. SGLang sizes these pools as "
+            f"fp4 whatever the index-K dtype; refusing to start rather than over-commit GPU memory"
+        )
+    return f"; ratio-1/2 fp4 index-K {_describe_low_ratio(found)} == budget"
+
+
+def _describe_low_ratio(sizes) -> str:
+    return ", ".join(f"r{r}: {n} x {float(b):g} B per slot" for r, (n, b) in sorted(sizes.items())) or "none"
 
 
 def _stock_fp4_estimate_in_force(kv_pool) -> bool:

@@ -70,6 +70,9 @@ def _after_configurator_init(result, self, kvc):
         indexer_bytes_per_token=int(self.indexer_bytes_per_token),
         c4_index_layers=len(self.stage_owner_layers.get(4, ())),
         spec_inflation=float(getattr(self, "_spec_infl", 1.0)),
+        low_ratio_index_bytes=int(getattr(self, "low_ratio_index_bytes", 0)),
+        low_ratio_index_layers=tuple((ratio, len(self.stage_owner_layers[ratio]))
+                                     for ratio in (1, 2) if self.stage_owner_layers.get(ratio)),
     )
     index_k_budget.record(budget)
     return None

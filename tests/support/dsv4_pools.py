@@ -28,12 +28,14 @@ BF16_POOL_LAYOUT_MISUSES = [
 
 @contextlib.contextmanager
 def sized_pool(*, budget_bytes: int = TINY_BUDGET_BYTES, start_layer: int = 0, end_layer: Optional[int] = None,
-               speculative: Optional[str] = None, max_running_requests: int = 8, build: bool = True, **server_args):
+               speculative: Optional[str] = None, max_running_requests: int = 8, build: bool = True,
+               model: Optional[dsv4_model.Dsv4Model] = None, **server_args):
     """Run the real DSV4PoolConfigurator for a budget, then build the real pool from its result.
 
+    ``model``: the architecture (default: the bundled DeepSeek-V4-Flash config).
     Yields ``(configurator, pool_config, pool)``; ``pool`` is None when ``build=False``.
     """
-    model = dsv4_model.load_model()
+    model = model or dsv4_model.load_model()
     fields = dict(max_running_requests=max_running_requests, **server_args)
     if speculative:
         fields.update(speculative_algorithm=speculative, speculative_num_draft_tokens=2,

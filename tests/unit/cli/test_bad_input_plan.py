@@ -54,6 +54,9 @@ def test_bad_flag_is_refused_naming_it(capsys, argv, needle):
 
 
 GOOD = {"num_hidden_layers": 4, "compress_ratios": [0, 4, 128, 4, 0], "index_head_dim": 128}
+# A DeepSeek-V4.1-style config: ratio-2 layers 1 and 2 share kv_source layer 1's sub-pool layer.
+V41_GOOD = {"model_type": "deepseek_v41", "num_hidden_layers": 4, "compress_ratios": [0, 2, 2, 4, 0],
+            "kv_source_layer_ids": [1]}
 
 # (row, config.json contents (text), what the user sees after "model config <path>: ")
 CONFIG_ROWS = [
@@ -61,9 +64,9 @@ CONFIG_ROWS = [
     ("a list", "[1, 2]", "a JSON object is expected, found list"),
     ("not JSON", "{", "not valid JSON"),
     ("compress_ratios null", json.dumps({**GOOD, "compress_ratios": None}),
-     "compress_ratios = None: must be a list with one of 0, 4, 128 per layer"),
+     "compress_ratios = None: must be a list with one of 0, 1, 2, 4, 128 per layer"),
     ("compress_ratios with an unknown ratio", json.dumps({**GOOD, "compress_ratios": [0, 4, 8, 4, 0]}),
-     "compress_ratios = [0, 4, 8, 4, 0]: must be a list with one of 0, 4, 128 per layer"),
+     "compress_ratios = [0, 4, 8, 4, 0]: must be a list with one of 0, 1, 2, 4, 128 per layer"),
     ("compress_ratios too short", json.dumps({**GOOD, "compress_ratios": [0, 4]}),
      "compress_ratios has 2 entries for 4 layers"),
     ("num_hidden_layers a string", json.dumps({**GOOD, "num_hidden_layers": "four"}),
@@ -80,6 +83,16 @@ CONFIG_ROWS = [
     ("kv_source_layer_ids not a list", json.dumps({**GOOD, "kv_source_layer_ids": 3}),
      "kv_source_layer_ids = 3: must be a list of layer ids"),
     ("missing keys", json.dumps({"hidden_size": 4096}), "missing num_hidden_layers, compress_ratios"),
+    ("ratio-1/2 layers outside V4.1", json.dumps({**GOOD, "compress_ratios": [0, 2, 2, 4, 0],
+                                                  "kv_source_layer_ids": [1]}),
+     "compress_ratios has ratio-1/2 layers but model_type = 'deepseek_v4': SGLang serves ratios 1 and 2 only for "
+     "model_type 'deepseek_v41'"),
+    ("kv_source on a c4 layer", json.dumps({**V41_GOOD, "kv_source_layer_ids": [1, 3]}),
+     "kv_source_layer_ids = [1, 3]: [3] are not ratio-1/2 layers below num_hidden_layers (4)"),
+    ("ratio-1/2 layer without a kv_source", json.dumps({**V41_GOOD, "kv_source_layer_ids": []}),
+     "layers [1, 2] have ratio 1 or 2 but no kv_source layer of their ratio at or before them"),
+    ("kv_source of the other ratio", json.dumps({**V41_GOOD, "compress_ratios": [0, 1, 2, 4, 0]}),
+     "layers [2] have ratio 1 or 2 but no kv_source layer of their ratio at or before them"),
 ]
 
 
@@ -90,11 +103,34 @@ def test_bad_model_config_is_refused_naming_the_field(tmp_path, capsys, text, ne
     _assert_refused(capsys, ["--model-config", str(tmp_path)], f"model config {config}: {needle}")
 
 
-def test_the_good_config_of_these_rows_plans(ext_active, tmp_path, capsys):
-    """The base config is valid, so each row above fails for its one field only."""
-    (tmp_path / "config.json").write_text(json.dumps(GOOD))
+@pytest.mark.parametrize("good, layers", [(GOOD, {"0": 1, "4": 2, "128": 1}), (V41_GOOD, {"0": 1, "2": 2, "4": 1})],
+                         ids=["V4", "V4.1"])
+def test_the_good_config_of_these_rows_plans(ext_active, tmp_path, capsys, good, layers):
+    """The base configs are valid, so each row above fails for its one field only."""
+    (tmp_path / "config.json").write_text(json.dumps(good))
     assert _plan(["--model-config", str(tmp_path), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["layers"] == {"0": 1, "4": 2, "128": 1}
+    assert json.loads(capsys.readouterr().out)["layers"] == layers
+
+
+# (row, arguments after `plan`, what the user sees): what SGLang refuses for DeepSeek-V4.1 is refused, not planned.
+V41_ROWS = [
+    ("V4.1 with MTP", ["--model", "v4.1-flash", "--mtp"],
+     "--mtp: DeepSeek-V4.1-Flash (bundled config) is DeepSeek-V4.1 (model_type deepseek_v41); SGLang's "
+     "validate_deepseek_v41_features (arg_groups/deepseek_v4_hook.py) refuses speculative decoding other than DSpark"),
+    ("V4.1 pipeline stage", ["--model", "v4.1-flash", "--start-layer", "20"],
+     "--start-layer 20 / --end-layer 40: DeepSeek-V4.1-Flash (bundled config) is DeepSeek-V4.1; SGLang's "
+     "validate_deepseek_v41_features (arg_groups/deepseek_v4_hook.py) refuses pipeline parallelism for it"),
+    ("V4.1 pipeline stage by its end", ["--model", "v4.1-flash", "--end-layer", "20"],
+     "--start-layer 0 / --end-layer 20: DeepSeek-V4.1-Flash (bundled config) is DeepSeek-V4.1"),
+    ("--model and --model-config", ["--model", "v4.1-flash", "--model-config", "/x"],
+     "--model v4.1-flash and --model-config '/x': give one of them"),
+    ("unknown bundled model", ["--model", "v5"], "argument --model: invalid choice: 'v5'"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", [r[1:] for r in V41_ROWS], ids=[r[0] for r in V41_ROWS])
+def test_what_sglang_refuses_for_v41_is_refused(ext_active, capsys, argv, needle):
+    _assert_refused(capsys, argv, needle)
 
 
 def test_missing_model_config(tmp_path, capsys):
