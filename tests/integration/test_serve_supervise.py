@@ -313,6 +313,20 @@ def test_sigkill_of_serve_leaves_nothing_behind(tmp_path):
         assert any("SIGKILL after 2 s" in line for line in reaper_lines), reaper_lines  # the SIGTERM-ignoring one
 
 
+def test_sigkill_of_serve_and_its_reaper_still_stops_the_children(tmp_path):
+    """The children's own parent-death signal (PR_SET_PDEATHSIG), with no reaper left to help: each child
+    gets SIGTERM from the kernel when serve dies. (Their grandchildren are the reaper's part, above.)"""
+    children, record = _driver_plan(tmp_path)
+    with _Driver(tmp_path, children, record) as sup:
+        records = sup.wait_up()
+        reapers = [p for p in psutil.Process(sup.proc.pid).children() if "serving.reaper" in " ".join(p.cmdline())]
+        assert len(reapers) == 1
+        reapers[0].kill()
+        sup.proc.kill()
+        sup.proc.wait(timeout=30)
+        assert _wait_gone([rec["pid"] for rec in records.values()]) == [], sup.text()
+
+
 def test_a_dripping_metrics_endpoint_does_not_hold_off_a_signal(tmp_path):
     """decode-0's /metrics sends one byte a second; the wedge watch must not hold the supervisor in that
     read: SIGTERM stops the whole stack long before the body (100000 bytes) would be complete."""

@@ -83,16 +83,16 @@ def test_unreachable_endpoint_is_no_verdict():
 
 
 class _Canned(BaseHTTPRequestHandler):
-    """One fixed answer per path: /html (200, not Prometheus text), /missing (404), /drip (a body at one
-    byte every half second)."""
+    """One fixed answer per path: /html (200, not Prometheus text), /missing (404), /drip (a 40-byte body at
+    one byte every half second: 20 s, each recv well within any per-recv timeout)."""
 
     def do_GET(self):  # noqa: N802 (http.server API)
         if self.path == "/drip":
             self.send_response(200)
-            self.send_header("Content-Length", "1000")
+            self.send_header("Content-Length", "40")
             self.end_headers()
             try:
-                for _ in range(1000):
+                for _ in range(40):
                     self.wfile.write(b"#")
                     self.wfile.flush()
                     time.sleep(0.5)
