@@ -62,12 +62,17 @@ def _read_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     return _BOOL_VALUES[value]
 
 
+def _is_whole_number(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit()`` also accepts digits ``int()`` refuses (``'²'``)."""
+    return text.isascii() and text.isdigit()
+
+
 def _read_positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
     value = raw.strip()
-    if not value.isdigit() or int(value) < 1:
+    if not _is_whole_number(value) or int(value) < 1:
         raise ConfigError(f"{name}={raw!r} is not valid; allowed values: a whole number >= 1")
     return int(value)
 
@@ -80,11 +85,16 @@ def _read_capture_layers(env: Mapping[str, str]) -> str:
         return "all"
     value = raw.strip().lower().replace(" ", "")
     every = value[len("every:"):] if value.startswith("every:") else None
-    if value == "all" or (every is not None and every.isdigit() and int(every) >= 1):
+    if value == "all" or (every is not None and _is_whole_number(every) and int(every) >= 1):
         return value if every is None else f"every:{int(every)}"
     ids = value.split(",")
-    if all(i.isdigit() for i in ids):
-        return ",".join(str(int(i)) for i in ids)
+    if all(_is_whole_number(i) for i in ids):
+        numbers = [int(i) for i in ids]
+        repeated = sorted({n for n in numbers if numbers.count(n) > 1})
+        if repeated:
+            raise ConfigError(f"{ENV_CAPTURE_LAYERS}={raw!r} lists layer {repeated[0]} more than once; "
+                              "give each c4 layer id once")
+        return ",".join(map(str, numbers))
     raise ConfigError(f"{ENV_CAPTURE_LAYERS}={raw!r} is not valid; allowed values: {', '.join(CAPTURE_LAYER_FORMS)}")
 
 

@@ -152,11 +152,35 @@ def _prefill_graph_report() -> str:
     return answer.sentence() if answer else "no server args in this process"
 
 
-def collect_report() -> Dict[str, object]:
-    from sglang_dsv4_ext import activation
+def _capture_report(config, model, model_name: str) -> Dict[str, object]:
+    """The capture this configuration would run, checked as the pool build will check it (layer ids
+    against ``model``, the directory on this machine's filesystem)."""
+    from sglang_dsv4_ext import capture_check
 
+    if config is None:
+        return {"enabled": None}  # the configuration itself is refused (the report's error says why)
+    if not (config.enabled and config.capture.enabled):
+        return {"enabled": False}
+    row: Dict[str, object] = {"enabled": True, "directory": config.capture.directory, "model_config": model_name}
+    try:
+        captured = capture_check.check_capture(config.capture, model, model_name)
+    except ConfigError as exc:
+        row["problem"] = str(exc)
+        return row
+    row["layers"] = captured.layers
+    row["c4_layers"] = captured.c4_layers
+    return row
+
+
+def collect_report(model=None, model_name: str = "") -> Dict[str, object]:
+    """Everything doctor says; capture layer ids are checked against ``model`` (default: the bundled config)."""
+    from sglang_dsv4_ext import activation, capture_check, dsv4_model
+
+    if model is None:
+        model, model_name = dsv4_model.load_model(), capture_check.BUNDLED
     report: Dict[str, object] = {"ext_version": __version__}
     config = _versions_and_config(report)
+    report["capture"] = _capture_report(config, model, model_name)
     error = _activate_for_report(report, config)
     state = activation.STATE
     targets = _target_rows(state)
@@ -165,7 +189,7 @@ def collect_report() -> Dict[str, object]:
     report["activated"] = state.activated
     report["activation_seconds"] = round(state.seconds, 3)
     report["targets"] = targets
-    report["error"] = error
+    report["error"] = error or report["capture"].get("problem")
     cuda = _cuda_report()
     report["cuda"] = cuda
     report["kernel_backends"] = _kernel_backends(cuda)
@@ -179,6 +203,7 @@ def _print_human(report: Dict[str, object]) -> None:
     print(f"activated       {report['activated']} ({report['activation_seconds']} s)")
     print(f"prefill graph   {report['prefill_graph']}")
     print(f"SGLANG_PLUGINS  {report.get('plugin_allowlist')}")
+    print(f"capture         {_capture_line(report['capture'])}")
     if report.get("error"):
         print(f"error           {report['error']}")
     print()
@@ -199,12 +224,34 @@ def _print_human(report: Dict[str, object]) -> None:
         print(f"  {name:<30} {status}")
 
 
+def _capture_line(row: Dict[str, object]) -> str:
+    if row["enabled"] is None:
+        return "not checked: the configuration is invalid (see error)"
+    if not row["enabled"]:
+        return "off"
+    if "problem" in row:
+        return f"REFUSED at pool build: {row['problem']}"
+    layers = ",".join(map(str, row["layers"]))
+    return (f"{row['directory']}: c4 layers {layers} ({len(row['layers'])} of {row['c4_layers']}; ids checked "
+            f"against {row['model_config']})")
+
+
 def run(args: argparse.Namespace) -> int:
     import logging
 
+    from sglang_dsv4_ext import dsv4_model
+    from sglang_dsv4_ext.errors import PlanInputError
+
+    model = None
+    if args.model_config:
+        try:
+            model = dsv4_model.load_model(args.model_config)
+        except PlanInputError as exc:
+            print(f"sglang-dsv4 doctor: error: {exc}", file=sys.stderr)
+            return exit_codes.USAGE
     # Activation logs every applied hook at INFO; doctor's output is the report.
     logging.getLogger("sglang").setLevel(logging.WARNING)
-    report = collect_report()
+    report = collect_report(model, model.name if model else "")
     if args.json:
         json.dump(report, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -220,7 +267,11 @@ def add_subparser(subparsers) -> None:
         description="Activate the extension in this process as SGLang would and report: SGLang version "
         "and path, extension version, configuration (SGLANG_DSV4_* variables), each patched target's status "
         "(applied, not-needed, skipped-by-config, drifted, refused), the index-K gate verdict per accessor, "
-        "CUDA device and kernel backends. Exit code 1 if activation is refused.",
+        "CUDA device and kernel backends; index-K capture settings checked as the pool build will check them. "
+        "Exit code 1 if activation or the pool build would refuse.",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--model-config", metavar="PATH",
+                        help="the model's config.json (or its directory) to check capture layer ids against "
+                        "(default: the bundled DeepSeek-V4-Flash config)")
     parser.set_defaults(func=run)

@@ -74,8 +74,12 @@ MIB = 1 << 20
 # --- which layers, which rows -------------------------------------------------------------------
 
 def model_c4_layers(pool) -> List[int]:
+    return c4_layer_ids(pool.compression_ratios)
+
+
+def c4_layer_ids(compression_ratios: Sequence[int]) -> List[int]:
     """Layer ids (model numbering) whose compressor ratio is 4: the layers with a c4 indexer."""
-    return [layer for layer, ratio in enumerate(pool.compression_ratios) if ratio == 4]
+    return [layer for layer, ratio in enumerate(compression_ratios) if ratio == 4]
 
 
 def selected_layers(spec: str, c4_layers: Sequence[int], stage: Optional[range] = None) -> FrozenSet[int]:

@@ -18,6 +18,7 @@ from sglang_dsv4_ext.config import (
     ENV_GATE,
     ENV_INDEX_K_DTYPE,
     ENV_INTEGRITY,
+    ENV_KILL_SWITCH,
     GATE_MODES,
     INDEX_K_DTYPES,
     INTEGRITY_MODES,
@@ -35,6 +36,7 @@ from sglang_dsv4_ext.serving.preset import (
     default_spec,
     list_presets,
     load_preset,
+    node_hosts_problem,
 )
 
 EXIT_USAGE = exit_codes.USAGE
@@ -141,7 +143,8 @@ def add_subparser(subparsers) -> None:
                    "by the validation")
     d.add_argument("--keep-overlap-schedule", action="store_true",
                    help="drop the PD presets' --disable-overlap-schedule from decode servers (it avoids a decode "
-                   "wedge under load: a TP collective desync in the overlap event loop)")
+                   "wedge under load: a TP collective desync in the overlap event loop); refused next to a "
+                   "pass-through --disable-overlap-schedule, a note when it changes nothing")
 
     a = p.add_argument_group("pass-through (SGLang's own flags)")
     a.add_argument("--prefill-args", action="append", default=[], metavar="ARGS",
@@ -162,7 +165,8 @@ def add_subparser(subparsers) -> None:
                    help="seconds between SIGTERM and SIGKILL on shutdown, >= 0 (default 30)")
     r.add_argument("--wedge-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="stop the stack, naming the server, when one has requests running and produces no token "
-                   "for SECONDS (read from SGLang's /metrics: pass --enable-metrics to the servers); default off")
+                   "for SECONDS (read from SGLang's /metrics: --enable-metrics is added to servers without it, and "
+                   "the dry run says so); default off")
     r.add_argument("--quiet-logs", action="store_true",
                    help="do not stream child output (it is still written to the log dir)")
     r.add_argument("--python", default=sys.executable, help="interpreter for the children (default: this one)")
@@ -216,9 +220,12 @@ def _apply_node_flags(spec: StackSpec, args) -> None:
     if args.transfer_backend:
         spec.transfer_backend = args.transfer_backend
     if args.node_hosts:
-        hosts = [h.strip() for h in args.node_hosts.split(",") if h.strip()]
-        if not hosts:
+        hosts = [h.strip() for h in args.node_hosts.split(",")]
+        if not any(hosts):
             raise PresetError(f"--node-hosts {args.node_hosts!r}: give a comma list of node addresses")
+        problem = node_hosts_problem(hosts)
+        if problem:
+            raise PresetError(f"--node-hosts {args.node_hosts!r}: {problem}")
         if args.preset and len(spec.nodes) > 1 and len(hosts) != len(spec.nodes):
             raise PresetError(
                 f"--node-hosts gives {len(hosts)} addresses; the preset's cluster has {len(spec.nodes)} nodes"
@@ -243,9 +250,6 @@ def _apply_router_flags(spec: StackSpec, args) -> None:
         spec.router.enabled = False
     if args.router_module:
         spec.router.module = args.router_module
-    if args.keep_overlap_schedule:
-        for inst in spec.decode:
-            inst.args = [a for a in inst.args if a != "--disable-overlap-schedule"]
 
 
 def _apply_passthrough(spec: StackSpec, args) -> None:
@@ -259,6 +263,8 @@ def _apply_passthrough(spec: StackSpec, args) -> None:
     }
     spec.router_extra_args = _split(args.router_args, "--router-args")
     spec.cli_common_args = list(args.sglang_args or [])
+    spec.keep_overlap_schedule = args.keep_overlap_schedule
+    spec.metrics_for_wedge_watch = args.wedge_timeout is not None
 
 
 def spec_from_args(args) -> StackSpec:
@@ -281,21 +287,35 @@ def _env_notes(spec: StackSpec) -> List[str]:
             f"this shell has {ENV_BF16_ALIAS}={alias}; the children do not inherit it (env -u): they run "
             f"index-K {spec.index_k_dtype if spec.ext_enabled else '(extension off)'} as this stack says"
         )
-    try:
-        env = load_config()
-    except ConfigError:
-        return notes  # the shell's own combination; what the children see was checked (_check_children_config)
-    # variable, the shell's value, the stack's value, how to set it for the stack
+    # variable, the stack's value, how to set it for the stack; each shell value read alone, with the
+    # parser every process uses (what the children see in all was checked: _check_children_config)
     settings = (
-        (ENV_INDEX_K_DTYPE, env.index_k_dtype, spec.index_k_dtype, ""),
-        (ENV_GATE, env.gate, spec.index_k_gate, ""),
-        (ENV_INTEGRITY, env.integrity, spec.index_k_integrity,
-         " (--index-k-integrity or [extension] index_k_integrity sets it)"),
+        (ENV_KILL_SWITCH, "1" if spec.ext_enabled else "0", " (--no-extension or [extension] enabled sets it)"),
+        (ENV_INDEX_K_DTYPE, spec.index_k_dtype, ""),
+        (ENV_GATE, spec.index_k_gate, ""),
+        (ENV_INTEGRITY, spec.index_k_integrity, " (--index-k-integrity or [extension] index_k_integrity sets it)"),
     )
-    for name, shell, stack, how in settings:
-        if shell != stack and os.environ.get(name):
+    for name, stack, how in settings:
+        raw = os.environ.get(name) or ""
+        if not raw.strip():
+            continue
+        try:
+            shell = _SHELL_VALUE[name](load_config({name: raw}))
+        except ConfigError as exc:
+            notes.append(f"this shell's {exc}; the children get {name}={stack} from the stack{how}")
+            continue
+        if shell != stack:
             notes.append(f"shell has {name}={shell}; children get {stack}{how}")
     return notes
+
+
+# The value of each variable the stack sets, as the configuration it produced holds it.
+_SHELL_VALUE = {
+    ENV_KILL_SWITCH: lambda c: "1" if c.enabled else "0",
+    ENV_INDEX_K_DTYPE: lambda c: c.index_k_dtype,
+    ENV_GATE: lambda c: c.gate,
+    ENV_INTEGRITY: lambda c: c.integrity,
+}
 
 
 def check_python(python: str) -> str:
@@ -344,21 +364,40 @@ def _plans(args):
     sglang = SGLangArgs()
     ranks = range(len(spec.nodes)) if (args.dry_run and args.all_nodes) else [args.node_rank]
     plans = [build_plan(spec, rank, sglang, python=args.python, server_module=args.server_module) for rank in ranks]
+    models = {}  # the model config capture layer ids are checked against, read once
     for plan in plans:
-        _check_children_config(plan)
+        _check_children_config(plan, models, local=plan.node_rank == args.node_rank)
         plan.notes = _env_notes(spec) + plan.notes
     return spec, plans
 
 
-def _check_children_config(plan) -> None:
-    """What each child will see (this shell's environment plus the stack's) must pass activation's check."""
+def _check_children_config(plan, models: dict, local: bool) -> None:
+    """What each child will see (this shell's environment plus the stack's) must pass activation's check, and
+    its capture settings what its pool build checks (the directory only for this node's children: ``local``)."""
     for child in plan.children:
         try:
-            load_config(child.environment(os.environ))
+            config = load_config(child.environment(os.environ))
         except ConfigError as exc:
             raise CommandLineError(
                 f"{child.name} would refuse to start: its SGLANG_DSV4_* environment (this shell's, with the stack's "
                 f"SGLANG_DSV4_INDEX_K_DTYPE={plan.spec.index_k_dtype} on top) is invalid: {exc}") from exc
+        if child.role != "router" and config.enabled and config.capture.enabled:
+            plan.notes.append(f"{child.name}: {_capture_sentence(plan, config.capture, models, local, child.name)}")
+
+
+def _capture_sentence(plan, capture, models: dict, local: bool, name: str) -> str:
+    from sglang_dsv4_ext import capture_check
+
+    if "model" not in models:
+        models["model"] = capture_check.model_for_path(plan.spec.model_path)
+    model, which = models["model"]
+    try:
+        captured = capture_check.check_capture(capture, model, which, check_directory=local)
+    except ConfigError as exc:
+        raise CommandLineError(f"{name} would stop when its pool is built: {exc}") from exc
+    if captured is None:
+        return f"index-K capture into {capture.directory}: layer ids not checked ({which})"
+    return captured.sentence() + ("" if local else "; directory not checked (another node's filesystem)")
 
 
 def _startable(spec: StackSpec, plan) -> Optional[str]:

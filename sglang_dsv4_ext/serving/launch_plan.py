@@ -24,6 +24,7 @@ from sglang_dsv4_ext.serving.preset import (
     PresetError,
     StackSpec,
     env_entry_problem,
+    node_hosts_problem,
 )
 from sglang_dsv4_ext.serving.validate import (
     CommandLineError,
@@ -43,6 +44,10 @@ _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 UNSET_IN_CHILDREN = (ENV_BF16_ALIAS,)
 # SGLang's per-request PD KV digest (prefill -> decode); serve turns it on with the integrity mode.
 KV_CHECKSUM_FLAG = "--disaggregation-enable-kv-checksum"
+# The PD presets' decode servers carry it (the incident's decode wedge); --keep-overlap-schedule drops it.
+DISABLE_OVERLAP_FLAG = "--disable-overlap-schedule"
+# /metrics, which --wedge-timeout reads; added to every server that does not pass it already.
+METRICS_FLAG = "--enable-metrics"
 
 
 @dataclass
@@ -76,6 +81,7 @@ class Plan:
     # Servers on other nodes whose /health the router waits for: (name, url).
     remote_health: List[Tuple[str, str]] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
+    metrics_added: List[str] = field(default_factory=list)  # servers given --enable-metrics for --wedge-timeout
 
 
 def _addr(spec: StackSpec, inst: Instance) -> str:
@@ -89,8 +95,13 @@ def _local_health_host(host: str) -> str:
     return "127.0.0.1" if host in _WILDCARD_HOSTS else host
 
 
+def _host_port(host: str, port: int) -> str:
+    """``host:port``, an IPv6 address bracketed (what URLs and SGLang's --dist-init-addr parser expect)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"http://{_host_port(host, port)}"
 
 
 def _check_stack(spec: StackSpec, node_rank: int) -> None:
@@ -112,6 +123,9 @@ def _check_stack(spec: StackSpec, node_rank: int) -> None:
 
 def _check_nodes(spec: StackSpec) -> None:
     src, count = spec.source, len(spec.nodes)
+    problem = node_hosts_problem(spec.nodes)
+    if problem:
+        raise PresetError(f"{src}: cluster.nodes: {problem}")
     for inst in spec.servers():
         for n in inst.nodes:
             if not 0 <= n < count:
@@ -165,11 +179,18 @@ def check_spec(spec: StackSpec, node_rank: int) -> None:
         raise CommandLineError(f"--hicache-size: {HICACHE_SIZE_MESSAGE}")
 
 
+def _instance_args(spec: StackSpec, inst: Instance) -> List[str]:
+    """The preset's args for this server; a decode server's --disable-overlap-schedule dropped on request."""
+    if spec.keep_overlap_schedule and inst.role == "decode":
+        return [a for a in inst.args if a != DISABLE_OVERLAP_FLAG]
+    return list(inst.args)
+
+
 def _server_argv(spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: int, python: str,
-                 server_module: str) -> Tuple[List[str], List[Tuple[str, List[str]]]]:
-    """(full argv, pass-through sources) for one server on this node."""
+                 server_module: str, added: Tuple[str, ...] = ()) -> Tuple[List[str], List[Tuple[str, List[str]]]]:
+    """(full argv, pass-through sources) for one server on this node; ``added``: flags serve adds."""
     ours = ["--model-path", spec.model_path, "--host", inst.host, "--port", str(inst.port),
-            "--base-gpu-id", str(base_gpu_id)]
+            "--base-gpu-id", str(base_gpu_id), *added]
     if inst.role in ("prefill", "decode"):
         ours += ["--disaggregation-mode", inst.role, "--disaggregation-transfer-backend", spec.transfer_backend]
         if inst.bootstrap_port is not None:
@@ -187,14 +208,14 @@ def _server_argv(spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: i
         # integrity hook counts its mismatches under where="pd".
         ours.append(KV_CHECKSUM_FLAG)
     if len(inst.nodes) > 1:
-        dist = inst.dist_init_addr or f"{spec.nodes[inst.nodes[0]]}:{DEFAULT_DIST_PORT}"
+        dist = inst.dist_init_addr or _host_port(spec.nodes[inst.nodes[0]], DEFAULT_DIST_PORT)
         ours += ["--nnodes", str(len(inst.nodes)), "--node-rank", str(inst.nodes.index(node_rank)),
                  "--dist-init-addr", dist]
     role_args = spec.role_args.get(inst.role, [])
     sources = [
         ("[common].args", list(spec.common_args)),
         ("the args after --", list(spec.cli_common_args)),
-        (f"{inst.name} args (preset)", list(inst.args)),
+        (f"{inst.name} args (preset)", _instance_args(spec, inst)),
     ]
     if role_args:
         sources.append((f"--{inst.role}-args", list(role_args)))
@@ -230,18 +251,40 @@ def _router_runs_on(spec: StackSpec, node_rank: int) -> bool:
     return spec.mode == "pd" and spec.router.enabled and spec.router.node == node_rank
 
 
+def _check_overlap_request(spec: StackSpec, inst: Instance, sglang: SGLangArgs, sources) -> None:
+    """--keep-overlap-schedule and a pass-through --disable-overlap-schedule for the same decode server."""
+    if not (spec.keep_overlap_schedule and inst.role == "decode"):
+        return
+    for source, args in sources:
+        if "disable_overlap_schedule" in sglang.explicit(args, f"{inst.name}: {source}"):
+            raise CommandLineError(
+                f"--keep-overlap-schedule contradicts {DISABLE_OVERLAP_FLAG} in {source} of {inst.name}; "
+                "give one of them"
+            )
+
+
+def _added_flags(spec: StackSpec, inst: Instance, explicit, plan: Plan) -> Tuple[str, ...]:
+    """Flags serve adds to this server: --enable-metrics for the wedge watch, unless it is passed already."""
+    if not spec.metrics_for_wedge_watch or explicit.get("enable_metrics"):
+        return ()
+    plan.metrics_added.append(inst.name)
+    return (METRICS_FLAG,)
+
+
 def _add_servers(plan: Plan, sglang: SGLangArgs, python: str, server_module: str) -> None:
     spec, node_rank = plan.spec, plan.node_rank
     layout = _GpuLayout(spec.source)
     for inst in spec.servers():
         argv0, sources = _server_argv(spec, inst, inst.nodes[0], 0, python, server_module)
-        sglang.check_sources(sources, inst.name)
+        explicit = sglang.check_sources(sources, inst.name)
+        _check_overlap_request(spec, inst, sglang, sources)
+        added = _added_flags(spec, inst, explicit, plan)
         width = gpus_per_node(sglang.parse_full(argv0[3:], inst.name), len(inst.nodes))
         for n in inst.nodes:
             base = layout.claim(inst, n, width)
             if n != node_rank:
                 continue
-            argv, _ = _server_argv(spec, inst, node_rank, base, python, server_module)
+            argv, _ = _server_argv(spec, inst, node_rank, base, python, server_module, added)
             sglang.parse_full(argv[3:], inst.name)
             health = _url(_local_health_host(inst.host), inst.port) + "/health" if n == inst.nodes[0] else None
             env = dict(spec.common_env)
@@ -315,9 +358,26 @@ def build_plan(
     if _router_runs_on(spec, node_rank):
         plan.children.append(_router_child(plan, python, validate_router))
     _check_modules(plan, python)
+    plan.notes += _run_flag_notes(spec, plan)
     if not plan.children:
         plan.notes.append(f"node {node_rank} runs nothing in this stack")
     return plan
+
+
+def _run_flag_notes(spec: StackSpec, plan: Plan) -> List[str]:
+    """What serve's run flags did to the command lines, or that they did nothing."""
+    notes = []
+    if plan.metrics_added:
+        notes.append(f"--wedge-timeout reads SGLang's /metrics: {METRICS_FLAG} added to "
+                     f"{', '.join(plan.metrics_added)}")
+    if spec.keep_overlap_schedule:
+        if spec.mode != "pd":
+            notes.append(f"--keep-overlap-schedule has no effect in {spec.mode} mode (only PD decode servers get "
+                         f"{DISABLE_OVERLAP_FLAG} from the presets)")
+        elif not any(DISABLE_OVERLAP_FLAG in inst.args for inst in spec.decode):
+            notes.append(f"--keep-overlap-schedule has no effect: no decode server of this stack has "
+                         f"{DISABLE_OVERLAP_FLAG} in its preset args")
+    return notes
 
 
 def format_plan(plan: Plan) -> str:

@@ -52,8 +52,10 @@ below are the schema, and an error names the key in one line)::
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 from typing import Annotated, Dict, List, Literal, Optional
@@ -138,6 +140,9 @@ class StackSpec:
     # Command-line pass-through (--prefill-args / --decode-args / --router-args).
     role_args: Dict[str, List[str]] = field(default_factory=dict)
     router_extra_args: List[str] = field(default_factory=list)
+    # serve's run flags that shape the command lines: --keep-overlap-schedule, --wedge-timeout (needs /metrics).
+    keep_overlap_schedule: bool = False
+    metrics_for_wedge_watch: bool = False
 
     def servers(self) -> List[Instance]:
         return [self.single] if self.mode == "single" else self.prefill + self.decode
@@ -222,6 +227,48 @@ def env_entry_problem(name: str, value: str) -> Optional[str]:
     return None
 
 
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+NODE_HOST_ALLOWED = "a host name (letters, digits, '-', '.'), an IPv4 address or an IPv6 address without brackets"
+
+
+def node_host_problem(host: str) -> Optional[str]:
+    """Why ``host`` cannot be a node address, or None."""
+    if not host:
+        return "an empty address"
+    if host.startswith("[") and host.endswith("]"):
+        return f"{host!r}: give the IPv6 address without brackets ({host[1:-1]}); serve adds them in URLs"
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    if len(host) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels) or labels[-1].isdigit():
+        return f"{host!r} is not a host name or an IP address"
+    return None
+
+
+def node_hosts_problem(hosts: List[str]) -> Optional[str]:
+    """Why this list of node addresses (index = node rank) cannot describe a cluster, or None."""
+    for rank, host in enumerate(hosts):
+        problem = node_host_problem(host)
+        if problem:
+            return f"node {rank}: {problem}; allowed: {NODE_HOST_ALLOWED}"
+    for rank, host in enumerate(hosts):
+        first = hosts.index(host)
+        if first != rank:
+            return (f"nodes {first} and {rank} are both {host!r}: their servers would share that host's GPUs "
+                    "(each node's layout starts at GPU 0); give each node its own address")
+    return None
+
+
+def _node_hosts(value: List[str]) -> List[str]:
+    problem = node_hosts_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 def _env_table(value: Dict[str, str]) -> Dict[str, str]:
     for name, text in value.items():
         problem = env_entry_problem(name, text)
@@ -236,6 +283,7 @@ GpuId = Annotated[int, AfterValidator(_non_negative)]
 Ratio = Annotated[float, AfterValidator(_ratio)]
 ModuleName = Annotated[str, AfterValidator(_module_name)]
 EnvTable = Annotated[Dict[str, str], AfterValidator(_env_table)]
+NodeHosts = Annotated[List[str], AfterValidator(_node_hosts)]
 
 
 class _Schema(BaseModel):
@@ -266,7 +314,7 @@ class PdTable(_Schema):
 
 
 class ClusterTable(_Schema):
-    nodes: List[str] = Field(default_factory=lambda: ["127.0.0.1"])
+    nodes: NodeHosts = Field(default_factory=lambda: ["127.0.0.1"])
 
 
 class CommonTable(_Schema):

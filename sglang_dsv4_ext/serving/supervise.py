@@ -7,6 +7,12 @@ detokenizer and TP workers) and every descendant psutil has seen, including one 
 left the group (``setsid``) or was orphaned when its parent died. SIGTERM first, SIGKILL
 for whatever is still alive after the grace period.
 
+SIGKILL of the supervisor itself cannot be caught: each child asks the kernel for SIGTERM when the
+supervisor dies (``PR_SET_PDEATHSIG``), and a reaper process (:mod:`.reaper`), told of every process
+the supervisor sees, stops the rest. Health checks and /metrics reads are bounded as a whole
+(:mod:`.http_probe`) and the wedge watch runs on a thread of its own, so no server can hold the
+supervisor past a signal.
+
 Every signal whose default action would end the supervisor (SIGINT, SIGTERM, SIGHUP from
 a dropped SSH session, SIGQUIT, SIGUSR1, ...; see :data:`FATAL_SIGNALS`) stops the stack
 the same way; a signal the supervisor was started with ignored (``nohup``, a background
@@ -27,7 +33,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from typing import IO, Dict, List, Optional, Tuple
 
@@ -35,11 +40,11 @@ import psutil
 
 from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.errors import ActivationError
-from sglang_dsv4_ext.serving import activation_check, wedge
+from sglang_dsv4_ext.serving import activation_check, http_probe, reaper, wedge
 from sglang_dsv4_ext.serving.launch_plan import ChildSpec
+from sglang_dsv4_ext.serving.process_tree import alive, parent_death_signal, process_groups, send
 
 EXIT_CHILD_FAILED = exit_codes.ATTENTION
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 # Catchable signals whose default action ends a process. Left out: SIGKILL/SIGSTOP (cannot be
 # caught), SIGPIPE (Python ignores it; a closed stdout is handled where we write), and the
@@ -64,39 +69,12 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def healthy(url: str, timeout: float = 2.0) -> bool:
-    """GET ``url``; True on HTTP 200. Proxies are bypassed (loopback and cluster-local)."""
+def healthy(url: str, deadline: float = 2.0) -> bool:
+    """GET ``url`` within ``deadline`` seconds in all; True on HTTP 200 (no answer in time is "not yet")."""
     try:
-        with _NO_PROXY.open(url, timeout=timeout) as resp:
-            return resp.status == 200
-    except Exception:  # any failure to answer 200 is "not healthy yet"; the caller times out
+        return http_probe.get(url, deadline).status == 200
+    except http_probe.ProbeError:
         return False
-
-
-def _alive(proc: psutil.Process) -> bool:
-    """Running and not a zombie (psutil also guards against a reused pid)."""
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def process_groups() -> Dict[int, List[psutil.Process]]:
-    """Every process by process group, one pass over the process table."""
-    groups: Dict[int, List[psutil.Process]] = {}
-    for p in psutil.process_iter():
-        try:
-            groups.setdefault(os.getpgid(p.pid), []).append(p)
-        except OSError:  # exited meanwhile
-            continue
-    return groups
-
-
-def _send(proc: psutil.Process, sig: int) -> None:
-    try:
-        proc.send_signal(sig)
-    except psutil.Error:  # gone meanwhile, or not ours to signal
-        pass
 
 
 @dataclass
@@ -124,7 +102,7 @@ class _Running:
     def alive(self) -> List[psutil.Process]:
         """Processes of this tree still running; the child itself counts until it is reaped."""
         self.proc.poll()  # reap our own child, so an exited leader is not a zombie "alive"
-        left = [p for pid, p in self.tree.items() if pid != self.proc.pid and _alive(p)]
+        left = [p for pid, p in self.tree.items() if pid != self.proc.pid and alive(p)]
         root = self.tree.get(self.proc.pid)
         if self.proc.returncode is None and root is not None:
             left.append(root)
@@ -136,7 +114,7 @@ class _Running:
         except (ProcessLookupError, PermissionError):
             pass
         for p in self.alive():
-            _send(p, sig)
+            send(p, sig)
 
 
 class Supervisor:
@@ -170,6 +148,7 @@ class Supervisor:
         self._lock = threading.Lock()
         self._out_gone = False  # the terminal went away (SIGHUP): keep going, log only
         self._own_log: Optional[IO[str]] = None
+        self._reaper: Optional[reaper.Link] = None
 
     # ----- output -----
     def _write_out(self, text: str) -> None:
@@ -217,6 +196,7 @@ class Supervisor:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # own process group: a terminal's Ctrl-C reaches only us
+            preexec_fn=parent_death_signal(signal.SIGTERM),  # SIGKILL of the supervisor stops it too
         )
         tee = threading.Thread(target=self._tee, args=(spec.name, proc.stdout, log), daemon=True)
         tee.start()
@@ -229,6 +209,11 @@ class Supervisor:
         groups = process_groups()
         for r in self.running:
             r.remember_tree(groups)
+            if self._reaper is not None:
+                self._reaper.tell(r.tree.values())
+        if self._reaper is not None and self._reaper.problem:
+            self.say(f"{self._reaper.problem}; SIGKILL of serve would now leave processes behind")
+            self._reaper = None
 
     def _dead_child(self) -> Optional[_Running]:
         for r in self.running:
@@ -343,13 +328,18 @@ class Supervisor:
     def run(self) -> int:
         os.makedirs(self.log_dir, exist_ok=True)
         previous = self._install_handlers()
-        self._own_log = open(os.path.join(self.log_dir, "serve.log"), "a")
+        serve_log = os.path.join(self.log_dir, "serve.log")
+        self._own_log = open(serve_log, "a")
         try:
+            self._reaper = reaper.Link(self.grace_period, serve_log)
             code = self._run()
         finally:
             try:
                 self.stop_all()
             finally:
+                if self._reaper is not None:
+                    self._reaper.done()
+                    self._reaper = None
                 for s, h in previous.items():
                     signal.signal(s, h)
                 self._own_log.close()
@@ -393,14 +383,16 @@ class Supervisor:
         return self._wait_healthy([(c.name, c.health_url) for c in routers if c.health_url], "router")
 
     def _watch(self, detectors) -> int:
-        """Until a signal, a child's death or a wedged server."""
-        while True:
-            code = self._check_stop()
-            if code is not None:
-                return code
-            for detector in detectors:
-                message = detector.observe()
-                if message:
-                    self.say(f"FAILED: {message}; stopping the stack")
+        """Until a signal, a child's death or a wedged server (the detectors scrape on their own thread)."""
+        watch = wedge.WedgeWatch(detectors, self.poll_interval, self.say).start()
+        try:
+            while True:
+                code = self._check_stop()
+                if code is not None:
+                    return code
+                if watch.verdict:
+                    self.say(f"FAILED: {watch.verdict}; stopping the stack")
                     return EXIT_CHILD_FAILED
-            time.sleep(self.poll_interval)
+                time.sleep(self.poll_interval)
+        finally:
+            watch.stop()

@@ -7,35 +7,51 @@ How: SGLang (``--enable-metrics``) exports ``sglang:num_running_reqs`` (gauge) a
 ``sglang:generation_tokens_total`` (counter) (sglang/srt/observability/metrics_collector.py).
 :class:`WedgeDetector` scrapes them with ``prometheus_client``'s own text parser; a server with
 running requests whose token counter has not moved for ``stall_seconds`` is reported by name.
-An unreachable endpoint is not a verdict (health checks own that).
+A /metrics that cannot be read (unreachable, not HTTP 200, past the read deadline, not Prometheus
+text) is not a verdict: the problem is said once and the watch goes on (health checks and the
+children's exit status own a server that is gone).
+
+:class:`WedgeWatch` runs the detectors on a thread of its own, each read bounded as a whole
+(:mod:`sglang_dsv4_ext.serving.http_probe`), so a slow or dripping /metrics never delays the
+supervisor's signal handling.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Callable, Dict, List, Optional
+
+from sglang_dsv4_ext.serving import http_probe
 
 RUNNING_REQS = "sglang:num_running_reqs"
 GENERATED_TOKENS = "sglang:generation_tokens_total"
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+READ_DEADLINE = 2.0  # seconds for one whole /metrics read
 
 
-def scrape(url: str, timeout: float = 2.0) -> Optional[Dict[str, float]]:
-    """Sum of every sample of the two metrics (all label sets), or None if the endpoint does not answer."""
+class MetricsUnreadable(Exception):
+    """/metrics gave no answer that can be judged; the message says why."""
+
+
+def scrape(url: str, deadline: float = READ_DEADLINE) -> Dict[str, float]:
+    """Sum of every sample of the two metrics (all label sets); :class:`MetricsUnreadable` with the reason."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
-        with _NO_PROXY.open(url, timeout=timeout) as resp:
-            text = resp.read().decode(errors="replace")
-    except Exception:
-        return None
+        reply = http_probe.get(url, deadline)
+    except http_probe.ProbeError as exc:
+        raise MetricsUnreadable(f"no answer ({exc})") from None
+    if reply.status != 200:
+        raise MetricsUnreadable(f"HTTP {reply.status} (was the server started with --enable-metrics?)")
     totals = {RUNNING_REQS: 0.0, GENERATED_TOKENS: 0.0}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in totals:
-                totals[sample.name] += sample.value
+    try:
+        for family in text_string_to_metric_families(reply.body.decode(errors="replace")):
+            for sample in family.samples:
+                if sample.name in totals:
+                    totals[sample.name] += sample.value
+    except (ValueError, IndexError) as exc:  # what prometheus_client's parser raises on text it cannot read
+        raise MetricsUnreadable(f"not Prometheus text ({exc})") from None
     return totals
 
 
@@ -44,15 +60,19 @@ class WedgeDetector:
     name: str
     metrics_url: str  # e.g. http://127.0.0.1:30100/metrics
     stall_seconds: float = 120.0
+    problem: Optional[str] = field(default=None, init=False)  # why the last read gave no answer
     _tokens: Optional[float] = field(default=None, init=False)
     _stalled_since: Optional[float] = field(default=None, init=False)
 
     def observe(self, now: Optional[float] = None) -> Optional[str]:
         """Scrape once; return a message naming the server when it is wedged, else None."""
-        now = time.monotonic() if now is None else now
-        totals = scrape(self.metrics_url)
-        if totals is None:
+        try:
+            totals = scrape(self.metrics_url)
+        except MetricsUnreadable as exc:
+            self.problem = str(exc)
             return None
+        self.problem = None
+        now = time.monotonic() if now is None else now
         running, tokens = totals[RUNNING_REQS], totals[GENERATED_TOKENS]
         if running <= 0 or tokens != self._tokens:
             self._tokens, self._stalled_since = tokens, None
@@ -65,6 +85,48 @@ class WedgeDetector:
         return (f"{self.name} looks wedged: {running:g} request(s) running and {GENERATED_TOKENS} stuck at "
                 f"{tokens:g} for {stalled:.0f} s ({self.metrics_url}); for PD decode servers see "
                 f"--disable-overlap-schedule")
+
+
+class WedgeWatch:
+    """The detectors, scraped every ``interval`` seconds on a daemon thread; :attr:`verdict` is the first
+    wedge found (the watch stops there). ``say`` gets one line when a server's /metrics becomes
+    unreadable, and one when it is readable again."""
+
+    def __init__(self, detectors: List[WedgeDetector], interval: float, say: Callable[[str], None]):
+        self.detectors, self.interval, self.say = detectors, interval, say
+        self.verdict: Optional[str] = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="serve-wedge-watch", daemon=True)
+
+    def start(self) -> "WedgeWatch":
+        if self.detectors:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=READ_DEADLINE + 1)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for detector in self.detectors:
+                if self._stop.is_set():
+                    return
+                said = detector.problem
+                message = detector.observe()
+                self._report(detector, said)
+                if message:
+                    self.verdict = message
+                    return
+            self._stop.wait(self.interval)
+
+    def _report(self, detector: WedgeDetector, said: Optional[str]) -> None:
+        if detector.problem and not said:
+            self.say(f"{detector.name}: cannot read {detector.metrics_url}: {detector.problem}; "
+                     "the wedge watch goes on")
+        elif said and not detector.problem:
+            self.say(f"{detector.name}: {detector.metrics_url} readable again")
 
 
 def detectors_for(servers, stall_seconds: Optional[float]):

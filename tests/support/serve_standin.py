@@ -14,6 +14,9 @@ comes from environment variables (the preset's per-server ``env`` table sets the
   STANDIN_ORPHAN=1            also leave one orphaned in the group (its parent exits at once)
   STANDIN_WEDGED=1            GET /metrics: 4 requests running, generation token counter never moves
                               (SGLang's metric names); otherwise /metrics shows an idle server
+  STANDIN_METRICS=drip        GET /metrics sends its headers, then one body byte per second, for hours
+                              (prints "metrics drip started" to its log on the first such request)
+  STANDIN_METRICS=html        GET /metrics answers 200 with an HTML page (not Prometheus text)
 
 Every descendant's pid is recorded (``descendant_pids``) so a test can check none survives.
 """
@@ -28,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 
@@ -56,20 +59,53 @@ def _descendants():
     return grandchild, descendants
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    args, _ = parser.parse_known_args()
-    if args.host not in ("127.0.0.1", "localhost"):
-        args.host = "127.0.0.1"  # tests use loopback only, whatever the preset says
-    start = time.monotonic()
-    healthy_after = float(os.environ.get("STANDIN_HEALTHY_AFTER", "0"))
-    if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+class Handler(BaseHTTPRequestHandler):
+    """GET /health (503 until healthy_after seconds past start) and GET /metrics, as the environment asks."""
 
-    grandchild, descendants = _descendants()
+    start = 0.0
+    healthy_after = 0.0
 
+    def log_message(self, *a):
+        pass
+
+    def _drip(self):
+        print("metrics drip started", flush=True)
+        self.send_response(200)
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        try:
+            for _ in range(100000):
+                self.wfile.write(b"#")
+                self.wfile.flush()
+                time.sleep(1.0)
+        except (BrokenPipeError, ConnectionResetError):  # the reader gave up: what the drip is for
+            pass
+
+    def _metrics_body(self) -> bytes:
+        if os.environ.get("STANDIN_METRICS") == "html":
+            return b"<html><body>metrics are elsewhere</body></html>\n"
+        running = 4 if os.environ.get("STANDIN_WEDGED") == "1" else 0
+        return (f"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs {running}\n"
+                "# TYPE sglang:generation_tokens counter\nsglang:generation_tokens_total 100\n").encode()
+
+    def do_GET(self):  # noqa: N802 (http.server API)
+        if self.path == "/metrics" and os.environ.get("STANDIN_METRICS") == "drip":
+            self._drip()
+            return
+        if self.path == "/metrics":
+            body = self._metrics_body()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        ok = self.path == "/health" and time.monotonic() - self.start >= self.healthy_after
+        self.send_response(200 if ok else 503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def _record(port: int, grandchild, descendants) -> None:
     record_dir = os.environ.get("STANDIN_RECORD_DIR")
     if record_dir:
         record = {
@@ -79,29 +115,26 @@ def main() -> None:
             "descendant_pids": descendants,
             "env": {k: v for k, v in os.environ.items() if k.startswith("SGLANG_DSV4")},
         }
-        with open(os.path.join(record_dir, f"{args.port}.json"), "w") as f:
+        with open(os.path.join(record_dir, f"{port}.json"), "w") as f:
             json.dump(record, f)
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
 
-        def do_GET(self):
-            if self.path == "/metrics":
-                running = 4 if os.environ.get("STANDIN_WEDGED") == "1" else 0
-                body = (f"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs {running}\n"
-                        "# TYPE sglang:generation_tokens counter\nsglang:generation_tokens_total 100\n").encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-                return
-            ok = self.path == "/health" and time.monotonic() - start >= healthy_after
-            self.send_response(200 if ok else 503)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+def main() -> None:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args, _ = parser.parse_known_args()
+    if args.host not in ("127.0.0.1", "localhost"):
+        args.host = "127.0.0.1"  # tests use loopback only, whatever the preset says
+    Handler.start = start = time.monotonic()
+    Handler.healthy_after = float(os.environ.get("STANDIN_HEALTHY_AFTER", "0"))
+    if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    grandchild, descendants = _descendants()
+    _record(args.port, grandchild, descendants)
 
-    server = HTTPServer((args.host, args.port), Handler)
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     print(f"standin listening on {args.host}:{args.port}", flush=True)
 

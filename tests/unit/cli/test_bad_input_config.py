@@ -8,6 +8,7 @@ and the allowed values. The rows mirror the README table "Bad input: configurati
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -19,6 +20,7 @@ from tests.support.serve_helpers import dry_run_children, environment_from_dry_r
 ALIAS, DTYPE, GATE, EXT = (
     "SGLANG_DSV4_BF16_INDEX_K", "SGLANG_DSV4_INDEX_K_DTYPE", "SGLANG_DSV4_INDEX_K_GATE", "SGLANG_DSV4_EXT"
 )
+CAPTURE, LAYERS = "SGLANG_DSV4_INDEX_K_CAPTURE", "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS"
 
 # (row, environment, (enabled, index-K dtype, gate) the process runs with)
 ACCEPTED_ROWS = [
@@ -49,6 +51,14 @@ REFUSED_ROWS = [
     ("unknown dtype", {DTYPE: "int8"}, "SGLANG_DSV4_INDEX_K_DTYPE='int8' is not valid; allowed values: 'fp8', 'bf16'"),
     ("unknown gate", {GATE: "maybe"}, "SGLANG_DSV4_INDEX_K_GATE='maybe' is not valid; allowed values: 'auto'"),
     ("kill switch not 0/1", {EXT: "off"}, "SGLANG_DSV4_EXT='off' is not valid; allowed values: '0', '1'"),
+    # str.isdigit() accepts '²', int() does not: each must be the variable's own error, not a ValueError
+    *[(f"superscript digit in {name}", {name: "²"}, f"{name}='²' is not valid; allowed values: a whole number >= 1")
+      for name in ("SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS", "SGLANG_DSV4_INDEX_K_CAPTURE_ROWS",
+                   "SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB")],
+    ("superscript digit in a layer id", {LAYERS: "2,²"}, f"{LAYERS}='2,²' is not valid; allowed values: 'all'"),
+    ("superscript digit in every:N", {LAYERS: "every:²"}, f"{LAYERS}='every:²' is not valid; allowed values: 'all'"),
+    ("layer id given more than once", {LAYERS: "2,2,2"},
+     f"{LAYERS}='2,2,2' lists layer 2 more than once; give each c4 layer id once"),
 ]
 
 
@@ -68,3 +78,109 @@ def test_serve_without_a_preset_reads_an_empty_alias_as_unset(capsys, monkeypatc
     assert rc == 0, err
     (unset, env, _), = dry_run_children(out)
     assert load_config(environment_from_dry_run(unset, env, dict(os.environ))).index_k_dtype == "bf16"
+
+
+# ----------------------------------------------------------------------------- checked where it would fail
+# Well-formed capture settings that stop every server when its pool is built: doctor and serve (also the
+# dry run) refuse them before anything starts, with the pool build's own rule.
+
+C4_IDS = ",".join(map(str, range(2, 43, 2)))  # DeepSeek-V4-Flash's c4 layers (the bundled config)
+BUNDLED_WHY = "checked against the bundled DeepSeek-V4-Flash config"
+
+# (row, environment on top of bf16 + a capture directory, the error)
+POOL_BUILD_ROWS = [
+    ("layer ids that are not c4 layers", {LAYERS: "3,5"},
+     f"{LAYERS}='3,5': [3, 5] are not c4 indexer layers of this model; allowed ids: {C4_IDS} ({BUNDLED_WHY}"),
+    ("a layer id past the last layer", {LAYERS: "999"}, f"{LAYERS}='999': [999] are not c4 indexer layers"),
+]
+
+
+def _capture_env(monkeypatch, tmp_path, extra):
+    monkeypatch.setenv(DTYPE, "bf16")
+    monkeypatch.setenv(CAPTURE, str(tmp_path / "capture"))
+    for name, value in extra.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize("extra, needle", [r[1:] for r in POOL_BUILD_ROWS], ids=[r[0] for r in POOL_BUILD_ROWS])
+def test_serve_dry_run_refuses_capture_layers_the_pool_build_would_refuse(tmp_path, capsys, monkeypatch, extra,
+                                                                           needle):
+    _capture_env(monkeypatch, tmp_path, extra)
+    rc = main(["serve", "--preset", "dsv4-flash-8gpu-pd-4p4d-bf16-hicache", "--dry-run"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and not dry_run_children(out), err
+    assert f"prefill-0 would stop when its pool is built: {needle}" in err and "Traceback" not in err
+
+
+def test_serve_dry_run_refuses_a_capture_directory_that_is_a_file(tmp_path, capsys, monkeypatch):
+    evidence = tmp_path / "capture"
+    evidence.write_text("an earlier run's notes\n")
+    _capture_env(monkeypatch, tmp_path, {})
+    rc = main(["serve", "--preset", "dsv4-flash-8gpu-pd-4p4d-bf16-hicache", "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"{CAPTURE}='{evidence}': exists and is not a directory; allowed: a directory" in err
+    assert evidence.read_text() == "an earlier run's notes\n"
+
+
+def test_serve_dry_run_says_which_layers_and_which_model_config(tmp_path, capsys, monkeypatch):
+    """The model path is a local directory with a config.json of 4 layers: the ids are checked against it."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"num_hidden_layers": 4, "compress_ratios": [0, 4, 128, 4]}))
+    _capture_env(monkeypatch, tmp_path, {LAYERS: "3"})
+    rc = main(["serve", "--preset", "dsv4-flash-8gpu-pd-4p4d-bf16-hicache", "--dry-run", "--model-path", str(model)])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert (f"# note: decode-0: index-K capture into {tmp_path / 'capture'}: c4 layers 3 (1 of 2; ids checked "
+            f"against {model / 'config.json'})") in out
+    assert not (tmp_path / "capture").exists()  # a dry run creates nothing
+
+
+@pytest.mark.parametrize("extra, needle", [r[1:] for r in POOL_BUILD_ROWS], ids=[r[0] for r in POOL_BUILD_ROWS])
+def test_doctor_refuses_capture_layers_the_pool_build_would_refuse(tmp_path, capsys, monkeypatch, ext_active,
+                                                                    extra, needle):
+    _capture_env(monkeypatch, tmp_path, extra)
+    rc = main(["doctor", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    assert needle in report["capture"]["problem"] and needle in report["error"]
+
+
+def test_doctor_refuses_a_capture_directory_that_is_a_file(tmp_path, capsys, monkeypatch, ext_active):
+    (tmp_path / "capture").write_text("")
+    _capture_env(monkeypatch, tmp_path, {})
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    refused = f"{CAPTURE}='{tmp_path / 'capture'}': exists and is not a directory"
+    assert f"capture         REFUSED at pool build: {refused}" in out
+
+
+def test_doctor_checks_layer_ids_against_the_model_config_given(tmp_path, capsys, monkeypatch, ext_active):
+    """Layer 3 is not a c4 layer of the bundled config; it is one of this 4-layer config."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"num_hidden_layers": 4, "compress_ratios": [0, 4, 128, 4]}))
+    _capture_env(monkeypatch, tmp_path, {LAYERS: "3"})
+    assert main(["doctor", "--model-config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert f"capture         {tmp_path / 'capture'}: c4 layers 3 (1 of 2; ids checked against {config})" in out
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert f"[3] are not c4 indexer layers of this model; allowed ids: {C4_IDS} ({BUNDLED_WHY})" in out
+
+
+def test_doctor_refuses_a_model_config_that_does_not_exist(tmp_path, capsys):
+    assert main(["doctor", "--model-config", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert f"--model-config '{tmp_path / 'none'}': no such file" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", ["SGLANG_DSV4_INDEX_K_CAPTURE_ROWS", LAYERS])
+def test_doctor_and_serve_report_a_superscript_digit_without_a_traceback(tmp_path, capsys, monkeypatch, ext_active,
+                                                                         name):
+    _capture_env(monkeypatch, tmp_path, {name: "²"})
+    assert main(["doctor"]) == 1
+    assert f"error           {name}='²' is not valid" in capsys.readouterr().out
+    rc = main(["serve", "--preset", "dsv4-flash-8gpu-pd-4p4d-bf16-hicache", "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{name}='²' is not valid" in err and "Traceback" not in err

@@ -64,6 +64,21 @@ FLAG_ROWS = [
      "--router-module 'no_such_router_xyz.launch': no such module"),
     ("router module that is not a module name", ["--router-module", "my router"], "not a module name"),
     ("no node address", ["--node-hosts", ","], "--node-hosts ',': give a comma list of node addresses"),
+    ("node address given twice", ["--node-hosts", "10.0.0.1,10.0.0.1"],
+     "--node-hosts '10.0.0.1,10.0.0.1': nodes 0 and 1 are both '10.0.0.1': their servers would share"),
+    ("node address with a space", ["--node-hosts", "host a"],
+     "--node-hosts 'host a': node 0: 'host a' is not a host name or an IP address; allowed: a host name"),
+    ("node address as a URL", ["--node-hosts", "http://10.0.0.1:30000"],
+     "node 0: 'http://10.0.0.1:30000' is not a host name or an IP address"),
+    ("bracketed IPv6 node address", ["--node-hosts", "[fe80::1]"],
+     "node 0: '[fe80::1]': give the IPv6 address without brackets (fe80::1)"),
+    ("empty node address among others", ["--node-hosts", "10.0.0.1,,10.0.0.2"], "node 1: an empty address"),
+    ("keep-overlap next to a pass-through disable-overlap", ["--keep-overlap-schedule",
+                                                             "--decode-args=--disable-overlap-schedule"],
+     "--keep-overlap-schedule contradicts --disable-overlap-schedule in --decode-args of decode-0; give one of them"),
+    ("keep-overlap next to an abbreviated disable-overlap after --", ["--keep-overlap-schedule", "--",
+                                                                       "--disable-overlap"],
+     "--keep-overlap-schedule contradicts --disable-overlap-schedule in the args after -- of decode-0"),
     ("server module that does not exist", ["--server-module", "no_such_server_xyz"],
      "--server-module 'no_such_server_xyz': no such module"),
 ]
@@ -87,8 +102,11 @@ env = {{ {env} }}
 [[decode]]
 [router]
 {router}
+[cluster]
+{cluster}
 """
 
+PRESET_SLOTS = ("hicache", "env", "prefill", "router", "cluster")
 # (row, preset fragments, what the user sees after "<preset file>: ")
 PRESET_ROWS = [
     ("server port above 65535", {"prefill": "port = 70000"}, "prefill[0].port = 70000: allowed range 1-65535"),
@@ -111,12 +129,17 @@ PRESET_ROWS = [
      "router.module = 'bad name': not a module name"),
     ("port written as a string", {"prefill": 'port = "30000"'}, "prefill[0].port = '30000': expected an integer"),
     ("typo in a key", {"prefill": "bootstrap_prot = 1"}, "prefill[0].bootstrap_prot: unknown key; known keys here:"),
+    ("empty node addresses", {"cluster": 'nodes = ["", ""]'}, "cluster.nodes: node 0: an empty address; allowed:"),
+    ("node address given twice", {"cluster": 'nodes = ["10.0.0.1", "10.0.0.1"]'},
+     "cluster.nodes: nodes 0 and 1 are both '10.0.0.1'"),
+    ("node address with a space", {"cluster": 'nodes = ["host a"]'},
+     "cluster.nodes: node 0: 'host a' is not a host name or an IP address"),
 ]
 
 
 @pytest.mark.parametrize("fragments, needle", [r[1:] for r in PRESET_ROWS], ids=[r[0] for r in PRESET_ROWS])
 def test_bad_preset_is_refused_naming_the_key(tmp_path, capsys, fragments, needle):
-    text = PRESET_TEMPLATE.format(**{k: fragments.get(k, "") for k in ("hicache", "env", "prefill", "router")})
+    text = PRESET_TEMPLATE.format(**{k: fragments.get(k, "") for k in PRESET_SLOTS})
     preset = tmp_path / "stack.toml"
     preset.write_text(text)
     _assert_refused(capsys, ["--preset", str(preset), "--dry-run"], f"{preset}: {needle}")
@@ -216,9 +239,92 @@ def test_dry_run_without_a_router_parser_still_refuses_owned_router_flags(capsys
 def test_preset_text_in_this_module_is_a_valid_stack_without_the_bad_fragment(tmp_path, capsys):
     """The template itself is valid, so each row above fails for its fragment only."""
     preset = tmp_path / "ok.toml"
-    preset.write_text(PRESET_TEMPLATE.format(hicache="", env="", prefill="", router=""))
+    preset.write_text(PRESET_TEMPLATE.format(**dict.fromkeys(PRESET_SLOTS, "")))
     rc = main(["serve", "--preset", str(preset), "--dry-run"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert len(dry_run_children(out)) == 3
 
+
+
+# ----------------------------------------------------------------------------- accepted, with what it did said
+
+def _accepted(capsys, argv):
+    """(notes, children) of a dry run that must succeed."""
+    rc = _serve(argv)
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return [line[len("# note: "):] for line in out.splitlines() if line.startswith("# note: ")], dry_run_children(out)
+
+
+def test_keep_overlap_in_single_mode_says_it_has_no_effect(capsys):
+    notes, _ = _accepted(capsys, ["--preset", "dsv4-flash-8gpu-single-tp8-bf16-hicache", "--dry-run",
+                                  "--keep-overlap-schedule"])
+    assert ("--keep-overlap-schedule has no effect in single mode (only PD decode servers get "
+            "--disable-overlap-schedule from the presets)") in notes
+
+
+def test_keep_overlap_on_a_stack_without_the_flag_says_it_has_no_effect(tmp_path, capsys):
+    preset = tmp_path / "ok.toml"
+    preset.write_text(PRESET_TEMPLATE.format(**dict.fromkeys(PRESET_SLOTS, "")))
+    notes, _ = _accepted(capsys, ["--preset", str(preset), "--dry-run", "--keep-overlap-schedule"])
+    assert ("--keep-overlap-schedule has no effect: no decode server of this stack has --disable-overlap-schedule "
+            "in its preset args") in notes
+
+
+def test_keep_overlap_on_a_pd_preset_drops_the_flag_without_a_note(capsys):
+    notes, children = _accepted(capsys, ["--preset", BF16, "--dry-run", "--keep-overlap-schedule"])
+    assert not [n for n in notes if "overlap" in n]
+    assert not any("--disable-overlap-schedule" in argv for _, _, argv in children)
+
+
+def test_wedge_timeout_adds_enable_metrics_where_missing_and_says_so(capsys):
+    """Without /metrics the wedge watch would never fire: the flag is added, and the dry run names the servers."""
+    notes, children = _accepted(capsys, ["--mode", "pd", "--model-path", "m", "--dry-run", "--wedge-timeout", "60"])
+    servers = [argv for _, _, argv in children if "--disaggregation-mode" in argv]
+    assert len(servers) == 2 and all(argv.count("--enable-metrics") == 1 for argv in servers)
+    assert "--wedge-timeout reads SGLang's /metrics: --enable-metrics added to prefill-0, decode-0" in notes
+
+
+def test_wedge_timeout_on_servers_that_pass_enable_metrics_adds_nothing(capsys):
+    notes, children = _accepted(capsys, ["--preset", BF16, "--dry-run", "--wedge-timeout", "60"])
+    servers = [argv for _, _, argv in children if "--disaggregation-mode" in argv]
+    assert all(argv.count("--enable-metrics") == 1 for argv in servers)
+    assert not [n for n in notes if "--wedge-timeout" in n]
+
+
+def test_an_invalid_shell_value_the_stack_replaces_is_said(capsys, monkeypatch):
+    """The preset sets integrity for the children; the shell's invalid value is noted as a valid one would be."""
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", "on")
+    notes, children = _accepted(capsys, ["--preset", BF16, "--dry-run"])
+    assert ("this shell's SGLANG_DSV4_INDEX_K_INTEGRITY='on' is not valid; allowed values: 'off', 'sample', 'full'; "
+            "the children get SGLANG_DSV4_INDEX_K_INTEGRITY=off from the stack (--index-k-integrity or [extension] "
+            "index_k_integrity sets it)") in notes
+    assert all(env["SGLANG_DSV4_INDEX_K_INTEGRITY"] == "off" for _, env, _ in children)
+
+
+SPANNING_PRESET = """\
+mode = "pd"
+model_path = "m"
+[cluster]
+nodes = ["fe80::1", "fe80::2"]
+[[prefill]]
+nodes = [0, 1]
+host = "0.0.0.0"
+args = ["--tp-size", "2"]
+[[decode]]
+node = 1
+host = "0.0.0.0"
+base_gpu_id = 1
+"""
+
+
+def test_ipv6_node_addresses_are_bracketed_where_an_address_has_a_port(tmp_path, capsys):
+    """A server spanning two IPv6 nodes: SGLang's --dist-init-addr parser needs [host]:port, the router URLs too."""
+    preset = tmp_path / "ipv6.toml"
+    preset.write_text(SPANNING_PRESET)
+    _, children = _accepted(capsys, ["--preset", str(preset), "--dry-run"])
+    prefill = next(argv for _, _, argv in children if "prefill" in argv)
+    assert prefill[prefill.index("--dist-init-addr") + 1] == "[fe80::1]:5757"
+    router = next(argv for _, _, argv in children if "--pd-disaggregation" in argv)
+    assert router[router.index("--prefill") + 1] == "http://[fe80::1]:30000"

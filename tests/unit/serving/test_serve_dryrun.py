@@ -174,7 +174,7 @@ def test_gpu_layout_follows_tp_when_base_gpu_id_is_not_given(capsys):
 @pytest.mark.parametrize("name", list_presets())
 def test_every_shipped_preset_validates_on_every_node(name):
     spec = load_preset(name)
-    spec.nodes = ["127.0.0.1"] * len(spec.nodes)
+    spec.nodes = [f"127.0.0.{i + 1}" for i in range(len(spec.nodes))]  # one loopback address per node
     for rank in range(len(spec.nodes)):
         plan = build_plan(spec, rank, sglang_args(), validate_router=False)
         for child in plan.children:

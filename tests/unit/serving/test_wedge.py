@@ -6,13 +6,22 @@ names and a label set like SGLang's; the detector scrapes it over HTTP as it wou
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from sglang_dsv4_ext.serving.wedge import GENERATED_TOKENS, RUNNING_REQS, WedgeDetector
+from sglang_dsv4_ext.serving.wedge import (
+    GENERATED_TOKENS,
+    RUNNING_REQS,
+    MetricsUnreadable,
+    WedgeDetector,
+    WedgeWatch,
+    scrape,
+)
 
 
 class _Metrics:
@@ -71,3 +80,72 @@ def test_progress_or_idle_is_not_a_wedge(served):
 
 def test_unreachable_endpoint_is_no_verdict():
     assert WedgeDetector("decode-0", "http://127.0.0.1:9/metrics", stall_seconds=0).observe(now=0) is None
+
+
+class _Canned(BaseHTTPRequestHandler):
+    """One fixed answer per path: /html (200, not Prometheus text), /missing (404), /drip (a 40-byte body at
+    one byte every half second: 20 s, each recv well within any per-recv timeout)."""
+
+    def do_GET(self):  # noqa: N802 (http.server API)
+        if self.path == "/drip":
+            self.send_response(200)
+            self.send_header("Content-Length", "40")
+            self.end_headers()
+            try:
+                for _ in range(40):
+                    self.wfile.write(b"#")
+                    self.wfile.flush()
+                    time.sleep(0.5)
+            except (BrokenPipeError, ConnectionResetError):  # the reader gave up: what the drip is for
+                pass
+            return
+        body = b"<html>not here</html>\n"
+        self.send_response(200 if self.path == "/html" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def canned():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Canned)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("path, reason", [
+    ("/html", "not Prometheus text"),
+    ("/missing", "HTTP 404 (was the server started with --enable-metrics?)"),
+    ("/drip", "no answer (no complete answer within 2 s)"),  # a deadline for the whole read, not per recv
+])
+def test_an_unreadable_metrics_endpoint_is_no_verdict_and_says_why(canned, path, reason):
+    with pytest.raises(MetricsUnreadable, match=re.escape(reason)):
+        scrape(canned + path)
+    detector = WedgeDetector("decode-0", canned + path, stall_seconds=0)
+    assert detector.observe(now=0) is None and reason in detector.problem
+
+
+def test_the_watch_says_an_unreadable_server_once_and_goes_on_to_find_a_wedge(canned, served):
+    """decode-0 serves HTML; decode-1 is wedged: the watch names decode-1, having said decode-0's problem once."""
+    metrics, url = served
+    metrics.running.labels(**metrics.labels).set(4)
+    said = []
+    watch = WedgeWatch([WedgeDetector("decode-0", canned + "/html", stall_seconds=0.5),
+                        WedgeDetector("decode-1", url, stall_seconds=0.5)], interval=0.05, say=said.append).start()
+    try:
+        for _ in range(200):
+            if watch.verdict:
+                break
+            time.sleep(0.05)
+    finally:
+        watch.stop()
+    assert watch.verdict and watch.verdict.startswith("decode-1 looks wedged: 4 request(s) running"), said
+    assert [line for line in said if "decode-0" in line] == [
+        f"decode-0: cannot read {canned}/html: not Prometheus text "
+        f"({said[0].split('not Prometheus text (', 1)[1].split(')', 1)[0]}); the wedge watch goes on"]
