@@ -189,7 +189,7 @@ MUTATIONS: List[Mutation] = [
              "        finally:\n            _unlink_quietly(part)\n", "",
              ("tests/unit/hooks/test_index_k_capture.py::test_a_failed_write_leaves_no_file_and_a_good_one_no_part",)),
     Mutation("serve: each child's environment is checked before start", "sglang_dsv4_ext/serving/cli.py",
-             "        _check_children_config(plan)\n", "",
+             "        _check_children_config(plan, models, local=plan.node_rank == args.node_rank)\n", "",
              ("tests/unit/serving/test_serve_dryrun.py::"
               "test_capture_in_the_shell_is_checked_against_what_the_children_see",)),
     Mutation("sizing: bf16 index-K budgeted at 256 B", "sglang_dsv4_ext/hooks/sizing.py",
