@@ -266,7 +266,9 @@ def continue_(repo_path: Path, drops: Optional[Dict[str, str]] = None, progress:
     if name in state.drops:
         if repo.am_in_progress():
             repo.run("am", "--abort")
-        repo.run("reset", "-q", "--hard", state.stop_head)
+        # An --edit stop is after the patch's commit: dropping it goes back to before that commit.
+        edit_stop = stopped.kind in (Kind.APPLIES, Kind.APPLIES_3WAY) and stopped.commit == state.stop_head
+        repo.run("reset", "-q", "--hard", f"{state.stop_head}^" if edit_stop else state.stop_head)
         result = Result(name, Kind.DROPPED, f"was {stopped.kind.value}", reason=state.drops[name])
         progress(f"[{index + 1}/{len(state.names)}] {name}: dropped -- {state.drops[name]}")
     elif repo.am_in_progress():

@@ -172,3 +172,16 @@ def test_record_and_edit_options_refuse_bad_input(tmp_path, capsys):
         assert run_cli("rebase", "--repo", str(repo.path), "--continue", *extra) == 2
         assert "the rebase remembers how it was started" in capsys.readouterr().err
     assert run_cli("rebase", "--repo", str(repo.path), "--abort") == 0
+
+
+def test_a_patch_stopped_for_edit_can_still_be_dropped(tmp_path, capsys):
+    repo, series_dir = S.build_scenario(tmp_path, ["applies", "applies-3way"])
+    threeway, into = name_of(series_dir, "applies-3way"), tmp_path / "new-series"
+    args = ["--repo", str(repo.path)]
+    assert run_cli("rebase", *args, "--series-dir", str(series_dir), "--onto", "v2", "--into", str(into),
+                   "--edit", threeway) == 1
+    assert f"stopped at {threeway}: applies-3way" in capsys.readouterr().out
+    assert run_cli("rebase", *args, "--continue", "--drop", threeway, "--reason", "not wanted on v2") == 0
+    assert load_series(into).names == [name_of(series_dir, "applies")]
+    assert (into / "dropped" / (threeway + ".tombstone")).is_file()
+    assert repo.out("log", "--format=%s", "v2..HEAD").splitlines() == [S.PATCHES["applies"][1]]
