@@ -12,7 +12,11 @@ Modules (one job each):
                       headers, the ``UPSTREAM_PIN`` and the tombstones of dropped patches.
 - :mod:`.layout`      what makes a tree SGLang's (a repository of another project is refused).
 - :mod:`.classify`    what one patch does against one upstream tree (the classifications).
-- :mod:`.rebase`      the resumable rebase (``--continue`` / ``--abort``).
+- :mod:`.guards`      what a rebase, apply or export refuses before it changes anything.
+- :mod:`.rebase`      the resumable rebase (``--continue`` / ``--abort``, ``--into``, ``--edit``).
+- :mod:`.stops`       what a rebase does at a stop (the editable message, committing a resolution).
+- :mod:`.resolutions` the resolution record that replays a rebase (git rerere and the rest).
+- :mod:`.releases`    one series per SGLang release, and which answers for a given SGLang.
 - :mod:`.export`      deterministic re-export of commits as the series.
 - :mod:`.pin`         the ``UPSTREAM_PIN`` of a new base and what changes in it (export, rebase).
 - :mod:`.rangediff`   old-versus-new series report (``git range-diff``).

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+from sglang_dsv4_ext.errors import RebaseError
+
 from . import export as export_mod
 from .classify import Kind, Result, classify_and_apply
 from .gitrepo import GitRepo
+from .guards import protect_series_dir, refuse_busy_or_dirty
 from .layout import refuse_foreign_tree
 from .pin import given_wheel, pin_for, updated_pin
-from .rebase import RebaseError, protect_series_dir, refuse_busy_or_dirty
 from .series import Series, SeriesError, format_tombstone, load_series, tombstone_path
 
 Progress = Callable[[str], None]

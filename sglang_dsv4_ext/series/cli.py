@@ -20,6 +20,7 @@ from sglang_dsv4_ext.errors import Dsv4ExtError
 from .classify import APPLIED_KINDS, UPSTREAM_KINDS, Kind, Result
 from .gitrepo import GitRepo
 from .paths import ENV_SERIES_DIR, default_series_dir, series_origin
+from .releases import ChosenSeries, choose_series_dir
 from .series import SeriesError, load_series, read_tombstones, unlisted_patch_files
 
 EXIT_OK, EXIT_ATTENTION, EXIT_INPUT = exit_codes.OK, exit_codes.ATTENTION, exit_codes.USAGE
@@ -28,6 +29,28 @@ EXIT_OK, EXIT_ATTENTION, EXIT_INPUT = exit_codes.OK, exit_codes.ATTENTION, exit_
 def _series_dir(args) -> Path:
     """--series-dir, else the default series directory (see :mod:`.paths`)."""
     return args.series_dir if args.series_dir is not None else default_series_dir()
+
+
+def _target_version(args) -> Optional[str]:
+    """The sglang version of the target of check / status / apply (None: it cannot be read)."""
+    from .releases import package_version, ref_version
+
+    if getattr(args, "sglang_version", None):
+        return args.sglang_version
+    if args.repo:
+        return ref_version(GitRepo(args.repo), getattr(args, "onto", None) or "HEAD")
+    if args.sglang_dir:
+        return package_version(args.sglang_dir)
+    from .package_dir import installed_sglang_dir
+
+    return package_version(installed_sglang_dir())
+
+
+def _chosen_series(args) -> ChosenSeries:
+    """The series for the target's sglang version, unless --series-dir or $SGLANG_DSV4_PATCHES_DIR names one."""
+    if args.series_dir is not None:
+        return choose_series_dir(None, args.series_dir)
+    return choose_series_dir(_target_version(args))
 
 
 def _progress(message: str) -> None:
@@ -101,7 +124,8 @@ def _classify_target(args, series) -> Tuple[str, List[Result]]:
 
 
 def cmd_check(args) -> int:
-    series = load_series(_series_dir(args))
+    chosen = _chosen_series(args)
+    series = load_series(chosen.directory)
     problems = []
     for patch in series.patches:
         missing = patch.missing_fields()
@@ -111,9 +135,10 @@ def cmd_check(args) -> int:
         problems.append(f"{series.directory / name}: not listed in the series file")
     label, results = _classify_target(args, series)
     if args.json:
-        _print_results(results, True, {"target": label, "header_problems": problems})
+        _print_results(results, True, {"target": label, "series_dir": str(series.directory),
+                                       "series_choice": chosen.why, "header_problems": problems})
     else:
-        print(f"series {series.directory} against {label}:")
+        print(f"series {series.directory} ({chosen.why}) against {label}:")
         _print_results(results, False)
         for line in problems:
             print(f"warning: {line}")
@@ -149,11 +174,13 @@ def _status_rows(series, results: List[Result]) -> List[dict]:
 _VERDICTS = {Kind.APPLIES.value: "needed", Kind.ALREADY_APPLIED.value: "already applied"}  # (the rest: the kind)
 
 
-def _print_status(series, label: str, rows: List[dict], tombstones: List[dict], rebase_state: Optional[dict]) -> None:
+def _print_status(series, chosen: ChosenSeries, label: str, rows: List[dict], tombstones: List[dict],
+                  rebase_state: Optional[dict]) -> None:
     pin = series.pin
     sha = f" [wheel sha256 {pin['wheel_sha256'][:16]}...]" if pin.get("wheel_sha256") else ""
     print(f"series: {series.directory} ({series_origin(series.directory)}, {len(series.patches)} patches), "
           f"pinned to {pin.get('tag', '(no pin)')}{sha}")
+    print(f"chosen: {chosen.why}")
     print(f"target: {label}")
     width = max([len(r["name"]) for r in rows] + [5])
     for row in rows:
@@ -168,16 +195,17 @@ def _print_status(series, label: str, rows: List[dict], tombstones: List[dict], 
 
 
 def cmd_status(args) -> int:
-    series = load_series(_series_dir(args))
+    chosen = _chosen_series(args)
+    series = load_series(chosen.directory)
     label, results = _classify_target(args, series)
     rebase_state = _rebase_state(args.repo)
     rows = _status_rows(series, results)
     tombstones = read_tombstones(series.directory)
     if args.json:
-        print(json.dumps({"target": label, "series_dir": str(series.directory), "pin": series.pin, "patches": rows,
-                          "rebase": rebase_state, "dropped": tombstones}, indent=1))
+        print(json.dumps({"target": label, "series_dir": str(series.directory), "series_choice": chosen.why,
+                          "pin": series.pin, "patches": rows, "rebase": rebase_state, "dropped": tombstones}, indent=1))
     else:
-        _print_status(series, label, rows, tombstones, rebase_state)
+        _print_status(series, chosen, label, rows, tombstones, rebase_state)
     return EXIT_OK
 
 
@@ -185,7 +213,9 @@ def cmd_apply(args) -> int:
     if bool(args.repo) == bool(args.sglang_dir):
         raise SeriesError("give exactly one of --repo (a git checkout: git am -3) or --sglang-dir DIR "
                           "(an sglang package directory)")
-    series = load_series(_series_dir(args))
+    chosen = _chosen_series(args)
+    _progress(f"series {chosen.directory} ({chosen.why})")
+    series = load_series(chosen.directory)
     if args.sglang_dir:
         from .package_dir import apply_to_package
 
@@ -207,19 +237,23 @@ def cmd_rebase(args) -> int:
     from . import rebase as rebase_mod
 
     drops = _drops(args)
+    started_with = [f"--{n}" for n, v in (("into", args.into), ("resolutions", args.resolutions),
+                                          ("edit", args.edit)) if v]
     if args.abort:
-        if args.onto or args.continue_ or drops:
-            raise SeriesError("--abort takes no --onto, --continue or --drop")
+        if args.onto or args.continue_ or drops or started_with:
+            raise SeriesError("--abort takes no --onto, --continue, --drop, --into, --resolutions or --edit")
         print(rebase_mod.abort(args.repo, _progress))
         return EXIT_OK
     if args.continue_:
-        if args.onto:
-            raise SeriesError("--continue takes no --onto (the rebase remembers it)")
+        if args.onto or started_with:
+            raise SeriesError(f"--continue takes no {' or '.join(['--onto'] + started_with)} "
+                              "(the rebase remembers how it was started)")
         outcome = rebase_mod.continue_(args.repo, drops, _progress)
     else:
         if not args.onto:
             raise SeriesError("rebase needs --onto REF (or --continue / --abort)")
-        outcome = rebase_mod.start(args.repo, _series_dir(args), args.onto, drops, _progress)
+        outcome = rebase_mod.start(args.repo, _series_dir(args), args.onto, drops, _progress,
+                                   into=args.into, record=args.resolutions, edits=args.edit or [])
     if not outcome.finished:
         print(outcome.message)
         return EXIT_ATTENTION
@@ -289,7 +323,8 @@ def add_subparser(subparsers) -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--series-dir", type=Path, default=None,
                        help=f"the series directory (default: ${ENV_SERIES_DIR}, else the checkout's patches/, "
-                       "else the copy shipped in the installed package)")
+                       "else the copy shipped in the installed package; check, status and apply take the series "
+                       "there that is pinned to the target's sglang version, e.g. patches/sglang-0.5.22/)")
         p.set_defaults(func=_guarded(func))
         return p
 
@@ -311,7 +346,8 @@ def add_subparser(subparsers) -> argparse.ArgumentParser:
     p = add("status", "which patches are already upstream for an SGLang version; a rebase in progress",
             cmd_status, "Per patch: already upstream or needed, the runtime hook module it mirrors, dropped patches,\n"
             "and the state of a rebase in progress (with --repo). The default target is the installed sglang,\n"
-            "the same one `sglang-dsv4 doctor` inspects.")
+            "the same one `sglang-dsv4 doctor` inspects; the series is the one pinned to the target's version\n"
+            "(the `chosen:` line says which and why).")
     _add_target_args(p, "default: the installed sglang package")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -319,8 +355,10 @@ def add_subparser(subparsers) -> argparse.ArgumentParser:
             "Classify and apply each patch onto REF (HEAD of --repo is detached there). Stops at the first conflict,\n"
             "patch already upstream or target gone; resume with --continue, or --abort to restore the original\n"
             "state exactly. A patch leaves the series only with --drop NAME --reason TEXT (a tombstone is written\n"
-            "to patches/dropped/). On success the series is re-exported, the pin moved to REF, and a report with\n"
-            "a range-diff of the old and new series is printed.")
+            "to patches/dropped/). On success the series is re-exported (to --into DIR, or in place), the pin moved\n"
+            "to REF, and a report with a range-diff of the old and new series is printed. At a stop the commit\n"
+            "message is in the rebase's MESSAGE file (the stop says where): edit it to change the message.\n"
+            "--resolutions DIR records every resolution (git rerere and the rest) and replays recorded ones.")
     p.add_argument("--repo", type=Path, required=True, help="SGLang git checkout holding REF (clean work tree)")
     p.add_argument("--onto", metavar="REF", help="upstream tag or commit to rebase onto")
     p.add_argument("--continue", dest="continue_", action="store_true", help="resume a stopped rebase")
@@ -328,6 +366,16 @@ def add_subparser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--drop", action="append", metavar="NAME", help="drop this patch (repeatable; needs --reason)")
     p.add_argument("--reason", action="append", metavar="TEXT", help="why the matching --drop patch goes")
     p.add_argument("--report", type=Path, help="also write the report to this file")
+    p.add_argument("--into", type=Path, metavar="DIR",
+                   help="write the new series to DIR (e.g. patches/sglang-0.5.22), next to the old one, which "
+                   "is left as it is (default: rewrite the series directory)")
+    p.add_argument("--edit", action="append", metavar="NAME",
+                   help="stop after this patch applies, to change it (repeatable): a clean three-way merge can "
+                   "still be wrong for the release, and its message may need to say how this release differs")
+    p.add_argument("--resolutions", type=Path, metavar="DIR",
+                   help="keep a resolution record in DIR (git rerere's cache, and each resolution's edits beyond "
+                   "the conflicted files and its message): recorded stops replay without stopping, new ones are "
+                   "recorded when the rebase finishes. Without it rerere stays off.")
 
     p = add("export", "write commits BASE..HEAD of a checkout as the series (deterministic)", cmd_export,
             "Export commits as format-patch files with stable names (matched by subject), normalised headers,\n"

@@ -122,11 +122,14 @@ def planned_changes(series_dir: Path, files: Dict[str, str], removed: Sequence[s
 
 
 def series_files(
-    series_dir: Path, rendered: Sequence[Tuple[str, str]], pin: Optional[Dict[str, str]], tombstones: Dict[str, str]
+    series_dir: Path, rendered: Sequence[Tuple[str, str]], pin: Optional[Dict[str, str]], tombstones: Dict[str, str],
+    header: Optional[str] = None,
 ) -> Dict[str, str]:
-    """Every file a series directory should hold: patches, series, pin, new tombstones."""
+    """Every file a series directory should hold: patches, series, pin, new tombstones.
+    ``header``: the series file's comment block (default: the one ``series_dir`` has)."""
     files = {name: text for name, text in rendered}
-    files[SERIES_FILE] = format_series_file([n for n, _ in rendered], series_header(series_dir))
+    header = series_header(series_dir) if header is None else header
+    files[SERIES_FILE] = format_series_file([n for n, _ in rendered], header)
     if pin is not None:
         files[PIN_FILE] = format_pin(pin)
     for rel, text in tombstones.items():

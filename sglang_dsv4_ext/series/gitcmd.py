@@ -11,6 +11,12 @@ configuration may leak into the output (``diff.noprefix``, ``format.signature``,
 ``diff.algorithm`` ...): every call passes :data:`FORCED_CONFIG` as ``-c key=value``. Commits
 made while applying patches need a committer even on a bare CI box without ``user.name``. A failed
 call says which command failed, where and why.
+
+``git rerere`` is off in :data:`FORCED_CONFIG`: a resolution that git remembered from some earlier
+work in the user's repository must never change what a rebase produces. The one way to turn it on
+is explicit: a rebase given a resolution record (``rebase --resolutions DIR``, see
+:mod:`.resolutions`) opens its repository with :data:`RERERE_CONFIG` on top, and replays only the
+resolutions that record holds.
 """
 
 from __future__ import annotations
@@ -61,6 +67,10 @@ FORCED_CONFIG: Dict[str, str] = {
     "core.hooksPath": "/dev/null",  # no repository hooks run inside our am/commit calls
 }
 
+# On top of FORCED_CONFIG for a rebase that uses a resolution record: git rerere records each
+# resolved conflict and replays a recorded one, staging the result (autoUpdate).
+RERERE_CONFIG: Dict[str, str] = {"rerere.enabled": "true", "rerere.autoUpdate": "true"}
+
 GitResult = Tuple[int, Union[str, bytes], str]
 
 
@@ -80,15 +90,16 @@ def git_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return env
 
 
-def git_config_args() -> List[str]:
+def git_config_args(overrides: Optional[Dict[str, str]] = None) -> List[str]:
+    """``-c key=value`` for :data:`FORCED_CONFIG`, with ``overrides`` (e.g. :data:`RERERE_CONFIG`) on top."""
     args: List[str] = []
-    for key, value in FORCED_CONFIG.items():
+    for key, value in {**FORCED_CONFIG, **(overrides or {})}.items():
         args += ["-c", f"{key}={value}"]
     return args
 
 
-def git_command(args: Sequence[str]) -> List[str]:
-    return ["git", *git_config_args(), *args]
+def git_command(args: Sequence[str], overrides: Optional[Dict[str, str]] = None) -> List[str]:
+    return ["git", *git_config_args(overrides), *args]
 
 
 def git_result(

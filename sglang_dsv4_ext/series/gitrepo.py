@@ -47,14 +47,17 @@ def run_git(
     env: Optional[Dict[str, str]] = None,
     binary: bool = False,
     where: str = "",
+    config: Optional[Dict[str, str]] = None,
 ) -> GitResult:
-    """Run ``git ARGS`` through a GitPython runner (``git.Git``); return (status, stdout, stderr)."""
+    """Run ``git ARGS`` through a GitPython runner (``git.Git``); return (status, stdout, stderr).
+
+    ``config``: configuration on top of the forced one (:func:`.gitcmd.git_config_args`)."""
     with tempfile.TemporaryFile() as stdin_file:
         if stdin is not None:
             stdin_file.write(stdin.encode() if isinstance(stdin, str) else stdin)
             stdin_file.seek(0)
         status, stdout, stderr = runner.execute(
-            git_command(args),
+            git_command(args, config),
             istream=stdin_file if stdin is not None else None,
             with_extended_output=True,
             with_exceptions=False,
@@ -66,10 +69,15 @@ def run_git(
 
 
 class GitRepo:
-    """One git work tree (or bare repository), driven through GitPython."""
+    """One git work tree (or bare repository), driven through GitPython.
 
-    def __init__(self, path: Union[str, Path], *, search_parent: bool = False):
+    ``config``: git configuration every call of this object gets on top of the forced one
+    (:data:`.gitcmd.RERERE_CONFIG` for a rebase with a resolution record); None for the rest."""
+
+    def __init__(self, path: Union[str, Path], *, search_parent: bool = False,
+                 config: Optional[Dict[str, str]] = None):
         git = gitpython()
+        self.config = dict(config or {})
         self.path = Path(path).resolve()
         try:
             self.repo = git.Repo(str(self.path), search_parent_directories=search_parent)
@@ -103,7 +111,7 @@ class GitRepo:
         """
         return run_git(
             self.repo.git, args, stdin=stdin, check=check, env=env, binary=binary,
-            where=str(self.work_tree or self.git_dir),
+            where=str(self.work_tree or self.git_dir), config=self.config,
         )
 
     def out(self, *args: str, **kw) -> str:
@@ -116,7 +124,8 @@ class GitRepo:
         (GitPython kills the process when the wrapper is garbage-collected). The wrapper
         forwards ``stdin``, ``communicate`` and ``returncode`` to the Popen object.
         """
-        return self.repo.git.execute(git_command(args), istream=subprocess.PIPE, as_process=True, env=git_env(env))
+        return self.repo.git.execute(git_command(args, self.config), istream=subprocess.PIPE, as_process=True,
+                                     env=git_env(env))
 
     # ---- queries -----------------------------------------------------------------------
 

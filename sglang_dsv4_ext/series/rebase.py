@@ -17,27 +17,37 @@ progress), a patch already upstream, or a patch whose target files are gone. The
   series directory was not written and stays as it was.
 
 When every patch is through, the new series is exported deterministically (:mod:`.export`),
-the pin is moved to REF, and a report (table + range-diff) is printed.
+the pin is moved to REF, and a report (table + range-diff) is printed. ``--into DIR`` writes
+the new series there instead, next to the old one, which stays as it is (one series per
+release). At every stop the commit message of the patch is in the state directory's
+``MESSAGE`` file: an edit there is the resolved commit's message (say what the patch does
+differently on this release).
+
+``--resolutions DIR`` keeps a resolution record (:mod:`.resolutions`): git rerere (off
+otherwise) records each conflict resolved here and replays each one recorded there, and the
+resolution's edits beyond the conflicted files and its message are recorded too. A patch whose
+stop the record resolves completely goes through without stopping, so the same rebase
+replays on a fresh clone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import re
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 from sglang_dsv4_ext.errors import RebaseError
 
 from . import export as export_mod
-from . import rangediff
+from . import rangediff, resolutions, stops
 from .classify import APPLIED_KINDS, STOP_KINDS, UPSTREAM_KINDS, Kind, Result, classify_and_apply
-from .gitcmd import run_git_in
+from .gitcmd import RERERE_CONFIG
 from .gitrepo import GitRepo
+from .guards import protect_series_dir, refuse_busy_or_dirty
 from .layout import refuse_foreign_tree
 from .pin import pin_for, pin_report, updated_pin
 from .series import (
@@ -47,13 +57,13 @@ from .series import (
     Series,
     format_tombstone,
     load_series,
+    series_header,
     tombstone_path,
 )
 
 STATE_DIRNAME = "dsv4-patches-rebase"
-STATE_VERSION = 1
+STATE_VERSION = 2
 Progress = Callable[[str], None]
-
 
 
 @dataclass
@@ -71,6 +81,12 @@ class State:
     results: List[Dict] = field(default_factory=list)
     stop_index: Optional[int] = None
     stop_head: Optional[str] = None
+    into: str = ""  # where the new series is written (the series directory itself by default)
+    edit_names: List[str] = field(default_factory=list)  # --edit: stop after these apply, to change them
+    record: Optional[str] = None  # the resolution record directory (--resolutions), if any
+    merge_tree: Optional[str] = None  # at a conflict stop with a record: the merge's tree (resolutions.merge_tree)
+    stop_conflicts: List[str] = field(default_factory=list)  # the files that conflicted at the stop
+    guarded: Dict[str, Dict[str, str]] = field(default_factory=dict)  # directory -> file -> sha256 at the start
     version: int = STATE_VERSION
 
 
@@ -90,6 +106,14 @@ def _state_dir(repo: GitRepo) -> Path:
 
 def in_progress(repo: GitRepo) -> bool:
     return (_state_dir(repo) / "state.json").exists()
+
+
+def open_repo(repo_path: Path) -> GitRepo:
+    """The repository of a rebase in progress, with git rerere on when the rebase keeps a record."""
+    repo = GitRepo(repo_path)
+    if in_progress(repo) and load_state(repo).record:
+        return GitRepo(repo_path, config=RERERE_CONFIG)
+    return repo
 
 
 def load_state(repo: GitRepo) -> State:
@@ -119,80 +143,6 @@ def _snapshot_series(repo: GitRepo) -> Series:
     return load_series(_snapshot_dir(repo))
 
 
-# ---- guards ---------------------------------------------------------------------------------
-
-_BUSY_MARKERS = {
-    "rebase-merge": "a git rebase", "rebase-apply": "a git am or rebase", "MERGE_HEAD": "a merge",
-    "CHERRY_PICK_HEAD": "a cherry-pick", "REVERT_HEAD": "a revert", "BISECT_LOG": "a bisect",
-}
-
-
-def refuse_busy_or_dirty(repo: GitRepo) -> None:
-    if repo.bare:
-        raise RebaseError(f"{repo.path} is a bare repository; the rebase needs a work tree (a checkout of SGLang)")
-    for marker, what in _BUSY_MARKERS.items():
-        if (repo.git_dir / marker).exists():
-            raise RebaseError(f"{repo.path} is in the middle of {what}; finish or abort it first (nothing was changed)")
-    lock = repo.git_dir / "index.lock"
-    if lock.exists():
-        raise RebaseError(
-            f"{lock} exists: another git process is using {repo.path}, or one died and left its lock. If no git "
-            "command is running there, remove that file; nothing was changed."
-        )
-    dirty = repo.dirty_paths()
-    if dirty:
-        shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
-        raise RebaseError(
-            f"{repo.path} has uncommitted changes in: {shown}. Commit or stash them first; "
-            "nothing was changed."
-        )
-
-
-def series_dir_changes(series_dir: Path) -> Optional[List[str]]:
-    """Uncommitted changes (untracked included) under the series directory when it is in a git
-    work tree; None when it is not version-controlled."""
-    status, out, _ = run_git_in(series_dir, ["rev-parse", "--show-toplevel"], check=False,
-                                env={"GIT_CEILING_DIRECTORIES": ""})
-    if status != 0:
-        return None
-    top = GitRepo(out.strip())
-    out = top.run("status", "--porcelain=v1", "--untracked-files=all", "-z", "--", str(Path(series_dir).resolve()))[1]
-    return [entry[3:] for entry in out.split("\0") if entry]
-
-
-def protect_series_dir(series_dir: Path, progress: Progress, rewritten: Optional[List[str]] = None) -> Optional[Path]:
-    """Before the series directory is rewritten: refuse uncommitted changes when git tracks it;
-    when git does not (a copy, an unpacked release), keep a timestamped backup and say where.
-
-    ``rewritten``: the files about to change (None: any may); no backup is needed when none of
-    them exists yet. Returns the backup directory, if one was made."""
-    changes = series_dir_changes(series_dir)
-    if changes is None:
-        if rewritten is not None and not any((Path(series_dir) / name).exists() for name in rewritten):
-            return None
-        backup = _free_backup_name(Path(series_dir))
-        shutil.copytree(series_dir, backup)
-        progress(f"{series_dir} is not tracked by git: its previous contents are kept in {backup}")
-        return backup
-    if changes:
-        shown = ", ".join(changes[:10]) + (f" and {len(changes) - 10} more" if len(changes) > 10 else "")
-        raise RebaseError(
-            f"the series directory {series_dir} has uncommitted changes ({shown}); it would be "
-            "rewritten. Commit them first; nothing was changed."
-        )
-    return None
-
-
-def _free_backup_name(series_dir: Path) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    candidate = series_dir.with_name(f"{series_dir.name}.backup-{stamp}")
-    n = 2
-    while candidate.exists():
-        candidate = series_dir.with_name(f"{series_dir.name}.backup-{stamp}-{n}")
-        n += 1
-    return candidate
-
-
 def _validate_drops(drops: Dict[str, str], names: List[str], series_dir: Path) -> None:
     for name, reason in drops.items():
         if name not in names:
@@ -207,8 +157,12 @@ def _validate_drops(drops: Dict[str, str], names: List[str], series_dir: Path) -
 
 
 def start(
-    repo_path: Path, series_dir: Path, onto: str, drops: Optional[Dict[str, str]] = None, progress: Progress = print
+    repo_path: Path, series_dir: Path, onto: str, drops: Optional[Dict[str, str]] = None, progress: Progress = print,
+    *, into: Optional[Path] = None, record: Optional[Path] = None, edits: Sequence[str] = (),
 ) -> Outcome:
+    """Rebase the series in ``series_dir`` onto ``onto``; write the new series to ``into`` (default:
+    ``series_dir`` itself) and, with ``record``, keep and replay a resolution record there.
+    ``edits``: patches to stop after, once they applied, to change them (``--edit``)."""
     repo = GitRepo(repo_path)
     if in_progress(repo):
         raise RebaseError(
@@ -217,8 +171,11 @@ def start(
     refuse_busy_or_dirty(repo)
     series_dir = Path(series_dir).resolve()
     series = load_series(series_dir)  # a corrupt patch stops us here, before anything changes
+    into = Path(into).resolve() if into is not None else series_dir
+    record = resolutions.check_record_dir(record) if record is not None else None
     drops = dict(drops or {})
     _validate_drops(drops, series.names, series_dir)
+    _validate_edits(list(edits), series.names, drops, series_dir)
     onto_sha = repo.rev_parse(onto)
     if onto_sha is None:
         tags = ", ".join(repo.tags()[-8:]) or "(none)"
@@ -229,7 +186,7 @@ def start(
     head_ref, head_sha = repo.head_state()
     if head_sha is None:
         raise RebaseError(f"{repo.path} has no commits yet")
-    protect_series_dir(series_dir, progress)  # last: a refusal above leaves no backup behind
+    _protect_outputs(series_dir, into, record, progress)  # last: a refusal above leaves no backup behind
 
     state_dir = _state_dir(repo)
     snapshot = _snapshot_dir(repo)
@@ -241,19 +198,53 @@ def start(
         state = State(
             repo=str(repo.path), series_dir=str(series_dir), onto=onto, onto_sha=onto_sha,
             old_base=old_base, old_base_sha=old_base_sha, orig_head_ref=head_ref, orig_head_sha=head_sha,
-            names=series.names, drops=drops,
+            names=series.names, drops=drops, into=str(into), record=str(record) if record else None,
+            edit_names=list(edits),
+            guarded={str(d): _digests(d) for d in {into, record} - {None, series_dir}},
         )
         _save_state(repo, state)
-        progress(f"rebasing {len(series.names)} patches from {old_base or '(no pin)'} onto {onto} ({onto_sha[:12]})")
+        if record is not None:
+            resolutions.begin(repo, record, state_dir)
+            repo = GitRepo(repo.path, config=RERERE_CONFIG)
+        progress(f"rebasing {len(series.names)} patches from {old_base or '(no pin)'} onto {onto} ({onto_sha[:12]})"
+                 + (f"; new series in {into}" if into != series_dir else "")
+                 + (f"; resolution record {record}" if record else ""))
         repo.run("checkout", "-q", "--detach", onto_sha)
     except Exception:
+        if record is not None:
+            resolutions.end(repo, state_dir)
         shutil.rmtree(state_dir, ignore_errors=True)
         raise
     return _run(repo, state, 0, progress)
 
 
+def _validate_edits(edits: List[str], names: List[str], drops: Dict[str, str], series_dir: Path) -> None:
+    for name in edits:
+        if name not in names:
+            raise RebaseError(
+                f"--edit {name!r}: no such patch in {series_dir / SERIES_FILE}; patches: {', '.join(names) or '(none)'}"
+            )
+        if name in drops:
+            raise RebaseError(f"--edit {name!r} and --drop {name!r}: a dropped patch cannot be edited")
+
+
+def _protect_outputs(series_dir: Path, into: Path, record: Optional[Path], progress: Progress) -> None:
+    """The directories the rebase writes when it finishes: no uncommitted changes in any (a backup of
+    one git does not track); the old series is written only when it is the one rewritten."""
+    for directory in dict.fromkeys([into, record]):
+        if directory is not None and directory.exists():
+            protect_series_dir(directory, progress)
+
+
+def _digests(directory: Optional[Path]) -> Dict[str, str]:
+    if directory is None or not directory.is_dir():
+        return {}
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
 def continue_(repo_path: Path, drops: Optional[Dict[str, str]] = None, progress: Progress = print) -> Outcome:
-    repo = GitRepo(repo_path)
+    repo = open_repo(repo_path)
     state = load_state(repo)
     drops = dict(drops or {})
     _validate_drops(drops, state.names, Path(state.series_dir))
@@ -275,86 +266,79 @@ def continue_(repo_path: Path, drops: Optional[Dict[str, str]] = None, progress:
     if name in state.drops:
         if repo.am_in_progress():
             repo.run("am", "--abort")
-        repo.run("reset", "-q", "--hard", state.stop_head)
-        state.results[index] = Result(name, Kind.DROPPED, f"was {stopped.kind.value}",
-                                      reason=state.drops[name]).to_json()
+        # An --edit stop is after the patch's commit: dropping it goes back to before that commit.
+        edit_stop = stopped.kind in (Kind.APPLIES, Kind.APPLIES_3WAY) and stopped.commit == state.stop_head
+        repo.run("reset", "-q", "--hard", f"{state.stop_head}^" if edit_stop else state.stop_head)
+        result = Result(name, Kind.DROPPED, f"was {stopped.kind.value}", reason=state.drops[name])
         progress(f"[{index + 1}/{len(state.names)}] {name}: dropped -- {state.drops[name]}")
     elif repo.am_in_progress():
-        unresolved = repo.unmerged_paths()
-        if unresolved:
-            raise RebaseError(
-                f"{name}: conflicts are still unresolved in {', '.join(unresolved)}; edit them, `git add` "
-                f"them in {repo.path}, then --continue (or --continue --drop {name} --reason TEXT, or --abort)"
-            )
-        status, out, err = repo.run("am", "--continue", check=False)
-        if status != 0:
-            message = (out + err).strip()
-            if re.search(r"No changes", message):
-                raise RebaseError(
-                    f"{name}: the resolution leaves no change, so upstream absorbed this patch (or the "
-                    f"resolution dropped it). Check why; if upstream has it, drop it: --continue --drop {name} "
-                    "--reason TEXT"
-                )
-            raise RebaseError(f"{name}: git am --continue failed: {message}")
-        state.results[index] = Result(name, Kind.RESOLVED, f"conflict resolved by hand (was {stopped.kind.value})",
-                                      repo.must_rev_parse("HEAD")).to_json()
+        result = _continue_conflict(repo, state, patch, stopped)
         progress(f"[{index + 1}/{len(state.names)}] {name}: resolved")
+    elif stopped.kind in (Kind.APPLIES, Kind.APPLIES_3WAY):
+        result = _continue_edit(repo, state, patch, stopped)
+        progress(f"[{index + 1}/{len(state.names)}] {name}: {result.describe()}")
     else:
-        commit = _take_hand_port(repo, state, patch)
-        if commit is None:
-            hint = (
-                f"drop it: --continue --drop {name} --reason TEXT"
-                if stopped.kind in UPSTREAM_KINDS
-                else "port it by hand (edit, `git add`, then --continue) or drop it: "
-                f"--continue --drop {name} --reason TEXT"
-            )
-            raise RebaseError(f"{name} stopped as {stopped.describe()}; nothing to continue with: {hint}")
-        state.results[index] = Result(name, Kind.RESOLVED, f"ported by hand (was {stopped.kind.value})",
-                                      commit).to_json()
+        result = _continue_hand_port(repo, state, patch, stopped)
         progress(f"[{index + 1}/{len(state.names)}] {name}: ported by hand")
+    state.results[index] = result.to_json()
     state.stop_index = None
     state.stop_head = None
+    state.merge_tree = None
+    state.stop_conflicts = []
     _save_state(repo, state)
     return _run(repo, state, index + 1, progress)
 
 
-def _take_hand_port(repo: GitRepo, state: State, patch: PatchFile) -> Optional[str]:
-    """A hand port of a stopped patch: one commit made by the user, or staged changes that we
-    commit with the patch's author, date and message."""
-    head = repo.must_rev_parse("HEAD")
-    if head != state.stop_head:
-        new = repo.commits_between(state.stop_head, head)
-        if len(new) != 1 or repo.dirty_paths():
-            raise RebaseError(
-                f"{patch.name}: expected exactly one new commit (the port) on top of {state.stop_head[:12]} "
-                f"and a clean tree, found {len(new)} commits"
-                + (" and uncommitted changes" if repo.dirty_paths() else "")
-            )
-        return head
-    staged = repo.out("diff", "--cached", "--name-only")
-    if not staged:
-        return None
-    unstaged = repo.out("diff", "--name-only")
-    if unstaged:
-        files = unstaged.replace(chr(10), ", ")
-        raise RebaseError(f"{patch.name}: unstaged changes in {files}; `git add` or discard them")
-    with tempfile.TemporaryDirectory() as tmp:
-        msg, body = Path(tmp) / "msg", Path(tmp) / "patch"
-        info = repo.run("mailinfo", str(msg), str(body), stdin=patch.text)[1]
-        meta = dict(line.split(": ", 1) for line in info.splitlines() if ": " in line)
-        message = meta.get("Subject", patch.subject) + "\n\n" + msg.read_text()
-        repo.run(
-            "commit", "-q", "--no-verify", "-F", "-", stdin=message,
-            env={
-                "GIT_AUTHOR_NAME": meta.get("Author", ""), "GIT_AUTHOR_EMAIL": meta.get("Email", ""),
-                "GIT_AUTHOR_DATE": meta.get("Date", ""), "GIT_COMMITTER_DATE": meta.get("Date", ""),
-            },
+def _continue_conflict(repo: GitRepo, state: State, patch: PatchFile, stopped: Result) -> Result:
+    """A conflict the human resolved: commit it (with the edited message), and record it."""
+    unresolved = repo.unmerged_paths()
+    if unresolved:
+        raise RebaseError(
+            f"{patch.name}: conflicts are still unresolved in {', '.join(unresolved)}; edit them, `git add` "
+            f"them in {repo.path}, then --continue (or --continue --drop {patch.name} --reason TEXT, or --abort)"
         )
-    return repo.must_rev_parse("HEAD")
+    message = stops.edited_message(_state_dir(repo), repo, patch)
+    commit = stops.am_continue(repo, patch)
+    if message is not None:
+        commit = stops.amend(repo, patch, message)
+    detail = f"conflict resolved by hand (was {stopped.kind.value})"
+    if state.record and state.merge_tree:
+        edits = resolutions.edits_since_merge(repo, state.merge_tree, commit, state.stop_conflicts)
+        resolutions.keep_pending(_state_dir(repo), patch.name, edits, message)
+        detail += "; recorded"
+    return Result(patch.name, Kind.RESOLVED, detail, commit)
+
+
+def _continue_edit(repo: GitRepo, state: State, patch: PatchFile, stopped: Result) -> Result:
+    """An ``--edit`` stop: the applied patch, amended with what was staged and the edited message."""
+    message = stops.edited_message(_state_dir(repo), repo, patch)
+    commit = stops.take_edit(repo, state.stop_head, patch, message)
+    if commit == state.stop_head:
+        return Result(patch.name, stopped.kind, stopped.detail, commit, failing_hunks=stopped.failing_hunks)
+    if state.record:
+        edits = resolutions.edits_since_merge(repo, state.stop_head, commit, [])
+        resolutions.keep_pending(_state_dir(repo), patch.name, edits, message)
+    return Result(patch.name, Kind.RESOLVED, f"edited after it applied (was {stopped.kind.value})"
+                  + ("; recorded" if state.record else ""), commit)
+
+
+def _continue_hand_port(repo: GitRepo, state: State, patch: PatchFile, stopped: Result) -> Result:
+    message = stops.edited_message(_state_dir(repo), repo, patch)
+    commit = stops.take_hand_port(repo, state.stop_head, patch, message)
+    if commit is None:
+        name = patch.name
+        hint = (
+            f"drop it: --continue --drop {name} --reason TEXT"
+            if stopped.kind in UPSTREAM_KINDS
+            else "port it by hand (edit, `git add`, then --continue) or drop it: "
+            f"--continue --drop {name} --reason TEXT"
+        )
+        raise RebaseError(f"{name} stopped as {stopped.describe()}; nothing to continue with: {hint}")
+    return Result(patch.name, Kind.RESOLVED, f"ported by hand (was {stopped.kind.value})", commit)
 
 
 def abort(repo_path: Path, progress: Progress = print) -> str:
-    repo = GitRepo(repo_path)
+    repo = open_repo(repo_path)
     state = load_state(repo)
     if repo.am_in_progress():
         repo.run("am", "--abort")
@@ -368,12 +352,16 @@ def abort(repo_path: Path, progress: Progress = print) -> str:
     if repo.head_state()[1] != state.orig_head_sha:  # the branch moved during the stop: put it back
         repo.run("reset", "-q", "--hard", state.orig_head_sha)
     changed = _series_dir_drift(repo, state)
+    if state.record:
+        resolutions.end(repo, _state_dir(repo))
     shutil.rmtree(_state_dir(repo))
     where = state.orig_head_ref or f"detached HEAD {state.orig_head_sha[:12]}"
     message = f"rebase aborted; {repo.path} is back on {where} ({state.orig_head_sha[:12]})"
     if changed:
         message += (f"; note: {', '.join(changed)} in {state.series_dir} changed during the rebase "
                     "and were left as they are")
+    if state.record:
+        message += f"; the resolution record {state.record} was not written"
     progress(message)
     return message
 
@@ -386,6 +374,9 @@ def _series_dir_drift(repo: GitRepo, state: State) -> List[str]:
         live = series_dir / path.name
         if not live.exists() or live.read_bytes() != path.read_bytes():
             drift.append(path.name)
+    for directory, digests in state.guarded.items():
+        if _digests(Path(directory)) != digests:
+            drift.append(directory)
     return drift
 
 
@@ -406,16 +397,58 @@ def _run(repo: GitRepo, state: State, first: int, progress: Progress) -> Outcome
                 result = Result(name, Kind.DROPPED, f"was {probe.kind.value}", reason=state.drops[name])
             else:
                 result = classify_and_apply(repo, patch, patch.path, state.old_base_sha, Path(tmp))
+                result = _with_record(repo, state, patch, result)
             _record(state, index, result)
             progress(f"[{index + 1}/{total}] {name}: {result.describe()}")
-            if result.kind in STOP_KINDS:
-                state.stop_index = index
-                state.stop_head = repo.must_rev_parse("HEAD")
-                _save_state(repo, state)
-                results = [Result.from_json(r) for r in state.results]
-                return Outcome(False, results, result, stop_message(repo, result))
+            if result.kind in STOP_KINDS or _stops_to_edit(state, result):
+                return _stop(repo, state, index, patch, result)
             _save_state(repo, state)
     return _finish(repo, state, progress)
+
+
+def _with_record(repo: GitRepo, state: State, patch: PatchFile, result: Result) -> Result:
+    """What the resolution record (if any) makes of the patch's outcome."""
+    if not state.record:
+        return result
+    if result.kind is Kind.CONFLICT:
+        return _from_record(repo, state, patch, result)
+    if result.kind in (Kind.APPLIES, Kind.APPLIES_3WAY) and resolutions.has_entry(Path(state.record), patch.name):
+        commit, used = stops.edit_from_record(repo, Path(state.record), patch)
+        if commit is None:  # stop there, as --edit would, saying why
+            state.edit_names.append(patch.name)
+            return Result(patch.name, result.kind, used, result.commit, failing_hunks=result.failing_hunks)
+        return Result(patch.name, Kind.RESOLVED, f"{result.kind.value}, then edited from the resolution record "
+                      f"({used})", commit)
+    return result
+
+
+def _stops_to_edit(state: State, result: Result) -> bool:
+    return result.name in state.edit_names and result.kind in (Kind.APPLIES, Kind.APPLIES_3WAY)
+
+
+def _from_record(repo: GitRepo, state: State, patch: PatchFile, result: Result) -> Result:
+    """A conflict with a resolution record: resolved from it when rerere resolved every file, else
+    the stop (rerere's partial resolution in place), with the merge's tree kept for recording."""
+    state.merge_tree = resolutions.merge_tree(repo)
+    state.stop_conflicts = repo.unmerged_paths()
+    if not stops.fully_resolved_by_rerere(repo):
+        return result
+    commit, used = stops.resolve_from_record(repo, Path(state.record), patch)
+    if commit is None:
+        return Result(patch.name, Kind.CONFLICT, used, failing_hunks=result.failing_hunks)
+    state.merge_tree, state.stop_conflicts = None, []
+    return Result(patch.name, Kind.RESOLVED, f"conflict resolved from the resolution record ({used})", commit)
+
+
+def _stop(repo: GitRepo, state: State, index: int, patch: PatchFile, result: Result) -> Outcome:
+    state.stop_index = index
+    state.stop_head = repo.must_rev_parse("HEAD")
+    if result.conflicted_files and not state.stop_conflicts:
+        state.stop_conflicts = list(result.conflicted_files)
+    message_file = stops.write_message_file(_state_dir(repo), repo, patch)
+    _save_state(repo, state)
+    results = [Result.from_json(r) for r in state.results]
+    return Outcome(False, results, result, stop_message(repo, result, message_file))
 
 
 def _record(state: State, index: int, result: Result) -> None:
@@ -425,7 +458,7 @@ def _record(state: State, index: int, result: Result) -> None:
         state.results.append(result.to_json())
 
 
-def stop_message(repo: GitRepo, result: Result) -> str:
+def stop_message(repo: GitRepo, result: Result, message_file: Optional[Path] = None) -> str:
     name = result.name
     lines = [f"stopped at {name}: {result.describe()}"]
     for hunk in result.failing_hunks:
@@ -442,6 +475,13 @@ def stop_message(repo: GitRepo, result: Result) -> str:
             f"port the change by hand in {repo.path} (edit, `git add`), then "
             "`sglang-dsv4 patches rebase --continue`"
         )
+    elif result.kind in (Kind.APPLIES, Kind.APPLIES_3WAY):
+        lines.append(
+            f"it applied, and the rebase stopped to change it (--edit): edit the files in {repo.path} and "
+            "`git add` them (do not commit), then `sglang-dsv4 patches rebase --continue`"
+        )
+    if message_file is not None and result.kind in (Kind.CONFLICT, Kind.TARGET_GONE, Kind.APPLIES, Kind.APPLIES_3WAY):
+        lines.append(f"the commit message is in {message_file}: edit it there to change it")
     if result.kind is Kind.ALREADY_APPLIED:
         lines.append(
             "the ref to rebase onto already holds this patch of the series, so the rebase would export nothing "
@@ -461,7 +501,7 @@ def stop_message(repo: GitRepo, result: Result) -> str:
 def _finish(repo: GitRepo, state: State, progress: Progress) -> Outcome:
     results = [Result.from_json(r) for r in state.results]
     snapshot = _snapshot_series(repo)
-    series_dir = Path(state.series_dir)
+    series_dir, into = Path(state.series_dir), Path(state.into or state.series_dir)
     kept = [r for r in results if r.kind in APPLIED_KINDS]
     head = repo.must_rev_parse("HEAD")
     commits = repo.commits_between(state.onto_sha, head)
@@ -470,37 +510,53 @@ def _finish(repo: GitRepo, state: State, progress: Progress) -> Outcome:
             f"HEAD of {repo.path} does not hold exactly the rebased patches (expected {len(kept)} commits "
             f"on {state.onto_sha[:12]}, found {len(commits)}); fix HEAD or --abort"
         )
-    progress(f"exporting {len(kept)} patches to {series_dir}")
+    progress(f"exporting {len(kept)} patches to {into}")
     rendered = export_mod.render_series(repo, commits, [r.name for r in kept])
-    tombstones = {}
-    dropped_on = f"{state.onto} ({state.onto_sha[:12]})"
-    for r in results:
-        if r.kind is Kind.DROPPED:
-            stone = tombstone_path(series_dir, r.name).relative_to(series_dir)
-            was = r.detail[len("was "):] if r.detail.startswith("was ") else r.detail
-            tombstones[str(stone)] = format_tombstone(snapshot.get(r.name), state.drops[r.name], dropped_on, was)
     removed = [r.name for r in results if r.kind is Kind.DROPPED]
     pin = updated_pin(snapshot.pin, pin_for(repo, state.onto, state.onto_sha), {})
-    files = export_mod.series_files(series_dir, rendered, pin.pin, tombstones)
+    header = series_header(into) or series_header(series_dir)
+    files = export_mod.series_files(into, rendered, pin.pin, _tombstones(state, results, snapshot, into), header)
     drift = _series_dir_drift(repo, state)
     if drift:
         raise RebaseError(
-            f"{', '.join(drift)} in {series_dir} changed while the rebase was stopped; refusing to overwrite "
+            f"{', '.join(drift)} changed while the rebase was stopped; refusing to overwrite "
             "them. Commit or revert those edits, then --continue again (or --abort)"
         )
     text = rangediff.report(
         repo, results, old_label=state.old_base or "(unpinned)", new_label=state.onto,
         old_base=state.old_base_sha, old_patches=snapshot.patches, new_base=state.onto_sha, new_tip=head,
     )
-    changed = export_mod.write_files(series_dir, files, removed)
+    changed = export_mod.write_files(into, files, removed)
+    recorded = _write_record(repo, state)
     repo.run("update-ref", "-m", "sglang-dsv4 patches rebase", "refs/dsv4-patches/last-rebase", head)
     shutil.rmtree(_state_dir(repo))
     message = (
         f"rebase done: {len(kept)} patches on {state.onto} ({state.onto_sha[:12]}), "
         f"{len(removed)} dropped; HEAD of {repo.path} is the patched tree ({head[:12]}, detached); "
-        f"{len(changed)} files changed in {series_dir}"
-    ) + _way_back(repo, state) + "".join(f"\n{line}" for line in pin_report(pin.changes))
+        f"{len(changed)} files changed in {into}"
+    ) + recorded + _way_back(repo, state) + "".join(f"\n{line}" for line in pin_report(pin.changes))
     return Outcome(True, results, None, message, text, changed)
+
+
+def _tombstones(state: State, results: List[Result], snapshot: Series, into: Path) -> Dict[str, str]:
+    stones = {}
+    dropped_on = f"{state.onto} ({state.onto_sha[:12]})"
+    for r in results:
+        if r.kind is Kind.DROPPED:
+            stone = tombstone_path(into, r.name).relative_to(into)
+            was = r.detail[len("was "):] if r.detail.startswith("was ") else r.detail
+            stones[str(stone)] = format_tombstone(snapshot.get(r.name), state.drops[r.name], dropped_on, was)
+    return stones
+
+
+def _write_record(repo: GitRepo, state: State) -> str:
+    """Write the resolution record (when the rebase keeps one) and put the repository's rr-cache back."""
+    if not state.record:
+        return ""
+    files = resolutions.record_files(repo, Path(state.record), _state_dir(repo))
+    changed = resolutions.write_record(Path(state.record), files)
+    resolutions.end(repo, _state_dir(repo))
+    return f"; resolution record {state.record}: {len(changed)} files written"
 
 
 def _way_back(repo: GitRepo, state: State) -> str:

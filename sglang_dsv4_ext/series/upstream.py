@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .classify import UPSTREAM_KINDS, Result
-from .paths import default_series_dir
 from .series import Series, load_series
 
 MIRRORS_TARGETS_FIELD = "Mirrors-Targets"
@@ -68,11 +67,17 @@ def _cached_verdicts(sglang_dir: str, series_dir: str, stamp: Tuple) -> Tuple[Fi
 def fix_verdicts(
     sglang_dir: Optional[os.PathLike] = None, series_dir: Optional[os.PathLike] = None
 ) -> List[FixVerdict]:
-    """Per patch: is its fix already in the SGLang at ``sglang_dir`` (default: the installed one)?"""
+    """Per patch: is its fix already in the SGLang at ``sglang_dir`` (default: the installed one)?
+
+    ``series_dir`` default: the series pinned to that SGLang's version (:mod:`.releases`), as
+    ``sglang-dsv4 patches status`` chooses it."""
     from .package_dir import installed_sglang_dir
+    from .releases import choose_series_dir, package_version
 
     sglang_dir = Path(sglang_dir or installed_sglang_dir()).resolve()
-    series_dir = Path(series_dir or default_series_dir()).resolve()
+    if series_dir is None:
+        series_dir = choose_series_dir(package_version(sglang_dir)).directory
+    series_dir = Path(series_dir).resolve()
     # Re-classify when a patch file or the series changes (tests edit series in place).
     stamp = tuple(sorted((p.name, p.stat().st_mtime_ns) for p in series_dir.iterdir() if p.is_file()))
     return list(_cached_verdicts(str(sglang_dir), str(series_dir), stamp))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib.util
+import inspect
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List, Tuple
@@ -283,7 +284,10 @@ def stand_in_runner(pool, replay: BreakableReplay, backend: str):
     # Stubs for the GPU / graph parts (see the module docstring).
     runner.model_context = contextlib.nullcontext
     runner.backend = SimpleNamespace(replay_session=contextlib.nullcontext, replay=replay)
-    runner.load_batch = lambda forward_batch, **kwargs: (static_batch, None)
+    # What the real load_batch of this SGLang returns: 0.5.23 the batch and its shared-read ends, 0.5.22 the
+    # batch (the 0.5.22 patch series runs these checks under SGLang 0.5.22 too).
+    returns_read_ends = "tuple" in str(inspect.signature(PrefillCudaGraphRunner.load_batch).return_annotation)
+    runner.load_batch = lambda forward_batch, **kwargs: (static_batch, None) if returns_read_ends else static_batch
     runner._prefill_forward_context = lambda forward_batch, **kwargs: contextlib.nullcontext()
     return runner
 

@@ -28,6 +28,7 @@ from sglang_dsv4_ext.cli import main as cli_main
 from sglang_dsv4_ext.series import checkrepo, rebase
 from sglang_dsv4_ext.series.classify import Kind
 from sglang_dsv4_ext.series.package_dir import installed_sglang_dir
+from sglang_dsv4_ext.series.releases import release_series_dirs
 from sglang_dsv4_ext.series.series import load_series, read_pin, read_tombstones
 from sglang_dsv4_ext.series.upstream_history import HistoryError, build_history, tag_wheel_info
 from tests.support import series_synthetic as S
@@ -98,11 +99,14 @@ def test_history_matches_the_pin_and_the_installed_release():
     repo = shared_history()
     subjects = repo.out("log", "--first-parent", "--reverse", "--format=%s", "v0.5.23").splitlines()
     assert subjects == [f"sglang {v}: python/sglang from the PyPI wheel" for v in ("0.5.21", "0.5.22", "0.5.23")]
-    pin = read_pin(PROJECT_PATCHES)
-    assert pin["tag"] == "v0.5.23" and pin["version"] == "0.5.23"
-    assert tag_wheel_info(repo, "v0.5.23") == {"wheel": pin["wheel"], "wheel_sha256": pin["wheel_sha256"]}
-    # same wheel -> same tree on every machine (compiled extensions are left out)
-    assert repo.tree_of("v0.5.23", "python/sglang") == pin["source_tree"]
+    # every release's series is pinned to a tag of this history, by its wheel and tree
+    pins = [read_pin(d) for d in release_series_dirs(PROJECT_PATCHES)]
+    assert [p["version"] for p in pins] == ["0.5.23", "0.5.22"]  # patches/ is the installed release's
+    for pin in pins:
+        assert pin["tag"] == f"v{pin['version']}"
+        assert tag_wheel_info(repo, pin["tag"]) == {"wheel": pin["wheel"], "wheel_sha256": pin["wheel_sha256"]}
+        # same wheel -> same tree on every machine (compiled extensions are left out)
+        assert repo.tree_of(pin["tag"], "python/sglang") == pin["source_tree"]
     names = repo.out("ls-tree", "-r", "--name-only", "v0.5.23").splitlines()
     assert all(n.startswith("python/sglang/") for n in names)
     assert not [n for n in names if n.endswith(".so") or "__pycache__" in n]

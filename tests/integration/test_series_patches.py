@@ -1,9 +1,10 @@
-"""The project's own patch series (patches/): headers, applying to SGLang 0.5.23, behaviour, status.
+"""The project's own patch series (patches/): headers, applying to SGLang, behaviour, status.
 
-- Every patch carries a complete DEP-3 header whose Covered-By ids exist and whose Mirrors /
-  Mirrors-Targets name real runtime modules and rows of the hook table (compat.TARGETS).
-- The series applies to the v0.5.23 tree built from the PyPI wheel by upstream-history, and
-  re-exports from it byte for byte.
+- Every patch of every release's series (patches/ for 0.5.23, patches/sglang-0.5.22/) carries a
+  complete DEP-3 header whose Covered-By ids exist and whose Mirrors / Mirrors-Targets name real
+  runtime modules and rows of the hook table (compat.TARGETS).
+- Each series applies to the tree of its pinned release built from the PyPI wheel by
+  upstream-history, and re-exports from it byte for byte.
 - The patched sources (a copy of the installed sglang package with the series applied, first on
   sys.path in a pytest subprocess, the extension's kill switch on) pass the extension's own
   sizing / storage / PD / HiCache / gate tests that do not reach into plugin objects, and the
@@ -20,16 +21,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sglang_dsv4_ext import compat
 from sglang_dsv4_ext.cli import main as cli_main
 from sglang_dsv4_ext.hooks import HOOK_MODULES
 from sglang_dsv4_ext.series.package_dir import installed_sglang_dir, overlay_copy
-from sglang_dsv4_ext.series.series import REQUIRED_DEP3_FIELDS, load_series, unlisted_patch_files
+from sglang_dsv4_ext.series.releases import release_series_dirs
+from sglang_dsv4_ext.series.series import REQUIRED_DEP3_FIELDS, load_series, read_pin, unlisted_patch_files
 from sglang_dsv4_ext.series.upstream import fix_verdicts, mirrors_targets, needed_targets, upstream_targets
 from tests.support.series_history import clone_history
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_PATCHES = ROOT / "patches"
+RELEASE_SERIES = release_series_dirs(PROJECT_PATCHES)  # patches/ and patches/sglang-X.Y.Z/
 RUNTIME_PREFIX = "sglang_dsv4_ext.hooks."
 
 # The extension's tests that check behaviour only (no plugin objects): they must pass on the
@@ -88,8 +93,13 @@ def patched_package(tmp_path: Path, series_dir: Path = PROJECT_PATCHES, names=No
     return package
 
 
-def test_every_patch_has_a_complete_dep3_header_naming_real_tests_and_hooks():
-    series = load_series(PROJECT_PATCHES)
+def _series_id(series_dir: Path) -> str:
+    return read_pin(series_dir)["tag"]
+
+
+@pytest.mark.parametrize("series_dir", RELEASE_SERIES, ids=_series_id)
+def test_every_patch_has_a_complete_dep3_header_naming_real_tests_and_hooks(series_dir):
+    series = load_series(series_dir)
     assert series.names and unlisted_patch_files(series) == []
     targets = {t.path: t for t in compat.TARGETS}
     mirrored = []
@@ -117,25 +127,27 @@ def test_every_patch_has_a_complete_dep3_header_naming_real_tests_and_hooks():
     assert sorted(mirrored) == sorted(set(HOOK_MODULES) - runtime_only)
 
 
-def test_series_applies_to_the_wheel_built_0_5_23_tree_and_reexports_unchanged(tmp_path, capsys):
-    series = load_series(PROJECT_PATCHES)
+@pytest.mark.parametrize("series_dir", RELEASE_SERIES, ids=_series_id)
+def test_series_applies_to_its_wheel_built_tree_and_reexports_unchanged(series_dir, tmp_path, capsys):
+    series = load_series(series_dir)
+    tag = series.pin["tag"]
     touched = sorted({f for p in series.patches for f in p.files})
-    repo = clone_history(tmp_path / "sglang", "v0.5.23", sparse=touched)
-    assert run_cli("apply", "--repo", str(repo.path), "--series-dir", str(PROJECT_PATCHES)) == 0
+    repo = clone_history(tmp_path / "sglang", tag, sparse=touched)
+    assert run_cli("apply", "--repo", str(repo.path), "--series-dir", str(series_dir)) == 0
     assert f"totals: applies {len(series.patches)}\n" in capsys.readouterr().out
-    ours = repo.commits_between("v0.5.23", "HEAD")
+    ours = repo.commits_between(tag, "HEAD")
     assert len(ours) == len(series.patches)
     # Again: every patch is one of our own commits (later patches change the files of earlier ones,
     # so most no longer reverse-apply), none is called upstream, nothing new is committed.
-    assert run_cli("apply", "--repo", str(repo.path), "--series-dir", str(PROJECT_PATCHES)) == 0
+    assert run_cli("apply", "--repo", str(repo.path), "--series-dir", str(series_dir)) == 0
     again = capsys.readouterr()
     assert f"totals: already-applied {len(series.patches)}\n" in again.out
     assert "upstream" not in again.out + again.err
     for commit in ours:
         assert f"from this series: commit {commit[:12]}" in again.out
-    assert repo.commits_between("v0.5.23", "HEAD") == ours
+    assert repo.commits_between(tag, "HEAD") == ours
     # The committed files are exactly what the tool exports from those commits.
-    assert run_cli("export", "--repo", str(repo.path), "--series-dir", str(PROJECT_PATCHES), "--check") == 0
+    assert run_cli("export", "--repo", str(repo.path), "--series-dir", str(series_dir), "--check") == 0
     assert "zero diff" in capsys.readouterr().out
 
 

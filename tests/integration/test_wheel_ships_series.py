@@ -16,9 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from sglang_dsv4_ext.series.series import read_series_names
+from sglang_dsv4_ext.series.upstream_history import wheel_cache_dir
+
 ROOT = Path(__file__).resolve().parents[2]
-SERIES = [line.split("#")[0].strip() for line in (ROOT / "patches" / "series").read_text().splitlines()]
-SERIES = [name for name in SERIES if name]
+SERIES = read_series_names(ROOT / "patches")
+OLDER = "sglang-0.5.22"  # the series of another release, in patches/sglang-0.5.22/
+SERIES_OLDER = read_series_names(ROOT / "patches" / OLDER)
 
 
 def _env(extra_path: Path) -> dict:
@@ -51,6 +55,9 @@ def test_the_wheel_contains_every_patch_of_the_series(installed_wheel):
     shipped = "sglang_dsv4_ext/series/shipped/"
     assert {shipped + "series", shipped + "UPSTREAM_PIN"} <= names
     assert {shipped + name for name in SERIES} <= names
+    older = f"{shipped}{OLDER}/"
+    assert {older + "series", older + "UPSTREAM_PIN"} | {older + name for name in SERIES_OLDER} <= names
+    assert not [n for n in names if "/resolutions/" in n]  # the rebase's record reproduces the series; not shipped
 
 
 def test_patches_status_runs_outside_the_checkout_on_the_shipped_series(installed_wheel, tmp_path):
@@ -60,7 +67,14 @@ def test_patches_status_runs_outside_the_checkout_on_the_shipped_series(installe
     assert f"{site / 'sglang_dsv4_ext' / 'series' / 'shipped'} (shipped with the package" in proc.stdout
     for name in SERIES:
         assert name in proc.stdout
+    assert "chosen: pinned to sglang 0.5.23, the target's version" in proc.stdout  # the installed release
     assert "Traceback" not in proc.stderr
+    # another release: its own series, shipped too
+    proc = _sglang_dsv4(site, tmp_path, "patches", "status", "--sglang-version", "0.5.22",
+                        "--wheel-cache", str(wheel_cache_dir()), hide_gitpython=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"{site / 'sglang_dsv4_ext' / 'series' / 'shipped' / OLDER} (shipped with the package" in proc.stdout
+    assert "chosen: pinned to sglang 0.5.22, the target's version" in proc.stdout
 
 
 def test_a_git_command_without_gitpython_names_the_extra(installed_wheel, tmp_path):

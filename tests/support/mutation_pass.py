@@ -42,6 +42,11 @@ _SUP = "tests/integration/test_serve_supervise.py::test_a_fatal_signal_stops_the
 _SERVE = "tests/unit/serving/test_bad_input_serve.py"
 _PLAN = "tests/unit/cli/test_bad_input_plan.py"
 _SERIES = "tests/unit/series/test_bad_input.py"
+_RELEASES = "tests/unit/series/test_series_releases.py"
+_RECORD_REPLAY = ("tests/unit/series/test_series_record.py::"
+                  "test_a_recorded_rebase_replays_on_a_fresh_clone_byte_for_byte")
+_RECORD_OWN_CACHE = ("tests/unit/series/test_series_record.py::"
+                     "test_rerere_replays_only_the_records_resolutions_and_the_repositorys_cache_comes_back")
 _CUT = "tests/integration/test_repro_harness.py::test_a_cut_stream_is_a_transport_failure_with_its_partial_output_kept"
 _CAP = "tests/unit/hooks/test_index_k_capture.py"
 _REC = "tests/unit/recall/test_recall.py"
@@ -455,13 +460,13 @@ MUTATIONS: List[Mutation] = [
              "        if repeated:", "        if False:",
              (f"{_CONFIG}::test_bad_value_names_the_variable[layer id given more than once]",)),
     # --- series tooling ---
-    Mutation("series: a stale index.lock is refused before apply", "sglang_dsv4_ext/series/rebase.py",
+    Mutation("series: a stale index.lock is refused before apply", "sglang_dsv4_ext/series/guards.py",
              "    if lock.exists():\n", "    if False:\n",
              ("tests/unit/series/test_bad_input.py::test_apply_with_a_stale_index_lock_is_refused_and_changes_nothing",)),
     Mutation("series: a failed apply restores the repository", "sglang_dsv4_ext/series/checkrepo.py",
              "        _restore(repo, head_ref, head)", "        pass",
              ("tests/unit/series/test_bad_input.py::test_apply_that_fails_midway_leaves_the_repository_as_it_was",)),
-    Mutation("series: export into an untracked series dir keeps a backup", "sglang_dsv4_ext/series/rebase.py",
+    Mutation("series: export into an untracked series dir keeps a backup", "sglang_dsv4_ext/series/guards.py",
              "        shutil.copytree(series_dir, backup)\n", "        pass\n",
              ("tests/unit/series/test_bad_input.py::test_export_into_a_series_dir_git_does_not_track_keeps_a_backup",)),
     Mutation("series: a tree without SGLang's package is refused", "sglang_dsv4_ext/series/layout.py",
@@ -484,8 +489,8 @@ MUTATIONS: List[Mutation] = [
              "    if not _SHA256_RE.match(sha256.lower()):", "    if False:",
              (f"{_SERIES}::test_export_refuses_a_bad_wheel_and_writes_nothing[bad sha256]",)),
     Mutation("series: a refused rebase start leaves no backup", "sglang_dsv4_ext/series/rebase.py",
-             "before anything changes\n    drops",
-             "before anything changes\n    protect_series_dir(series_dir, progress)\n    drops",
+             "before anything changes\n    into =",
+             "before anything changes\n    protect_series_dir(series_dir, progress)\n    into =",
              (f"{_SERIES}::test_a_refused_export_or_rebase_does_not_leave_a_backup_behind[rebase]",)),
 
     Mutation("integrity: the c4 mirror is linked to the KV anchor whose pages it borrows",
@@ -542,6 +547,37 @@ MUTATIONS: List[Mutation] = [
              "    return row",
              ("tests/unit/repro/test_server_evidence.py::test_zero_mismatches_are_shown_only_beside_checked_pages",
               "tests/unit/repro/test_server_evidence.py::test_the_report_page_says_not_checked_for_zero_checked_pages")),
+    # --- one series per release (issue 23.4) ---
+    Mutation("series: rerere stays off without a resolution record", "sglang_dsv4_ext/series/gitcmd.py",
+             '"rerere.enabled": "false",', '"rerere.enabled": "true",', (_RECORD_OWN_CACHE,)),
+    Mutation("series: a record's rebase sets the repository's rerere cache aside",
+             "sglang_dsv4_ext/series/resolutions.py",
+             "        shutil.move(str(live), str(saved))\n", "        shutil.copytree(str(live), str(saved))\n",
+             (_RECORD_OWN_CACHE,)),
+    Mutation("series: a stop the record resolves goes on without stopping", "sglang_dsv4_ext/series/rebase.py",
+             "    if not stops.fully_resolved_by_rerere(repo):\n", "    if True:\n", (_RECORD_REPLAY,)),
+    Mutation("series: a resolution's edits beyond the conflicted files are recorded",
+             "sglang_dsv4_ext/series/rebase.py",
+             "resolutions.keep_pending(_state_dir(repo), patch.name, edits, message)\n        detail",
+             'resolutions.keep_pending(_state_dir(repo), patch.name, "", message)\n        detail', (_RECORD_REPLAY,)),
+    Mutation("series: a patch edited after it applied replays its recorded edits",
+             "sglang_dsv4_ext/series/rebase.py",
+             "and resolutions.has_entry(Path(state.record), patch.name):", "and False:", (_RECORD_REPLAY,)),
+    Mutation("series: the message edited at a stop is the resolved commit's", "sglang_dsv4_ext/series/rebase.py",
+             "    if message is not None:\n        commit = stops.amend(repo, patch, message)\n    detail",
+             "    if False:\n        commit = stops.amend(repo, patch, message)\n    detail", (_RECORD_REPLAY,)),
+    Mutation("series: a patch stopped for --edit can be dropped", "sglang_dsv4_ext/series/rebase.py",
+             'f"{state.stop_head}^" if edit_stop else state.stop_head', "state.stop_head",
+             ("tests/unit/series/test_series_record.py::test_a_patch_stopped_for_edit_can_still_be_dropped",)),
+    Mutation("series: rebase --into leaves the old series alone", "sglang_dsv4_ext/series/rebase.py",
+             "    into = Path(into).resolve() if into is not None else series_dir\n", "    into = series_dir\n",
+             (_RECORD_REPLAY,)),
+    Mutation("series: status takes the series pinned to the target's version", "sglang_dsv4_ext/series/releases.py",
+             "        if target_version is not None and version == target_version:\n", "        if False:\n",
+             (f"{_RELEASES}::test_status_takes_the_series_pinned_to_the_targets_version",)),
+    Mutation("series: doctor judges an SGLang with its release's series", "sglang_dsv4_ext/series/upstream.py",
+             "choose_series_dir(package_version(sglang_dir))", "choose_series_dir(None)",
+             (f"{_RELEASES}::test_doctors_verdicts_use_the_series_of_the_sglang_they_judge",)),
 ]
 
 

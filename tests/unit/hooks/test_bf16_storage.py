@@ -7,17 +7,13 @@ pool derives and SGLang's own refusal of token-granular transfers before any ker
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import SimpleNamespace
-
 import pytest
 import torch
 
 from sglang_dsv4_ext import activation, compat, errors, index_k
 from sglang_dsv4_ext.hooks import hicache as hicache_patch
 from tests.support.dsv4_pools import BF16_POOL_LAYOUT_MISUSES, sized_pool
+from tests.support.pd_handshake import decode_side_check
 
 RATIO_MODE = dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True)
 # One page row = 64 compressed slots x bytes per index-K token (the formula under test lives in index_k).
@@ -113,44 +109,9 @@ def test_l3_storage_keys_carry_the_index_k_dtype(bf16_pool, fp8_pool):
     assert LogicalHostPool(256, 256).storage_format_tag is None
 
 
-class _BootstrapRoute(BaseHTTPRequestHandler):
-    info: dict = {}
-
-    def do_GET(self):  # noqa: N802 (http.server API)
-        body = json.dumps(self.info).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 def _decode_side_check(prefill_layout: str, decode_layout: str):
-    """SGLang's real decode-side handshake check against a prefill bootstrap served over loopback HTTP."""
-    from sglang.srt.disaggregation.common.conn import CommonKVManager
-
-    handler = type("Route", (_BootstrapRoute,), {"info": dict(
-        attn_tp_size=1, attn_cp_size=1, dp_size=1, pp_size=1, page_size=256, kv_cache_dtype="fp8_e4m3",
-        follow_bootstrap_room=True, kv_layout=prefill_layout, dsv41_spec_layout=None,
-    )})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        # The decode manager's fields the handshake check reads; the rank mapping that follows an
-        # accepted pair is out of scope here and stubbed (it needs a full TP/CP/PP topology).
-        decode = SimpleNamespace(
-            prefill_info_table={}, kv_args=SimpleNamespace(page_size=256, state_types=()),
-            kv_cache_dtype_str="fp8_e4m3", attn_tp_size=1, kv_layout=decode_layout, dsv41_spec_layout=None,
-            is_mla_backend=True, is_hybrid_mla_backend=False, dcp_size=1, _resolve_rank_mapping=lambda info: None,
-        )
-        return CommonKVManager.try_ensure_parallel_info(decode, f"127.0.0.1:{server.server_address[1]}")
-    finally:
-        server.shutdown()
-        server.server_close()
+    """SGLang's real decode-side handshake check (tests/support/pd_handshake.py) with these KV layouts."""
+    return decode_side_check({"kv_layout": prefill_layout}, {"kv_layout": decode_layout})
 
 
 def test_pd_layout_carries_index_k_dtype_and_sglang_refuses_the_pair(bf16_pool, fp8_pool):

@@ -339,6 +339,8 @@ def test_stock_writers_through_the_raw_list_are_not_reads(ext_active, gate_mode,
 
     Stubbed: the JIT CUDA store kernel (``fused_store_cache``) and the Triton fp8 value+scale
     store (``SetKAndS.execute``); they cannot run on CPU. The stubs record the buffer they got.
+    The store's module is the one the pool module imports (0.5.22 ``index_buf_accessor``, 0.5.23
+    ``dsa_index_k_cache``): the 0.5.22 series' sources run this test too.
     """
     import sglang.srt.mem_cache.deepseek_v4_memory_pool as mp
 
@@ -349,7 +351,8 @@ def test_stock_writers_through_the_raw_list_are_not_reads(ext_active, gate_mode,
     waits.start_load()
     received = []
     monkeypatch.setattr(mp, "fused_store_cache", lambda input, cache, indices, **kw: received.append(cache))
-    monkeypatch.setattr(mp.dsa_index_k_cache.SetKAndS, "execute",
+    index_k_store = getattr(mp, "dsa_index_k_cache", None) or mp.index_buf_accessor
+    monkeypatch.setattr(index_k_store.SetKAndS, "execute",
                         classmethod(lambda cls, *args, buf, **kw: received.append(buf)))
 
     loc = torch.arange(4)
