@@ -25,7 +25,13 @@ prometheus_client (SGLang's exporter): SGLang's request counter, ``sglang:num_ab
 sets in ``counters``, and the extension's gauge ``sglang:dsv4_ext_active`` with each label set in
 ``extension`` (default: one active bf16 server, :data:`ACTIVE_BF16`). ``extension=[]`` leaves the
 gauge out (a stock server, or one where the extension did not load); ``metrics=False`` answers 404
-(SGLang without ``--enable-metrics``).
+(SGLang without ``--enable-metrics``). ``metrics_dir`` renders instead what prometheus_client's
+``MultiProcessCollector`` finds in that directory (SGLang's exporter with ``PROMETHEUS_MULTIPROC_DIR``).
+
+``GET /server_info`` answers like SGLang's, with ``internal_states``: one per DP rank, each carrying the
+scheduler's activation record from ``records`` under ``sglang_dsv4_ext`` (``None``: a stock scheduler,
+no record). By default one rank, active with the first label set of ``extension``, or stock when
+``extension`` is empty; ``server_info=False`` answers 404.
 """
 
 from __future__ import annotations
@@ -77,9 +83,11 @@ EXPECTED_VERDICT.update({"http_500": "http_error", "reset": "http_error", "swall
                          "swallowed_ok": "wrong_tool"})
 EXPECTED_VERDICT.update({k: "protocol_error" for k in SHAPE_KINDS})
 TOOL_STEP_ONLY = {"swallowed_malformed", "swallowed_ok"}
-# The activation gauge's labels of a server running the extension with bf16 index-K (activation.py).
+# The activation gauge's labels of a server running the extension with bf16 index-K (activation.py:
+# EVIDENCE_FIELDS), in launch 4242@1764590000.00 (launch_identity).
 ACTIVE_BF16 = {"version": "stand-in", "sglang": "0.5.23", "index_k_dtype": "bf16", "gate": "auto",
-               "fp4_budget": "exact", "integrity": "off"}
+               "fp4_budget": "exact", "integrity": "off", "launch": "4242@1764590000.00",
+               "process": "4243@1764590003.50"}
 ABORTING_KINDS = ("reset", "timeout")  # a real SGLang counts these as aborted requests
 
 
@@ -144,8 +152,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {})
         elif self.path == "/v1/models":
             self._send_json(200, self.server.owner.models_reply)
-        elif self.path == "/server_info":
-            info = {"version": "stand-in", "tool_call_parser": "deepseekv4", "label": self.server.owner.label}
+        elif self.path == "/server_info" and self.server.owner.server_info:
+            info = {"version": "stand-in", "tool_call_parser": "deepseekv4", "label": self.server.owner.label,
+                    "startup_time": 1764590001.0, "internal_states": self.server.owner.internal_states()}
             self._send_json(200, info)
         else:
             self._send_json(404, {"error": "not found"})
@@ -228,7 +237,8 @@ class _Server(ThreadingHTTPServer):
 
 class InjectingServer:
     def __init__(self, rates: Dict[str, float], seed: int = 0, timeout_sleep: float = 2.0, delay: float = 0.0,
-                 label: str = "", models_reply=None, extension=(ACTIVE_BF16,), metrics: bool = True):
+                 label: str = "", models_reply=None, extension=(ACTIVE_BF16,), metrics: bool = True,
+                 records=None, server_info: bool = True, metrics_dir: Optional[str] = None):
         known = KINDS + SHAPE_KINDS
         unknown = set(rates) - set(known)
         if unknown:
@@ -246,6 +256,11 @@ class InjectingServer:
         self.requests = 0
         self.extension = [dict(labels) for labels in extension]
         self.metrics = metrics
+        self.metrics_dir = metrics_dir
+        if records is None:
+            records = [dict(self.extension[0], active=True) if self.extension else None]
+        self.records = records
+        self.server_info = server_info
         self.counters: Dict[str, float] = {"sglang:num_aborted_requests": 0.0}
         self._lock = threading.Lock()
         self._httpd: Optional[_Server] = None
@@ -269,19 +284,33 @@ class InjectingServer:
     def __exit__(self, *exc):
         self.stop()
 
+    def internal_states(self) -> List[dict]:
+        states = []
+        for record in self.records:
+            state = {"world_size": 1, "memory_usage": {}}
+            if record is not None:
+                state["sglang_dsv4_ext"] = record
+            states.append(state)
+        return states
+
     def metrics_text(self) -> str:
         from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
         registry = CollectorRegistry()
+        if self.metrics_dir:
+            from prometheus_client import multiprocess
+
+            multiprocess.MultiProcessCollector(registry, path=self.metrics_dir)
         Counter("sglang:num_requests", "stand-in", registry=registry).inc(self.requests)
         with self._lock:
             counters = dict(self.counters)
         for family, value in counters.items():
             Counter(family, "stand-in", registry=registry).inc(value)
         if self.extension:
-            gauge = Gauge("sglang:dsv4_ext_active", "stand-in", labelnames=sorted(self.extension[0]), registry=registry)
+            names = sorted(self.extension[0])  # every label set of one test has the same names
+            gauge = Gauge("sglang:dsv4_ext_active", "stand-in", labelnames=names, registry=registry)
             for labels in self.extension:
-                gauge.labels(**labels).set(1)
+                (gauge.labels(**labels) if names else gauge).set(1)  # {}: a sample without labels
         return generate_latest(registry).decode()
 
     # ----- behaviour -----

@@ -1,4 +1,4 @@
-"""Stand-in for an SGLang server or router in supervision tests (stdlib only).
+"""Stand-in for an SGLang server or router in supervision tests (stdlib only, but for STANDIN_ACTIVATION_LINE).
 
 Run as ``python -m tests.support.serve_standin <the command line serve generated>``: it takes --host
 and --port from SGLang's/the router's flags (ignoring the rest), serves GET /health on
@@ -14,6 +14,10 @@ comes from environment variables (the preset's per-server ``env`` table sets the
   STANDIN_ORPHAN=1            also leave one orphaned in the group (its parent exits at once)
   STANDIN_WEDGED=1            GET /metrics: 4 requests running, generation token counter never moves
                               (SGLang's metric names); otherwise /metrics shows an idle server
+  STANDIN_ACTIVATION_LINE=K   print what a launcher and its scheduler print at start, with the real
+                              functions of sglang_dsv4_ext.activation (the one import beyond the stdlib):
+                              this-launch (as a launch_server that built a DSV4 model), other-launch (an
+                              active line naming another launch), launcher (only the launcher's line)
 
 Every descendant's pid is recorded (``descendant_pids``) so a test can check none survives.
 """
@@ -56,6 +60,19 @@ def _descendants():
     return grandchild, descendants
 
 
+def _print_activation_lines(kind: str) -> None:
+    from sglang_dsv4_ext import activation, launch_identity
+    from sglang_dsv4_ext.config import load_config
+
+    os.environ[launch_identity.ENV_LAUNCH] = launch_identity.of_process()  # as the launcher's entry point does
+    cfg = load_config()
+    print(activation.launcher_line(cfg), file=sys.stderr, flush=True)
+    if kind == "other-launch":
+        os.environ[launch_identity.ENV_LAUNCH] = "999@1577836800.00"
+    if kind != "launcher":
+        print(activation.activation_line(cfg), file=sys.stderr, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--host", default="127.0.0.1")
@@ -69,6 +86,8 @@ def main() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     grandchild, descendants = _descendants()
+    if os.environ.get("STANDIN_ACTIVATION_LINE"):
+        _print_activation_lines(os.environ["STANDIN_ACTIVATION_LINE"])
 
     record_dir = os.environ.get("STANDIN_RECORD_DIR")
     if record_dir:
