@@ -43,7 +43,8 @@ def metrics_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def deferred(metrics_dir):
-    return _scenario("deferred", PROMETHEUS_MULTIPROC_DIR=metrics_dir)
+    # A launch identity inherited from some outer process: a launcher starts a launch of its own.
+    return _scenario("deferred", PROMETHEUS_MULTIPROC_DIR=metrics_dir, SGLANG_DSV4_EXT_LAUNCH="1@1000000000.00")
 
 
 @pytest.fixture(scope="module")
