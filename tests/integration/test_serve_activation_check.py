@@ -25,17 +25,24 @@ from tests.integration.test_serve_supervise import STANDIN, _preset
 from tests.support.serve_helpers import sglang_args
 
 
-def test_stack_without_activation_line_fails_naming_the_server(tmp_path, monkeypatch):
-    monkeypatch.setenv("SGLANG_PLUGINS", "some_other_plugin")
-    preset, _, _ = _preset(tmp_path)
+def _supervise_stand_ins(tmp_path, router_dies=False, **preset_env):
+    """Run a stand-in PD stack under the real supervisor with the activation check on: (exit code, its output)."""
+    preset, _, _ = _preset(tmp_path, **preset_env)
     plan = build_plan(load_preset(preset), 0, sglang_args(), python=sys.executable, server_module=STANDIN)
     for child in plan.children:
         if child.role == "router":
             child.argv[2] = STANDIN
+            if router_dies:
+                child.env["STANDIN_DIE_AFTER"] = "1"
     out = io.StringIO()
     rc = Supervisor(plan.children, str(tmp_path / "logs"), grace_period=1.0, out=out,
                     require_activation_line=True).run()
-    text = out.getvalue()
+    return rc, out.getvalue()
+
+
+def test_stack_without_activation_line_fails_naming_the_server(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLANG_PLUGINS", "some_other_plugin")
+    rc, text = _supervise_stand_ins(tmp_path)
     assert rc == 1, text
     assert "FAILED: prefill-0: no 'sglang-dsv4-ext active:' line" in text
     assert "router is healthy" not in text  # the run never counted
@@ -45,16 +52,9 @@ def test_stack_without_activation_line_fails_naming_the_server(tmp_path, monkeyp
 
 def test_servers_that_print_the_line_of_this_launch_count_and_another_launch_fails(tmp_path):
     """Found in issue 19: a log that any launch had ever written the line into counted."""
-    preset, _, _ = _preset(tmp_path, prefill_env=', STANDIN_ACTIVATION_LINE = "this-launch"',
-                           decode_env=', STANDIN_ACTIVATION_LINE = "other-launch"')
-    plan = build_plan(load_preset(preset), 0, sglang_args(), python=sys.executable, server_module=STANDIN)
-    for child in plan.children:
-        if child.role == "router":
-            child.argv[2] = STANDIN
-    out = io.StringIO()
-    rc = Supervisor(plan.children, str(tmp_path / "logs"), grace_period=1.0, out=out,
-                    require_activation_line=True).run()
-    text = out.getvalue()
+    # The router ends the stack should the check let it start (it must not).
+    rc, text = _supervise_stand_ins(tmp_path, prefill_env=', STANDIN_ACTIVATION_LINE = "this-launch"',
+                                    decode_env=', STANDIN_ACTIVATION_LINE = "other-launch"', router_dies=True)
     assert rc == 1, text
     assert "prefill-0: sglang-dsv4-ext active as configured" in text  # its launch: serve's own child
     assert "FAILED: decode-0: " in text and "activation lines of launch 999@1577836800.00, not of the server's " \
