@@ -1,4 +1,4 @@
-"""Build step that ships the patch series inside the wheel (everything else is in pyproject.toml).
+"""Build steps that ship the patch series and the startup hook (everything else is in pyproject.toml).
 
 The repository's top-level ``patches/`` stays the source of truth. ``build_py`` copies it into
 the built package as ``sglang_dsv4_ext/series/shipped/`` (with the series for other releases in
@@ -6,6 +6,11 @@ the built package as ``sglang_dsv4_ext/series/shipped/`` (with the series for ot
 ``sglang-dsv4 patches status`` and ``doctor`` can give its upstream verdict without a checkout
 (see sglang_dsv4_ext/series/paths.py for how the series directory is found). An editable
 install reads the checkout's ``patches/`` directly and gets no copy.
+
+``build_py`` also writes :data:`STARTUP_HOOK` at the top of the wheel, so that installing it puts the
+file into site-packages, where Python's ``site`` runs its line at interpreter start
+(sglang_dsv4_ext/bootstrap.py says why). An editable install (``pip install -e``) gets it too: setuptools
+then builds into a throw-away directory and puts what ``install_lib`` names into the editable wheel.
 """
 
 import shutil
@@ -23,13 +28,19 @@ SHIPPED = Path("sglang_dsv4_ext", "series", "shipped")
 # do not read it).
 _ONE_SERIES = ("*.patch", "series", "UPSTREAM_PIN", "dropped/*.tombstone")
 SERIES_PATTERNS = ("README.md", *_ONE_SERIES, *(f"sglang-*/{pattern}" for pattern in _ONE_SERIES))
+# (file name, its one line). The name sorts after setuptools' "__editable__.*.pth", which must run first.
+STARTUP_HOOK = ("sglang_dsv4_ext-bootstrap.pth",
+                "import sglang_dsv4_ext.bootstrap; sglang_dsv4_ext.bootstrap.install()\n")
 
 
 class BuildPyWithSeries(build_py):
     def run(self):
         super().run()
         if getattr(self, "editable_mode", False):
+            # setuptools' editable_wheel pointed install_lib at the editable wheel's contents.
+            self._write_startup_hook(Path(self.get_finalized_command("install").install_lib))
             return
+        self._write_startup_hook(Path(self.build_lib))
         if not (SERIES_SOURCE / "series").is_file():
             raise SystemExit(f"cannot build: {SERIES_SOURCE / 'series'} is missing (the patch series to ship)")
         target = Path(self.build_lib) / SHIPPED
@@ -39,6 +50,12 @@ class BuildPyWithSeries(build_py):
                 dest = target / source.relative_to(SERIES_SOURCE)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source, dest)
+
+    @staticmethod
+    def _write_startup_hook(directory: Path) -> None:
+        name, line = STARTUP_HOOK
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(line)
 
 
 setup(cmdclass={"build_py": BuildPyWithSeries})

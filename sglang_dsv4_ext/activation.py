@@ -1,7 +1,9 @@
 """Activation: the ``sglang.srt.plugins`` entry point and everything it checks.
 
-SGLang calls :func:`register` from ``load_plugins()`` in every process (launcher,
-scheduler, DP controller, detokenizer). Activation:
+SGLang calls :func:`register` from ``load_plugins()`` in every process its entry points start
+(launcher, scheduler, DP controller, detokenizer); where an entry point never calls it
+(``sglang.benchmark.one_batch``, ``--use-ray``'s scheduler actors) the startup hook
+(:mod:`sglang_dsv4_ext.bootstrap`) makes the DeepSeek-V4 model build call it. Activation:
 
 1. honours the kill switch ``SGLANG_DSV4_EXT=0`` (SGLang stays untouched);
 2. validates the configuration (a bad value names the variable and the allowed values);
@@ -11,9 +13,21 @@ scheduler, DP controller, detokenizer). Activation:
 5. verifies that every target now carries our wrapper, because ``HookRegistry`` logs and
    swallows failures; anything missing is an error, never a half-patched server.
 
-SGLang's loader also logs and swallows exceptions from plugin functions, so a refusal in
-:func:`register` raises ``SystemExit`` with the reason: the process stops loudly instead
-of serving without the fixes the operator asked for. Activation is idempotent per process.
+SGLang's loader also logs and swallows exceptions from plugin functions, so every failure in
+:func:`register` and in the post-import hooks (a refusal, a missing dependency such as ``wrapt``,
+a bug) raises ``SystemExit`` naming the cause: the process stops loudly instead of serving without
+the fixes the operator asked for. Activation is idempotent per process.
+
+Evidence. Only a process that passed the DeepSeek-V4 build check (:func:`complete_before_dsv4_build`)
+says "active": it prints the activation line (:data:`ACTIVATION_LINE_PREFIX`), sets the gauge
+:data:`ACTIVE_GAUGE` and answers ``/server_info`` with its record (:func:`evidence_record`, through
+``hooks/evidence.py``). The launcher, which builds nothing, prints "configuration loaded (launcher)".
+Each carries :data:`EVIDENCE_FIELDS`: the configuration in force, this process's pid and start time, and
+the launch it belongs to (its launcher's identity, :mod:`sglang_dsv4_ext.launch_identity`). The
+``/server_info`` record is the primary evidence: the schedulers answer it from their own state when it
+is asked, so it cannot be left over from another launch. A log and the gauge can (an appended log, a
+``.db`` file in an operator's shared ``PROMETHEUS_MULTIPROC_DIR`` that prometheus_client aggregates with
+the live ones); the launch identity in them is what tells which launch they belong to.
 """
 
 from __future__ import annotations
@@ -29,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from sglang_dsv4_ext import compat
+from sglang_dsv4_ext import compat, launch_identity
 from sglang_dsv4_ext.config import ConfigError, ExtConfig, kill_switch_set, load_config
 from sglang_dsv4_ext.errors import ActivationError
 
@@ -37,8 +51,14 @@ logger = logging.getLogger("sglang_dsv4_ext")
 
 PLUGIN_NAME = "sglang_dsv4_ext"
 ENV_SGLANG_PLUGINS = "SGLANG_PLUGINS"
-# The one line each server's log carries (serve / repro look for it: serving/activation_check.py).
+# The line a process prints once it passed the DeepSeek-V4 build check (serve / repro look for it:
+# serving/activation_check.py), and the launcher's line, which proves nothing was patched.
 ACTIVATION_LINE_PREFIX = "sglang-dsv4-ext active:"
+LAUNCHER_LINE_PREFIX = "sglang-dsv4-ext configuration loaded (launcher):"
+# The fields of both lines, the gauge's labels and the /server_info record, in this order. The process is
+# "process", not "pid": prometheus_client's multiprocess collector drops a label named "pid".
+CONFIG_FIELDS = ("version", "sglang", "index_k_dtype", "gate", "fp4_budget", "integrity")
+EVIDENCE_FIELDS = CONFIG_FIELDS + ("launch", "process")
 
 # Statuses reported per table row (doctor, --json).
 APPLIED = "applied"
@@ -67,6 +87,9 @@ class ActivationState:
     refusals: List[str] = field(default_factory=list)  # why a DeepSeek-V4 pool would be refused here
     hooks: List = field(default_factory=list)  # every Hook installed in this process
     patch_seconds: float = 0.0  # time spent checking and patching modules as SGLang imported them
+    launch: Optional[str] = None  # the identity of the launch this process belongs to (launch_identity)
+    build_checked: bool = False  # passed complete_before_dsv4_build: the only state that may say "active"
+    announced: bool = False  # the activation line was printed
 
 
 STATE = ActivationState()
@@ -173,7 +196,8 @@ def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compa
             STATE.error = str(exc)
             raise
         STATE.seconds = time.perf_counter() - started
-        logger.info("sglang-dsv4-ext active (%.3f s): %s", STATE.seconds, cfg)
+        logger.info("sglang-dsv4-ext: every target patched and verified in this process (%.3f s): %s", STATE.seconds,
+                    cfg)
         return STATE
 
 
@@ -249,10 +273,11 @@ def _build_guards(module_name: str) -> list:
         if target.module != module_name:
             continue
         try:
-            compat.resolve(target.path)
+            current = compat.resolve(target.path)[2]
         except (ImportError, AttributeError, ValueError):
             continue
-        guards.append(Hook(target, _before_dsv4_build, "before"))
+        if not carries_hook(current, _before_dsv4_build):  # the startup hook may have guarded it already
+            guards.append(Hook(target, _before_dsv4_build, "before"))
     return guards
 
 
@@ -267,18 +292,62 @@ def _install_guards_only(guards: list) -> None:
 
 
 def _before_dsv4_build(*args, **kwargs):
+    _load_plugins_where_sglang_did_not()
     complete_before_dsv4_build()
     return None
+
+
+def _entry_point() -> str:
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return f"python -m {spec.name}" if spec is not None and spec.name else (sys.argv[0] if sys.argv else "?")
+
+
+def _load_plugins_where_sglang_did_not() -> None:
+    """A DeepSeek-V4 model is about to be built where our entry point never ran: run SGLang's loader now.
+
+    Such a process was started by an entry point that never calls ``load_plugins()``
+    (``sglang.benchmark.one_batch``, a Ray ``SchedulerActor``); the startup hook guarded its model
+    (:func:`on_dsv4_model_module_imported`). SGLang's own loader honours ``SGLANG_PLUGINS`` and runs
+    every plugin as the entry point would have; ours then patches what SGLang has imported.
+    """
+    if STATE.config is not None or kill_switch_set() or plugin_allowlist_block() is not None:
+        return
+    from sglang.srt.plugins import load_plugins
+
+    logger.warning("sglang-dsv4-ext: %s builds a DeepSeek-V4 model but never called SGLang's load_plugins(); "
+                   "calling it now, before the model is built", _entry_point())
+    load_plugins()
+    if STATE.config is None:
+        raise ActivationError(
+            f"refusing to build a DeepSeek-V4 model: SGLang's load_plugins() did not run sglang-dsv4-ext's entry "
+            f"point in this process ({_entry_point()}; see SGLang's 'Failed to load plugin' log line), so the "
+            f"SGLANG_DSV4_* configuration would be ignored (set SGLANG_DSV4_EXT=0 to run stock SGLang)")
+
+
+def on_dsv4_model_module_imported(module) -> None:
+    """The startup hook (:mod:`.bootstrap`): SGLang has just imported the DeepSeek-V4 model module.
+
+    Where our entry point has not run (yet), guard the model's construction, which then loads the
+    plugins first (:func:`_load_plugins_where_sglang_did_not`); where it ran, its own post-import
+    hook guards the module. Nothing at all with ``SGLANG_DSV4_EXT=0`` or an ``SGLANG_PLUGINS`` without us.
+    """
+    if kill_switch_set() or plugin_allowlist_block() is not None:
+        return
+    with _failures_stop_the_process(), _LOCK:
+        if STATE.config is None:
+            _install(_build_guards(module.__name__))
 
 
 def complete_before_dsv4_build() -> None:
     """A DeepSeek-V4 model or pool is about to be built: every target must be patched and verified now.
 
     Imports the target modules SGLang has not imported yet (a DeepSeek-V4 server needs them all),
-    refuses with every recorded drift if any, and exports the activation gauge.
+    refuses with every recorded drift if any, then says so: the activation gauge, the activation
+    line (once per process) and the ``/server_info`` record (:func:`evidence_record`).
     """
     if STATE.config is None:
-        return  # the plugin never loaded in this process (SGLANG_DSV4_EXT=0): stock SGLang
+        return  # the plugin never loaded in this process (SGLANG_DSV4_EXT=0, SGLANG_PLUGINS): stock SGLang
     if not STATE.activated:
         # Outside the lock: an import holds Python's module lock while its post-import hook waits for ours.
         for module_name in compat.target_modules(_TABLE):
@@ -290,6 +359,8 @@ def complete_before_dsv4_build() -> None:
             if not STATE.activated:
                 _complete()
     _export_active_gauge(STATE.config)
+    STATE.build_checked = True
+    _announce_active()
 
 
 def _complete() -> None:
@@ -417,13 +488,44 @@ def plugin_allowlist_block(environ=None) -> Optional[str]:
             f"to {ENV_SGLANG_PLUGINS} (or unset it)")
 
 
-def activation_line(cfg: ExtConfig) -> str:
-    """One well-known line with the configuration in force (parsed by serving/activation_check.py)."""
+def evidence_fields(cfg: ExtConfig) -> Dict[str, str]:
+    """:data:`EVIDENCE_FIELDS` of this process: the configuration in force, its launch, itself (pid@start time).
+
+    One spelling for the activation line, the gauge's labels and the ``/server_info`` record.
+    """
     from sglang_dsv4_ext import __version__
 
-    return (f"{ACTIVATION_LINE_PREFIX} version={__version__} sglang={STATE.sglang_version} "
-            f"index_k_dtype={cfg.index_k_dtype} gate={cfg.gate} fp4_budget={cfg.fp4_budget} integrity={cfg.integrity} "
-            f"pid={os.getpid()}")
+    identity = launch_identity.of_process()
+    return {"version": __version__, "sglang": STATE.sglang_version or "unknown", "index_k_dtype": cfg.index_k_dtype,
+            "gate": cfg.gate, "fp4_budget": cfg.fp4_budget, "integrity": cfg.integrity,
+            "launch": STATE.launch or os.environ.get(launch_identity.ENV_LAUNCH) or identity, "process": identity}
+
+
+def _line(prefix: str, cfg: ExtConfig) -> str:
+    return f"{prefix} " + " ".join(f"{k}={v}" for k, v in evidence_fields(cfg).items())
+
+
+def activation_line(cfg: ExtConfig) -> str:
+    """The line of a process that passed the DeepSeek-V4 build check (parsed by serving/activation_check.py)."""
+    return _line(ACTIVATION_LINE_PREFIX, cfg)
+
+
+def launcher_line(cfg: ExtConfig) -> str:
+    """The launcher's line: the configuration its children inherit; it patched and verified nothing."""
+    return _line(LAUNCHER_LINE_PREFIX, cfg)
+
+
+def evidence_record() -> Dict[str, object]:
+    """This process's answer in ``/server_info`` (``internal_states[i]["sglang_dsv4_ext"]``, hooks/evidence.py).
+
+    Computed when SGLang asks (a request to ``/server_info``), from this process's own state: it cannot
+    be left over from another launch. ``active`` only after the DeepSeek-V4 build check passed here.
+    """
+    if STATE.config is not None and STATE.build_checked:
+        return {"active": True, **evidence_fields(STATE.config)}
+    reason = STATE.error or ("; ".join(STATE.refusals) if STATE.refusals else
+                             "no DeepSeek-V4 model or pool was built with the extension verified in this process")
+    return {"active": False, "reason": reason}
 
 
 ACTIVE_GAUGE = "sglang:dsv4_ext_active"
@@ -431,33 +533,44 @@ _GAUGE = None
 
 
 def _export_active_gauge(cfg: ExtConfig) -> None:
-    """``sglang:dsv4_ext_active{...} 1`` on SGLang's /metrics, from each process that builds a DSV4 pool.
+    """``sglang:dsv4_ext_active{...} 1`` on SGLang's /metrics, from each process that passed the build check.
 
-    The query form of the activation line (repro reads it before a run counts). A gauge in
-    prometheus_client's default registry, multiprocess-aware as SGLang's own collectors when SGLang
-    set PROMETHEUS_MULTIPROC_DIR (``--enable-metrics``).
+    Labels: :data:`EVIDENCE_FIELDS`, so a label set names the process and launch it came from. A
+    gauge in prometheus_client's default registry, multiprocess-aware as SGLang's own collectors when
+    SGLang set PROMETHEUS_MULTIPROC_DIR (``--enable-metrics``); there files of earlier launches may be
+    aggregated too (an operator-set directory is shared), which only their launch label tells apart.
     """
     global _GAUGE
-    from sglang_dsv4_ext import __version__
-
     if _GAUGE is None:
         from prometheus_client import Gauge
 
         _GAUGE = Gauge(ACTIVE_GAUGE, "sglang-dsv4-ext patched and verified every target before this DeepSeek-V4 "
-                       "pool was built (labels: the configuration in force)",
-                       ["version", "sglang", "index_k_dtype", "gate", "fp4_budget", "integrity"],
-                       multiprocess_mode="mostrecent")
-    _GAUGE.labels(version=__version__, sglang=STATE.sglang_version or "", index_k_dtype=cfg.index_k_dtype,
-                  gate=cfg.gate, fp4_budget=cfg.fp4_budget, integrity=cfg.integrity).set(1)
+                       "model or pool was built (labels: the configuration in force, the process and its launch)",
+                       list(EVIDENCE_FIELDS), multiprocess_mode="mostrecent")
+    _GAUGE.labels(**evidence_fields(cfg)).set(1)
 
 
-def _announce_activation() -> None:
-    # Once per server: the launcher (the process SGLang's children are spawned from). Printed to
-    # stderr so it shows whatever SGLang's log level and whether or not its logging is set up yet.
-    # Not on an untested SGLang: nothing will be patched, so nothing may claim to be active.
+def _announce_active() -> None:
+    """The activation line, once per process, on stderr (whatever SGLang's log level or logging state)."""
+    if not STATE.announced:
+        STATE.announced = True
+        print(activation_line(STATE.config), file=sys.stderr, flush=True)
+
+
+def _announce_configuration() -> None:
+    # Once per server: the launcher (the process SGLang's children are spawned from). Not on an
+    # untested SGLang: nothing will be patched there, so not even the configuration is in force.
     if STATE.loaded and not STATE.version_refusal and STATE.config is not None \
             and multiprocessing.parent_process() is None:
-        print(activation_line(STATE.config), file=sys.stderr, flush=True)
+        print(launcher_line(STATE.config), file=sys.stderr, flush=True)
+
+
+def _join_launch() -> None:
+    """Which launch this process belongs to; a launcher starts one, for its children to inherit."""
+    inherited = os.environ.get(launch_identity.ENV_LAUNCH)
+    if multiprocessing.parent_process() is None or not inherited:
+        inherited = os.environ[launch_identity.ENV_LAUNCH] = launch_identity.of_process()
+    STATE.launch = inherited
 
 
 def register() -> None:
@@ -469,30 +582,29 @@ def register() -> None:
     SGLang itself imports it (a post-import hook, :func:`patch_module`), so a process that never
     imports the DSV4/HiCache modules never pays for them. A drift is refused only where a
     DeepSeek-V4 model or pool is built (:func:`complete_before_dsv4_build`); other models serve with stock
-    SGLang and a warning.
+    SGLang and a warning. Any failure here stops the process (SGLang's loader would swallow it).
     """
     if kill_switch_set():
         logger.info("sglang-dsv4-ext disabled by SGLANG_DSV4_EXT=0; SGLang left untouched")
         return
-    with _LOCK:
+    with _failures_stop_the_process(), _LOCK:
         if STATE.loaded or STATE.activated:
             return
         started = time.perf_counter()
-        with _refusal_stops_the_process():
-            cfg = _load_config(None)
+        cfg = _load_config(None)
         if not cfg.enabled:
             return
         STATE.version_refusal = _untested_version(cfg)
         if STATE.version_refusal:
             logger.warning("sglang-dsv4-ext: %s; SGLang is left stock and a DeepSeek-V4 pool will be refused",
                            STATE.version_refusal)
+        _join_launch()
         STATE.loaded = True
         _follow_sglang_imports()
         if not STATE.refusals and all(m in sys.modules for m in compat.target_modules(_TABLE)):
-            with _refusal_stops_the_process():
-                _complete()  # SGLang already imported every target module (a scheduler): verify now
+            _complete()  # SGLang already imported every target module (a scheduler): verify now
         STATE.seconds = time.perf_counter() - started
-    _announce_activation()
+        _announce_configuration()
 
 
 def _follow_sglang_imports() -> None:
@@ -505,18 +617,28 @@ def _follow_sglang_imports() -> None:
 
 
 def _on_target_module_imported(module) -> None:
-    # A refusal here is an extension defect (a hook that did not install): never serve half-patched.
-    with _refusal_stops_the_process():
+    # A failure here is an extension defect (a hook that did not install): never serve half-patched.
+    with _failures_stop_the_process():
         patch_module(module.__name__)
 
 
 @contextlib.contextmanager
-def _refusal_stops_the_process():
-    """SGLang's plugin loader logs and swallows Exceptions from a plugin: a refusal raises SystemExit instead."""
+def _failures_stop_the_process():
+    """SGLang's plugin loader logs and swallows every Exception of a plugin and serves stock SGLang.
+
+    So every failure of activation, a refusal or not (``wrapt`` missing from an image built with
+    ``pip install --no-deps``, a bug), raises ``SystemExit`` naming the cause instead.
+    """
     try:
         yield
-    except ActivationError as exc:
-        message = f"sglang-dsv4-ext refused to activate: {exc}\n(set SGLANG_DSV4_EXT=0 to run stock SGLang)"
+    except Exception as exc:
+        if isinstance(exc, ActivationError):
+            cause = f"refused to activate: {exc}"
+        else:
+            cause = f"failed to activate: {type(exc).__name__}: {exc}"
+            if isinstance(exc, ImportError):
+                cause += " (a dependency is missing: install sglang-dsv4-ext with its dependencies)"
+        message = f"sglang-dsv4-ext {cause}\n(set SGLANG_DSV4_EXT=0 to run stock SGLang)"
         logger.error(message)
         raise SystemExit(message) from exc
 

@@ -229,6 +229,10 @@ INTEGRITY_C4_INDEXER_FORWARD = Target(
 INTEGRITY_PD_CHECKSUM_MISMATCH = Target(
     f"{_DECODE}._handle_kv_checksum_mismatch", "(self, req, msg)",
     "integrity", INTEGRITY, "count and export SGLang's own PD KV checksum mismatches (index-K rows included)")
+# --- evidence: each scheduler answers /server_info with its own activation record (live, never stale) ---
+SCHEDULER_INTERNAL_STATE = Target(
+    "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController.get_internal_state",
+    "(self, recv_req)", "evidence", ALWAYS, "add this scheduler's activation record to /server_info's internal_states")
 
 # Rows whose fix exists only in runtime form: the source patch series (patches/) does not carry
 # them yet, so `patches status` cannot vouch for them (tests/integration/test_series_patches.py).
@@ -237,6 +241,7 @@ WITHOUT_SOURCE_PATCH = (
     INTEGRITY_HOST_POOL_INIT, INTEGRITY_HOST_POOL_BACKUP, INTEGRITY_HOST_POOL_LOAD, INTEGRITY_HOST_POOL_FREE,
     INTEGRITY_HOST_POOL_CLEAR, INTEGRITY_HOST_POOL_GROUP_INIT, INTEGRITY_ANCHOR_ALLOC, INTEGRITY_ANCHOR_FREE,
     INTEGRITY_C4_INDEXER_FORWARD, INTEGRITY_PD_CHECKSUM_MISMATCH,
+    SCHEDULER_INTERNAL_STATE,
 )
 
 TARGETS: List[Target] = [
@@ -251,6 +256,7 @@ TARGETS: List[Target] = [
     INTEGRITY_HOST_POOL_INIT, INTEGRITY_HOST_POOL_BACKUP, INTEGRITY_HOST_POOL_LOAD, INTEGRITY_HOST_POOL_FREE,
     INTEGRITY_HOST_POOL_CLEAR, INTEGRITY_HOST_POOL_GROUP_INIT, INTEGRITY_ANCHOR_ALLOC, INTEGRITY_ANCHOR_FREE,
     INTEGRITY_C4_INDEXER_FORWARD, INTEGRITY_PD_CHECKSUM_MISMATCH,
+    SCHEDULER_INTERNAL_STATE,
 ]
 
 

@@ -2,7 +2,8 @@
 
 Runs on a CPU-only machine. It activates the extension in its own process (exactly as
 SGLang's plugin loader would) and reports every table row's status, the index-K read
-gate's verdict per accessor, the CUDA device and which kernel backends can run.
+gate's verdict per accessor, the CUDA device and which kernel backends can run, and which SGLang
+entry points load plugins (:mod:`sglang_dsv4_ext.sglang_entry_points`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import sys
 from typing import Dict, List
 
-from sglang_dsv4_ext import __version__, compat, exit_codes
+from sglang_dsv4_ext import __version__, compat, exit_codes, sglang_entry_points
 from sglang_dsv4_ext.config import ConfigError, kill_switch_set, load_config
 
 
@@ -186,6 +187,7 @@ def collect_report(model=None, model_name: str = "") -> Dict[str, object]:
     targets = _target_rows(state)
     _mark_fixed_in_source(report, targets)
     report["prefill_graph"] = _prefill_graph_report()
+    report["entry_points"] = sglang_entry_points.report()
     report["activated"] = state.activated
     report["activation_seconds"] = round(state.seconds, 3)
     report["targets"] = targets
@@ -204,6 +206,8 @@ def _print_human(report: Dict[str, object]) -> None:
     print(f"prefill graph   {report['prefill_graph']}")
     print(f"SGLANG_PLUGINS  {report.get('plugin_allowlist')}")
     print(f"capture         {_capture_line(report['capture'])}")
+    for line in sglang_entry_points.lines(report["entry_points"]):
+        print(line)
     if report.get("error"):
         print(f"error           {report['error']}")
     print()

@@ -17,7 +17,7 @@ from typing import Callable, Dict, List
 from sglang_dsv4_ext.compat import Target
 
 # Order matters only for readability of doctor output; targets are disjoint per module.
-HOOK_MODULES = ("sizing", "pool", "pd", "hicache", "indexer", "gate", "integrity")
+HOOK_MODULES = ("sizing", "pool", "pd", "hicache", "indexer", "gate", "integrity", "evidence")
 
 
 @dataclass(frozen=True)

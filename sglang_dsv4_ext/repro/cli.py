@@ -33,8 +33,9 @@ examples:
 
 before the first request every server named by --server-metrics (default: the endpoint) is read once: its
 /metrics counters become the "before" of the summary's server evidence, and --expect-extension on (the
-default) refuses a server that does not show sglang-dsv4-ext active (the sglang:dsv4_ext_active gauge, or the
-activation line in --serve-logs DIR) or servers that disagree on the index-K dtype; nothing is written then.
+default) refuses a server whose schedulers do not report sglang-dsv4-ext active in its /server_info (the
+sglang:dsv4_ext_active gauge and the activation line in --serve-logs DIR are checked against that launch, never
+enough alone) or servers that disagree on the index-K dtype; nothing is written then.
 
 exit codes: 0 done; 2 bad input or a refused extension check (nothing written); 3 a finding asked for
 with --fail-on-corruption or --fail-if-significant; 130 / 143 stopped by SIGINT / SIGTERM (the summary of

@@ -6,15 +6,21 @@ extension's name; a PD pair whose prefill and decode disagree on the index-K dty
 transfers without any error. Neither shows in the harness's verdicts, so ``repro run`` checks each
 named server first (``--expect-extension``) and records what it found in the summary either way.
 
-How, per server (first source that decides wins):
+How, per server. Only evidence of the server answering now decides: its schedulers' records in
+``/server_info`` (:mod:`.server_info`), which each scheduler computes from its own state when asked.
+Active: every DP rank's scheduler reports active, with every field of
+:data:`sglang_dsv4_ext.activation.EVIDENCE_FIELDS`, in one launch. Inactive: a rank has no record (a
+stock scheduler has none) or reports not active. Unknown: ``/server_info`` cannot be read, or the
+records are incomplete or of several launches.
 
-1. its ``/metrics`` (:func:`server_evidence.snapshot`): the gauge ``sglang:dsv4_ext_active`` at 1
-   means active, with its labels; the gauge at 0 means not active;
-2. its log in ``sglang-dsv4 serve``'s log directory (``--serve-logs``; the log whose start command
-   serves the URL's port), read by :func:`serving.activation_check.check_server_log`: the activation
-   line means active, its absence means not active;
-3. ``/metrics`` with SGLang's own families but no gauge: not active;
-4. otherwise unknown (metrics off or unreadable, no log).
+The activation gauge on ``/metrics`` (:mod:`.server_evidence`) and the server's log in ``sglang-dsv4
+serve``'s log directory (``--serve-logs``; the log whose last start serves the URL's port) never
+decide: both can outlive their launch (an operator-set ``PROMETHEUS_MULTIPROC_DIR`` keeps every
+launch's gauge files and SGLang aggregates them; serve appends restarts to one log). They are checked
+against the launch the records report and what they show is noted: a gauge label set without the full
+label set or of another launch is ignored, and so is a log that is not evidence of that launch
+(:func:`sglang_dsv4_ext.serving.activation_check.check_server_log`: ended, another version, another
+launch). A stock server therefore never passes, whatever is left in a metrics or log directory.
 
 ``on`` refuses a server that is not active, and servers that disagree on ``index_k_dtype``;
 ``off`` (a stock baseline) refuses an active one; ``any`` records only.
@@ -24,26 +30,28 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 import shlex
 from typing import Dict, List, Optional
 from urllib.parse import urlsplit
 
+from sglang_dsv4_ext import launch_identity
+from sglang_dsv4_ext.activation import EVIDENCE_FIELDS
 from sglang_dsv4_ext.errors import ActivationError, ServerActivationError
+from sglang_dsv4_ext.repro import server_info
 from sglang_dsv4_ext.repro.server_evidence import EXTENSION_GAUGE
 from sglang_dsv4_ext.serving import activation_check
 
 EXPECT_CHOICES = ("on", "off", "any")
 ACTIVE, INACTIVE, UNKNOWN = "active", "inactive", "unknown"
-# The header serve writes before each start of a child (serving/supervise.py, start_header).
-_LOG_HEADER = re.compile(r"^# \d{4}-\d\d-\d\d \d\d:\d\d:\d\d (.*)$")
 _SUPERVISOR_LOG = "serve.log"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-_SHOWN_FIELDS = ("index_k_dtype", "gate", "fp4_budget", "integrity", "version")
+_SHOWN_FIELDS = ("index_k_dtype", "gate", "fp4_budget", "integrity", "version", "launch")
+_SOURCE = "server_info"
 
 
-def _state(url: str, state: str, source: Optional[str], found: str, labels=None) -> Dict[str, object]:
-    return {"url": url, "state": state, "source": source, "found": found, "label_sets": labels or []}
+def _state(url: str, state: str, found: str, labels=None, notes=None) -> Dict[str, object]:
+    return {"url": url, "state": state, "source": _SOURCE if state == ACTIVE else None, "found": found,
+            "label_sets": labels or [], "notes": notes or []}
 
 
 # ----- a server's log in serve's log directory -------------------------------------------------
@@ -53,8 +61,8 @@ def _last_start_command(log_path: str) -> List[str]:
     try:
         with open(log_path, errors="replace") as f:
             for line in f:
-                m = _LOG_HEADER.match(line.rstrip("\n"))
-                last = m.group(1) if m else last
+                m = activation_check.START_HEADER.match(line.rstrip("\n"))
+                last = m.group(2) if m else last
         return shlex.split(last) if last else []
     except (OSError, ValueError):
         return []
@@ -89,49 +97,87 @@ def server_logs(log_dir: str, url: str) -> List[str]:
     return same_host if len(found) > 1 and same_host else [p for p, _ in found]
 
 
-def _from_log(url: str, log_dir: str) -> Optional[Dict[str, object]]:
+def _log_note(url: str, log_dir: Optional[str], launch: Optional[str]) -> Optional[str]:
+    """What the server's log says, as a note (it never decides)."""
+    if not log_dir:
+        return None
     logs = server_logs(log_dir, url)
     if len(logs) != 1:
-        return None if not logs else _state(url, UNKNOWN, None, f"several logs in {log_dir} serve its port: "
-                                            f"{', '.join(os.path.basename(p) for p in logs)}")
+        names = ", ".join(os.path.basename(p) for p in logs)
+        return (f"several logs in {log_dir} serve its port: {names}" if logs
+                else f"no log in {log_dir} starts a server on port {_url_port(url)}")
     try:
-        fields = activation_check.check_server_log(url, logs[0], {})
+        fields = activation_check.check_server_log(url, logs[0], {}, launch=launch)
     except ActivationError as exc:
-        return _state(url, INACTIVE, f"serve-log:{logs[0]}", str(exc))
-    return _state(url, ACTIVE, f"serve-log:{logs[0]}", f"activation line in {logs[0]}", [fields])
+        return f"its log is not evidence of the server answering now: {exc}"
+    if launch is None:
+        return (f"its log {logs[0]} shows activation in launch {fields['launch']}, but nothing ties that launch "
+                "to the server answering now: ignored")
+    return f"its log {logs[0]} shows the same launch active"
+
+
+# ----- the activation gauge on /metrics --------------------------------------------------------
+def _gauge_note(entry: Dict[str, object], launch: Optional[str]) -> Optional[str]:
+    """What the gauge says, as a note: label sets of the live launch, of others, without every label."""
+    label_sets = entry.get("extension")
+    if not label_sets:
+        return None
+    partial = [ls for ls in label_sets if not set(EVIDENCE_FIELDS) <= set(ls)]
+    full = [ls for ls in label_sets if set(EVIDENCE_FIELDS) <= set(ls)]
+    current = [ls for ls in full if launch is not None and launch_identity.same(ls["launch"], launch)]
+    stale = sorted({ls["launch"] for ls in full} - {ls["launch"] for ls in current})
+    notes = []
+    if current:
+        notes.append(f"{EXTENSION_GAUGE} shows this launch in {len(current)} process(es)")
+    if stale:
+        notes.append(f"ignored {EXTENSION_GAUGE} of launch {', '.join(stale)}, not of the server answering now "
+                     "(left in a shared PROMETHEUS_MULTIPROC_DIR?)")
+    if partial:
+        notes.append(f"ignored {len(partial)} {EXTENSION_GAUGE} sample(s) without the labels "
+                     f"{', '.join(EVIDENCE_FIELDS)} (not this sglang-dsv4-ext's)")
+    return "; ".join(notes)
 
 
 # ----- one server, all sources ----------------------------------------------------------------
-def _from_gauge(entry: Dict[str, object]) -> Optional[Dict[str, object]]:
-    url, label_sets = entry["url"], entry.get("extension")
-    if label_sets is None:
-        return None
-    if not label_sets:
-        return _state(url, INACTIVE, "metrics", f"{EXTENSION_GAUGE} is exported but not 1")
-    return _state(url, ACTIVE, "metrics", f"{EXTENSION_GAUGE} = 1", label_sets)
+def _complete(record: Optional[dict]) -> bool:
+    return isinstance(record, dict) and record.get("active") is True and set(EVIDENCE_FIELDS) <= set(record)
 
 
-def _without_gauge(entry: Dict[str, object], log_note: str) -> Dict[str, object]:
+def _from_records(url: str, records: List[Optional[dict]]) -> Dict[str, object]:
+    """The decision from the schedulers' records (one per DP rank)."""
+    if all(r is None for r in records):
+        return _state(url, INACTIVE, "its schedulers' /server_info has no sglang-dsv4-ext record (SGLANG_DSV4_EXT=0? "
+                      "SGLANG_PLUGINS without sglang_dsv4_ext? an sglang-dsv4-ext 0.3.0 or older, without records?)")
+    inactive = [(i, r) for i, r in enumerate(records) if r is None or r.get("active") is not True]
+    if inactive:
+        why = "; ".join(f"DP rank {i}: " + ("no record" if r is None else str(r.get("reason", "not active")))
+                        for i, r in inactive)
+        return _state(url, INACTIVE, f"not active in every scheduler: {why}")
+    if not all(_complete(r) for r in records):
+        return _state(url, UNKNOWN, f"a scheduler's record lacks some of {', '.join(EVIDENCE_FIELDS)}")
+    launches = sorted({r["launch"] for r in records})
+    if len(launches) > 1:
+        return _state(url, UNKNOWN, f"its schedulers report several launches: {', '.join(launches)}")
+    labels = [{k: str(r[k]) for k in EVIDENCE_FIELDS} for r in records]
+    return _state(url, ACTIVE, f"every scheduler reports active in launch {launches[0]}", labels)
+
+
+def server_state(entry: Dict[str, object], log_dir: Optional[str],
+                 live: Optional[Dict[str, object]] = None) -> Dict[str, object]:
+    """``{"url", "state", "source", "found", "label_sets", "notes"}`` of one server (see the module doc).
+
+    ``entry``: its /metrics snapshot entry; ``live``: its /server_info (read now when not given).
+    """
     url = entry["url"]
-    if "error" in entry:
-        return _state(url, UNKNOWN, None, f"its /metrics could not be read ({entry['error']}){log_note}")
-    if entry.get("sglang_metrics"):
-        return _state(url, INACTIVE, "metrics", f"its /metrics has SGLang's metrics but no {EXTENSION_GAUGE} "
-                      "(SGLANG_DSV4_EXT=0? SGLANG_PLUGINS without sglang_dsv4_ext? an older sglang-dsv4-ext?)"
-                      f"{log_note}")
-    return _state(url, UNKNOWN, None,
-                  f"its /metrics has no SGLang metrics (SGLang started without --enable-metrics?){log_note}")
-
-
-def server_state(entry: Dict[str, object], log_dir: Optional[str]) -> Dict[str, object]:
-    """``{"url", "state", "source", "found", "label_sets"}`` of one snapshot entry (see the module doc)."""
-    decided = _from_gauge(entry)
-    if decided is None and log_dir:
-        decided = _from_log(entry["url"], log_dir)
-    if decided is not None:
-        return decided
-    log_note = f"; no log in {log_dir} starts a server on port {_url_port(entry['url'])}" if log_dir else ""
-    return _without_gauge(entry, log_note)
+    live = server_info.read(url) if live is None else live
+    if "error" in live:
+        decided = _state(url, UNKNOWN, f"its /server_info could not be read ({live['error']}): nothing shows the "
+                         "state of the server answering now")
+    else:
+        decided = _from_records(url, live["records"])
+    launch = decided["label_sets"][0]["launch"] if decided["state"] == ACTIVE else None
+    decided["notes"] = [n for n in (_gauge_note(entry, launch), _log_note(url, log_dir, launch)) if n]
+    return decided
 
 
 def server_states(snapshot: List[Dict[str, object]], log_dir: Optional[str]) -> List[Dict[str, object]]:
@@ -139,7 +185,7 @@ def server_states(snapshot: List[Dict[str, object]], log_dir: Optional[str]) -> 
 
 
 def describe(state: Dict[str, object]) -> str:
-    """One line for tables: the state, the configuration it reports and where it was read."""
+    """One line for tables: the state, the configuration it reports and where it was read (notes left out)."""
     if state["state"] != ACTIVE:
         return f"{state['state']}: {state['found']}"
     fields = [f"{k}={'/'.join(_values(state, k))}" for k in _SHOWN_FIELDS if _values(state, k)]
@@ -151,9 +197,10 @@ def _values(state: Dict[str, object], key: str) -> List[str]:
 
 
 # ----- the decision --------------------------------------------------------------------------
-_FIX_UNKNOWN = ("to show it, start SGLang with --enable-metrics (the extension then exports {gauge}), or pass "
-                "--serve-logs DIR (the log directory of `sglang-dsv4 serve`), or name each prefill/decode server "
-                "with --server-metrics URL[,URL...] (a router has no such metrics)")
+_FIX_UNKNOWN = ("to show it, make each server's /server_info readable from here (SGLang serves it with or without "
+                "--enable-metrics; the schedulers answer it with their own activation record), naming each "
+                "prefill/decode server with --server-metrics URL[,URL...] (a router has no such record); "
+                "{gauge} and --serve-logs cannot show it alone (they may be left over from another launch)")
 _FIX_INACTIVE = ("where it is not active, restart the server with the extension loaded (SGLANG_PLUGINS naming "
                  "sglang_dsv4_ext or unset, SGLANG_DSV4_EXT not 0; `sglang-dsv4 doctor` on its node says why), or "
                  "pass --expect-extension off for a stock baseline")
@@ -164,7 +211,8 @@ def _refuse_inactive(states: List[Dict[str, object]]) -> Optional[str]:
     missing = [s for s in states if s["state"] != ACTIVE]
     if not missing:
         return None
-    found = "; ".join(f"{s['url']}: {s['found']}" for s in missing)
+    found = "; ".join(f"{s['url']}: {s['found']}" + "".join(f" ({n})" for n in s.get("notes", ()))
+                      for s in missing)
     fixes = [_FIX_UNKNOWN.format(gauge=EXTENSION_GAUGE)] if any(s["state"] == UNKNOWN for s in missing) else []
     fixes += [_FIX_INACTIVE] if any(s["state"] == INACTIVE for s in missing) else []
     return (f"--expect-extension on: sglang-dsv4-ext is not shown active on every server, so the run would not "

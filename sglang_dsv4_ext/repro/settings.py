@@ -265,8 +265,8 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("server_metrics", None, "servers whose Prometheus /metrics are read before and after the run (evidence, "
             "extension state); behind a router name each prefill and decode server (default: the endpoint)",
             _parse_urls, _check_urls, ",".join, metavar="URL[,URL...]"),
-    Setting("serve_logs", None, "log directory of `sglang-dsv4 serve`: a server's activation line there counts "
-            "when its /metrics lack the extension's gauge", check=_check_dir, metavar="DIR"),
+    Setting("serve_logs", None, "log directory of `sglang-dsv4 serve`: each server's log there is checked against "
+            "the launch its /server_info reports and noted (it never decides alone)", check=_check_dir, metavar="DIR"),
     Setting("expect_extension", "on", "on: refuse unless every server shows sglang-dsv4-ext active with one "
             "index-K dtype; off: refuse if any does (stock baseline); any: only record (default on)",
             check=_check_expect, metavar="{on,off,any}"),

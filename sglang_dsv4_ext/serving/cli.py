@@ -463,7 +463,7 @@ def run(args) -> int:
         health_timeout=args.health_timeout,
         grace_period=args.grace_period,
         stream_logs=not args.quiet_logs,
-        # Only SGLang's own launcher loads plugins and prints the activation line.
+        # Only SGLang's own launcher starts the processes that load plugins and print the activation line.
         require_activation_line=args.server_module == "sglang.launch_server",
         wedge_seconds=args.wedge_timeout,
     ).run()

@@ -38,7 +38,7 @@ from typing import IO, Dict, List, Optional, Tuple
 
 import psutil
 
-from sglang_dsv4_ext import exit_codes
+from sglang_dsv4_ext import exit_codes, launch_identity
 from sglang_dsv4_ext.errors import ActivationError
 from sglang_dsv4_ext.serving import activation_check, http_probe, reaper, wedge
 from sglang_dsv4_ext.serving.launch_plan import ChildSpec
@@ -60,6 +60,13 @@ FATAL_SIGNALS: Tuple[int, ...] = tuple(
 def start_header(spec: ChildSpec) -> str:
     """The line written into a child's log before each start (repro's extension check reads its --port)."""
     return f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {spec.shell()}\n"
+
+
+def _launch_of(name: str, pid: int) -> str:
+    try:
+        return launch_identity.of_process(pid)
+    except psutil.Error as exc:
+        raise ActivationError(f"{name}: its process {pid} is gone ({exc})") from exc
 
 
 def signal_name(signum: int) -> str:
@@ -176,6 +183,9 @@ class Supervisor:
                 with self._lock:
                     self._write_out(f"[{name}] {line.decode(errors='replace').rstrip()}\n")
         pipe.close()
+        # This start's evidence ends here: a reader of the log must not take it for a running server's.
+        log.write(f"{activation_check.OUTPUT_END_PREFIX} {time.strftime('%Y-%m-%d %H:%M:%S')}: {name} closed its "
+                  f"output (exited)\n".encode())
         log.close()
 
     # ----- processes -----
@@ -282,13 +292,14 @@ class Supervisor:
         """Each healthy local server's log must carry the activation line with the configuration it was given."""
         if not self.require_activation_line:
             return None
-        logs = {r.spec.name: r.log_path for r in self.running}
+        running = {r.spec.name: r for r in self.running}
         for c in servers:
             if not c.health_url or c.env.get("SGLANG_DSV4_EXT") == "0":
                 continue
             try:
                 expected = activation_check.expected_fields(c.environment(os.environ))
-                activation_check.check_server_log(c.name, logs[c.name], expected)
+                launch = _launch_of(c.name, running[c.name].proc.pid)  # this start's, never an earlier one's
+                activation_check.check_server_log(c.name, running[c.name].log_path, expected, launch=launch)
             except ActivationError as exc:
                 self.say(f"FAILED: {exc}; stopping the stack")
                 return EXIT_CHILD_FAILED

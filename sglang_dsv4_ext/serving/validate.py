@@ -51,6 +51,13 @@ OWNED_DESTS: Dict[str, str] = {
     "base_gpu_id": "set base_gpu_id in the preset's server table",
 }
 
+# destination -> why serve cannot run a server with it at all
+REFUSED_DESTS: Dict[str, str] = {
+    "use_ray": "SGLang's Ray scheduler actors (srt/ray/scheduler_actor.py) never call load_plugins() and write "
+               "their output to Ray's logs, so serve cannot show the extension active in them; start the servers "
+               "without --use-ray (`sglang-dsv4 doctor` lists the entry points that load plugins)",
+}
+
 ROUTER_OWNED = {
     "pd_disaggregation": "added by sglang-dsv4 in pd mode",
     "prefill": "generated from the prefill servers",
@@ -211,6 +218,9 @@ class SGLangArgs:
                     "contents would bypass validation; put the flags in the preset's args instead"
                 )
             for dest, value in self.explicit(args, f"{name}: {source}").items():
+                if dest in REFUSED_DESTS and value:
+                    raise CommandLineError(f"{name}: {source} sets {self.flag(dest)}, which sglang-dsv4 serve refuses: "
+                                           f"{REFUSED_DESTS[dest]}")
                 if dest in OWNED_DESTS:
                     raise CommandLineError(
                         f"{name}: {source} sets {self.flag(dest)} ({dest}={value!r}), which sglang-dsv4 controls: "

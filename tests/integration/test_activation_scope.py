@@ -15,24 +15,36 @@ import sys
 
 import pytest
 
-from sglang_dsv4_ext import compat
+from sglang_dsv4_ext import activation, compat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "tests", "support", "activation_scope.py")
 
 
-def _scenario(name: str) -> dict:
+def _run(name: str, **extra_env) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4") and k != "SGLANG_PLUGINS"}
-    env["PYTHONPATH"] = ROOT
-    proc = subprocess.run([sys.executable, SCRIPT, name], capture_output=True, text=True, env=env, timeout=900,
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env.update(PYTHONPATH=ROOT, **extra_env)
+    return subprocess.run([sys.executable, SCRIPT, name], capture_output=True, text=True, env=env, timeout=900,
                           cwd=ROOT)
+
+
+def _scenario(name: str, **extra_env) -> dict:
+    proc = _run(name, **extra_env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
 
 @pytest.fixture(scope="module")
-def deferred():
-    return _scenario("deferred")
+def metrics_dir(tmp_path_factory):
+    """SGLang's multiprocess metrics directory for the deferred scenario (the gauge's .db file lands here)."""
+    return str(tmp_path_factory.mktemp("prometheus-multiproc"))
+
+
+@pytest.fixture(scope="module")
+def deferred(metrics_dir):
+    # A launch identity inherited from some outer process: a launcher starts a launch of its own.
+    return _scenario("deferred", PROMETHEUS_MULTIPROC_DIR=metrics_dir, SGLANG_DSV4_EXT_LAUNCH="1@1000000000.00")
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +89,29 @@ def test_building_a_dsv4_pool_completes_and_verifies_every_target(deferred):
     assert deferred["unhooked"] == []
 
 
-def test_the_pool_building_process_exports_the_activation_gauge(deferred):
+def _evidence(identity: str) -> dict:
+    """What the scenario's process must report: the default configuration, itself, its own launch."""
     from sglang_dsv4_ext import __version__
 
-    assert deferred["gauge"] == [{"version": __version__, "sglang": "0.5.23", "index_k_dtype": "fp8",
-                                  "gate": "auto", "fp4_budget": "exact", "integrity": "off"}]
+    return {"version": __version__, "sglang": "0.5.23", "index_k_dtype": "fp8", "gate": "auto",
+            "fp4_budget": "exact", "integrity": "off", "launch": identity, "process": identity}
+
+
+def test_the_pool_building_process_exports_the_activation_gauge(deferred, metrics_dir):
+    assert deferred["gauge"] == [_evidence(deferred["identity"])]
+    assert [f for f in os.listdir(metrics_dir) if f.startswith("gauge_mostrecent_")]  # SGLang's multiprocess files
+
+
+def test_only_the_process_that_passed_the_build_check_says_active(deferred):
+    """The launcher's entry point prints the configuration, never "active"; the DSV4 build prints it once."""
+    [loaded] = deferred["lines_at_load"]
+    assert loaded.startswith(activation.LAUNCHER_LINE_PREFIX) and activation.ACTIVATION_LINE_PREFIX not in loaded
+    assert deferred["lines_at_mha_pool"] == []  # a non-DSV4 model: nothing claims anything
+    assert deferred["record_before_dsv4"]["active"] is False
+    [active] = deferred["lines_at_dsv4_pool"]
+    expected = _evidence(deferred["identity"])
+    assert active == activation.ACTIVATION_LINE_PREFIX + " " + " ".join(f"{k}={v}" for k, v in expected.items())
+    assert deferred["record"] == {"active": True, **expected}
 
 
 def test_drift_leaves_the_module_stock_with_a_warning_and_other_models_serve(drift):
@@ -116,3 +146,36 @@ def test_moved_pool_classes_stop_no_server_and_the_model_guard_refuses_dsv4(move
     assert "DSV4PoolConfigurator.__init__: missing" in moved["model_error"]
     assert "could not be installed" not in moved["model_error"]  # no guard is attempted on a missing class
     assert "sglang.srt.no_such_module.gone: missing" in moved["model_error"]  # a module gone entirely
+
+
+def test_a_missing_wrapt_stops_the_process_instead_of_serving_stock():
+    """Found in issue 19: SGLang's loader swallowed the ImportError and a "bf16" server ran stock fp8."""
+    proc = _run("no_wrapt", SGLANG_DSV4_INDEX_K_DTYPE="bf16")
+    assert proc.returncode != 0 and "survived" not in proc.stdout, proc.stdout
+    assert "sglang-dsv4-ext failed to activate: ModuleNotFoundError" in proc.stderr and "wrapt" in proc.stderr
+    assert "a dependency is missing" in proc.stderr
+    assert "Failed to execute general plugin" not in proc.stderr  # it never reached SGLang's swallowing handler
+
+
+def test_a_bug_in_a_post_import_hook_stops_the_process_under_sglangs_except_exception():
+    proc = _run("hook_bug")
+    assert proc.returncode != 0 and "survived" not in proc.stdout, proc.stdout
+    assert "sglang-dsv4-ext failed to activate: KeyError" in proc.stderr
+    assert "a bug while patching sglang.srt.managers.cache_controller" in proc.stderr
+
+
+def test_a_gauge_left_in_a_shared_metrics_dir_never_passes_a_later_stock_server(deferred, metrics_dir, capsys):
+    """Found in issue 19: SGLang keeps an operator-set PROMETHEUS_MULTIPROC_DIR on the shared parent directory and
+    aggregates every .db file there, so the finished scenario's gauge showed 1 for a later stock server.
+
+    The stand-in server renders that directory with prometheus_client's MultiProcessCollector (SGLang's exporter)
+    and answers /server_info as a stock SGLang (no record): repro must refuse, naming the stale launch."""
+    from tests.support.repro_cli import TINY, assert_refused, run_cli
+    from tests.support.repro_server import InjectingServer
+
+    with InjectingServer({}, extension=[], records=[None], metrics_dir=metrics_dir) as stock:
+        rc, _, err = run_cli(["repro", "run", "--endpoint", stock.url, "--out", os.path.join(metrics_dir, "run"),
+                              *TINY], capsys)
+        assert_refused(rc, err, "no sglang-dsv4-ext record",
+                       f"ignored sglang:dsv4_ext_active of launch {deferred['identity']}")
+        assert stock.requests == 0

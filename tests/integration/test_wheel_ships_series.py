@@ -1,5 +1,6 @@
 """A wheel built from the repository carries the patch series and runs the series tooling outside
-the checkout; GitPython is needed only by the commands that drive a git repository.
+the checkout; GitPython is needed only by the commands that drive a git repository. It also carries
+the startup hook (sglang_dsv4_ext/bootstrap.py).
 
 Builds the real wheel (``pip wheel . --no-build-isolation``), installs it with ``--target`` into a
 temporary directory and runs ``sglang-dsv4`` from another working directory against the installed
@@ -83,3 +84,11 @@ def test_a_git_command_without_gitpython_names_the_extra(installed_wheel, tmp_pa
     assert proc.returncode == 2
     assert "pip install 'sglang-dsv4-ext[series]'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_wheel_installs_the_startup_hook_into_site_packages(installed_wheel):
+    """The .pth that makes entry points without load_plugins() load the extension (test_startup_hook.py)."""
+    wheel, site = installed_wheel
+    assert "sglang_dsv4_ext-bootstrap.pth" in zipfile.ZipFile(wheel).namelist()
+    assert (site / "sglang_dsv4_ext-bootstrap.pth").read_text() == (
+        "import sglang_dsv4_ext.bootstrap; sglang_dsv4_ext.bootstrap.install()\n")

@@ -5,9 +5,11 @@ Everything is SGLang's real machinery: ``load_plugins()`` calls our entry point,
 imports fire our post-import hooks, SGLang's real pools are built on CPU.
 
 * deferred: the entry point in a process that has imported only SGLang's plugin package (a
-  launcher, a detokenizer) imports none of the DSV4/HiCache target modules; a module SGLang
-  imports later is patched on import; a non-DSV4 pool leaves activation incomplete; building a
-  DeepSeek-V4 pool completes it (every target verified) and exports the activation gauge.
+  launcher, a detokenizer) imports none of the DSV4/HiCache target modules and prints only the
+  launcher's "configuration loaded" line; a module SGLang imports later is patched on import; a
+  non-DSV4 pool leaves activation incomplete (no "active" anywhere); building a DeepSeek-V4 pool
+  completes it (every target verified), prints the activation line and exports the activation gauge
+  (into ``PROMETHEUS_MULTIPROC_DIR`` when the test sets it: SGLang's multiprocess metrics).
 * drift: one signature in the pool module is changed in the table (as if SGLang had drifted);
   the module is left stock with a warning, a non-DSV4 pool still builds, and a DeepSeek-V4
   pool is refused naming the drifted target.
@@ -17,11 +19,20 @@ imports fire our post-import hooks, SGLang's real pools are built on CPU.
   renamed; removed by a post-import hook that runs before ours): importing it stops nothing, a non-DSV4
   pool builds, and building the DeepSeek-V4 model is refused by the model guard, naming it (and a
   target whose whole module is gone).
+* no_wrapt: ``wrapt`` cannot be imported (an image built with ``pip install --no-deps``); SGLang's
+  ``load_plugins()`` would log "Failed to execute general plugin" and serve stock: the process must stop.
+* hook_bug: a post-import hook fails with an error that is not a refusal (a bug), while the module is
+  imported under ``except Exception`` as SGLang's model registry imports models
+  (``srt/models/registry.py: import_model_classes``): the process must stop, not skip the module.
+
+The last two print JSON only if the process survived (the test expects it not to).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import json
 import logging
 import os
@@ -30,7 +41,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from sglang_dsv4_ext import activation, compat  # noqa: E402
+from sglang_dsv4_ext import activation, compat, launch_identity  # noqa: E402
 
 TARGET_MODULES = [m for m in compat.target_modules(compat.TARGETS) if m != compat.HOOK_REGISTRY_PROPAGATE.module]
 
@@ -68,21 +79,34 @@ def gauge_samples():
     return [dict(s.labels) for f in REGISTRY.collect() for s in f.samples if s.name == activation.ACTIVE_GAUGE]
 
 
+def _ours(text: str) -> list:
+    return [line for line in text.splitlines() if line.startswith("sglang-dsv4-ext")]
+
+
 def deferred() -> dict:
     import sglang.srt.plugins as plugins
 
-    out = {"before": loaded_target_modules()}
-    plugins.load_plugins()
+    out = {"before": loaded_target_modules(), "identity": launch_identity.of_process()}
+    with contextlib.redirect_stderr(io.StringIO()) as printed:
+        plugins.load_plugins()
+    out["lines_at_load"] = _ours(printed.getvalue())
     out["after_load_plugins"] = loaded_target_modules()
     out["loaded"], out["activated_after_load"] = activation.STATE.loaded, activation.STATE.activated
     import sglang.srt.managers.cache_controller  # noqa: F401  (SGLang importing one target module)
 
     out["counter_hooked"] = ours_on(compat.COUNTER_WAIT_UNTIL)
     out["after_cache_controller"] = loaded_target_modules()
-    build_mha_pool()
+    with contextlib.redirect_stderr(io.StringIO()) as printed:
+        build_mha_pool()
+    out["lines_at_mha_pool"] = _ours(printed.getvalue())
     out["activated_after_mha_pool"] = activation.STATE.activated
     out["gauge_before_dsv4"] = gauge_samples()
-    build_dsv4_pool()
+    out["record_before_dsv4"] = activation.evidence_record()
+    with contextlib.redirect_stderr(io.StringIO()) as printed:
+        build_dsv4_pool()
+        build_dsv4_pool()  # a second build point in the same process: the line is printed once
+    out["lines_at_dsv4_pool"] = _ours(printed.getvalue())
+    out["record"] = activation.evidence_record()
     out["activated_after_dsv4_pool"] = activation.STATE.activated
     out["modules"] = activation.STATE.modules
     out["unhooked"] = [t.path for t in compat.TARGETS if t.area != "activation"
@@ -182,5 +206,31 @@ def drift() -> dict:
     return out
 
 
+def no_wrapt() -> dict:
+    sys.modules["wrapt"] = None  # `import wrapt` now raises ImportError, as when the package is not installed
+    import sglang.srt.plugins as plugins
+
+    plugins.load_plugins()
+    return {"survived": True, "loaded": activation.STATE.loaded}
+
+
+def hook_bug() -> dict:
+    import sglang.srt.plugins as plugins
+
+    plugins.load_plugins()
+
+    def broken(module_name):
+        raise KeyError(f"a bug while patching {module_name}")
+
+    activation.patch_module = broken
+    try:
+        import sglang.srt.managers.cache_controller  # noqa: F401  (SGLang importing one target module)
+    except Exception as exc:  # SGLang's model registry: "Ignore import error when loading ..."
+        return {"survived": True, "swallowed": repr(exc)}
+    return {"survived": True, "swallowed": None}
+
+
 if __name__ == "__main__":
-    json.dump({"deferred": deferred, "drift": drift, "untested": untested, "moved": moved}[sys.argv[1]](), sys.stdout)
+    scenarios = {"deferred": deferred, "drift": drift, "untested": untested, "moved": moved, "no_wrapt": no_wrapt,
+                 "hook_bug": hook_bug}
+    json.dump(scenarios[sys.argv[1]](), sys.stdout)

@@ -55,6 +55,9 @@ _COUNTS = "tests/unit/hooks/test_integrity_counts.py::"
 _SUPERVISE = "tests/integration/test_serve_supervise.py"
 _WEDGE = "tests/unit/serving/test_wedge.py"
 _CONFIG = "tests/unit/cli/test_bad_input_config.py"
+_SCOPE = "tests/integration/test_activation_scope.py"
+_ACT = "tests/integration/test_serve_activation_check.py"
+_ACT_CHECK = "sglang_dsv4_ext/serving/activation_check.py"
 
 
 MUTATIONS: List[Mutation] = [
@@ -105,9 +108,9 @@ MUTATIONS: List[Mutation] = [
              ("tests/unit/hooks/test_integrity.py::"
               "test_a_new_load_drops_what_the_last_left_pending_instead_of_verifying_it_later",)),
     Mutation("activation: no guard on a build point SGLang does not have", "sglang_dsv4_ext/activation.py",
-             "        try:\n            compat.resolve(target.path)\n        except (ImportError, AttributeError, "
-             "ValueError):\n            continue\n        guards.append(",
-             "        guards.append(",
+             "        try:\n            current = compat.resolve(target.path)[2]\n        except (ImportError, "
+             "AttributeError, ValueError):\n            continue\n",
+             "        current = compat.resolve(target.path)[2]\n",
              ("tests/integration/test_activation_scope.py::"
               "test_moved_pool_classes_stop_no_server_and_the_model_guard_refuses_dsv4",)),
     Mutation("recall: an unreadable capture file is named, not a traceback", "sglang_dsv4_ext/recall/cli.py",
@@ -578,6 +581,65 @@ MUTATIONS: List[Mutation] = [
     Mutation("series: doctor judges an SGLang with its release's series", "sglang_dsv4_ext/series/upstream.py",
              "choose_series_dir(package_version(sglang_dir))", "choose_series_dir(None)",
              (f"{_RELEASES}::test_doctors_verdicts_use_the_series_of_the_sglang_they_judge",)),
+    # --- issue 19, section 1: activation evidence ---
+    Mutation("activation: every failure of the entry point stops the process", "sglang_dsv4_ext/activation.py",
+             "    except Exception as exc:\n        if isinstance(exc, ActivationError):",
+             "    except ActivationError as exc:\n        if isinstance(exc, ActivationError):",
+             (f"{_SCOPE}::test_a_missing_wrapt_stops_the_process_instead_of_serving_stock",
+              f"{_SCOPE}::test_a_bug_in_a_post_import_hook_stops_the_process_under_sglangs_except_exception")),
+    Mutation("activation: the launcher says 'configuration loaded', never 'active'", "sglang_dsv4_ext/activation.py",
+             "        print(launcher_line(STATE.config), file=sys.stderr, flush=True)",
+             "        print(activation_line(STATE.config), file=sys.stderr, flush=True)",
+             (f"{_SCOPE}::test_only_the_process_that_passed_the_build_check_says_active",
+              "tests/integration/test_plugin_allowlist.py")),
+    Mutation("activation: a launcher starts a launch of its own", "sglang_dsv4_ext/activation.py",
+             "    if multiprocessing.parent_process() is None or not inherited:", "    if not inherited:",
+             (f"{_SCOPE}::test_the_pool_building_process_exports_the_activation_gauge",)),
+    Mutation("activation: /server_info says active only after the build check", "sglang_dsv4_ext/activation.py",
+             "    if STATE.config is not None and STATE.build_checked:", "    if STATE.config is not None:",
+             ("tests/unit/hooks/test_evidence.py::test_a_scheduler_that_built_no_dsv4_model_never_reports_active",
+              f"{_SCOPE}::test_only_the_process_that_passed_the_build_check_says_active")),
+    Mutation("evidence: the schedulers' /server_info carries their record", "sglang_dsv4_ext/hooks/evidence.py",
+             "        state[RECORD_KEY] = activation.evidence_record()", "        pass",
+             ("tests/unit/hooks/test_evidence.py",)),
+    Mutation("startup hook: a DSV4 build without load_plugins() runs it", "sglang_dsv4_ext/activation.py",
+             "    if STATE.config is not None or kill_switch_set() or plugin_allowlist_block() is not None:\n"
+             "        return\n    from sglang.srt.plugins import load_plugins",
+             "    if True:\n        return\n    from sglang.srt.plugins import load_plugins",
+             ("tests/integration/test_startup_hook.py::"
+              "test_an_entry_point_without_load_plugins_builds_dsv4_with_the_extension",)),
+    Mutation("startup hook: SGLANG_DSV4_EXT=0 leaves it idle", "sglang_dsv4_ext/bootstrap.py",
+             "    if kill_switch_set():  # SGLANG_DSV4_EXT=0", "    if False:  # SGLANG_DSV4_EXT=0",
+             ("tests/integration/test_startup_hook.py::test_the_kill_switch_leaves_such_an_entry_point_stock",)),
+    Mutation("startup hook: the editable install carries the .pth", "setup.py",
+             "            self._write_startup_hook(Path(self.get_finalized_command(\"install\").install_lib))\n", "",
+             ("tests/integration/test_startup_hook.py::test_the_editable_install_carries_the_startup_hook",)),
+    Mutation("startup hook: the wheel carries the .pth", "setup.py",
+             "        self._write_startup_hook(Path(self.build_lib))\n", "",
+             ("tests/integration/test_wheel_ships_series.py::"
+              "test_the_wheel_installs_the_startup_hook_into_site_packages",)),
+    Mutation("serve: only the current start of a log counts", _ACT_CHECK,
+             "    date, lines = current_start(_read(name, log_path))",
+             "    date, lines = None, _read(name, log_path).splitlines()",
+             (f"{_ACT}::test_only_the_current_start_of_this_launch_is_evidence",)),
+    Mutation("serve: an activation line of another launch does not count", _ACT_CHECK,
+             "    if launch is not None and not launch_identity.same(launches[0], launch):", "    if False:",
+             (f"{_ACT}::test_servers_that_print_the_line_of_this_launch_count_and_another_launch_fails",
+              f"{_ACT}::test_only_the_current_start_of_this_launch_is_evidence")),
+    Mutation("serve: a child's log ends each start with an end line", "sglang_dsv4_ext/serving/supervise.py",
+             "        log.write(f\"{activation_check.OUTPUT_END_PREFIX}",
+             "        (f\"{activation_check.OUTPUT_END_PREFIX}",
+             (f"{_ACT}::test_serve_ends_each_start_of_a_child_log_with_an_end_line",)),
+    Mutation("serve: --use-ray is refused", "sglang_dsv4_ext/serving/validate.py",
+             "                if dest in REFUSED_DESTS and value:", "                if False:",
+             (f"{_SERVE}::test_bad_flag_is_refused_naming_it",)),
+    Mutation("repro: the schedulers' records decide, not a gauge", "sglang_dsv4_ext/repro/extension_check.py",
+             "        decided = _from_records(url, live[\"records\"])",
+             "        decided = (_from_records(url, live[\"records\"]) if not entry.get(\"extension\") else "
+             "_state(url, ACTIVE, \"gauge\", entry[\"extension\"]))",
+             ("tests/unit/repro/test_expect_extension.py::"
+              "test_a_stock_server_never_passes_whatever_its_metrics_and_logs_show",
+              f"{_SCOPE}::test_a_gauge_left_in_a_shared_metrics_dir_never_passes_a_later_stock_server")),
 ]
 
 

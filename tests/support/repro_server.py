@@ -37,7 +37,13 @@ prometheus_client (SGLang's exporter): SGLang's request counter, ``sglang:num_ab
 sets in ``counters``, and the extension's gauge ``sglang:dsv4_ext_active`` with each label set in
 ``extension`` (default: one active bf16 server, :data:`ACTIVE_BF16`). ``extension=[]`` leaves the
 gauge out (a stock server, or one where the extension did not load); ``metrics=False`` answers 404
-(SGLang without ``--enable-metrics``).
+(SGLang without ``--enable-metrics``). ``metrics_dir`` renders instead what prometheus_client's
+``MultiProcessCollector`` finds in that directory (SGLang's exporter with ``PROMETHEUS_MULTIPROC_DIR``).
+
+``GET /server_info`` answers like SGLang's, with ``internal_states``: one per DP rank, each carrying the
+scheduler's activation record from ``records`` under ``sglang_dsv4_ext`` (``None``: a stock scheduler,
+no record). By default one rank, active with the first label set of ``extension``, or stock when
+``extension`` is empty; ``server_info=False`` answers 404.
 """
 
 from __future__ import annotations
@@ -94,9 +100,11 @@ EXPECTED_VERDICT.update({"cut_stream": "protocol_error", "cut_stream_chunked": "
 EXPECTED_STREAM_VERDICT = dict(EXPECTED_VERDICT, cut_stream="stream_cut", cut_stream_chunked="stream_cut",
                                done_without_finish="stream_cut")
 TOOL_STEP_ONLY = {"swallowed_malformed", "swallowed_ok"}
-# The activation gauge's labels of a server running the extension with bf16 index-K (activation.py).
+# The activation gauge's labels of a server running the extension with bf16 index-K (activation.py:
+# EVIDENCE_FIELDS), in launch 4242@1764590000.00 (launch_identity).
 ACTIVE_BF16 = {"version": "stand-in", "sglang": "0.5.23", "index_k_dtype": "bf16", "gate": "auto",
-               "fp4_budget": "exact", "integrity": "off"}
+               "fp4_budget": "exact", "integrity": "off", "launch": "4242@1764590000.00",
+               "process": "4243@1764590003.50"}
 ABORTING_KINDS = ("reset", "timeout")  # a real SGLang counts these as aborted requests
 
 
@@ -161,8 +169,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {})
         elif self.path == "/v1/models":
             self._send_json(200, self.server.owner.models_reply)
-        elif self.path == "/server_info":
-            info = {"version": "stand-in", "tool_call_parser": "deepseekv4", "label": self.server.owner.label}
+        elif self.path == "/server_info" and self.server.owner.server_info:
+            info = {"version": "stand-in", "tool_call_parser": "deepseekv4", "label": self.server.owner.label,
+                    "startup_time": 1764590001.0, "internal_states": self.server.owner.internal_states()}
             self._send_json(200, info)
         else:
             self._send_json(404, {"error": "not found"})
@@ -279,7 +288,8 @@ class _Server(ThreadingHTTPServer):
 class InjectingServer:
     def __init__(self, rates: Dict[str, float], seed: int = 0, timeout_sleep: float = 2.0, delay: float = 0.0,
                  label: str = "", models_reply=None, extension=(ACTIVE_BF16,), metrics: bool = True,
-                 stall_after: Optional[int] = None, stall_s: float = 5.0):
+                 stall_after: Optional[int] = None, stall_s: float = 5.0,
+                 records=None, server_info: bool = True, metrics_dir: Optional[str] = None):
         known = KINDS + SHAPE_KINDS + CUT_KINDS
         unknown = set(rates) - set(known)
         if unknown:
@@ -298,6 +308,11 @@ class InjectingServer:
         self.extension = [dict(labels) for labels in extension]
         self.metrics = metrics
         self.stall_after, self.stall_s = stall_after, stall_s
+        self.metrics_dir = metrics_dir
+        if records is None:
+            records = [dict(self.extension[0], active=True) if self.extension else None]
+        self.records = records
+        self.server_info = server_info
         self.counters: Dict[str, float] = {"sglang:num_aborted_requests": 0.0}
         self._lock = threading.Lock()
         self._httpd: Optional[_Server] = None
@@ -321,19 +336,33 @@ class InjectingServer:
     def __exit__(self, *exc):
         self.stop()
 
+    def internal_states(self) -> List[dict]:
+        states = []
+        for record in self.records:
+            state = {"world_size": 1, "memory_usage": {}}
+            if record is not None:
+                state["sglang_dsv4_ext"] = record
+            states.append(state)
+        return states
+
     def metrics_text(self) -> str:
         from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
         registry = CollectorRegistry()
+        if self.metrics_dir:
+            from prometheus_client import multiprocess
+
+            multiprocess.MultiProcessCollector(registry, path=self.metrics_dir)
         Counter("sglang:num_requests", "stand-in", registry=registry).inc(self.requests)
         with self._lock:
             counters = dict(self.counters)
         for family, value in counters.items():
             Counter(family, "stand-in", registry=registry).inc(value)
         if self.extension:
-            gauge = Gauge("sglang:dsv4_ext_active", "stand-in", labelnames=sorted(self.extension[0]), registry=registry)
+            names = sorted(self.extension[0])  # every label set of one test has the same names
+            gauge = Gauge("sglang:dsv4_ext_active", "stand-in", labelnames=names, registry=registry)
             for labels in self.extension:
-                gauge.labels(**labels).set(1)
+                (gauge.labels(**labels) if names else gauge).set(1)  # {}: a sample without labels
         return generate_latest(registry).decode()
 
     # ----- behaviour -----

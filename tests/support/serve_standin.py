@@ -1,4 +1,4 @@
-"""Stand-in for an SGLang server or router in supervision tests (stdlib only).
+"""Stand-in for an SGLang server or router in supervision tests (stdlib only, but for STANDIN_ACTIVATION_LINE).
 
 Run as ``python -m tests.support.serve_standin <the command line serve generated>``: it takes --host
 and --port from SGLang's/the router's flags (ignoring the rest), serves GET /health on
@@ -17,6 +17,10 @@ comes from environment variables (the preset's per-server ``env`` table sets the
   STANDIN_METRICS=drip        GET /metrics sends its headers, then one body byte per second, for hours
                               (prints "metrics drip started" to its log on the first such request)
   STANDIN_METRICS=html        GET /metrics answers 200 with an HTML page (not Prometheus text)
+  STANDIN_ACTIVATION_LINE=K   print what a launcher and its scheduler print at start, with the real
+                              functions of sglang_dsv4_ext.activation (the one import beyond the stdlib):
+                              this-launch (as a launch_server that built a DSV4 model), other-launch (an
+                              active line naming another launch), launcher (only the launcher's line)
 
 Every descendant's pid is recorded (``descendant_pids``) so a test can check none survives.
 """
@@ -57,6 +61,19 @@ def _descendants():
     if os.environ.get("STANDIN_ORPHAN") == "1":
         descendants.append(_orphan())
     return grandchild, descendants
+
+
+def _print_activation_lines(kind: str) -> None:
+    from sglang_dsv4_ext import activation, launch_identity
+    from sglang_dsv4_ext.config import load_config
+
+    os.environ[launch_identity.ENV_LAUNCH] = launch_identity.of_process()  # as the launcher's entry point does
+    cfg = load_config()
+    print(activation.launcher_line(cfg), file=sys.stderr, flush=True)
+    if kind == "other-launch":
+        os.environ[launch_identity.ENV_LAUNCH] = "999@1577836800.00"
+    if kind != "launcher":
+        print(activation.activation_line(cfg), file=sys.stderr, flush=True)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -131,6 +148,8 @@ def main() -> None:
     if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     grandchild, descendants = _descendants()
+    if os.environ.get("STANDIN_ACTIVATION_LINE"):
+        _print_activation_lines(os.environ["STANDIN_ACTIVATION_LINE"])
     _record(args.port, grandchild, descendants)
 
     server = ThreadingHTTPServer((args.host, args.port), Handler)

@@ -81,6 +81,9 @@ FLAG_ROWS = [
      "--keep-overlap-schedule contradicts --disable-overlap-schedule in the args after -- of decode-0"),
     ("server module that does not exist", ["--server-module", "no_such_server_xyz"],
      "--server-module 'no_such_server_xyz': no such module"),
+    ("Ray scheduler actors (never load plugins)", ["--decode-args=--use-ray"],
+     "decode-0: --decode-args sets --use-ray, which sglang-dsv4 serve refuses: SGLang's Ray scheduler actors"),
+    ("Ray for every server", ["--", "--use-ray"], "sets --use-ray, which sglang-dsv4 serve refuses"),
 ]
 
 
