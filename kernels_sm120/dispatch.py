@@ -70,7 +70,9 @@ class LogitsConfig:
     them, so no key load waits on a page-id load inside the pipelined loop. busy_per_sm > 0
     (one row per program): every program sums the batch's lengths and uses one chunk size,
     total keys / (busy_per_sm x SMs), so about that many programs have work whatever the
-    lengths (long parts for big batches, many small ones for a few long rows)."""
+    lengths (long parts for big batches, many small ones for a few long rows). item_grid (one
+    row per program, needs busy_per_sm): one program per such part (busy_per_sm x SMs + rows
+    programs) instead of the (rows, split) grid, most of which has no work for many rows."""
 
     block_n: int
     num_warps: int
@@ -81,6 +83,7 @@ class LogitsConfig:
     min_chunk: int = 0
     page_block: int = 0
     busy_per_sm: int = 0
+    item_grid: bool = False
 
 
 @dataclass(frozen=True)
@@ -263,6 +266,6 @@ def paged_mqa_logits_bf16(
         out=out, block_n=config.block_n, target_programs=config.programs_per_sm * num_sms(q.device),
         max_chunk=config.max_chunk, min_chunk=config.min_chunk, page_block=config.page_block,
         busy_programs=config.busy_per_sm * num_sms(q.device),
-        rows_per_program=config.rows_per_program,
+        rows_per_program=config.rows_per_program, item_grid=config.item_grid,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -380,11 +380,15 @@ LOGITS_TILINGS = [
     dispatch.LogitsConfig(32, 4, 2, programs_per_sm=8, busy_per_sm=2, page_block=4),  # one chunk from the batch total
     dispatch.LogitsConfig(64, 4, 2, rows_per_program=2),  # row pairs (rows here do not share pages)
     dispatch.LogitsConfig(32, 4, 2, programs_per_sm=3, rows_per_program=4),
+    # one program per part of one batch-wide chunk size (the item grid)
+    dispatch.LogitsConfig(32, 4, 2, programs_per_sm=1, busy_per_sm=2, page_block=4, item_grid=True),
+    dispatch.LogitsConfig(64, 4, 3, programs_per_sm=2, min_chunk=128, busy_per_sm=1, item_grid=True),
 ]
 
 
 @pytest.mark.parametrize("cfg", LOGITS_TILINGS,
-                         ids=lambda c: f"bn{c.block_n}-p{c.programs_per_sm}-r{c.rows_per_program}-pb{c.page_block}")
+                         ids=lambda c: f"bn{c.block_n}-p{c.programs_per_sm}-r{c.rows_per_program}-pb{c.page_block}"
+                  f"{'-items' if c.item_grid else ''}")
 def test_logits_kernel_tilings_and_splits(interp, gen, cfg):
     """Any split of the rows' keys over programs, any rows per program: same logits, same
     written columns (a wide output, as under SGLang's decode CUDA graph)."""
@@ -396,14 +400,17 @@ def test_logits_kernel_tilings_and_splits(interp, gen, cfg):
     check_logits_contract(out, ref, seq, 768)
 
 
-def test_logits_batch_balanced_chunks_over_many_rows(interp, gen):
+@pytest.mark.parametrize("item_grid", [False, True], ids=["rows-x-split", "item-grid"])
+def test_logits_batch_balanced_chunks_over_many_rows(interp, gen, item_grid):
     """busy_per_sm: every program sums all rows' lengths (here 300 rows, more than one
-    256-row block) to size its part; short and long rows, a wide output."""
+    256-row block) to size its part; short and long rows, a wide output. Item grid: the
+    parts of rows past the first 256-row block are found too, rows of no parts skipped."""
     lens = [int(x) for x in torch.randint(0, 40, (300,), generator=gen)]
-    lens[7], lens[150], lens[299] = 700, 0, 513
+    lens[7], lens[150], lens[299], lens[260] = 700, 0, 513, 0
     cache, q, w, seq, pt = logits_case(gen, 300, lens, width=12, heads=16)
     out = torch.full((300, 768), float("nan"))
-    cfg = dispatch.LogitsConfig(64, 4, 2, programs_per_sm=1, max_chunk=256, busy_per_sm=1, page_block=8)
+    cfg = dispatch.LogitsConfig(64, 4, 2, programs_per_sm=1, max_chunk=256, busy_per_sm=1, page_block=8,
+                                item_grid=item_grid)
     dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, 768, out=out, config=cfg)
     ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 768)
     check_logits_contract(out, ref, seq, 768)
