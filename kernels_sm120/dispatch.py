@@ -106,12 +106,12 @@ _PERSISTENT_STORE = StoreConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _PERSISTENT_Q = QConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _SCATTER = ScatterConfig(block_m=32, num_warps=4)
 # H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits: 3 x 32 KiB key stages + q = 113 KiB,
-# two programs per SM; parts of the batch's total keys / (4 x SMs), at least 256 keys, at least
-# max_seq_len / 8192 parts per row available; page ids 64 at a time. Prefill:
+# two programs per SM; the item grid: one program per part of the batch's total keys / (2 x SMs),
+# at least 256 keys; page ids 64 at a time. Prefill:
 # four rows per program share each key tile (64-key tiles, q^T of 4 rows = 64 KiB). Both picked by
-# the sweeps in benchmarks/kernels.py (NOTES.md, logits v2).
+# the sweeps in benchmarks/kernels.py (NOTES.md, logits v2 and v3).
 _HOPPER_CLASS_LOGITS = LogitsConfig(block_n=128, num_warps=4, num_stages=3, programs_per_sm=2, max_chunk=8192,
-                                    min_chunk=256, page_block=64, busy_per_sm=4)
+                                    min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True)
 _HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 
 CONFIGS: Dict[str, ArchConfigs] = {

@@ -35,6 +35,7 @@ class Dsv4Model:
     window_size: int
     context_len: int
     kv_source_layer_ids: List[int] = field(default_factory=list)
+    index_topk: int = 512  # c4 rows sparse attention selects per query (decode read sizes, not pool sizing)
 
     def layer_counts(self, start: int = 0, end: Optional[int] = None) -> dict:
         stage = self.compress_ratios[start : self.num_hidden_layers if end is None else end]
@@ -48,6 +49,7 @@ _OPTIONAL_DIMS = {  # config key -> default when absent (DeepSeek-V4-Flash's val
     "qk_rope_head_dim": 64,
     "index_head_dim": 128,
     "max_position_embeddings": 1 << 20,
+    "index_topk": 512,
 }
 
 
@@ -123,6 +125,7 @@ def load_model(path: Optional[str] = None) -> Dsv4Model:
         window_size=_positive_int(raw, window_key, 128, name),
         context_len=dims["max_position_embeddings"],
         kv_source_layer_ids=list(source_ids),
+        index_topk=dims["index_topk"],
     )
 
 
