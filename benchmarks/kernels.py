@@ -507,21 +507,20 @@ def prefill_lens() -> List[int]:
 
 _L = dispatch.LogitsConfig
 # Decode tilings compared by --sweep logits (issue 21: busy_per_sm=2, the item grid, page-id
-# prefetch depth, fewer and longer programs for few rows, 64-key tiles); the first is the v2.3 default.
+# prefetch depth, fewer and longer programs for few rows, 64-key tiles). The H200 call of
+# 2026-12-01 (NOTES.md, logits v3) ran a wider set: the rows-x-split grid with busy 2, page ids 0 /
+# 16 at a time, min_chunk 1024 and 8 warps lost everywhere to one of these.
 LOGITS_VARIANTS = {
     "grid busy4 (v2.3)": _L(128, 4, 3, programs_per_sm=2, max_chunk=8192, min_chunk=256, page_block=64, busy_per_sm=4),
-    "grid busy2": _L(128, 4, 3, programs_per_sm=2, max_chunk=8192, min_chunk=256, page_block=64, busy_per_sm=2),
     "items busy2": _L(128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True),
     "items busy4": _L(128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=4, item_grid=True),
-    "items busy1": _L(128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=1, item_grid=True),
-    "items busy2 min1024": _L(128, 4, 3, min_chunk=1024, page_block=64, busy_per_sm=2, item_grid=True),
-    "items busy2 pb0": _L(128, 4, 3, min_chunk=256, page_block=0, busy_per_sm=2, item_grid=True),
-    "items busy2 pb16": _L(128, 4, 3, min_chunk=256, page_block=16, busy_per_sm=2, item_grid=True),
-    "items bn64 s3 busy3": _L(64, 4, 3, min_chunk=256, page_block=64, busy_per_sm=3, item_grid=True),
+    "items busy8": _L(128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=8, item_grid=True),
     "items bn64 s4 busy2": _L(64, 4, 4, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True),
-    "items w8 busy2": _L(128, 8, 3, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True),
+    "items bn64 s4 busy4": _L(64, 4, 4, min_chunk=256, page_block=64, busy_per_sm=4, item_grid=True),
+    "items bn64 s4 busy8": _L(64, 4, 4, min_chunk=256, page_block=64, busy_per_sm=8, item_grid=True),
+    "items bn64 s3 busy3": _L(64, 4, 3, min_chunk=256, page_block=64, busy_per_sm=3, item_grid=True),
 }
-SWEEP_DECODE = ((1, [2048]), (1, [65536]), (8, [8192] * 8), (8, [32768] * 8), (64, [2048] * 64), (64, [8192] * 64),
+SWEEP_DECODE = ((1, [2048]), (1, [65536]), (8, [8192] * 8), (64, [2048] * 64), (64, [32768] * 64),
                 (128, [4096] * 128), (128, [65536] * 128), (128, [65536] + [2048] * 127))
 
 
@@ -559,13 +558,15 @@ def _sweep_store(dev, ceil, note) -> None:
 
 
 def _sweep_q(dev, ceil, note) -> None:
+    # (block_m, warps, programs per SM, prefetch, streaming cache hints)
     for n in (1024, 32768):
-        for bm, warps, per_sm, prefetch in TILE_VARIANTS:
-            for one_token in (True,):
-                cfg = dispatch.QConfig(block_m=bm, num_warps=warps, programs_per_sm=per_sm, prefetch=prefetch,
-                                       one_token_tiles=one_token)
-                note(time_q(dev, ceil, n, cfg, with_torch=False, copy_same_size=n == 1024,
-                            label=f"N={n} bm{bm} w{warps} {per_sm}/SM pf{int(prefetch)} tok{int(one_token)}"))
+        for bm, warps, per_sm, prefetch, stream in ((16, 2, 8, True, False), (16, 2, 8, True, True),
+                                                    (16, 2, 12, False, False), (16, 2, 12, False, True),
+                                                    (32, 2, 8, False, True), (16, 2, 8, True, False)):
+            cfg = dispatch.QConfig(block_m=bm, num_warps=warps, programs_per_sm=per_sm, prefetch=prefetch,
+                                   streaming=stream)
+            note(time_q(dev, ceil, n, cfg, with_torch=False, copy_same_size=n == 1024,
+                        label=f"N={n} bm{bm} w{warps} {per_sm}/SM pf{int(prefetch)} stream{int(stream)}"))
 
 
 SWEEPS = {"logits": _sweep_logits, "prefill": _sweep_prefill, "store": _sweep_store, "q": _sweep_q}

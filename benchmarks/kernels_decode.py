@@ -36,8 +36,7 @@ COPY_GOAL = 85.0  # % of the same-size copy, where the gather reaches it
 
 def _gather_times(sets, lens, max_len, dev, tilings) -> Dict[str, float]:
     sms = dispatch.num_sms(dev)
-    partial = torch.empty(max(c.programs_per_sm * sms or c.busy_per_sm * sms + len(lens) for c in tilings),
-                          device=dev)
+    partial = torch.empty(max(page_gather.gather_programs(c, len(lens), max_len, sms) for c in tilings), device=dev)
     pages = [s["cache"].view(torch.bfloat16).view(s["cache"].shape[0], -1) for s in sets]
     out = {}
     for cfg in tilings:

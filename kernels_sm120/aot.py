@@ -72,7 +72,7 @@ def kernel_specs() -> List[KernelSpec]:
             index_q.index_q_rope_hadamard_kernel,
             index_q.AOT_SIGNATURES["index_q_rope_hadamard_kernel"],
             lambda c: dict(H=heads, D=head_dim, ROPE_DIM=rope_dim, BLOCK_M=c.q.block_m, PREFETCH=c.q.prefetch,
-                           ONE_TOKEN=c.q.one_token_tiles and heads % c.q.block_m == 0),
+                           ONE_TOKEN=c.q.one_token_tiles and heads % c.q.block_m == 0, STREAM=c.q.streaming),
             lambda c: dict(num_warps=c.q.num_warps, num_stages=c.q.num_stages),
             needs_tensor_cores=False,  # fp32 butterfly Hadamard (v4)
         ),

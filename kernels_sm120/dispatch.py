@@ -53,6 +53,7 @@ class QConfig:
     programs_per_sm: int = 4
     prefetch: bool = True
     one_token_tiles: bool = True
+    streaming: bool = False  # q loads evict-first, q_out stores .cs
 
 
 @dataclass(frozen=True)
@@ -105,12 +106,12 @@ class ArchConfigs:
 _PERSISTENT_STORE = StoreConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _PERSISTENT_Q = QConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _SCATTER = ScatterConfig(block_m=32, num_warps=4)
-# H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits: 3 x 32 KiB key stages + q = 113 KiB,
-# two programs per SM; the item grid: one program per part of the batch's total keys / (2 x SMs),
-# at least 256 keys; page ids 64 at a time. Prefill:
+# H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits: 64-key tiles, 4 stages (3 x 16 KiB
+# key stages in flight + q = 80 KiB, two programs per SM); the item grid: one program per part of the
+# batch's total keys / (2 x SMs), at least 256 keys; page ids 64 at a time. Prefill:
 # four rows per program share each key tile (64-key tiles, q^T of 4 rows = 64 KiB). Both picked by
 # the sweeps in benchmarks/kernels.py (NOTES.md, logits v2 and v3).
-_HOPPER_CLASS_LOGITS = LogitsConfig(block_n=128, num_warps=4, num_stages=3, programs_per_sm=2, max_chunk=8192,
+_HOPPER_CLASS_LOGITS = LogitsConfig(block_n=64, num_warps=4, num_stages=4, programs_per_sm=2, max_chunk=8192,
                                     min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True)
 _HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 
@@ -239,7 +240,7 @@ def index_q_bf16(
         q, weight, weight_scale, freqs_cis, positions,
         num_heads=num_heads, q_out=q_out, weights_out=weights_out,
         block_m=cfg.block_m, max_programs=cfg.programs_per_sm * num_sms(q.device),
-        prefetch=cfg.prefetch, one_token_tiles=cfg.one_token_tiles, num_warps=cfg.num_warps,
+        prefetch=cfg.prefetch, one_token_tiles=cfg.one_token_tiles, streaming=cfg.streaming, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
 

@@ -2,6 +2,8 @@
 paged logits call must read: every row below each row's length, through its page table,
 nothing else. Run through Triton's interpreter on CPU, every tiling the benchmark sweeps."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -28,7 +30,7 @@ def gathered_sum_reference(cache, seq_lens, page_table, max_len):
 
 def small_tiling(cfg):
     """The benchmark's tiling at interpreter scale (few programs, so each walks several items)."""
-    return page_gather.GatherConfig(cfg.block_n, cfg.num_warps, 1, 2, min_chunk=64)
+    return dataclasses.replace(cfg, programs_per_sm=1 if cfg.kind == "reg" else 0, busy_per_sm=2, min_chunk=64)
 
 
 @pytest.mark.parametrize("cfg", page_gather.GATHER_TILINGS, ids=lambda c: c.label.replace(" ", "-"))
@@ -55,7 +57,7 @@ def test_gather_reads_exactly_the_rows_below_each_length(interp, cfg):
     out = torch.full((64,), float("nan"))
     tiling = small_tiling(cfg)
     page_gather.page_gather_sum(cache, seq, page_table, max_len, out, tiling, num_sms=4)
-    programs = tiling.programs_per_sm * 4
+    programs = page_gather.gather_programs(tiling, len(lens), max_len, 4)
     got = out[:programs].double().sum().item()
     assert torch.isnan(out[programs:]).all()
     want = gathered_sum_reference(cache, seq, page_table, max_len)

@@ -244,8 +244,8 @@ def test_store_kernel_fp32_norm_weight_vs_bf16(interp, gen):
 
 def test_store_and_q_tilings_agree(interp, gen):
     """Persistent grids with and without the next-tile prefetch, one or several tiles per
-    program, q tiles with one RoPE row per tile or one per row, give the same bytes (the
-    math is identical; only the schedule and the loads change)."""
+    program, q tiles with one RoPE row per tile or one per row, q with streaming cache hints,
+    give the same bytes (the math is identical; only the schedule and the loads change)."""
     freqs = random_freqs(gen)
     kv = torch.randn(70, 128, generator=gen).to(torch.bfloat16)
     w = torch.rand(128, generator=gen) + 0.5
@@ -254,15 +254,16 @@ def test_store_and_q_tilings_agree(interp, gen):
     q = torch.randn(5, 64 * 128, generator=gen).to(torch.bfloat16)
     hw = torch.randn(5, 64, generator=gen).to(torch.bfloat16)
     caches, qs = [], []
-    for prefetch, per_sm, one_token in ((True, 1, True), (False, 1, True), (True, 64, True), (True, 1, False),
-                                        (False, 3, False)):
+    for prefetch, per_sm, one_token, stream in ((True, 1, True, False), (False, 1, True, False),
+                                                (True, 64, True, False), (True, 1, False, False),
+                                                (False, 3, False, False), (True, 2, True, True)):
         cache = poisoned_cache(4)
         dispatch.store_index_k_bf16(kv, w, 1e-6, freqs, pos, loc, cache,
                                     config=dispatch.StoreConfig(16, 4, programs_per_sm=per_sm, prefetch=prefetch))
         caches.append(cache)
         qs.append(dispatch.index_q_bf16(q, hw, 0.5, freqs, pos[:5],
                                         config=dispatch.QConfig(16, 4, programs_per_sm=per_sm, prefetch=prefetch,
-                                                                one_token_tiles=one_token)))
+                                                                one_token_tiles=one_token, streaming=stream)))
     for cache in caches[1:]:
         assert torch.equal(cache, caches[0])
     for q_out, w_out in qs[1:]:
