@@ -512,16 +512,16 @@ _L = dispatch.LogitsConfig
 # 16 at a time, min_chunk 1024 and 8 warps lost everywhere to one of these.
 LOGITS_VARIANTS = {
     "grid busy4 (v2.3)": _L(128, 4, 3, programs_per_sm=2, max_chunk=8192, min_chunk=256, page_block=64, busy_per_sm=4),
-    "items busy2": _L(128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True),
-    "items busy4": _L(128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=4, item_grid=True),
-    "items busy8": _L(128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=8, item_grid=True),
+    "items bn128 s3 busy4": _L(128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=4, item_grid=True),
     "items bn64 s4 busy2": _L(64, 4, 4, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True),
-    "items bn64 s4 busy4": _L(64, 4, 4, min_chunk=256, page_block=64, busy_per_sm=4, item_grid=True),
-    "items bn64 s4 busy8": _L(64, 4, 4, min_chunk=256, page_block=64, busy_per_sm=8, item_grid=True),
-    "items bn64 s3 busy3": _L(64, 4, 3, min_chunk=256, page_block=64, busy_per_sm=3, item_grid=True),
+    "items bn64 s5 busy2": _L(64, 4, 5, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True),
+    "items bn64 s6 busy2": _L(64, 4, 6, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True),
+    "items bn64 s6 busy3": _L(64, 4, 6, min_chunk=256, page_block=64, busy_per_sm=3, item_grid=True),
+    "items bn64 s6 busy4": _L(64, 4, 6, min_chunk=256, page_block=64, busy_per_sm=4, item_grid=True),
+    "items bn64 s5 busy4": _L(64, 4, 5, min_chunk=256, page_block=64, busy_per_sm=4, item_grid=True),
 }
-SWEEP_DECODE = ((1, [2048]), (1, [65536]), (8, [8192] * 8), (64, [2048] * 64), (64, [32768] * 64),
-                (128, [4096] * 128), (128, [65536] * 128), (128, [65536] + [2048] * 127))
+SWEEP_DECODE = ((1, [2048]), (1, [65536]), (8, [8192] * 8), (64, [2048] * 64), (64, [8192] * 64),
+                (64, [32768] * 64), (128, [4096] * 128), (128, [65536] * 128), (128, [65536] + [2048] * 127))
 
 
 def _sweep_logits(dev, ceil, note) -> None:
