@@ -109,12 +109,13 @@ _SCATTER = ScatterConfig(block_m=32, num_warps=4)
 # index-Q on Hopper-class parts: no prefetch (73 registers), 12 programs per SM: 1.5-2% over the
 # prefetching tiling at 34 MB and 1.1 GB in two H200 calls (NOTES.md, round 21).
 _HOPPER_CLASS_Q = QConfig(block_m=16, num_warps=2, programs_per_sm=12, prefetch=False)
-# H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits: 64-key tiles, 6 stages (5 x 16 KiB
-# key tiles in flight, 112 KiB with q, two programs per SM); the item grid: one program per part of the
+# H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits: 64-key tiles, 4 stages (3 x 16 KiB
+# key tiles in flight, 80 KiB with q, two programs per SM; 5 and 6 stages measured slower); the item
+# grid: one program per part of the
 # batch's total keys / (2 x SMs), at least 256 keys; page ids 64 at a time. Prefill:
 # four rows per program share each key tile (64-key tiles, q^T of 4 rows = 64 KiB). Both picked by
 # the sweeps in benchmarks/kernels.py (NOTES.md, logits v2 and v3).
-_HOPPER_CLASS_LOGITS = LogitsConfig(block_n=64, num_warps=4, num_stages=6, programs_per_sm=2, max_chunk=8192,
+_HOPPER_CLASS_LOGITS = LogitsConfig(block_n=64, num_warps=4, num_stages=4, programs_per_sm=2, max_chunk=8192,
                                     min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True)
 _HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 
