@@ -62,3 +62,22 @@ def test_cli_prints_table(capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "index_k_scatter_rows_kernel" in out and "sm_120a" in out and "101376" in out
+
+
+@pytest.mark.parametrize("arch", [90, 120])
+@pytest.mark.parametrize("item_grid", [False, True], ids=["rows-x-split", "item-grid"])
+def test_decode_logits_keep_their_pipeline_stages(arch, item_grid):
+    """Triton's pipeliner must give the key loads num_stages - 1 shared-memory buffers (cp.async,
+    LDGSTS) on both decode grids. With loop bounds derived from the item grid's search it pipelined
+    nothing (one key buffer, no LDGSTS); the loops count from 0 since."""
+    import dataclasses
+
+    from kernels_sm120 import dispatch
+
+    spec = next(s for s in aot.kernel_specs() if s.name == "paged_mqa_logits_kernel")
+    cfgs = dispatch.CONFIGS[dispatch.arch_key((arch // 10, arch % 10))]
+    cfg = dataclasses.replace(cfgs.logits, item_grid=item_grid, busy_per_sm=cfgs.logits.busy_per_sm or 2)
+    compiled, _, _ = aot.compile_kernel(spec, arch, dataclasses.replace(cfgs, logits=cfg))
+    key_tile = cfg.block_n * 128 * 2
+    assert compiled.metadata.shared >= (cfg.num_stages - 1) * key_tile, (compiled.metadata.shared, key_tile)
+    assert "LDGSTS" in aot.disassemble(compiled.asm["cubin"])
