@@ -171,7 +171,10 @@ def check_logits(cfgs: dispatch.ArchConfigs, dev) -> Dict[str, float]:
                                                 c["page_table"], max_len)
         ref_exact = R.paged_mqa_logits_reference(c["q_exact"], c["k_exact"], c["w"], c["seq"], c["page_table"], max_len)
         written = torch.arange(max_len, device=dev)[None, :] < c["seq"].long().clamp(max=max_len)[:, None]
-        for tiling, cfg in (("decode tiling", cfgs.logits), ("prefill tiling", cfgs.logits_prefill)):
+        tilings = [("decode tiling", cfgs.logits), ("prefill tiling", cfgs.logits_prefill)]
+        if cfgs.logits_few_rows is not None:
+            tilings.append(("few-row tiling", cfgs.logits_few_rows))
+        for tiling, cfg in tilings:
             label = f"{cfgs.name} logits {name} rows, {tiling}"
             logits = torch.full((rows, max_len), float("nan"), device=dev)
             dispatch.paged_mqa_logits_bf16(c["q"].unsqueeze(1), c["cache"], c["w"].unsqueeze(-1),
@@ -533,6 +536,25 @@ def _sweep_logits(dev, ceil, note) -> None:
             note(time_decode(dev, ceil, shape, rows, lens, goal=False, cfg=cfg, tilings=(), copy=False))
 
 
+FEW_ROWS_VARIANTS = {
+    "grid bn64 s4 busy2 (few-row default)": _L(64, 4, 4, programs_per_sm=2, max_chunk=8192, min_chunk=256,
+                                              page_block=64, busy_per_sm=2),
+    "items bn64 s4 busy2": _L(64, 4, 4, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True),
+    "items bn128 s3 busy2 (decode default)": _L(128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=2,
+                                               item_grid=True),
+    "grid busy4 (v2.3)": LOGITS_VARIANTS["grid busy4 (v2.3)"],
+}
+
+
+def _sweep_few_rows(dev, ceil, note) -> None:
+    from benchmarks.kernels_decode import time_decode
+
+    for rows, lens in ((1, [2048]), (1, [65536]), (8, [8192] * 8), (8, [65536] * 8)):
+        for name, cfg in FEW_ROWS_VARIANTS.items():
+            note(time_decode(dev, ceil, f"{rows}x{lens[0] // 1024}K {name}", rows, lens, goal=False, cfg=cfg,
+                             tilings=(), copy=False))
+
+
 def _sweep_prefill(dev, ceil, note) -> None:
     for bn, warps, stages, per_sm, rpp in [(128, 4, 3, 2, 1), (128, 4, 3, 1, 2), (128, 8, 3, 1, 2), (128, 8, 3, 1, 4),
                                            (128, 8, 2, 1, 4), (64, 4, 3, 1, 4), (128, 8, 3, 2, 4)]:
@@ -569,7 +591,8 @@ def _sweep_q(dev, ceil, note) -> None:
                         label=f"N={n} bm{bm} w{warps} {per_sm}/SM pf{int(prefetch)} stream{int(stream)}"))
 
 
-SWEEPS = {"logits": _sweep_logits, "prefill": _sweep_prefill, "store": _sweep_store, "q": _sweep_q}
+SWEEPS = {"logits": _sweep_logits, "few": _sweep_few_rows, "prefill": _sweep_prefill, "store": _sweep_store,
+          "q": _sweep_q}
 
 
 def run_sweeps(dev, ceil, sweeps, t0) -> List[Dict[str, object]]:
@@ -699,7 +722,8 @@ def parse_args(argv):
     parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"),
                         help="folder for bench_kernels.json (default: $OUT, else ./bench_out)")
     parser.add_argument("--sweep", default="",
-                        help="comma-separated tiling sweeps to add: logits, prefill, store, q, or all (default: none)")
+                        help="comma-separated tiling sweeps to add: logits, few (few-row decode), prefill, "
+                        "store, q, or all (default: none)")
     parser.add_argument("--skip-torch", action="store_true", help="skip the torch baselines (no 'x torch' column)")
     parser.add_argument("--skip-aot", action="store_true", help="skip the sm_120a ahead-of-time build check")
     parser.add_argument("--no-stock", action="store_true",

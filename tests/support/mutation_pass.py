@@ -251,7 +251,7 @@ MUTATIONS: List[Mutation] = [
              ("tests/unit/kernels_sm120/test_aot.py::test_decode_logits_keep_their_pipeline_stages",)),
     Mutation("gather: a program past the last item reads nothing", "benchmarks/page_gather.py",
              "        start = tl.maximum(part, 0) * chunk", "        start = part * chunk",
-             ("tests/unit/kernels_sm120/test_page_gather.py",)),
+             ("tests/unit/kernels_sm120/test_page_gather.py::test_programs_past_the_last_item_read_nothing",)),
     Mutation("decode reads: the indexer reads every c4 row", "sglang_dsv4_ext/decode_reads.py",
              '"indexer": c4 * (context // 4) * index_k_bytes_per_token',
              '"indexer": c4 * min(model.index_topk, context // 4) * index_k_bytes_per_token',

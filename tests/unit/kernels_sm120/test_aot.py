@@ -24,7 +24,7 @@ def results():
 
 def test_every_kernel_compiles_for_every_arch(results):
     names = {s.name for s in aot.kernel_specs()}
-    assert len(names) == 5  # store, scatter, q, logits with the decode and with the prefill tiling
+    assert len(names) == 6  # store, scatter, q, logits with the decode, few-row decode and prefill tilings
     assert set(results) == {(n, a) for n in names for a in aot.ARCHS}
     for (name, arch), r in results.items():
         assert r.ptx_target == f"sm_{arch}a", (name, r.ptx_target)
@@ -39,7 +39,8 @@ def test_shared_memory_fits(results):
         assert results[(name, 120)].shared <= 101376
 
 
-@pytest.mark.parametrize("kernel", ["paged_mqa_logits_kernel", "paged_mqa_logits_kernel[prefill]"])
+@pytest.mark.parametrize("kernel", ["paged_mqa_logits_kernel", "paged_mqa_logits_kernel[few rows]",
+                                    "paged_mqa_logits_kernel[prefill]"])
 def test_logits_kernel_sm120_uses_hmma_only(results, kernel):
     tc = results[(kernel, 120)].tensor_core_ops
     assert tc["HMMA"] > 0, "the SM120 logits kernel must run on tensor cores (mma.sync -> HMMA)"

@@ -403,13 +403,14 @@ def test_logits_kernel_tilings_and_splits(interp, gen, cfg):
 
 @pytest.mark.parametrize("item_grid", [False, True], ids=["rows-x-split", "item-grid"])
 def test_logits_batch_balanced_chunks_over_many_rows(interp, gen, item_grid):
-    """busy_per_sm: every program sums all rows' lengths (here 300 rows, more than one
-    256-row block) to size its part; short and long rows, a wide output. Item grid: the
-    parts of rows past the first 256-row block are found too, rows of no parts skipped."""
-    lens = [int(x) for x in torch.randint(0, 40, (300,), generator=gen)]
-    lens[7], lens[150], lens[299], lens[260] = 700, 0, 513, 0
-    cache, q, w, seq, pt = logits_case(gen, 300, lens, width=12, heads=16)
-    out = torch.full((300, 768), float("nan"))
+    """busy_per_sm: every program sums all rows' lengths (here 530 rows, three 256-row
+    blocks) to size its part; short and long rows, a wide output. Item grid: the parts of
+    rows in every 256-row block are found, rows of no parts skipped."""
+    rows = 530
+    lens = [int(x) for x in torch.randint(0, 40, (rows,), generator=gen)]
+    lens[7], lens[150], lens[299], lens[260], lens[529] = 700, 0, 513, 0, 300
+    cache, q, w, seq, pt = logits_case(gen, rows, lens, width=12, heads=16)
+    out = torch.full((rows, 768), float("nan"))
     cfg = dispatch.LogitsConfig(64, 4, 2, programs_per_sm=1, max_chunk=256, busy_per_sm=1, page_block=8,
                                 item_grid=item_grid)
     dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, 768, out=out, config=cfg)
