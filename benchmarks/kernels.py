@@ -15,11 +15,17 @@
 (d) timing (``triton.testing.do_bench`` median of CUDA-graph replays that run every input set
     once, the sets rotated so L2 does not serve them; the torch baselines eagerly, as the
     torch fallbacks run): decode logits at 1/8/64/128 rows x 2K..64K keys with SGLang's wide
-    decode-graph output (262,144 columns), prefill logits, store and index-Q; % of copy
-    (on key bytes for the logits), % of the matrix rate, ratio over the torch baseline, and
-    each issue goal with met / NOT met; plus a sweep of tilings.
-Full results go to ``<out>/bench_kernels.json`` (and the AOT SASS summary); ONE table is
-printed last. Needs CUDA; no SGLang.
+    decode-graph output (262,144 columns) beside a graphed copy of the same key bytes and the
+    read-only gather of the same pages (``benchmarks/kernels_decode.py``,
+    ``benchmarks/page_gather.py``), prefill logits, store and index-Q (% of copy, of the
+    same-size copy, of the matrix rate, x torch), each issue goal with met / NOT met, the decode
+    bytes per request (``sglang_dsv4_ext.decode_reads``) beside the logits time of one request,
+    plus sweeps of tilings;
+(e) stock SGLang 0.5.23 at the decode shapes (``benchmarks/kernels_stock.py``: its torch
+    fallbacks and TileLang kernel, from the GPU bundle, in a subprocess that boots while (a)-(c)
+    run and times only after (d)); ``--no-stock`` leaves it out.
+Full results go to ``<out>/bench_kernels.json`` (and ``kernels_stock.json``); the tables are
+printed last. Needs CUDA; SGLang only in the stock subprocess (from the GPU bundle).
 """
 
 import argparse
