@@ -32,7 +32,15 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels_sm120.paged_mqa_logits import _batch_chunk, _clamped_lens, _find_item, _part_bounds, pick_split
+from kernels_sm120.paged_mqa_logits import (
+    _batch_chunk,
+    _clamped_lens,
+    _find_item,
+    _part_bounds,
+    key_tile,
+    page_id_block,
+    pick_split,
+)
 
 PAGE = 64
 D = 128
@@ -90,22 +98,14 @@ def _gather_part_dot(acc, k_ptr, stride_page, pt_row, start, end, D: tl.constexp
     loads feed a tl.dot, so Triton's pipeliner gives them the logits kernel's cp.async stages; page
     ids PAGE_BLOCK at a time into registers, as in the logits kernel's _one_row."""
     offs_n = tl.arange(0, BLOCK_N)
-    d = tl.arange(0, D)
     ones = tl.full([16, BLOCK_N], 1.0, tl.float32).to(tl.bfloat16)
     n_pages = tl.cdiv(end, PAGE)
     p_first = start // PAGE
     for pb_i in range(0, tl.cdiv(n_pages - p_first, PAGE_BLOCK)):
-        pb = p_first + pb_i * PAGE_BLOCK
-        slots = pb + tl.arange(0, PAGE_BLOCK)
-        ids = tl.load(pt_row + slots, mask=slots < n_pages, other=0)
-        lo = tl.maximum(pb * PAGE, start)
-        blk_end = tl.minimum((pb + PAGE_BLOCK) * PAGE, end)
+        pb, ids, lo, blk_end = page_id_block(pt_row, p_first, pb_i, n_pages, start, end, PAGE, PAGE_BLOCK)
         for i in range(0, tl.cdiv(blk_end - lo, BLOCK_N)):
             t = lo + i * BLOCK_N + offs_n
-            page = tl.gather(ids, tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1), 0).to(tl.int64)
-            k = tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
-                        mask=(t < end)[:, None], other=0.0)
-            acc = tl.dot(ones, k, acc)
+            acc = tl.dot(ones, key_tile(k_ptr, stride_page, ids, pb, t, t < end, D, PAGE, PAGE_BLOCK), acc)
     return acc
 
 

@@ -159,6 +159,26 @@ def _one_row_tiles(q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, comp
 
 
 @triton.jit
+def page_id_block(pt_row, p_first, pb_i, n_pages, start, end, PAGE: tl.constexpr, PAGE_BLOCK: tl.constexpr):
+    """Block ``pb_i`` of a row's page ids for keys [start, end): its first page, the ids
+    [PAGE_BLOCK] (0 past the row's pages) and the keys [lo, blk_end) it covers."""
+    pb = p_first + pb_i * PAGE_BLOCK
+    slots = pb + tl.arange(0, PAGE_BLOCK)
+    ids = tl.load(pt_row + slots, mask=slots < n_pages, other=0)
+    return pb, ids, tl.maximum(pb * PAGE, start), tl.minimum((pb + PAGE_BLOCK) * PAGE, end)
+
+
+@triton.jit
+def key_tile(k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.constexpr,
+             PAGE_BLOCK: tl.constexpr):
+    """Key rows t [BLOCK_N] (zero where not ``valid``), their pages gathered from the block's ids."""
+    page = tl.gather(ids, tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1), 0).to(tl.int64)
+    d = tl.arange(0, D)
+    return tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
+                   mask=valid[:, None], other=0.0)
+
+
+@triton.jit
 def _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row, row, start, end,
              n_keys, H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
              PAGE_BLOCK: tl.constexpr):
@@ -169,7 +189,6 @@ def _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, s
     compute_end = tl.minimum(end, n_keys)
     fill_start = start
     if start < compute_end:
-        d = tl.arange(0, D)
         q_t = tl.trans(q)  # [D, H]
         pt_row = page_table_ptr + row64 * stride_pt_row
         if PAGE_BLOCK == 0:
@@ -183,18 +202,12 @@ def _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, s
             n_pages = tl.cdiv(compute_end, PAGE)
             p_first = start // PAGE
             for pb_i in range(0, tl.cdiv(n_pages - p_first, PAGE_BLOCK)):
-                pb = p_first + pb_i * PAGE_BLOCK
-                slots = pb + tl.arange(0, PAGE_BLOCK)
-                ids = tl.load(pt_row + slots, mask=slots < n_pages, other=0)
-                lo = tl.maximum(pb * PAGE, start)
-                blk_end = tl.minimum((pb + PAGE_BLOCK) * PAGE, compute_end)
+                pb, ids, lo, blk_end = page_id_block(pt_row, p_first, pb_i, n_pages, start, compute_end,
+                                                     PAGE, PAGE_BLOCK)
                 for i in range(0, tl.cdiv(blk_end - lo, BLOCK_N)):
                     t = lo + i * BLOCK_N + offs_n
                     valid = t < compute_end
-                    slot = tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1)
-                    page = tl.gather(ids, slot, 0).to(tl.int64)
-                    k = tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
-                                mask=valid[:, None], other=0.0)
+                    k = key_tile(k_ptr, stride_page, ids, pb, t, valid, D, PAGE, PAGE_BLOCK)
                     _logits_tile(k, q_t, w, out_row, t, valid, end)
         fill_start = start + tl.cdiv(compute_end - start, BLOCK_N) * BLOCK_N
     # Only when seq_len exceeds the page table's reach (never in SGLang): -inf up to end.

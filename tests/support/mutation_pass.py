@@ -246,8 +246,16 @@ MUTATIONS: List[Mutation] = [
              ("tests/unit/kernels_sm120/test_semantics.py::test_logits_batch_balanced_chunks_over_many_rows",)),
     Mutation("logits: key loops count from 0 so the item grid stays pipelined", "kernels_sm120/paged_mqa_logits.py",
              "            for pb_i in range(0, tl.cdiv(n_pages - p_first, PAGE_BLOCK)):\n"
-             "                pb = p_first + pb_i * PAGE_BLOCK\n",
-             "            for pb in range(p_first, n_pages, PAGE_BLOCK):\n",
+             "                pb, ids, lo, blk_end = page_id_block(pt_row, p_first, pb_i, n_pages, start, "
+             "compute_end,\n"
+             "                                                     PAGE, PAGE_BLOCK)\n"
+             "                for i in range(0, tl.cdiv(blk_end - lo, BLOCK_N)):\n"
+             "                    t = lo + i * BLOCK_N + offs_n\n",
+             "            for pb in range(p_first, n_pages, PAGE_BLOCK):\n"
+             "                pb, ids, lo, blk_end = page_id_block(pt_row, pb, 0, n_pages, start, compute_end,\n"
+             "                                                     PAGE, PAGE_BLOCK)\n"
+             "                for n0 in range(lo, blk_end, BLOCK_N):\n"
+             "                    t = n0 + offs_n\n",
              ("tests/unit/kernels_sm120/test_aot.py::test_decode_logits_keep_their_pipeline_stages",)),
     Mutation("gather: a program past the last item reads nothing", "benchmarks/page_gather.py",
              "        start = tl.maximum(part, 0) * chunk", "        start = part * chunk",
