@@ -47,6 +47,12 @@ class KernelSpec:
     needs_tensor_cores: bool
 
 
+def _decode_constexprs(cfg, heads: int, head_dim: int, page: int) -> Dict[str, int]:
+    return dict(H=heads, D=head_dim, PAGE=page, BLOCK_N=cfg.block_n, ROWS=cfg.rows_per_program,
+                PAGE_BLOCK=cfg.page_block, BALANCE=cfg.busy_per_sm > 0 and cfg.rows_per_program == 1,
+                ITEM_GRID=cfg.item_grid)
+
+
 def kernel_specs() -> List[KernelSpec]:
     head_dim, rope_dim, page, heads = 128, 64, 64, 64
     return [
@@ -72,7 +78,7 @@ def kernel_specs() -> List[KernelSpec]:
             index_q.index_q_rope_hadamard_kernel,
             index_q.AOT_SIGNATURES["index_q_rope_hadamard_kernel"],
             lambda c: dict(H=heads, D=head_dim, ROPE_DIM=rope_dim, BLOCK_M=c.q.block_m, PREFETCH=c.q.prefetch,
-                           ONE_TOKEN=c.q.one_token_tiles and heads % c.q.block_m == 0),
+                           ONE_TOKEN=c.q.one_token_tiles and heads % c.q.block_m == 0, STREAM=c.q.streaming),
             lambda c: dict(num_warps=c.q.num_warps, num_stages=c.q.num_stages),
             needs_tensor_cores=False,  # fp32 butterfly Hadamard (v4)
         ),
@@ -80,10 +86,17 @@ def kernel_specs() -> List[KernelSpec]:
             "paged_mqa_logits_kernel",
             paged_mqa_logits.paged_mqa_logits_kernel,
             paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel"],
-            lambda c: dict(H=heads, D=head_dim, PAGE=page, BLOCK_N=c.logits.block_n, ROWS=c.logits.rows_per_program,
-                           PAGE_BLOCK=c.logits.page_block,
-                           BALANCE=c.logits.busy_per_sm > 0 and c.logits.rows_per_program == 1),
+            lambda c: _decode_constexprs(c.logits, heads, head_dim, page),
             lambda c: dict(num_warps=c.logits.num_warps, num_stages=c.logits.num_stages),
+            needs_tensor_cores=True,
+        ),
+        # the same kernel with the few-row decode tiling (the decode tiling where an arch has none)
+        KernelSpec(
+            "paged_mqa_logits_kernel[few rows]",
+            paged_mqa_logits.paged_mqa_logits_kernel,
+            paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel"],
+            lambda c: _decode_constexprs(c.logits_for(1), heads, head_dim, page),
+            lambda c: dict(num_warps=c.logits_for(1).num_warps, num_stages=c.logits_for(1).num_stages),
             needs_tensor_cores=True,
         ),
         # the same kernel with the prefill tiling (several rows per program share key tiles)

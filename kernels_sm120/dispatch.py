@@ -53,6 +53,7 @@ class QConfig:
     programs_per_sm: int = 4
     prefetch: bool = True
     one_token_tiles: bool = True
+    streaming: bool = False  # q loads evict-first, q_out stores .cs
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,9 @@ class LogitsConfig:
     them, so no key load waits on a page-id load inside the pipelined loop. busy_per_sm > 0
     (one row per program): every program sums the batch's lengths and uses one chunk size,
     total keys / (busy_per_sm x SMs), so about that many programs have work whatever the
-    lengths (long parts for big batches, many small ones for a few long rows)."""
+    lengths (long parts for big batches, many small ones for a few long rows). item_grid (one
+    row per program, needs busy_per_sm): one program per such part (busy_per_sm x SMs + rows
+    programs) instead of the (rows, split) grid, most of which has no work for many rows."""
 
     block_n: int
     num_warps: int
@@ -81,6 +84,7 @@ class LogitsConfig:
     min_chunk: int = 0
     page_block: int = 0
     busy_per_sm: int = 0
+    item_grid: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,18 @@ class ArchConfigs:
     logits: LogitsConfig  # fewer than prefill_min_rows query rows (decode)
     logits_prefill: LogitsConfig  # prefill_min_rows or more (prefill: rows of one request share pages)
     prefill_min_rows: int = 512
+    # decode with at most few_rows_max rows (a few long rows: no empty programs in a (rows, split)
+    # grid, smaller tiles spread them further); None: ``logits`` for every decode batch
+    logits_few_rows: Optional[LogitsConfig] = None
+    few_rows_max: int = 8
+
+    def logits_for(self, rows: int) -> LogitsConfig:
+        """The tiling the launcher uses for ``rows`` query rows."""
+        if rows >= self.prefill_min_rows:
+            return self.logits_prefill
+        if self.logits_few_rows is not None and rows <= self.few_rows_max:
+            return self.logits_few_rows
+        return self.logits
 
 
 # Shared memory per block (bytes) for the logits kernel is about
@@ -102,25 +118,31 @@ class ArchConfigs:
 _PERSISTENT_STORE = StoreConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _PERSISTENT_Q = QConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _SCATTER = ScatterConfig(block_m=32, num_warps=4)
-# H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits: 3 x 32 KiB key stages + q = 113 KiB,
-# two programs per SM; parts of the batch's total keys / (4 x SMs), at least 256 keys, at least
-# max_seq_len / 8192 parts per row available; page ids 64 at a time. Prefill:
-# four rows per program share each key tile (64-key tiles, q^T of 4 rows = 64 KiB). Both picked by
-# the sweeps in benchmarks/kernels.py (NOTES.md, logits v2).
+# index-Q on Hopper-class parts: no prefetch (73 registers), 12 programs per SM: 1.5-2% over the
+# prefetching tiling at 34 MB and 1.1 GB in two H200 calls (NOTES.md, round 21).
+_HOPPER_CLASS_Q = QConfig(block_m=16, num_warps=2, programs_per_sm=12, prefetch=False)
+# H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits (v3, NOTES.md): the item grid, one
+# program per part of the batch's total keys / (2 x SMs), at least 256 keys, 128-key tiles, 3 stages
+# (2 x 32 KiB key tiles in flight + q = 113 KiB, two programs per SM), page ids 64 at a time. Up to 8
+# rows: the (rows, split) grid (no program without work there) with 64-key tiles, 4 stages. Prefill:
+# four rows per program share each key tile (64-key tiles, q^T of 4 rows = 64 KiB). All picked by
+# the sweeps in benchmarks/kernels.py (NOTES.md, logits v2 and v3).
 _HOPPER_CLASS_LOGITS = LogitsConfig(block_n=128, num_warps=4, num_stages=3, programs_per_sm=2, max_chunk=8192,
-                                    min_chunk=256, page_block=64, busy_per_sm=4)
+                                    min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True)
+_HOPPER_CLASS_FEW_ROWS = LogitsConfig(block_n=64, num_warps=4, num_stages=4, programs_per_sm=2, max_chunk=8192,
+                                      min_chunk=256, page_block=64, busy_per_sm=2)
 _HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 
 CONFIGS: Dict[str, ArchConfigs] = {
     "sm90": ArchConfigs(
-        name="sm90", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_PERSISTENT_Q, logits=_HOPPER_CLASS_LOGITS,
-        logits_prefill=_HOPPER_CLASS_PREFILL,
+        name="sm90", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_HOPPER_CLASS_Q, logits=_HOPPER_CLASS_LOGITS,
+        logits_prefill=_HOPPER_CLASS_PREFILL, logits_few_rows=_HOPPER_CLASS_FEW_ROWS,
     ),
     # B200/GB200 (sm_100a): 228 KiB per SM like Hopper; Triton lowers tl.dot to tcgen05.
     # Not measured here: same tiling as sm90.
     "sm100": ArchConfigs(
-        name="sm100", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_PERSISTENT_Q, logits=_HOPPER_CLASS_LOGITS,
-        logits_prefill=_HOPPER_CLASS_PREFILL,
+        name="sm100", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_HOPPER_CLASS_Q, logits=_HOPPER_CLASS_LOGITS,
+        logits_prefill=_HOPPER_CLASS_PREFILL, logits_few_rows=_HOPPER_CLASS_FEW_ROWS,
     ),
     # RTX PRO 6000 / RTX 50xx (sm_120a): 99 KiB per block, ~100 KiB per SM, mma.sync only.
     # Logits: 3 stages of 16 KiB key tiles with q (48.5 KiB) fit twice per SM; ~1.8 TB/s over
@@ -236,7 +258,7 @@ def index_q_bf16(
         q, weight, weight_scale, freqs_cis, positions,
         num_heads=num_heads, q_out=q_out, weights_out=weights_out,
         block_m=cfg.block_m, max_programs=cfg.programs_per_sm * num_sms(q.device),
-        prefetch=cfg.prefetch, one_token_tiles=cfg.one_token_tiles, num_warps=cfg.num_warps,
+        prefetch=cfg.prefetch, one_token_tiles=cfg.one_token_tiles, streaming=cfg.streaming, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
 
@@ -254,15 +276,15 @@ def paged_mqa_logits_bf16(
 ) -> torch.Tensor:
     """fp32 [rows, max_seq_len] logits over bf16 paged index-K. Writes columns below
     min(seq_lens[r], max_seq_len) only (what SGLang's top-k transforms read; see
-    ``paged_mqa_logits``). ``config`` None: the device's decode or prefill tiling by row count."""
+    ``paged_mqa_logits``). ``config`` None: the device's tiling for the row count
+    (``ArchConfigs.logits_for``: prefill, few-row decode or decode)."""
     if config is None:
-        cfgs = configs_for(q.device)
-        config = cfgs.logits_prefill if q.shape[0] >= cfgs.prefill_min_rows else cfgs.logits
+        config = configs_for(q.device).logits_for(q.shape[0])
     return logits_mod.paged_mqa_logits(
         q, index_k_cache, weights, seq_lens, page_table, max_seq_len,
         out=out, block_n=config.block_n, target_programs=config.programs_per_sm * num_sms(q.device),
         max_chunk=config.max_chunk, min_chunk=config.min_chunk, page_block=config.page_block,
         busy_programs=config.busy_per_sm * num_sms(q.device),
-        rows_per_program=config.rows_per_program,
+        rows_per_program=config.rows_per_program, item_grid=config.item_grid,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -33,7 +33,8 @@ from ._validate import (
 
 @triton.jit
 def _load_q_tile(tile, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr, stride_freq, pos_ptr, n_work,
-                 H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, ONE_TOKEN: tl.constexpr):
+                 H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, ONE_TOKEN: tl.constexpr,
+                 STREAM: tl.constexpr = False):
     """One tile of (token, head) rows as [BLOCK_M, 64] halves; items past n_work load nothing.
     ONE_TOKEN (BLOCK_M divides H): the tile is BLOCK_M heads of one token, so its position
     and RoPE row are loaded once and broadcast instead of once per row."""
@@ -58,8 +59,9 @@ def _load_q_tile(tile, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr, stri
         row_ptr = q_ptr + (tok * stride_q_tok + head * D)[:, None] + j[None, :]
         f = tl.load(freqs_ptr + pos[:, None] * stride_freq + j[None, :], mask=m2, other=0.0)
         w = tl.load(w_ptr + tok * stride_w_tok + head, mask=live, other=0.0)
-    x0 = tl.load(row_ptr, mask=m2, other=0.0)
-    x1 = tl.load(row_ptr + HALF, mask=m2, other=0.0)
+    # STREAM: q is read once; ask L2 to evict it first (the RoPE rows are reused by every head)
+    x0 = tl.load(row_ptr, mask=m2, other=0.0, eviction_policy="evict_first" if STREAM else "")
+    x1 = tl.load(row_ptr + HALF, mask=m2, other=0.0, eviction_policy="evict_first" if STREAM else "")
     return x0, x1, f, w
 
 
@@ -82,6 +84,7 @@ def index_q_rope_hadamard_kernel(
     BLOCK_M: tl.constexpr,
     PREFETCH: tl.constexpr,
     ONE_TOKEN: tl.constexpr = False,
+    STREAM: tl.constexpr = False,
 ):
     tl.static_assert(not ONE_TOKEN or H % BLOCK_M == 0, "ONE_TOKEN tiles need BLOCK_M to divide H")
     tl.static_assert(D == 128 and ROPE_DIM == 64, "the halves layout assumes RoPE on dims 64..127 of 128")
@@ -94,15 +97,15 @@ def index_q_rope_hadamard_kernel(
     first = tl.program_id(0)
     if PREFETCH:
         x0, x1, f, w = _load_q_tile(first, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr, stride_freq,
-                                    pos_ptr, n_work, H, D, BLOCK_M, ONE_TOKEN)
+                                    pos_ptr, n_work, H, D, BLOCK_M, ONE_TOKEN, STREAM)
     for tile in range(first, n_tiles, step):
         if PREFETCH:
             cur_x0, cur_x1, cur_f, cur_w = x0, x1, f, w
             x0, x1, f, w = _load_q_tile(tile + step, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr,
-                                        stride_freq, pos_ptr, n_work, H, D, BLOCK_M, ONE_TOKEN)
+                                        stride_freq, pos_ptr, n_work, H, D, BLOCK_M, ONE_TOKEN, STREAM)
         else:
             cur_x0, cur_x1, cur_f, cur_w = _load_q_tile(tile, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr,
-                                                        stride_freq, pos_ptr, n_work, H, D, BLOCK_M, ONE_TOKEN)
+                                                        stride_freq, pos_ptr, n_work, H, D, BLOCK_M, ONE_TOKEN, STREAM)
         a = cur_x0.to(tl.float32)
         b = rope_interleaved(cur_x1.to(tl.float32), cur_f, BLOCK_M)
         out0, out1 = hadamard128(a, b, BLOCK_M)
@@ -110,8 +113,8 @@ def index_q_rope_hadamard_kernel(
         live = work < n_work
         work64 = work.to(tl.int64)
         dst = q_out_ptr + work64[:, None] * D + j[None, :]
-        tl.store(dst, out0.to(tl.bfloat16), mask=live[:, None])
-        tl.store(dst + HALF, out1.to(tl.bfloat16), mask=live[:, None])
+        tl.store(dst, out0.to(tl.bfloat16), mask=live[:, None], cache_modifier=".cs" if STREAM else "")
+        tl.store(dst + HALF, out1.to(tl.bfloat16), mask=live[:, None], cache_modifier=".cs" if STREAM else "")
         tl.store(w_out_ptr + work64, cur_w.to(tl.float32) * weight_scale, mask=live)
 
 
@@ -180,6 +183,7 @@ def index_q_rope_hadamard(
     max_programs: int,
     prefetch: bool,
     one_token_tiles: bool = True,
+    streaming: bool = False,
     num_warps: int,
     num_stages: int,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -194,7 +198,8 @@ def index_q_rope_hadamard(
     ``q_out`` / ``weights_out`` to write into preallocated tensors of those shapes.
     ``max_programs`` caps the persistent grid (dispatch passes a few per SM); ``prefetch``
     loads tile i+1 during tile i; ``one_token_tiles`` (when block_m divides the heads) loads
-    each tile's position and RoPE row once.
+    each tile's position and RoPE row once; ``streaming`` marks q's loads evict-first and q_out's
+    stores streaming (``.cs``).
     """
     check_tensor("q", q, dtypes=(torch.bfloat16,), ndim=(2, 3))
     tokens = q.shape[0]
@@ -228,7 +233,7 @@ def index_q_rope_hadamard(
         q, q.stride(0), weight, weight.stride(0), table, table.stride(0), positions,
         q_out, weights_out, n_work, float(weight_scale),
         H=num_heads, D=INDEX_HEAD_DIM, ROPE_DIM=INDEX_ROPE_DIM, BLOCK_M=block_m, PREFETCH=prefetch,
-        ONE_TOKEN=one_token_tiles and num_heads % block_m == 0,
+        ONE_TOKEN=one_token_tiles and num_heads % block_m == 0, STREAM=streaming,
         num_warps=num_warps, num_stages=num_stages,
     )
     return q_out, weights_out

@@ -86,6 +86,40 @@ def _clamped_lens(seq_lens_ptr, r0, rows, max_len, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _batch_chunk(seq_lens_ptr, rows, max_len, busy_programs, min_chunk, BLOCK_N: tl.constexpr):
+    """One part size for the whole batch: its total keys over busy_programs, in whole tiles, at
+    least min_chunk (and one tile)."""
+    total = tl.sum(_clamped_lens(seq_lens_ptr, 0, rows, max_len, 256), axis=0)
+    for r0 in range(256, rows, 256):
+        total += tl.sum(_clamped_lens(seq_lens_ptr, r0, rows, max_len, 256), axis=0)
+    chunk = tl.maximum(min_chunk, tl.cdiv(tl.cdiv(total, busy_programs), BLOCK_N) * BLOCK_N)
+    return tl.maximum(chunk, BLOCK_N)
+
+
+@triton.jit
+def _find_item(seq_lens_ptr, rows, max_len, chunk, item):
+    """(row, part) of work item ``item``; items are the rows' parts in row order. (-1, -1) past
+    the last item."""
+    r = tl.arange(0, 256)
+    n = _clamped_lens(seq_lens_ptr, 0, rows, max_len, 256)
+    parts = tl.cdiv(n, chunk)
+    incl = tl.cumsum(parts, 0)
+    hit = (incl - parts <= item) & (item < incl)  # exactly one row over all blocks (rows with 0 parts never)
+    row = tl.max(tl.where(hit, r, -1), axis=0)
+    part = tl.max(tl.where(hit, item - (incl - parts), -1), axis=0)
+    base = tl.sum(parts, axis=0)
+    for r0 in range(256, rows, 256):
+        n = _clamped_lens(seq_lens_ptr, r0, rows, max_len, 256)
+        parts = tl.cdiv(n, chunk)
+        incl = tl.cumsum(parts, 0) + base
+        hit = (incl - parts <= item) & (item < incl)
+        row = tl.maximum(row, tl.max(tl.where(hit, r0 + r, -1), axis=0))
+        part = tl.maximum(part, tl.max(tl.where(hit, item - (incl - parts), -1), axis=0))
+        base += tl.sum(parts, axis=0)
+    return row, part
+
+
+@triton.jit
 def _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row, H: tl.constexpr, D: tl.constexpr):
     """One row's q [H, D] and head weights [H]."""
     row64 = row.to(tl.int64)
@@ -114,14 +148,34 @@ def _one_row_tiles(q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, comp
     d = tl.arange(0, D)
     t = start + offs_n
     page = tl.load(pt_row + t // PAGE, mask=t < compute_end, other=0).to(tl.int64)
-    for n0 in range(start, compute_end, BLOCK_N):
-        t = n0 + offs_n
+    for i in range(0, tl.cdiv(compute_end - start, BLOCK_N)):  # from 0: see _one_row
+        t = start + i * BLOCK_N + offs_n
         valid = t < compute_end
         k = tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
                     mask=valid[:, None], other=0.0)
         t_next = t + BLOCK_N
         page = tl.load(pt_row + t_next // PAGE, mask=t_next < compute_end, other=0).to(tl.int64)
         _logits_tile(k, q_t, w, out_row, t, valid, end)
+
+
+@triton.jit
+def page_id_block(pt_row, p_first, pb_i, n_pages, start, end, PAGE: tl.constexpr, PAGE_BLOCK: tl.constexpr):
+    """Block ``pb_i`` of a row's page ids for keys [start, end): its first page, the ids
+    [PAGE_BLOCK] (0 past the row's pages) and the keys [lo, blk_end) it covers."""
+    pb = p_first + pb_i * PAGE_BLOCK
+    slots = pb + tl.arange(0, PAGE_BLOCK)
+    ids = tl.load(pt_row + slots, mask=slots < n_pages, other=0)
+    return pb, ids, tl.maximum(pb * PAGE, start), tl.minimum((pb + PAGE_BLOCK) * PAGE, end)
+
+
+@triton.jit
+def key_tile(k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.constexpr,
+             PAGE_BLOCK: tl.constexpr):
+    """Key rows t [BLOCK_N] (zero where not ``valid``), their pages gathered from the block's ids."""
+    page = tl.gather(ids, tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1), 0).to(tl.int64)
+    d = tl.arange(0, D)
+    return tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
+                   mask=valid[:, None], other=0.0)
 
 
 @triton.jit
@@ -135,7 +189,6 @@ def _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, s
     compute_end = tl.minimum(end, n_keys)
     fill_start = start
     if start < compute_end:
-        d = tl.arange(0, D)
         q_t = tl.trans(q)  # [D, H]
         pt_row = page_table_ptr + row64 * stride_pt_row
         if PAGE_BLOCK == 0:
@@ -143,19 +196,18 @@ def _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, s
                            D, PAGE, BLOCK_N)
         else:
             # Page ids PAGE_BLOCK at a time into registers; each tile gathers its ids from
-            # them, so no key load waits on a page-id load inside the pipelined loop.
+            # them, so no key load waits on a page-id load inside the pipelined loop. The loops
+            # count from 0: with a lower bound derived from the item grid's search (a reduction),
+            # Triton's pipeliner pipelined nothing (AOT sm_90a: no cp.async, one key buffer).
             n_pages = tl.cdiv(compute_end, PAGE)
-            for pb in range(start // PAGE, n_pages, PAGE_BLOCK):
-                slots = pb + tl.arange(0, PAGE_BLOCK)
-                ids = tl.load(pt_row + slots, mask=slots < n_pages, other=0)
-                blk_end = tl.minimum((pb + PAGE_BLOCK) * PAGE, compute_end)
-                for n0 in range(tl.maximum(pb * PAGE, start), blk_end, BLOCK_N):
-                    t = n0 + offs_n
+            p_first = start // PAGE
+            for pb_i in range(0, tl.cdiv(n_pages - p_first, PAGE_BLOCK)):
+                pb, ids, lo, blk_end = page_id_block(pt_row, p_first, pb_i, n_pages, start, compute_end,
+                                                     PAGE, PAGE_BLOCK)
+                for i in range(0, tl.cdiv(blk_end - lo, BLOCK_N)):
+                    t = lo + i * BLOCK_N + offs_n
                     valid = t < compute_end
-                    slot = tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1)
-                    page = tl.gather(ids, slot, 0).to(tl.int64)
-                    k = tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
-                                mask=valid[:, None], other=0.0)
+                    k = key_tile(k_ptr, stride_page, ids, pb, t, valid, D, PAGE, PAGE_BLOCK)
                     _logits_tile(k, q_t, w, out_row, t, valid, end)
         fill_start = start + tl.cdiv(compute_end - start, BLOCK_N) * BLOCK_N
     # Only when seq_len exceeds the page table's reach (never in SGLang): -inf up to end.
@@ -228,6 +280,77 @@ def _shared_rows(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, p
 
 
 @triton.jit
+def _item_program(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, seq_lens_ptr, page_table_ptr,
+                  stride_pt_row, reach, out_ptr, stride_out_row, rows, max_len, min_chunk, busy_programs,
+                  H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+                  PAGE_BLOCK: tl.constexpr):
+    """Decode, item grid: program i takes the batch's i-th work item (the rows' parts of one
+    batch-wide chunk size, in row order); programs past the last item return at once. The grid
+    (busy programs + rows, see the launcher) bounds the items, so at most ``rows`` programs are
+    launched without work, whatever max_seq_len. (A persistent loop over items was tried: with
+    the key loop nested in it, Triton's pipeliner pipelined nothing, AOT sm_90a: no cp.async.)"""
+    chunk = _batch_chunk(seq_lens_ptr, rows, max_len, busy_programs, min_chunk, BLOCK_N)
+    row, part = _find_item(seq_lens_ptr, rows, max_len, chunk, tl.program_id(0))
+    if row >= 0:
+        n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row), 0), max_len)
+        start = part * chunk
+        end = tl.minimum(start + chunk, n_write)
+        q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row, H, D)
+        _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row, row,
+                 start, end, tl.minimum(n_write, reach), H, D, PAGE, BLOCK_N, PAGE_BLOCK)
+
+
+@triton.jit
+def _grid_one_row(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, seq_lens_ptr, page_table_ptr,
+                  stride_pt_row, reach, out_ptr, stride_out_row, rows, max_len, split, min_chunk, busy_programs,
+                  group, part, H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+                  PAGE_BLOCK: tl.constexpr, BALANCE: tl.constexpr):
+    """Program (row ``group``, ``part``) of the (rows, split) grid."""
+    n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + group), 0), max_len)
+    if BALANCE:
+        # One chunk size for the whole batch: its total keys over busy_programs, so the
+        # programs with work are about busy_programs whatever the lengths (the grid is
+        # fixed under a CUDA graph; a row still gets at most ``split`` parts).
+        min_chunk = _batch_chunk(seq_lens_ptr, rows, max_len, busy_programs, min_chunk, BLOCK_N)
+    start, end = _part_bounds(n_write, split, part, min_chunk, BLOCK_N)
+    if start < end:
+        q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, group, H, D)
+        _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row, group,
+                 start, end, tl.minimum(n_write, reach), H, D, PAGE, BLOCK_N, PAGE_BLOCK)
+
+
+@triton.jit
+def _grid_row_group(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, seq_lens_ptr, page_table_ptr,
+                    stride_pt_row, reach, out_ptr, stride_out_row, rows, max_len, split, min_chunk, group, part,
+                    H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+                    ROWS: tl.constexpr, PAGE_BLOCK: tl.constexpr):
+    """Program (row group ``group`` of ROWS rows, ``part``): shared key tiles when the rows'
+    page tables agree over the part, else one row after the other."""
+    row0 = group * ROWS
+    rows_r = rows - row0  # rows of this group that exist (may exceed ROWS)
+    i = tl.arange(0, ROWS)
+    n_write = tl.load(seq_lens_ptr + row0 + i, mask=i < rows_r, other=0)
+    n_write = tl.minimum(tl.maximum(n_write, 0), max_len)
+    start, end_max = _part_bounds(tl.max(n_write, axis=0), split, part, min_chunk, BLOCK_N)
+    if start < end_max:
+        ends = tl.minimum(n_write, end_max)  # each row's end inside this part
+        n_keys = tl.minimum(n_write, reach)
+        if _rows_share_pages(page_table_ptr, stride_pt_row, row0, start, tl.minimum(ends, reach), rows_r,
+                             ROWS, PAGE, 64):
+            _shared_rows(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, page_table_ptr,
+                         stride_pt_row, out_ptr, stride_out_row, row0, rows_r, start, ends, n_keys,
+                         H, D, PAGE, BLOCK_N, ROWS)
+        else:
+            for j in tl.static_range(ROWS):
+                if j < rows_r:
+                    nw = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row0 + j), 0), max_len)
+                    q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row0 + j, H, D)
+                    _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row,
+                             row0 + j, start, tl.minimum(nw, end_max), tl.minimum(nw, reach), H, D, PAGE, BLOCK_N,
+                             PAGE_BLOCK)
+
+
+@triton.jit
 def paged_mqa_logits_kernel(
     q_ptr,
     stride_q_row,
@@ -253,49 +376,24 @@ def paged_mqa_logits_kernel(
     ROWS: tl.constexpr = 1,
     PAGE_BLOCK: tl.constexpr = 0,
     BALANCE: tl.constexpr = False,
+    ITEM_GRID: tl.constexpr = False,
 ):
-    group = tl.num_programs(0) - 1 - tl.program_id(0)  # longest-first in causal prefill
-    part = tl.program_id(1)
     reach = pt_width * PAGE
-    if ROWS == 1:
-        n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + group), 0), max_len)
-        if BALANCE:
-            # One chunk size for the whole batch: its total keys over busy_programs, so the
-            # programs with work are about busy_programs whatever the lengths (the grid is
-            # fixed under a CUDA graph; a row still gets at most ``split`` parts).
-            total = tl.sum(_clamped_lens(seq_lens_ptr, 0, rows, max_len, 256), axis=0)
-            for r0 in range(256, rows, 256):
-                total += tl.sum(_clamped_lens(seq_lens_ptr, r0, rows, max_len, 256), axis=0)
-            min_chunk = tl.maximum(min_chunk, tl.cdiv(tl.cdiv(total, busy_programs), BLOCK_N) * BLOCK_N)
-        start, end = _part_bounds(n_write, split, part, min_chunk, BLOCK_N)
-        if start < end:
-            q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, group, H, D)
-            _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row, group,
-                     start, end, tl.minimum(n_write, reach), H, D, PAGE, BLOCK_N, PAGE_BLOCK)
+    if ITEM_GRID:
+        _item_program(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, seq_lens_ptr, page_table_ptr,
+                      stride_pt_row, reach, out_ptr, stride_out_row, rows, max_len, min_chunk, busy_programs,
+                      H, D, PAGE, BLOCK_N, PAGE_BLOCK)
+    elif ROWS == 1:
+        _grid_one_row(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, seq_lens_ptr, page_table_ptr,
+                      stride_pt_row, reach, out_ptr, stride_out_row, rows, max_len, split, min_chunk, busy_programs,
+                      tl.num_programs(0) - 1 - tl.program_id(0), tl.program_id(1), H, D, PAGE, BLOCK_N, PAGE_BLOCK,
+                      BALANCE)
     else:
-        row0 = group * ROWS
-        rows_r = rows - row0  # rows of this group that exist (may exceed ROWS)
-        i = tl.arange(0, ROWS)
-        n_write = tl.load(seq_lens_ptr + row0 + i, mask=i < rows_r, other=0)
-        n_write = tl.minimum(tl.maximum(n_write, 0), max_len)
-        start, end_max = _part_bounds(tl.max(n_write, axis=0), split, part, min_chunk, BLOCK_N)
-        if start < end_max:
-            ends = tl.minimum(n_write, end_max)  # each row's end inside this part
-            n_keys = tl.minimum(n_write, reach)
-            if _rows_share_pages(page_table_ptr, stride_pt_row, row0, start, tl.minimum(ends, reach), rows_r,
-                                 ROWS, PAGE, 64):
-                _shared_rows(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, page_table_ptr,
-                             stride_pt_row, out_ptr, stride_out_row, row0, rows_r, start, ends, n_keys,
-                             H, D, PAGE, BLOCK_N, ROWS)
-            else:
-                for j in tl.static_range(ROWS):
-                    if j < rows_r:
-                        nw = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row0 + j), 0), max_len)
-                        q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row0 + j, H, D)
-                        _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row,
-                                 row0 + j, start, tl.minimum(nw, end_max), tl.minimum(nw, reach), H, D, PAGE, BLOCK_N,
-                                 PAGE_BLOCK)
-
+        # longest-first in causal prefill: groups in reverse row order
+        _grid_row_group(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, seq_lens_ptr, page_table_ptr,
+                        stride_pt_row, reach, out_ptr, stride_out_row, rows, max_len, split, min_chunk,
+                        tl.num_programs(0) - 1 - tl.program_id(0), tl.program_id(1), H, D, PAGE, BLOCK_N, ROWS,
+                        PAGE_BLOCK)
 
 AOT_SIGNATURES = {
     "paged_mqa_logits_kernel": {
@@ -403,6 +501,7 @@ def paged_mqa_logits(
     page_block: int = 0,
     busy_programs: int = 0,
     rows_per_program: int = 1,
+    item_grid: bool = False,
     num_warps: int,
     num_stages: int,
 ) -> torch.Tensor:
@@ -415,6 +514,9 @@ def paged_mqa_logits(
     [R, W] int32/int64 page ids, unit column stride; entries at or beyond a row's
     ceil(n_write/64) are never read. max_seq_len: python int, the output width.
     Returns fp32 [R, max_seq_len] (or fills ``out`` of that shape, unit column stride).
+    ``item_grid`` (one row per program only): one program per part of one batch-wide chunk size
+    (total keys / ``busy_programs``, at least ``min_chunk``), ``busy_programs + rows`` programs,
+    instead of the (rows, split) grid.
     """
     q, pages, weights, seq_lens, out = _checked_args(q, index_k_cache, weights, seq_lens, page_table, max_seq_len,
                                                      out, rows_per_program)
@@ -423,15 +525,20 @@ def paged_mqa_logits(
         return out
     if page_block and (page_block & (page_block - 1) or page_block * INDEX_PAGE_SIZE % block_n):
         raise ValueError(f"page_block must be a power of two covering whole {block_n}-key tiles, got {page_block}")
+    if item_grid and (rows_per_program != 1 or busy_programs < 1):
+        raise ValueError(f"the item grid takes one row per program and needs busy_programs >= 1, got "
+                         f"rows_per_program={rows_per_program}, busy_programs={busy_programs}")
     min_chunk = triton.cdiv(max(min_chunk, 0), block_n) * block_n  # parts start on tile boundaries
     groups = triton.cdiv(rows, rows_per_program)
     split = pick_split(groups, max_seq_len, block_n, target_programs, max_chunk)
-    paged_mqa_logits_kernel[(groups, split)](
+    # item grid: the parts number at most busy_programs + rows (each row's last part may be short)
+    grid = (busy_programs + rows, 1) if item_grid else (groups, split)
+    paged_mqa_logits_kernel[grid](
         q, q.stride(0), pages, pages.stride(0), weights, weights.stride(0), seq_lens,
         page_table, page_table.stride(0), page_table.shape[1], out, out.stride(0),
         rows, max_seq_len, split, min_chunk, max(busy_programs, 1),
         H=num_heads, D=head_dim, PAGE=INDEX_PAGE_SIZE, BLOCK_N=block_n, ROWS=rows_per_program, PAGE_BLOCK=page_block,
-        BALANCE=busy_programs > 0 and rows_per_program == 1,
+        BALANCE=busy_programs > 0 and rows_per_program == 1, ITEM_GRID=item_grid,
         num_warps=num_warps, num_stages=num_stages,
     )
     return out

@@ -40,6 +40,7 @@ class Dsv4Model:
     window_size: int
     context_len: int
     kv_source_layer_ids: List[int] = field(default_factory=list)
+    index_topk: int = 512  # c4 rows sparse attention selects per query (decode read sizes, not pool sizing)
     model_type: str = "deepseek_v4"
 
     @property
@@ -67,6 +68,7 @@ _OPTIONAL_DIMS = {  # config key -> default when absent (DeepSeek-V4-Flash's val
     "qk_rope_head_dim": 64,
     "index_head_dim": 128,
     "max_position_embeddings": 1 << 20,
+    "index_topk": 512,
 }
 
 
@@ -193,6 +195,7 @@ def load_model(path: Optional[str] = None, bundled: str = "v4-flash") -> Dsv4Mod
         context_len=dims["max_position_embeddings"],
         kv_source_layer_ids=_kv_source_layer_ids(raw, ratios, layers, name),
         model_type=_model_type(raw, ratios, layers, name),
+        index_topk=dims["index_topk"],
     )
 
 

@@ -6,6 +6,12 @@ extension active (so the budget is what a server with that dtype would use), and
 tokens, per-pool sizes and bytes per token side by side. Nothing is allocated at the budget's
 size (for DeepSeek-V4.1's ratio-1/2 layers, :mod:`.plan_low_ratio` reads PD and HiCache item
 lengths off a real pool of 16 full pages).
+
+Beside capacity, the other two numbers of the choice: the KV bytes one decode step reads per
+request at each ``--context`` (:mod:`sglang_dsv4_ext.decode_reads`; the indexer reads every c4
+index-K row, so this is where the dtype costs speed), and the top-k recall of each format when
+``--recall-json`` gives the output of ``sglang-dsv4 recall DIR --json`` on a capture (without one,
+recall is reported as not measured: the model config cannot tell it).
 """
 
 from __future__ import annotations
@@ -16,9 +22,9 @@ import json
 import logging
 import os
 import sys
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
-from sglang_dsv4_ext import dsv4_model, exit_codes, plan_low_ratio
+from sglang_dsv4_ext import decode_reads, dsv4_model, exit_codes, plan_low_ratio
 from sglang_dsv4_ext.arg_types import finite_float, int_at_least
 from sglang_dsv4_ext.cli import _SUMMARIES
 from sglang_dsv4_ext.config import ENV_FP4_BUDGET, ENV_INDEX_K_DTYPE, INDEX_K_DTYPES
@@ -137,7 +143,30 @@ def build_plan(args: argparse.Namespace) -> Dict[str, object]:
         "swa_mode": "cap" if args.cap_mode else f"ratio {args.swa_full_tokens_ratio}",
         "mtp": args.mtp,
         "dtypes": results,
+        # added in round 21 (after the 0.3.0 fields, which keep their order and values)
+        "decode_reads": decode_reads.decode_reads_table(model, args.context, args.dtypes,
+                                                        start_layer=args.start_layer, end_layer=end_layer),
+        "recall": recall_by_format(args.recall_json, model.index_topk, args.dtypes),
     }
+
+
+def recall_by_format(path: Optional[str], k: int, dtypes: List[str]) -> Dict[str, object]:
+    """Mean top-``k`` recall per format (rows-weighted over layers) from ``sglang-dsv4 recall --json``
+    output; ``None`` for a format with no measured rows. Without ``path``: not measured."""
+    if path is None:
+        return {"source": None, "k": k, "by_format": {d: None for d in dtypes}}
+    try:
+        with open(path) as fh:
+            rows = json.load(fh)["rows"]
+        measured = {d: [(r["rows"], r["recall"]) for r in rows
+                        if r["format"] == d and r["k"] == k and r["recall"] is not None and r["rows"]]
+                    for d in dtypes}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PlanInputError(f"--recall-json {path!r}: not the output of `sglang-dsv4 recall DIR --json` "
+                             f"({type(exc).__name__}: {exc})") from None
+    by_format = {d: (sum(n * r for n, r in m) / sum(n for n, _ in m) if m else None) for d, m in measured.items()}
+    return {"source": path, "k": k, "by_format": by_format,
+            "rows": {d: sum(n for n, _ in m) for d, m in measured.items()}}
 
 
 def _print_table(plan: Dict[str, object]) -> None:
@@ -175,6 +204,28 @@ def _print_table(plan: Dict[str, object]) -> None:
         print(f"{'tokens vs fp8':<24}" + "".join(
             f"{plan['dtypes'][d]['full_tokens'] / base:>16.4f}" for d in dtypes))
     plan_low_ratio.print_low_ratio(plan)
+    _print_decode_reads(plan, dtypes)
+    _print_recall(plan["recall"], dtypes)
+
+
+def _print_decode_reads(plan: Dict[str, object], dtypes: List[str]) -> None:
+    print()
+    print("decode: KV bytes one step reads per request, MB (indexer share; vs fp8)")
+    print(f"{'':<24}" + "".join(f"{d:>24}" for d in dtypes))
+    for context, per in plan["decode_reads"].items():
+        cells = [f"{per[d]['total'] / 1e6:.1f} ({100 * per[d]['indexer_share']:.0f}%; {per[d]['vs_fp8']:.3f})"
+                 for d in dtypes]
+        print(f"{'context ' + f'{int(context):,}':<24}" + "".join(f"{c:>24}" for c in cells))
+
+
+def _print_recall(recall: Dict[str, object], dtypes: List[str]) -> None:
+    if recall["source"] is None:
+        print(f"top-{recall['k']} recall: not measured (the config cannot tell it): run `sglang-dsv4 recall DIR "
+              f"--json > recall.json` on a capture and pass --recall-json recall.json")
+        return
+    cells = ["n/a" if recall["by_format"][d] is None else f"{recall['by_format'][d]:.4f}" for d in dtypes]
+    print(f"{'top-' + str(recall['k']) + ' recall':<24}" + "".join(f"{c:>16}" for c in cells)
+          + f"   ({recall['source']}; n/a: no captured row with more than {recall['k']} keys)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -191,6 +242,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_table(plan)
     return 0
+
+
+def _context_list(text: str) -> List[int]:
+    """Comma-separated token counts, each a positive integer, optionally with K (x1024) or M (x1024^2)."""
+    values = []
+    for item in (v.strip() for v in text.split(",")):
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(item[-1:].upper(), 1)
+        digits = item[:-1] if scale > 1 else item
+        if not digits.isdigit() or int(digits) * scale < 1:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: allowed: comma-separated context lengths in tokens >= 1, e.g. 8192,128K,1M")
+        values.append(int(digits) * scale)
+    return values
 
 
 def _dtype_list(text: str):
@@ -237,5 +301,11 @@ def add_subparser(subparsers) -> None:
                         help="pipeline stage end layer (default: all)")
     parser.add_argument("--dtypes", type=_dtype_list, default=list(INDEX_K_DTYPES),
                         help="comma-separated index-K dtypes to compare (default fp8,bf16,fp4)")
+    parser.add_argument("--context", type=_context_list, default=list(decode_reads.DEFAULT_CONTEXTS),
+                        help="context lengths (tokens; K/M suffixes) for the decode bytes per request "
+                        "(default 8K,32K,128K,1M)")
+    parser.add_argument("--recall-json", metavar="PATH", default=None,
+                        help="output of `sglang-dsv4 recall DIR --json` on a capture: show each format's top-k "
+                        "recall beside tokens and decode bytes")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(func=run)

@@ -640,6 +640,41 @@ MUTATIONS: List[Mutation] = [
              ("tests/unit/repro/test_expect_extension.py::"
               "test_a_stock_server_never_passes_whatever_its_metrics_and_logs_show",
               f"{_SCOPE}::test_a_gauge_left_in_a_shared_metrics_dir_never_passes_a_later_stock_server")),
+    # --- kernels, decode reads (round 21) ---
+    Mutation("logits: the item grid finds parts past the first 256 rows", "kernels_sm120/paged_mqa_logits.py",
+             "        base += tl.sum(parts, axis=0)\n    return row, part", "        pass\n    return row, part",
+             ("tests/unit/kernels_sm120/test_semantics.py::test_logits_batch_balanced_chunks_over_many_rows",)),
+    Mutation("logits: key loops count from 0 so the item grid stays pipelined", "kernels_sm120/paged_mqa_logits.py",
+             "            for pb_i in range(0, tl.cdiv(n_pages - p_first, PAGE_BLOCK)):\n"
+             "                pb, ids, lo, blk_end = page_id_block(pt_row, p_first, pb_i, n_pages, start, "
+             "compute_end,\n"
+             "                                                     PAGE, PAGE_BLOCK)\n"
+             "                for i in range(0, tl.cdiv(blk_end - lo, BLOCK_N)):\n"
+             "                    t = lo + i * BLOCK_N + offs_n\n",
+             "            for pb in range(p_first, n_pages, PAGE_BLOCK):\n"
+             "                pb, ids, lo, blk_end = page_id_block(pt_row, pb, 0, n_pages, start, compute_end,\n"
+             "                                                     PAGE, PAGE_BLOCK)\n"
+             "                for n0 in range(lo, blk_end, BLOCK_N):\n"
+             "                    t = n0 + offs_n\n",
+             ("tests/unit/kernels_sm120/test_aot.py::test_decode_logits_keep_their_pipeline_stages",)),
+    Mutation("gather: a program past the last item reads nothing", "benchmarks/page_gather.py",
+             "        start = tl.maximum(part, 0) * chunk", "        start = part * chunk",
+             ("tests/unit/kernels_sm120/test_page_gather.py::test_programs_past_the_last_item_read_nothing",)),
+    Mutation("decode reads: the indexer reads every c4 row", "sglang_dsv4_ext/decode_reads.py",
+             '"indexer": c4 * (context // 4) * index_k_bytes_per_token',
+             '"indexer": c4 * min(model.index_topk, context // 4) * index_k_bytes_per_token',
+             ("tests/unit/cli/test_plan_decode_reads.py::test_sums_equal_a_walk_over_the_layers",)),
+    Mutation("plan: recall is weighted by each layer's rows", "sglang_dsv4_ext/plan.py",
+             "sum(n * r for n, r in m) / sum(n for n, _ in m)", "sum(r for _, r in m) / len(m)",
+             ("tests/unit/cli/test_plan_decode_reads.py::"
+              "test_plan_shows_rows_weighted_recall_and_n_a_where_nothing_was_measured",)),
+    Mutation("plan: a format with no measured rows has no recall", "sglang_dsv4_ext/plan.py",
+             "/ sum(n for n, _ in m) if m else None)", "/ sum(n for n, _ in m) if m else 0.0)",
+             ("tests/unit/cli/test_plan_decode_reads.py::"
+              "test_plan_shows_rows_weighted_recall_and_n_a_where_nothing_was_measured",)),
+    Mutation("plan: --context refuses lengths below one token", "sglang_dsv4_ext/plan.py",
+             "        if not digits.isdigit() or int(digits) * scale < 1:", "        if not digits.isdigit():",
+             ("tests/unit/cli/test_plan_decode_reads.py::test_bad_context_is_refused_naming_the_flag",)),
 ]
 
 

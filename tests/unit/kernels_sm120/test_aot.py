@@ -24,7 +24,7 @@ def results():
 
 def test_every_kernel_compiles_for_every_arch(results):
     names = {s.name for s in aot.kernel_specs()}
-    assert len(names) == 5  # store, scatter, q, logits with the decode and with the prefill tiling
+    assert len(names) == 6  # store, scatter, q, logits with the decode, few-row decode and prefill tilings
     assert set(results) == {(n, a) for n in names for a in aot.ARCHS}
     for (name, arch), r in results.items():
         assert r.ptx_target == f"sm_{arch}a", (name, r.ptx_target)
@@ -39,7 +39,8 @@ def test_shared_memory_fits(results):
         assert results[(name, 120)].shared <= 101376
 
 
-@pytest.mark.parametrize("kernel", ["paged_mqa_logits_kernel", "paged_mqa_logits_kernel[prefill]"])
+@pytest.mark.parametrize("kernel", ["paged_mqa_logits_kernel", "paged_mqa_logits_kernel[few rows]",
+                                    "paged_mqa_logits_kernel[prefill]"])
 def test_logits_kernel_sm120_uses_hmma_only(results, kernel):
     tc = results[(kernel, 120)].tensor_core_ops
     assert tc["HMMA"] > 0, "the SM120 logits kernel must run on tensor cores (mma.sync -> HMMA)"
@@ -62,3 +63,22 @@ def test_cli_prints_table(capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "index_k_scatter_rows_kernel" in out and "sm_120a" in out and "101376" in out
+
+
+@pytest.mark.parametrize("arch", [90, 120])
+@pytest.mark.parametrize("item_grid", [False, True], ids=["rows-x-split", "item-grid"])
+def test_decode_logits_keep_their_pipeline_stages(arch, item_grid):
+    """Triton's pipeliner must give the key loads num_stages - 1 shared-memory buffers (cp.async,
+    LDGSTS) on both decode grids. With loop bounds derived from the item grid's search it pipelined
+    nothing (one key buffer, no LDGSTS); the loops count from 0 since."""
+    import dataclasses
+
+    from kernels_sm120 import dispatch
+
+    spec = next(s for s in aot.kernel_specs() if s.name == "paged_mqa_logits_kernel")
+    cfgs = dispatch.CONFIGS[dispatch.arch_key((arch // 10, arch % 10))]
+    cfg = dataclasses.replace(cfgs.logits, item_grid=item_grid, busy_per_sm=cfgs.logits.busy_per_sm or 2)
+    compiled, _, _ = aot.compile_kernel(spec, arch, dataclasses.replace(cfgs, logits=cfg))
+    key_tile = cfg.block_n * 128 * 2
+    assert compiled.metadata.shared >= (cfg.num_stages - 1) * key_tile, (compiled.metadata.shared, key_tile)
+    assert "LDGSTS" in aot.disassemble(compiled.asm["cubin"])

@@ -244,8 +244,8 @@ def test_store_kernel_fp32_norm_weight_vs_bf16(interp, gen):
 
 def test_store_and_q_tilings_agree(interp, gen):
     """Persistent grids with and without the next-tile prefetch, one or several tiles per
-    program, q tiles with one RoPE row per tile or one per row, give the same bytes (the
-    math is identical; only the schedule and the loads change)."""
+    program, q tiles with one RoPE row per tile or one per row, q with streaming cache hints,
+    give the same bytes (the math is identical; only the schedule and the loads change)."""
     freqs = random_freqs(gen)
     kv = torch.randn(70, 128, generator=gen).to(torch.bfloat16)
     w = torch.rand(128, generator=gen) + 0.5
@@ -254,15 +254,16 @@ def test_store_and_q_tilings_agree(interp, gen):
     q = torch.randn(5, 64 * 128, generator=gen).to(torch.bfloat16)
     hw = torch.randn(5, 64, generator=gen).to(torch.bfloat16)
     caches, qs = [], []
-    for prefetch, per_sm, one_token in ((True, 1, True), (False, 1, True), (True, 64, True), (True, 1, False),
-                                        (False, 3, False)):
+    for prefetch, per_sm, one_token, stream in ((True, 1, True, False), (False, 1, True, False),
+                                                (True, 64, True, False), (True, 1, False, False),
+                                                (False, 3, False, False), (True, 2, True, True)):
         cache = poisoned_cache(4)
         dispatch.store_index_k_bf16(kv, w, 1e-6, freqs, pos, loc, cache,
                                     config=dispatch.StoreConfig(16, 4, programs_per_sm=per_sm, prefetch=prefetch))
         caches.append(cache)
         qs.append(dispatch.index_q_bf16(q, hw, 0.5, freqs, pos[:5],
                                         config=dispatch.QConfig(16, 4, programs_per_sm=per_sm, prefetch=prefetch,
-                                                                one_token_tiles=one_token)))
+                                                                one_token_tiles=one_token, streaming=stream)))
     for cache in caches[1:]:
         assert torch.equal(cache, caches[0])
     for q_out, w_out in qs[1:]:
@@ -380,11 +381,15 @@ LOGITS_TILINGS = [
     dispatch.LogitsConfig(32, 4, 2, programs_per_sm=8, busy_per_sm=2, page_block=4),  # one chunk from the batch total
     dispatch.LogitsConfig(64, 4, 2, rows_per_program=2),  # row pairs (rows here do not share pages)
     dispatch.LogitsConfig(32, 4, 2, programs_per_sm=3, rows_per_program=4),
+    # one program per part of one batch-wide chunk size (the item grid)
+    dispatch.LogitsConfig(32, 4, 2, programs_per_sm=1, busy_per_sm=2, page_block=4, item_grid=True),
+    dispatch.LogitsConfig(64, 4, 3, programs_per_sm=2, min_chunk=128, busy_per_sm=1, item_grid=True),
 ]
 
 
 @pytest.mark.parametrize("cfg", LOGITS_TILINGS,
-                         ids=lambda c: f"bn{c.block_n}-p{c.programs_per_sm}-r{c.rows_per_program}-pb{c.page_block}")
+                         ids=lambda c: f"bn{c.block_n}-p{c.programs_per_sm}-r{c.rows_per_program}-pb{c.page_block}"
+                  f"{'-items' if c.item_grid else ''}")
 def test_logits_kernel_tilings_and_splits(interp, gen, cfg):
     """Any split of the rows' keys over programs, any rows per program: same logits, same
     written columns (a wide output, as under SGLang's decode CUDA graph)."""
@@ -396,14 +401,18 @@ def test_logits_kernel_tilings_and_splits(interp, gen, cfg):
     check_logits_contract(out, ref, seq, 768)
 
 
-def test_logits_batch_balanced_chunks_over_many_rows(interp, gen):
-    """busy_per_sm: every program sums all rows' lengths (here 300 rows, more than one
-    256-row block) to size its part; short and long rows, a wide output."""
-    lens = [int(x) for x in torch.randint(0, 40, (300,), generator=gen)]
-    lens[7], lens[150], lens[299] = 700, 0, 513
-    cache, q, w, seq, pt = logits_case(gen, 300, lens, width=12, heads=16)
-    out = torch.full((300, 768), float("nan"))
-    cfg = dispatch.LogitsConfig(64, 4, 2, programs_per_sm=1, max_chunk=256, busy_per_sm=1, page_block=8)
+@pytest.mark.parametrize("item_grid", [False, True], ids=["rows-x-split", "item-grid"])
+def test_logits_batch_balanced_chunks_over_many_rows(interp, gen, item_grid):
+    """busy_per_sm: every program sums all rows' lengths (here 530 rows, three 256-row
+    blocks) to size its part; short and long rows, a wide output. Item grid: the parts of
+    rows in every 256-row block are found, rows of no parts skipped."""
+    rows = 530
+    lens = [int(x) for x in torch.randint(0, 40, (rows,), generator=gen)]
+    lens[7], lens[150], lens[299], lens[260], lens[529] = 700, 0, 513, 0, 300
+    cache, q, w, seq, pt = logits_case(gen, rows, lens, width=12, heads=16)
+    out = torch.full((rows, 768), float("nan"))
+    cfg = dispatch.LogitsConfig(64, 4, 2, programs_per_sm=1, max_chunk=256, busy_per_sm=1, page_block=8,
+                                item_grid=item_grid)
     dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, 768, out=out, config=cfg)
     ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 768)
     check_logits_contract(out, ref, seq, 768)

@@ -1,0 +1,97 @@
+"""The benchmark's read-only gather (benchmarks/page_gather.py) reads exactly the key rows a
+paged logits call must read: every row below each row's length, through its page table,
+nothing else. Run through Triton's interpreter on CPU, every tiling the benchmark sweeps."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import page_gather
+from kernels_sm120 import paged_mqa_logits
+from tests.support.triton_interpreter import interpreted_kernels
+
+
+@pytest.fixture
+def interp():
+    with interpreted_kernels(paged_mqa_logits, page_gather):
+        yield
+
+
+def gathered_sum_reference(cache, seq_lens, page_table, max_len):
+    total = 0.0
+    rows = cache.view(-1, 64, 128).double()
+    for r, n in enumerate(seq_lens.tolist()):
+        n = max(0, min(n, max_len))
+        t = torch.arange(n)
+        total += rows[page_table[r, t // 64].long(), t % 64].sum().item()
+    return total
+
+
+def small_tiling(cfg):
+    """The benchmark's tiling at interpreter scale (few programs, so each walks several items)."""
+    return dataclasses.replace(cfg, programs_per_sm=1 if cfg.kind == "reg" else 0, busy_per_sm=2, min_chunk=64)
+
+
+@pytest.mark.parametrize("cfg", page_gather.GATHER_TILINGS, ids=lambda c: c.label.replace(" ", "-"))
+def test_gather_reads_exactly_the_rows_below_each_length(interp, cfg):
+    gen = torch.Generator().manual_seed(7)
+    lens = [0, 1, 64, 65, 300, 129, 1000]
+    width = 16
+    pages = 40
+    # rows past each length hold huge values: reading one of them would show in the sum
+    cache = torch.full((pages, 64 * 128), 1e30).to(torch.bfloat16)
+    perm = torch.randperm(pages, generator=gen).to(torch.int32)
+    page_table = torch.zeros((len(lens), width), dtype=torch.int32)
+    used = 0
+    for r, n in enumerate(lens):
+        p = -(-min(n, 900) // 64)
+        page_table[r, :p] = perm[used:used + p]
+        rows = cache.view(pages, 64, 128)
+        for i, t0 in enumerate(range(0, min(n, 900), 64)):
+            k = min(64, min(n, 900) - t0)
+            rows[perm[used + i], :k] = torch.randn(k, 128, generator=gen).to(torch.bfloat16)
+        used += p
+    seq = torch.tensor(lens, dtype=torch.int32)
+    max_len = 900  # the last row is clamped to the output width
+    out = torch.full((64,), float("nan"))
+    tiling = small_tiling(cfg)
+    page_gather.page_gather_sum(cache, seq, page_table, max_len, out, tiling, num_sms=4)
+    programs = page_gather.gather_programs(tiling, len(lens), max_len, 4)
+    got = out[:programs].double().sum().item()
+    assert torch.isnan(out[programs:]).all()
+    want = gathered_sum_reference(cache, seq, page_table, max_len)
+    assert abs(got - want) < 1e-3 * max(1.0, abs(want)), (got, want)
+
+
+CHILD = """
+import torch
+from benchmarks import page_gather
+from kernels_sm120 import paged_mqa_logits
+from tests.support.triton_interpreter import interpreted_kernels
+cache = torch.randn(8, 64 * 128, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+table = torch.tensor([[5, 0], [2, 7]], dtype=torch.int32)
+seq = torch.tensor([0, 65], dtype=torch.int32)
+cfg = page_gather.GatherConfig("dot", 64, 4, 4, num_stages=2, min_chunk=64)
+out = torch.zeros(64)
+with interpreted_kernels(paged_mqa_logits, page_gather):
+    page_gather.page_gather_sum(cache, seq, table, 128, out, cfg, num_sms=4)
+print(repr(out[:page_gather.gather_programs(cfg, 2, 128, 4)].double().sum().item()))
+"""
+
+
+def test_programs_past_the_last_item_read_nothing():
+    """Most programs of the item grid have no part (here 18 programs, 2 parts): they must read
+    no key row at all. Run in a child process: the interpreter dereferences what a program
+    asks for, so a stray read crashes the child instead of failing quietly."""
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.run([sys.executable, "-c", CHILD], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = torch.randn(8, 64 * 128, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16).view(8, 64, 128)
+    want = rows[2].double().sum().item() + rows[7, :1].double().sum().item()
+    assert abs(float(proc.stdout.strip().splitlines()[-1]) - want) < 1e-3 * max(1.0, abs(want))
