@@ -26,6 +26,16 @@ from typing import Dict, Optional, Sequence
 from sglang_dsv4_ext.index_k import index_k_bytes_per_token
 
 DEFAULT_CONTEXTS = (8192, 32768, 131072, 1048576)
+# Ratios whose readers the formula above describes. DeepSeek-V4.1's ratio-1/2 layers read shared fp4
+# index-K and KV sub-pools through their kv_source layers with a different indexer: not modelled, and
+# said so rather than left out of a total that would then look complete.
+MODELLED_RATIOS = (0, 4, 128)
+
+
+def unmodelled_ratios(model, start_layer: int = 0, end_layer: Optional[int] = None):
+    """The compression ratios of the stage that :func:`decode_read_bytes` does not describe (sorted)."""
+    end = model.num_hidden_layers if end_layer is None else end_layer
+    return sorted({r for r in model.compress_ratios[start_layer:end] if r not in MODELLED_RATIOS})
 
 
 def kv_row_bytes(model) -> int:
@@ -38,6 +48,9 @@ def decode_read_bytes(model, context: int, dtype: str, *, start_layer: int = 0,
     """Per-request bytes of one decode step at ``context`` tokens, split by reader (see module docstring)."""
     if not isinstance(context, int) or context < 1:
         raise ValueError(f"context must be a positive number of tokens, got {context!r}")
+    unmodelled = unmodelled_ratios(model, start_layer, end_layer)
+    if unmodelled:
+        raise ValueError(f"decode reads of ratio {unmodelled} layers are not modelled")
     end = model.num_hidden_layers if end_layer is None else end_layer
     ratios = model.compress_ratios[start_layer:end]
     kv = kv_row_bytes(model)
@@ -53,7 +66,14 @@ def decode_read_bytes(model, context: int, dtype: str, *, start_layer: int = 0,
 
 
 def decode_reads_table(model, contexts: Sequence[int], dtypes: Sequence[str], **stage) -> Dict[str, object]:
-    """For each context: each dtype's bytes, the indexer's share and the ratio to fp8's total."""
+    """For each context: each dtype's bytes, the indexer's share and the ratio to fp8's total.
+
+    ``{"not_modelled": reason}`` when the stage has layers the formula does not describe (V4.1's ratio 1/2).
+    """
+    unmodelled = unmodelled_ratios(model, **stage)
+    if unmodelled:
+        return {"not_modelled": f"the stage has ratio-{'/'.join(map(str, unmodelled))} layers (DeepSeek-V4.1's "
+                                "shared low-ratio indexer), whose decode reads this formula does not describe"}
     out = {}
     for n in contexts:
         per = {d: decode_read_bytes(model, n, d, **stage) for d in dtypes}

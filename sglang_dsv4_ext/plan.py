@@ -210,6 +210,9 @@ def _print_table(plan: Dict[str, object]) -> None:
 
 def _print_decode_reads(plan: Dict[str, object], dtypes: List[str]) -> None:
     print()
+    if "not_modelled" in plan["decode_reads"]:
+        print(f"decode: KV bytes one step reads per request: not modelled ({plan['decode_reads']['not_modelled']})")
+        return
     print("decode: KV bytes one step reads per request, MB (indexer share; vs fp8)")
     print(f"{'':<24}" + "".join(f"{d:>24}" for d in dtypes))
     for context, per in plan["decode_reads"].items():

@@ -675,6 +675,11 @@ MUTATIONS: List[Mutation] = [
     Mutation("plan: --context refuses lengths below one token", "sglang_dsv4_ext/plan.py",
              "        if not digits.isdigit() or int(digits) * scale < 1:", "        if not digits.isdigit():",
              ("tests/unit/cli/test_plan_decode_reads.py::test_bad_context_is_refused_naming_the_flag",)),
+    Mutation("plan: decode reads of layers the formula does not describe are not modelled, and said so",
+             "sglang_dsv4_ext/decode_reads.py",
+             "    unmodelled = unmodelled_ratios(model, **stage)\n    if unmodelled:\n",
+             "    unmodelled = unmodelled_ratios(model, **stage)\n    if False:\n",
+             ("tests/unit/cli/test_plan_v41.py::test_v41_decode_reads_are_not_modelled_and_say_so",)),
 ]
 
 

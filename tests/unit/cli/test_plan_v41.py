@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from sglang_dsv4_ext import cli, dsv4_model
+from sglang_dsv4_ext import cli, decode_reads, dsv4_model
 from tests.support.dsv4_pools import sized_pool
 
 V41 = dsv4_model.load_model(bundled="v4.1-flash")
@@ -109,3 +109,16 @@ def test_a_released_nested_v41_config_loads_as_the_flat_one(tmp_path):
     assert (loaded.compress_ratios, loaded.kv_source_layer_ids, loaded.model_type) == (
         V41.compress_ratios, V41.kv_source_layer_ids, V41.model_type)
     assert loaded.layer_counts() == V41.layer_counts()
+
+
+def test_v41_decode_reads_are_not_modelled_and_say_so(v41_plan, ext_active, capsys):
+    # The decode-read formula knows ratios 0/4/128 only: V4.1's shared ratio-1/2 readers would be left out
+    # of a total that then looks complete (3.0 MB at every context), so plan says it cannot tell instead.
+    assert set(v41_plan["decode_reads"]) == {"not_modelled"}
+    assert "ratio-1/2" in v41_plan["decode_reads"]["not_modelled"]
+    with pytest.raises(ValueError, match="not modelled"):
+        decode_reads.decode_read_bytes(V41, 8192, "bf16")
+    assert cli.main(["plan", "--model", "v4.1-flash", *PLAN_ARGS]) == 0
+    out = capsys.readouterr().out
+    assert "decode: KV bytes one step reads per request: not modelled" in out
+    assert "context 8,192" not in out
