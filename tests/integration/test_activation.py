@@ -54,6 +54,12 @@ def test_invalid_value_refuses_with_variable_and_allowed_values(phases, case, va
     assert not any(outcome["registered"].values()) and outcome["wrapped"] == []
 
 
+def test_before_any_plugin_loads_only_the_startup_hook_guards_the_model_constructor(phases):
+    # The startup hook (sglang_dsv4_ext-bootstrap.pth) may guard exactly one target before SGLang loads
+    # plugins: the DeepSeek-V4 model constructor (its guard loads the plugins first). Nothing else.
+    assert set(phases["startup_guarded"]) <= {compat.DSV4_MODEL_INIT.path}
+
+
 def test_alias_contradiction_refuses(phases):
     outcome = phases["invalid"]["contradiction"]
     assert "SGLANG_DSV4_BF16_INDEX_K=1" in outcome["error"] and "SGLANG_DSV4_INDEX_K_DTYPE='fp8'" in outcome["error"]

@@ -57,6 +57,14 @@ def main():
     for target in compat.TARGETS:
         _, _, fn = compat.resolve(target.path)
         originals[target.path] = fn
+    # Resolving the table imported SGLang's DeepSeek-V4 model module before any load_plugins(): where
+    # the startup hook (.pth) is installed, it has guarded the model's constructor already, whatever the
+    # configuration. Phases 2-3 report what *they* wrapped beyond that.
+    startup_guarded = wrapped_targets()
+    result["startup_guarded"] = startup_guarded
+
+    def wrapped_by_phase():
+        return [path for path in wrapped_targets() if path not in startup_guarded]
 
     # 1. Kill switch: SGLang untouched (identity of every table target).
     clear_env()
@@ -75,12 +83,12 @@ def main():
         clear_env()
         os.environ[name] = value
         error, registered = load_plugins_fresh()
-        invalid[f"{name}={value}"] = {"error": error, "registered": registered, "wrapped": wrapped_targets()}
+        invalid[f"{name}={value}"] = {"error": error, "registered": registered, "wrapped": wrapped_by_phase()}
     clear_env()
     os.environ[ENV_INDEX_K_DTYPE] = "fp8"
     os.environ["SGLANG_DSV4_BF16_INDEX_K"] = "1"
     error, registered = load_plugins_fresh()
-    invalid["contradiction"] = {"error": error, "registered": registered, "wrapped": wrapped_targets()}
+    invalid["contradiction"] = {"error": error, "registered": registered, "wrapped": wrapped_by_phase()}
     result["invalid"] = invalid
 
     # 3. A drifted table (one signature changed in a copy of the table): refused, nothing patched.
@@ -96,7 +104,7 @@ def main():
         activation.activate(targets=drifted)
         result["drift"] = {"error": None}
     except activation.ActivationError as exc:
-        result["drift"] = {"error": str(exc), "victim": victim.path, "wrapped": wrapped_targets(),
+        result["drift"] = {"error": str(exc), "victim": victim.path, "wrapped": wrapped_by_phase(),
                            "status": activation.STATE.statuses.get(victim.path)}
 
     # 4. Default configuration through the real entry point: every hook applied and verified.
