@@ -183,8 +183,16 @@ def _check_slots(where: str, rec) -> None:
 
 
 def _check_prerounding(where: str, rec) -> None:
-    """``k`` must be ``k_fp32`` rounded to bf16, to within one bf16 step (the capture recomputes the fp32 values:
-    where they sit within a few fp32 ulps of a bf16 rounding boundary the store may have rounded the other way)."""
+    """``k`` must be ``k_fp32`` rounded to bf16, to within one bf16 step plus a row-scale allowance.
+
+    The capture recomputes the fp32 values in float64 from what the store received; the store kernel
+    computed them in fp32 (RMSNorm, RoPE, a 128-point Hadamard). Where a value sits near a bf16 rounding
+    boundary the two may round apart (one step); where the Hadamard cancels a row to near zero the kernel's
+    fp32 error (~1e-6 of the row's largest value, measured on the H200) is many bf16 steps of that tiny
+    value. So each value may differ by one bf16 step at its own size plus 2**-14 of its row's largest
+    magnitude: 60x the fp32 error, 64x below a bf16 step at that largest value, so ``k_fp32`` of other data
+    (or corrupted bytes, which the checksum catches first) still fails.
+    """
     k, pre = rec["k"], rec[fmt.PREROUNDING]
     rounded = pre.to(torch.bfloat16)
     same = (rounded == k) | (rounded.isnan() & k.isnan())
@@ -192,10 +200,12 @@ def _check_prerounding(where: str, rec) -> None:
         return
     _, exponent = torch.frexp(pre.abs().clamp(min=2.0**-126))
     step = torch.ldexp(torch.ones_like(pre), exponent - 8)  # bf16 spacing at |k_fp32|: 8 significant bits
-    near = (rounded.float() - k.float()).abs() <= step
+    row_scale = pre.abs().nan_to_num(0.0, 0.0, 0.0).amax(dim=-1, keepdim=True) * 2.0**-14
+    near = (rounded.float() - k.float()).abs() <= step + row_scale
     if not bool((same | near).all()):
         bad = int((~(same | near)).sum())
-        _fail(where, fmt.PREROUNDING, f"{bad} values are not what k was rounded from (more than one bf16 step)")
+        _fail(where, fmt.PREROUNDING, f"{bad} values are not what k was rounded from (more than one bf16 step "
+                                      "plus 2**-14 of their row's largest value)")
 
 
 # --- rows with nothing to rank ------------------------------------------------------------------

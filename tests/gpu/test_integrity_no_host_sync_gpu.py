@@ -78,10 +78,14 @@ def test_tracker_record_expect_verify_forget_poll_never_block_the_host(cuda, io_
     tracker = ii.IntegrityTracker("full", buffers, 32)
     backup, load, reader = (torch.cuda.Stream() for _ in range(3))
 
+    # Made before the held cycle: a CUDA index tensor built from a Python list is itself a pageable copy (a sync),
+    # which is the test's doing, not the tracker's.
+    freed = _indices(torch, io_backend, [31])
+
     def cycle(rows, keys, corrupt=False):
         with torch.cuda.stream(backup):
             tracker.record_all_layers(rows, keys)
-        tracker.forget(_indices(torch, io_backend, [31]))  # a page freed elsewhere (the scheduler's stream)
+        tracker.forget(freed)  # a page freed elsewhere (the scheduler's stream)
         load.wait_stream(backup)  # SGLang loads a page only after its backup finished
         with torch.cuda.stream(load):
             tracker.begin_load()
@@ -107,8 +111,26 @@ def test_tracker_record_expect_verify_forget_poll_never_block_the_host(cuda, io_
     assert mismatch is not None and (mismatch.layer, mismatch.page, mismatch.count) == (1, 3, 1)
 
 
+_STACK = []  # built once per process: see _sglang_stack
+
+
 def _sglang_stack(torch):
-    """SGLang's real pool (cuda), c4 indexer host mirror (pinned) and host pool group with its KV anchor."""
+    """SGLang's real pool (cuda), c4 indexer host mirror (pinned) and host pool group with its KV anchor.
+
+    Built once and reused with a fresh tracker: SGLang registers the host mirror with cudaHostRegister and
+    never unregisters it, so a second mirror allocated where the first one was freed fails with
+    cudaErrorHostMemoryAlreadyRegistered (and poisons the tests after it).
+    """
+    from sglang_dsv4_ext import index_k_integrity as ii
+
+    if not _STACK:
+        _STACK.append(_build_sglang_stack(torch))
+    pool, host, anchor = _STACK[0]
+    setattr(host, "_dsv4_integrity", ii.IntegrityTracker("full", list(host.device_buffers), host.num_host_pages))
+    return pool, host, anchor
+
+
+def _build_sglang_stack(torch):
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
     from sglang.srt.mem_cache.hicache_storage import PoolName
     from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _dsv4_indexer_regions
@@ -152,13 +174,15 @@ def test_integrity_hooks_on_sglangs_pools_never_block_the_host(sglang_gpu, cuda,
     device_tokens = _indices(torch, io_backend, range(PAGE, 5 * PAGE))  # device pages 1..4
     batch = types.SimpleNamespace(token_to_kv_pool=pool, rids=["req-2"])
     backup, load, reader = (torch.cuda.Stream() for _ in range(3))
+    anchor_pages = _indices(torch, "direct", range(8 * PAGE, 9 * PAGE))  # the anchor's own indices: host memory
+    host_freed = _indices(torch, io_backend, range(9 * PAGE, 10 * PAGE))  # made outside the held cycle (see above)
 
     def cycle():
         with torch.cuda.stream(backup):
             integrity._after_backup(None, host, pool.c4_indexer_kv_pool, host_tokens, device_tokens, io_backend)
-        integrity._after_anchor_free(None, anchor, _indices(torch, "direct", range(8 * PAGE, 9 * PAGE)))
-        integrity._after_anchor_alloc(_indices(torch, "direct", range(8 * PAGE, 9 * PAGE)), anchor, PAGE)
-        integrity._after_free(None, host, _indices(torch, io_backend, range(9 * PAGE, 10 * PAGE)))
+        integrity._after_anchor_free(None, anchor, anchor_pages)
+        integrity._after_anchor_alloc(anchor_pages, anchor, PAGE)
+        integrity._after_free(None, host, host_freed)
         load.wait_stream(backup)
         with torch.cuda.stream(load):
             for layer in range(host.layer_num):
