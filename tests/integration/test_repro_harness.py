@@ -308,10 +308,10 @@ class _Child:
     """``sglang-dsv4 repro run`` in a process of its own, started with the signal dispositions the test
     exercises (tests/support/repro_run_driver.py), however this test run was started (nohup, a background job)."""
 
-    def __init__(self, url, out, workload, default=(), ignored=(), extra=()):
+    def __init__(self, url, out, workload, default=(), ignored=(), command=None):
+        command = command or ["repro", "run", "--endpoint", url, "--out", str(out), *workload]
         argv = [sys.executable, "-m", "tests.support.repro_run_driver", "--default-signals", ",".join(default),
-                "--ignored-signals", ",".join(ignored), "--",
-                "repro", "run", "--endpoint", url, "--out", str(out), *workload, *extra]  # fmt: skip
+                "--ignored-signals", ",".join(ignored), "--", *command]  # fmt: skip
         self.proc = subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
 
@@ -412,6 +412,21 @@ def test_a_signal_during_the_read_before_the_run_writes_nothing(tmp_path):
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert "repro run: stopped by SIGINT before the first request: nothing was sent or written" in stderr
     assert not out.exists() and srv.requests == 0
+
+
+def test_ab_stopped_before_b_says_what_it_kept(tmp_path):
+    """Ctrl-C while B's /metrics dripped before B's first request: A had run and written its run."""
+    out = tmp_path / "ab"
+    with InjectingServer({}, seed=0) as a, \
+            InjectingServer({}, seed=0, metrics_faults=[None, "drip"], drip_s=0.5, drip_limit_s=120) as b:
+        command = ["repro", "ab", "--endpoint-a", a.url, "--endpoint-b", b.url, "--out", str(out), *TINY_RUN]
+        child = _Child(None, None, None, default=["SIGINT"], command=command)
+        child.wait_for(lambda: b.metrics_gets == 2, "B's own read before its first request began")
+        rc, _, stderr = child.stop("SIGINT")
+    assert rc == 130 and "Traceback" not in stderr, stderr
+    assert (f"repro ab: stopped by SIGINT before side B's first request: side A's run is kept in {out / 'a'} "
+            "(8 of 8 requests, its summary written); nothing was sent to B") in stderr
+    assert a.requests == 8 and b.requests == 0 and sorted(os.listdir(out)) == ["a"]
 
 
 def test_a_bug_mid_run_still_leaves_the_records_and_a_summary(tmp_path, monkeypatch):
