@@ -9,19 +9,27 @@ and unpaired counts, and at the top of the page what the comparison must not hid
 with ``--allow-different-settings``; a run that did not finish). Two runs that are one run, or whose settings
 differ without that flag, are refused like ``repro compare`` refuses them. A run that did not finish
 (interrupted, stopped at its time limit, no summary) is marked in its own section too.
-No scripts, no network: the page opens offline in any browser. Refuses to overwrite an existing
-file unless ``--force``.
+No scripts, no network: the page opens offline in any browser.
+
+Bad input (exit 2, one line naming it, nothing written): a record field the page needs that is wrong
+(``FILE:LINE: concurrency: ...``, ``latency_s`` not a finite number of seconds >= 0), a summary's
+``server_evidence`` that is not a list of servers, an ``-o`` that is a directory, in a missing
+directory, or an existing file without ``--force``. A file of a run directory (its ``requests.jsonl``,
+``summary.json``, ... or any file in a directory holding a run) is never written over, ``--force`` or not.
 """
 
 from __future__ import annotations
 
 import html
+import math
 import os
 import sys
 from collections import Counter
 from typing import Dict, List
 
-from sglang_dsv4_ext.repro import pairing, server_evidence
+from sglang_dsv4_ext import exit_codes
+from sglang_dsv4_ext.errors import PairingError, ReproInputError
+from sglang_dsv4_ext.repro import pairing, rundir, server_evidence
 from sglang_dsv4_ext.repro.cli import add_allow_different_settings
 from sglang_dsv4_ext.repro.compare import compare_loaded, pairing_line
 from sglang_dsv4_ext.repro.stats import wilson_interval
@@ -134,8 +142,62 @@ def warnings_block(lines: List[str]) -> str:
     return f'<div class="warnings"><h2>Read this first</h2><ul>{items}</ul></div>' if lines else ""
 
 
+# ----- what the page reads, checked ---------------------------------------------------------------
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_record(rec: dict) -> None:
+    """The fields the page plots (rundir adds FILE:LINE to the ValueError)."""
+    if "concurrency" not in rec:
+        raise ValueError("record lacks 'concurrency' (the level the request ran at)")
+    conc = rec["concurrency"]
+    if not _is_number(conc) or conc != int(conc) or conc < 1:
+        raise ValueError(f"concurrency: must be an integer >= 1 (the level the request ran at), got {conc!r}")
+    latency = rec.get("latency_s")
+    if latency is not None and not (_is_number(latency) and math.isfinite(latency) and latency >= 0):
+        raise ValueError(f"latency_s: must be a finite number of seconds >= 0, got {latency!r}")
+
+
+def check_summary(run_dir: str, summary: dict) -> None:
+    evidence = summary.get("server_evidence")
+    if evidence is None:
+        return
+    if not isinstance(evidence, list) or not all(isinstance(r, dict) and isinstance(r.get("url"), str)
+                                                  for r in evidence):
+        shown = type(evidence).__name__ if not isinstance(evidence, list) else "a list holding other things"
+        raise ReproInputError(f"{os.path.join(run_dir, rundir.SUMMARY)}: server_evidence: expected a list of "
+                              f"objects, one per server with its url (as `repro run` writes it), got {shown}")
+
+
+def _load(run_dir: str) -> pairing.LoadedRun:
+    run = pairing.load(run_dir, check_record)
+    check_summary(run_dir, run.summary)
+    return run
+
+
+def check_output(path: str, run_dirs: List[str], force: bool) -> None:
+    """Refuse an ``-o`` the page must not be written to (see the module doc)."""
+    if os.path.isdir(path):
+        raise ReproInputError(f"-o {path}: is a directory; give the HTML file to write, e.g. "
+                              f"{os.path.join(path, 'report.html')}")
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        raise ReproInputError(f"-o {path}: directory {parent} does not exist")
+    if not os.path.lexists(path):
+        return
+    home = rundir.evidence_home(path, run_dirs)
+    if home is not None:
+        raise ReproInputError(f"-o {path}: a file of the run directory {home}; a run's files are never written "
+                              "over, --force or not (choose a new file name)")
+    if not os.path.isfile(path):
+        raise ReproInputError(f"-o {path}: exists and is not a regular file")
+    if not force:
+        raise ReproInputError(f"-o {path}: exists; pass --force to overwrite it")
+
+
 def build_page(run_dirs: List[str], allow_different_settings: bool = False) -> str:
-    runs = [pairing.load(d) for d in run_dirs]
+    runs = [_load(d) for d in run_dirs]
     sections = [run_section(r.path, r.summary, r.records) for r in runs]
     if len(runs) == 2:
         ab = compare_loaded(runs[0], runs[1], allow_different_settings=allow_different_settings)
@@ -148,19 +210,26 @@ def build_page(run_dirs: List[str], allow_different_settings: bool = False) -> s
             f"<style>{style}</style></head><body><h1>sglang-dsv4 repro report</h1>{''.join(sections)}</body></html>")
 
 
-def run(args) -> int:
-    if os.path.exists(args.output) and not args.force:
-        print(f"sglang-dsv4 report: {args.output} exists; pass --force to overwrite it", file=sys.stderr)
-        return 2
+def _write(path: str, page: str, force: bool) -> None:
     try:
+        with open(path, "w" if force else "x", encoding="utf-8") as f:
+            f.write(page)
+    except FileExistsError:  # created since it was checked
+        raise ReproInputError(f"-o {path}: exists; pass --force to overwrite it") from None
+    except OSError as exc:
+        raise ReproInputError(f"-o {path}: cannot write it ({exc.strerror or exc})") from None
+
+
+def run(args) -> int:
+    try:
+        check_output(args.output, args.run_dirs, args.force)
         page = build_page(args.run_dirs, args.allow_different_settings)
-    except (FileNotFoundError, ValueError) as exc:
+        _write(args.output, page, args.force)
+    except (ReproInputError, PairingError) as exc:  # bad input, named
         print(f"sglang-dsv4 report: {exc}", file=sys.stderr)
-        return 2
-    with open(args.output, "w", encoding="utf-8") as f:
-        f.write(page)
+        return exit_codes.USAGE
     print(f"wrote {args.output} ({len(args.run_dirs)} run(s))")
-    return 0
+    return exit_codes.OK
 
 
 def add_subparser(subparsers) -> None:

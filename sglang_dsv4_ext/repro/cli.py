@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import signal
 import sys
 
-from sglang_dsv4_ext import exit_codes
+from sglang_dsv4_ext import exit_codes, stop_signals
 from sglang_dsv4_ext.errors import PairingError, ReproInputError
 from sglang_dsv4_ext.repro import rundir
 from sglang_dsv4_ext.repro.verdict import CLASSES
@@ -38,8 +37,8 @@ sglang:dsv4_ext_active gauge and the activation line in --serve-logs DIR are che
 enough alone) or servers that disagree on the index-K dtype; nothing is written then.
 
 exit codes: 0 done; 2 bad input or a refused extension check (nothing written); 3 a finding asked for
-with --fail-on-corruption or --fail-if-significant; 130 / 143 stopped by SIGINT / SIGTERM (the summary of
-what finished is written).
+with --fail-on-corruption or --fail-if-significant; 128 + N stopped by signal N (129 SIGHUP, 130 SIGINT,
+143 SIGTERM, ...: the summary of what finished is written; before the first request nothing is).
 """
 
 
@@ -72,15 +71,15 @@ def _alpha(text: str) -> float:
     return alpha
 
 
-def _error(action: str, exc: Exception) -> int:
+def _error(action: str, exc: object) -> int:
     print(f"sglang-dsv4 repro {action}: {exc}", file=sys.stderr)
     return exit_codes.USAGE
 
 
-def _stopped_code(summary: dict):
-    """The exit code of a run stopped by a signal, else None."""
-    name = summary.get("interrupted_by")
-    return exit_codes.for_signal(signal.Signals[name]) if name else None
+def _stopped_before_start(action: str, stop: stop_signals.Stopped,
+                          what: str = "before the first request: nothing was sent or written") -> int:
+    print(f"sglang-dsv4 repro {action}: stopped by {stop} {what}", file=sys.stderr)
+    return exit_codes.for_signal(stop.signum)
 
 
 # ----- actions ---------------------------------------------------------------------------------
@@ -90,14 +89,16 @@ def _do_run(args) -> int:
 
     try:
         cfg = run_config_from_args(args, args.endpoint, args.out or rundir.default_out("run"), args.label)
-        summary = Runner(cfg, out_given=args.out is not None).run()
+        runner = Runner(cfg, out_given=args.out is not None)
+        summary = runner.run()
     except (ReproInputError, ValueError) as exc:
         return _error("run", exc)
+    except stop_signals.Stopped as stop:
+        return _stopped_before_start("run", stop)
     print(format_summary(summary))
     print(f"results: {os.path.join(cfg.out, rundir.REQUESTS)}, {os.path.join(cfg.out, rundir.SUMMARY)}")
-    stopped = _stopped_code(summary)
-    if stopped is not None:
-        return stopped
+    if runner.signal is not None:
+        return exit_codes.for_signal(runner.signal)
     if args.fail_on_corruption and summary["overall"]["corruption"]["count"] > 0:
         return exit_codes.FINDING
     return exit_codes.OK
@@ -127,6 +128,16 @@ def _ab_configs(args):
     return out, [run_config_from_args(args, ep, os.path.join(out, side), label) for side, ep, label in sides]
 
 
+def _ab_kept(out: str, done: list) -> str:
+    """What a stopped or refused ``repro ab`` leaves behind, and where."""
+    if not done:
+        return f"nothing was sent to either stack; {out} holds nothing"
+    cfg, summary = done[0]
+    return (f"side A's run is kept in {cfg.out} ({summary['requests_done']} of {summary['requests_planned']} "
+            f"requests, its summary written); nothing was sent to B and no comparison was written (run B with "
+            f"`repro run` and compare the two with `sglang-dsv4 repro compare {cfg.out} B_DIR`)")
+
+
 def _do_ab(args) -> int:
     from sglang_dsv4_ext.repro.compare import compare_runs, format_comparison
     from sglang_dsv4_ext.repro.runner import Runner, format_summary
@@ -135,16 +146,22 @@ def _do_ab(args) -> int:
         out, cfgs = _ab_configs(args)
     except (ReproInputError, ValueError) as exc:
         return _error("ab", exc)
-    for cfg in cfgs:  # one after the other, so neither stack loads the other's run
+    except stop_signals.Stopped as stop:
+        return _stopped_before_start("ab", stop)
+    done = []
+    for side, cfg in zip(("A", "B"), cfgs):  # one after the other, so neither stack loads the other's run
+        runner = Runner(cfg)
         try:
-            summary = Runner(cfg).run()  # checks its stack again: B may have changed while A ran
+            summary = runner.run()  # checks its stack again: B may have changed while A ran
         except ReproInputError as exc:
-            return _error("ab", exc)
+            return _error("ab", f"side {side} ({cfg.endpoint}): {exc}. Kept: {_ab_kept(out, done)}")
+        except stop_signals.Stopped as stop:
+            return _stopped_before_start("ab", stop, f"before side {side}'s first request: {_ab_kept(out, done)}")
         print(format_summary(summary))
-        stopped = _stopped_code(summary)
-        if stopped is not None:
-            print(f"results so far: {cfg.out} (no comparison: the run was interrupted)")
-            return stopped
+        if runner.signal is not None:
+            print(f"results so far: {cfg.out} (no comparison: stopped by {stop_signals.signal_name(runner.signal)})")
+            return exit_codes.for_signal(runner.signal)
+        done.append((cfg, summary))
     try:  # both sides ran with the same settings; this only refuses what cannot be compared at all
         result = compare_runs(cfgs[0].out, cfgs[1].out, args.alpha)
     except PairingError as exc:

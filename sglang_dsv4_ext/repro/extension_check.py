@@ -140,7 +140,8 @@ def _gauge_note(entry: Dict[str, object], launch: Optional[str]) -> Optional[str
 
 # ----- one server, all sources ----------------------------------------------------------------
 def _complete(record: Optional[dict]) -> bool:
-    return isinstance(record, dict) and record.get("active") is True and set(EVIDENCE_FIELDS) <= set(record)
+    return (isinstance(record, dict) and record.get("active") is True
+            and all(isinstance(record.get(f), str) for f in EVIDENCE_FIELDS))
 
 
 def _from_records(url: str, records: List[Optional[dict]]) -> Dict[str, object]:
@@ -154,7 +155,8 @@ def _from_records(url: str, records: List[Optional[dict]]) -> Dict[str, object]:
                         for i, r in inactive)
         return _state(url, INACTIVE, f"not active in every scheduler: {why}")
     if not all(_complete(r) for r in records):
-        return _state(url, UNKNOWN, f"a scheduler's record lacks some of {', '.join(EVIDENCE_FIELDS)}")
+        return _state(url, UNKNOWN, f"a scheduler's record lacks some of {', '.join(EVIDENCE_FIELDS)} "
+                      "(or one is not a string)")
     launches = sorted({r["launch"] for r in records})
     if len(launches) > 1:
         return _state(url, UNKNOWN, f"its schedulers report several launches: {', '.join(launches)}")

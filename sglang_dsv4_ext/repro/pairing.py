@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from sglang_dsv4_ext.errors import PairingError
 from sglang_dsv4_ext.repro import rundir
@@ -33,9 +33,9 @@ class LoadedRun:
     records: Dict[str, dict]
 
 
-def load(run_dir: str) -> LoadedRun:
-    """A run directory's records (a bad line is refused naming FILE:LINE) and summary."""
-    _, records = rundir.load_records(run_dir)
+def load(run_dir: str, check: Optional[rundir.RecordCheck] = None) -> LoadedRun:
+    """A run directory's records (a bad line, or one ``check`` refuses, is refused naming FILE:LINE) and summary."""
+    _, records = rundir.load_records(run_dir, check)
     return LoadedRun(run_dir, rundir.load_summary(run_dir, required=False), records)
 
 

@@ -7,12 +7,14 @@ reader reports a bad line as ``FILE:LINE: what is wrong`` instead of a traceback
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
-from typing import Dict, Iterator, Tuple
+from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 from sglang_dsv4_ext.errors import ReproInputError
+from sglang_dsv4_ext.repro import strict_json
 from sglang_dsv4_ext.repro.verdict import CLASSES
 
 REQUESTS = "requests.jsonl"  # one line per finished request
@@ -109,21 +111,47 @@ def _record_from_line(path: str, lineno: int, line: str, is_last: bool) -> dict:
     return rec
 
 
+def _read_lines(path: str) -> list:
+    try:
+        with open(path, "rb") as f:
+            return f.read().splitlines(keepends=True)
+    except OSError as exc:
+        raise ReproInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def _numbered_records(path: str) -> Iterator[Tuple[int, dict]]:
+    """(line number, record) of every record of a ``requests.jsonl``, checked; a bad line raises naming FILE:LINE."""
+    lines = _read_lines(path)
+    for i, raw in enumerate(lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ReproInputError(f"{path}:{i}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        if line.strip():
+            yield i, _record_from_line(path, i, line, i == len(lines))
+
+
 def iter_records(path: str) -> Iterator[dict]:
     """Every record of a ``requests.jsonl``, checked; a bad line raises naming FILE:LINE."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.readlines()
-    for i, line in enumerate(lines, start=1):
-        if line.strip():
-            yield _record_from_line(path, i, line, i == len(lines))
+    for _, rec in _numbered_records(path):
+        yield rec
 
 
-def load_records(run_dir: str) -> Tuple[str, Dict[str, dict]]:
-    """(path, records by key) of a run; a key recorded twice is refused naming both lines."""
+RecordCheck = Callable[[dict], None]  # raises ValueError naming the field; the caller adds FILE:LINE
+
+
+def load_records(run_dir: str, check: Optional[RecordCheck] = None) -> Tuple[str, Dict[str, dict]]:
+    """(path, records by key) of a run; a key recorded twice is refused naming both lines, and so is a record
+    ``check`` (a reader's own needs, e.g. the report's fields) refuses, naming FILE:LINE."""
     path = requests_path(run_dir)
     records: Dict[str, dict] = {}
     first_line: Dict[str, int] = {}
-    for n, rec in enumerate(iter_records(path), start=1):
+    for n, (lineno, rec) in enumerate(_numbered_records(path), start=1):
+        if check is not None:
+            try:
+                check(rec)
+            except ValueError as exc:
+                raise ReproInputError(f"{path}:{lineno}: {exc}") from None
         key = rec["key"]
         if key in records:
             raise ReproInputError(f"{path}: request {key!r} is recorded twice (records {first_line[key]} and {n})")
@@ -142,8 +170,12 @@ def load_summary(run_dir: str, required: bool) -> dict:
             )
         return {}
     try:
-        with open(path, encoding="utf-8") as f:
-            summary = json.load(f)
+        with open(path, "rb") as f:
+            summary = strict_json.loads(f.read())
+    except OSError as exc:
+        raise ReproInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except strict_json.NotJSONValue as exc:  # sglang-dsv4-ext 0.3.0 wrote a counter that was not a number so
+        raise ReproInputError(f"{path}: not valid JSON ({exc}; write null in its place)") from None
     except ValueError as exc:
         raise ReproInputError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(summary, dict):
@@ -151,7 +183,37 @@ def load_summary(run_dir: str, required: bool) -> dict:
     return summary
 
 
+EVIDENCE_FILES = (REQUESTS, SUMMARY, AB)  # a directory holding one of these is a run's (or an A/B's)
+
+
+def _holds_same_file(directory: str, path: str) -> bool:
+    """Whether ``directory`` holds ``path``'s file under some name (a hard link)."""
+    try:
+        st = os.stat(path)
+        return any(os.path.samestat(st, e.stat()) for e in os.scandir(directory) if e.is_file())
+    except OSError:
+        return False
+
+
+def evidence_home(path: str, run_dirs: Iterable[str] = ()) -> Optional[str]:
+    """The run directory an existing file ``path`` belongs to, else None: its real directory is one of
+    ``run_dirs`` or holds a run's files (:data:`EVIDENCE_FILES`), or it is one of ``run_dirs``' files under
+    another name (a hard link). Such a file is never written over (``report -o``, ``--force`` or not)."""
+    home = os.path.dirname(os.path.realpath(path))
+    named = {os.path.realpath(d): d for d in run_dirs}
+    if home in named:
+        return named[home]
+    if any(os.path.isfile(os.path.join(home, name)) for name in EVIDENCE_FILES):
+        return home
+    return next((d for d in run_dirs if _holds_same_file(d, path)), None)
+
+
 def write_json_new(path: str, obj) -> None:
-    """Write ``obj`` to a file that must not exist yet (exclusive create)."""
+    """Write ``obj`` as strict JSON (no ``NaN``: :mod:`.strict_json`) to a file that must not exist yet.
+
+    The text is built before the file is created, so a value that is not JSON never leaves half a file.
+    """
+    text = io.StringIO()
+    strict_json.dump(obj, text)
     with open(path, "x", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False)
+        f.write(text.getvalue())

@@ -6,7 +6,7 @@ Output directory (names in :mod:`.rundir`; an existing run is never overwritten)
   summary.json    rates + Wilson 95% intervals per class, per level and per session,
                   reference re-parse table, configuration, the exact re-run command, and the
                   true planned / done / not-run counts, also when the run was stopped by its
-                  time limit or by SIGINT / SIGTERM (then ``interrupted_by`` names the signal);
+                  time limit or by a signal (then ``interrupted_by`` names the signal);
                   ``server_evidence``: per server named by ``--server-metrics``, its counters'
                   deltas over the run (:mod:`.server_evidence`) and its extension state;
                   ``extension``: what ``--expect-extension`` asked and each server's state
@@ -14,6 +14,14 @@ Output directory (names in :mod:`.rundir`; an existing run is never overwritten)
 Before the run directory is claimed, every such server is read once: that snapshot is the
 "before" of the deltas, and the extension check (:mod:`.extension_check`) may refuse the run
 there, before any request is sent and before anything is written.
+
+Signals: every signal that would end the process (:data:`sglang_dsv4_ext.stop_signals.FATAL_SIGNALS`:
+SIGINT, SIGTERM, SIGHUP of a dropped SSH session, ...; one ignored at start stays ignored) is handled
+alike for the run's whole life. Before the first request it ends the run with
+:class:`~sglang_dsv4_ext.stop_signals.Stopped` (nothing sent, nothing written); during the requests it
+stops them, the servers are read once more (bounded) and the summary is written with ``interrupted_by``;
+during that last read (or the one after a finished run) it gives the read up, the servers' rows say
+so, and the summary is still written. :attr:`Runner.signal` is the first signal, for the exit code.
 """
 
 from __future__ import annotations
@@ -30,10 +38,10 @@ from typing import Dict, List, Optional
 
 from tqdm import tqdm
 
-from sglang_dsv4_ext import __version__
+from sglang_dsv4_ext import __version__, stop_signals
 from sglang_dsv4_ext.errors import ReproInputError
 from sglang_dsv4_ext.repro import client as http
-from sglang_dsv4_ext.repro import extension_check, rundir, server_evidence
+from sglang_dsv4_ext.repro import extension_check, rundir, server_evidence, strict_json
 from sglang_dsv4_ext.repro.reparse import attach_reference, format_origin_table, origin_table, raw_from_visible
 from sglang_dsv4_ext.repro.scenario import TOOLS, TOOLS_BY_NAME, RequestSpec, session_requests
 from sglang_dsv4_ext.repro.settings import RunConfig, metrics_urls, requests_planned
@@ -55,8 +63,6 @@ _SERVER_INFO_KEYS = (
     "reasoning_parser",
     "page_size",
 )
-# Signals that stop a run cleanly: the recorded requests stay, the summary says so.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def auth_headers(api_key_env: Optional[str]) -> dict:
@@ -70,9 +76,11 @@ def auth_headers(api_key_env: Optional[str]) -> dict:
 
 
 def preflight(urls, log_dir: Optional[str], expect: str):
-    """(snapshot, extension states) of ``urls``; raises ServerActivationError when the run must not start."""
-    before = server_evidence.snapshot(urls)
-    states = extension_check.server_states(before, log_dir)
+    """(snapshot, extension states) of ``urls``; raises ServerActivationError when the run must not start,
+    :class:`~sglang_dsv4_ext.stop_signals.Stopped` at a fatal signal (each read is bounded; nothing is written)."""
+    with stop_signals.raising():
+        before = server_evidence.snapshot(urls)
+        states = extension_check.server_states(before, log_dir)
     extension_check.check(states, expect)
     return before, states
 
@@ -110,7 +118,11 @@ class Runner:
         self.records: List[dict] = []
         self.planned = requests_planned(cfg)
         self.stopped_by_time_limit = False
-        self.interrupted_by: Optional[str] = None
+        self.interrupted_by: Optional[str] = None  # a signal that came before the last request ended
+        self.signal: Optional[int] = None  # the first fatal signal, whenever it came (the exit code)
+        self._requests_over = False
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._task: Optional[asyncio.Task] = None
         self.server_info: Optional[dict] = None
         self.model_note: Optional[str] = None
         self.aborted_by: Optional[str] = None
@@ -250,54 +262,61 @@ class Runner:
                 if not await self._run_level(session, level_idx, conc, headers, deadline):
                     break
 
-    def _on_signal(self, signum: int, task: asyncio.Task) -> None:
-        if self.interrupted_by is None:  # a second signal while stopping changes nothing
-            self.interrupted_by = signal.Signals(signum).name
-            print(f"\nsglang-dsv4 repro: {self.interrupted_by}: stopping; writing the summary of what finished",
-                  file=sys.stderr)
-            task.cancel()
+    def _note_signal(self, signum: int) -> None:
+        """Remember the first fatal signal; one before the last request ended interrupts the run."""
+        if self.signal is not None:  # a second signal while stopping changes nothing
+            return
+        self.signal = signum
+        name = stop_signals.signal_name(signum)
+        if not self._requests_over:
+            self.interrupted_by = name
+        print(f"\nsglang-dsv4 repro: {name}: stopping; writing the summary of what finished", file=sys.stderr)
 
-    def _install_signal_handlers(self, loop, task) -> list:
-        installed = []
-        for sig in STOP_SIGNALS:
-            try:
-                loop.add_signal_handler(sig, self._on_signal, sig, task)
-            except (ValueError, RuntimeError, NotImplementedError):
-                # Not the main thread, or no loop signal support: SIGINT still arrives as
-                # KeyboardInterrupt and is handled in run().
-                continue
-            installed.append(sig)
-        return installed
+    def _on_signal(self, signum: int, frame=None) -> None:
+        """The handler for the run's whole life (outside the reads that :func:`stop_signals.raising` bounds)."""
+        self._note_signal(signum)
+        if self._loop is not None:  # the requests are running: cancel them from the loop's own thread
+            self._loop.call_soon_threadsafe(self._task.cancel)
 
     async def _main(self, headers: dict) -> None:
-        loop = asyncio.get_running_loop()
-        installed = self._install_signal_handlers(loop, asyncio.current_task())
+        self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
         try:
-            await self._run(headers)
+            if self.signal is None:  # a signal between the preflight and here: no request is sent
+                await self._run(headers)
         except asyncio.CancelledError:
-            if self.interrupted_by is None:
+            if self.signal is None:
                 raise
         finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
+            self._loop = self._task = None
+            self._requests_over = True
 
     def run(self) -> dict:
         headers = auth_headers(self.cfg.api_key_env)  # refused before any file is created
-        # Before the first request and before the directory is claimed: a refusal writes nothing.
+        previous = stop_signals.install(self._on_signal)
+        try:
+            return self._run_and_summarize(headers)
+        finally:
+            stop_signals.restore(previous)
+
+    def _run_and_summarize(self, headers: dict) -> dict:
+        # Before the first request and before the directory is claimed: a refusal or a signal writes nothing.
         self.evidence_before, self.extension_states = preflight(
             self.metrics_urls, self.cfg.serve_logs, self.cfg.expect_extension)
+        if self.signal is not None:
+            raise stop_signals.Stopped(self.signal)
         self.cfg.out = rundir.claim(self.cfg.out, self.out_given)
         t0 = time.time()
         with self._open_requests() as self._jsonl:
             try:
                 asyncio.run(self._main(headers))
-            except KeyboardInterrupt:  # only where the loop could not take SIGINT itself
-                self.interrupted_by = self.interrupted_by or "SIGINT"
+            except KeyboardInterrupt:  # SIGINT where no handler of ours could be installed (not the main thread)
+                self._note_signal(signal.SIGINT)
             except Exception as exc:
                 # A bug, not a request failure (those are verdicts): keep what was recorded, then raise.
                 self.aborted_by = f"{type(exc).__name__}: {exc}"
                 self.write_summary(t0)
                 raise
+        self._requests_over = True
         return self.write_summary(t0)
 
     def _open_requests(self):
@@ -319,15 +338,34 @@ class Runner:
         summary["aborted_by"] = self.aborted_by
         summary["server_evidence"] = self._server_evidence()
         summary["extension"] = {"expect": self.cfg.expect_extension, "servers": self.extension_states}
+        summary, not_finite = strict_json.finite(summary)  # e.g. a NaN in a server's /server_info: null, and said
+        if not_finite:
+            summary["not_finite"] = {"written_as_null": not_finite,
+                                     "why": "read from a server as a value that is not a finite number (not JSON)"}
         rundir.write_json_new(os.path.join(self.cfg.out, rundir.SUMMARY), summary)
         return summary
 
+
+    def _read_after(self) -> List[dict]:
+        """Every server's /metrics once more, each read bounded; a fatal signal gives up the reads left."""
+        entries: List[dict] = []
+        for url in self.metrics_urls:
+            try:
+                with stop_signals.raising():
+                    entries.append(server_evidence.read_metrics(url))
+            except stop_signals.Stopped as stop:
+                self._note_signal(stop.signum)
+                left = self.metrics_urls[len(entries):]
+                entries += [{"url": u, "error": f"{u.rstrip('/')}/metrics: the read was given up at {stop}"}
+                            for u in left]
+                break
+        return entries
 
     def _server_evidence(self) -> Optional[List[dict]]:
         """Per server: counter deltas since the preflight snapshot and the extension state found then."""
         if self.evidence_before is None:
             return None
-        rows = server_evidence.deltas(self.evidence_before, server_evidence.snapshot(self.metrics_urls))
+        rows = server_evidence.deltas(self.evidence_before, self._read_after())
         for row, state in zip(rows, self.extension_states):
             row["extension"] = extension_check.describe(state)
         return rows

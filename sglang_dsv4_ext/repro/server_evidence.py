@@ -6,7 +6,12 @@ printing the deltas next to the corruption rates settles "did the failures coinc
 requests, PD transfer failures or timeouts, HiCache loads, integrity mismatches?" in one run.
 
 Parsing uses ``prometheus_client``'s text parser (the library SGLang exports with). Counters are
-summed over their label sets per server. A server that cannot be read is reported, not fatal.
+summed over their label sets per server. A server that cannot be read is reported, not fatal: every
+read is bounded as a whole (:mod:`.server_http`), and whatever goes wrong (refused, past the deadline,
+a body cut short, not HTTP, not Prometheus text) makes that server's row "unavailable" with the reason,
+never a lost summary. A counter that is not a finite number (Prometheus text may say ``NaN`` or
+``+Inf``) has no delta: it is None, and the row's ``notes`` say what the server reported (the summary
+stays strict JSON).
 
 Each snapshot entry also carries the extension's activation gauge (:data:`EXTENSION_GAUGE`, set to 1
 by every process whose DeepSeek-V4 pool was built with the extension's hooks verified): its label
@@ -27,12 +32,10 @@ Call site for the runner (two lines)::
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
-from typing import Dict, Iterable, List, Optional
+import math
+from typing import Dict, Iterable, List, Optional, Tuple
 
-# Like the harness's own HTTP client (aiohttp, trust_env off): no proxy from the environment.
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+from sglang_dsv4_ext.repro import server_http
 
 # label shown in the summary -> SGLang 0.5.23 metric family (counter name without ``_total``)
 EVIDENCE_METRICS = {
@@ -96,19 +99,17 @@ def parse_metrics(text: str) -> Dict[str, object]:
     }
 
 
-def read_metrics(url: str, timeout: float = 10.0) -> Dict[str, object]:
+def read_metrics(url: str) -> Dict[str, object]:
     """One server: ``{"url", "counters", "extension", "sglang_metrics"}`` or ``{"url", "error"}``
-    (never raises for network errors or a reply that is not Prometheus text)."""
-    endpoint = url.rstrip("/") + "/metrics"
+    (never raises for a server that cannot be read in time or a reply that is not Prometheus text)."""
     try:
-        with _NO_PROXY.open(endpoint, timeout=timeout) as resp:
-            text = resp.read().decode("utf-8", "replace")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return {"url": url, "error": f"{endpoint}: {exc}"}
+        text = server_http.get_text(url, "/metrics")
+    except server_http.ServerReadError as exc:
+        return {"url": url, "error": str(exc)}
     try:
         parsed = parse_metrics(text)
     except (ValueError, TypeError, IndexError) as exc:  # prometheus_client's parser on non-Prometheus text
-        return {"url": url, "error": f"{endpoint}: not Prometheus text ({exc})"}
+        return {"url": url, "error": f"{url.rstrip('/')}/metrics: not Prometheus text ({exc})"}
     return {"url": url, **parsed}
 
 
@@ -116,23 +117,41 @@ def snapshot(urls: Iterable[str]) -> List[Dict[str, object]]:
     return [read_metrics(u) for u in urls]
 
 
-def _delta(before: Dict[str, float], after: Dict[str, float], family: str) -> Optional[float]:
+def _delta(before: Dict[str, float], after: Dict[str, float], family: str) -> Tuple[Optional[float], str]:
+    """(increase, "") or (None, why there is none beyond "not exported")."""
     if family not in after:
-        return None  # the server does not export it (metrics off, feature off, older SGLang)
-    return after[family] - before.get(family, 0.0)
+        return None, ""  # the server does not export it (metrics off, feature off, older SGLang)
+    read = (("before", before.get(family, 0.0)), ("after", after[family]))
+    not_finite = [f"{when} {value}" for when, value in read if not math.isfinite(value)]
+    if not_finite:
+        return None, f"the server reported {' and '.join(not_finite)} (not a finite number: no delta)"
+    return after[family] - before.get(family, 0.0), ""
+
+
+def _unreadable(b: Dict[str, object], a: Dict[str, object]) -> str:
+    for when, entry in (("before", b), ("after", a)):
+        if entry.get("error"):
+            return f"{entry['error']} (read {when} the run)"
+    return ""
 
 
 def deltas(before: List[Dict[str, object]], after: List[Dict[str, object]]) -> List[Dict[str, object]]:
-    """Per server: each evidence label's increase during the run (None: not exported; error: unreadable)."""
+    """Per server: each evidence label's increase during the run (None: not exported, or not a finite number,
+    said in ``notes``; ``error``: unavailable, and why)."""
     rows = []
     for b, a in zip(before, after):
         row: Dict[str, object] = {"url": a["url"]}
-        error = b.get("error") or a.get("error")
+        error = _unreadable(b, a)
         if error:
             row["error"] = error
-        else:
-            for label, family in EVIDENCE_METRICS.items():
-                row[label] = _delta(b["counters"], a["counters"], family)
+            rows.append(row)
+            continue
+        notes = []
+        for label, family in EVIDENCE_METRICS.items():
+            row[label], why = _delta(b["counters"], a["counters"], family)
+            notes += [f"{label}: {why}"] if why else []
+        if notes:
+            row["notes"] = "; ".join(notes)
         rows.append(row)
     return rows
 
@@ -162,8 +181,10 @@ def format_table(rows: List[Dict[str, object]]) -> str:
     lines = ["server".ljust(28) + "".join(lbl[:22].rjust(24) for lbl in labels)]
     for row in map(shown, rows):
         if "error" in row:
-            lines.append(f"{row['url']:<28}  unreadable: {row['error']}")
+            lines.append(f"{row['url']:<28}  unavailable: {row['error']}")
             continue
         cells = [_cell(row[lbl]) for lbl in labels]
         lines.append(f"{row['url']:<28}" + "".join(c.rjust(24) for c in cells))
+        if row.get("notes"):
+            lines.append(f"{'':<28}  n/a: {row['notes']}")
     return "\n".join(lines)

@@ -9,15 +9,10 @@ scheduler's has none. Unlike a log or a metrics file, nothing of an earlier laun
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from typing import Dict
 
 from sglang_dsv4_ext.hooks.evidence import RECORD_KEY
-
-# Like the harness's own HTTP client (aiohttp, trust_env off): no proxy from the environment.
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+from sglang_dsv4_ext.repro import server_http, strict_json
 
 
 def parse(body: object) -> Dict[str, object]:
@@ -33,11 +28,12 @@ def parse(body: object) -> Dict[str, object]:
     return {"records": records, "startup_time": body.get("startup_time")}
 
 
-def read(url: str, timeout: float = 10.0) -> Dict[str, object]:
-    """One server: ``{"url", "records", "startup_time"}`` or ``{"url", "error"}`` (never raises)."""
-    endpoint = url.rstrip("/") + "/server_info"
+def read(url: str) -> Dict[str, object]:
+    """One server: ``{"url", "records", "startup_time"}`` or ``{"url", "error"}`` (never raises; the read is
+    bounded as a whole, :mod:`.server_http`)."""
     try:
-        with _NO_PROXY.open(endpoint, timeout=timeout) as resp:
-            return {"url": url, **parse(json.loads(resp.read().decode("utf-8", "replace")))}
-    except (urllib.error.URLError, OSError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
-        return {"url": url, "error": f"{endpoint}: {exc}"}
+        return {"url": url, **parse(strict_json.loads(server_http.get_text(url, "/server_info")))}
+    except server_http.ServerReadError as exc:
+        return {"url": url, "error": str(exc)}
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        return {"url": url, "error": f"{url.rstrip('/')}/server_info: {exc}"}

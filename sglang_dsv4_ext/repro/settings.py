@@ -17,9 +17,11 @@ import dataclasses
 import json
 import math
 import os
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple
 
+from sglang_dsv4_ext.repro import strict_json
 from sglang_dsv4_ext.repro.extension_check import EXPECT_CHOICES
 from sglang_dsv4_ext.repro.scenario import ScenarioConfig
 from sglang_dsv4_ext.repro.verdict import RepetitionRule
@@ -111,7 +113,7 @@ def _render_repetition(rule: RepetitionRule) -> str:
 
 def _parse_json_object(text: str) -> dict:
     try:
-        return json.loads(text)
+        return strict_json.loads(text)  # NaN / Infinity would be sent to the server and written as invalid JSON
     except ValueError as exc:
         raise ValueError(f"not JSON: {exc}") from None
 
@@ -119,6 +121,10 @@ def _parse_json_object(text: str) -> dict:
 def _check_extra_body(body) -> None:
     if not isinstance(body, dict):
         raise ValueError(f"must be a JSON object, got {type(body).__name__}")
+    try:
+        json.dumps(body, allow_nan=False)
+    except (ValueError, TypeError) as exc:  # a RunConfig built in code: NaN, a set, an object
+        raise ValueError(f"is not JSON ({exc})") from None
     owned = sorted(k for k in body if k in HARNESS_BODY_KEYS)
     if owned:
         instead = "; ".join(f"{k}: {HARNESS_BODY_KEYS[k]}" for k in owned)
@@ -131,10 +137,23 @@ def _check_extra_body(body) -> None:
         raise ValueError(f"chat_template_kwargs.{owned[0]} is the harness's (use {HARNESS_TEMPLATE_KEYS[owned[0]]})")
 
 
+PORTS = (1, 65535)
+
+
 def url_check(url) -> None:
-    """Refuse a URL the HTTP client would fail on for every request."""
+    """Refuse a URL the HTTP client would fail on for every request (no scheme, no host, a port out of range)."""
     if not isinstance(url, str) or not url.startswith(("http://", "https://")) or not url.split("://", 1)[1]:
         raise ValueError(f"must be an http:// or https:// URL, got {url!r}")
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or past 65535
+        port = -1
+    if port is not None and not PORTS[0] <= port <= PORTS[1]:
+        raise ValueError(f"{url!r}: the port must be a number in {PORTS[0]}..{PORTS[1]}, got "
+                         f"{parts.netloc.rsplit(':', 1)[-1]!r}")
+    if not parts.hostname:
+        raise ValueError(f"{url!r}: no host (expected http://HOST[:PORT], e.g. http://127.0.0.1:8000)")
 
 
 def check_url(flag: str, url) -> None:
@@ -149,11 +168,21 @@ def _parse_urls(text: str) -> Tuple[str, ...]:
     return tuple(u.strip() for u in text.split(",") if u.strip())
 
 
+def _same_server(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
+
+
 def _check_urls(urls) -> None:
     if not isinstance(urls, (tuple, list)) or not urls:
         raise ValueError(f"needs one or more URLs like http://10.0.0.1:30000,http://10.0.0.2:30000, got {urls!r}")
+    seen = {}
     for url in urls:
         url_check(url)
+        if _same_server(url) in seen:  # refused, not merged: each server has one row of evidence
+            raise ValueError(f"names one server twice ({seen[_same_server(url)]!r} and {url!r}): name each "
+                             "server once")
+        seen[_same_server(url)] = url
 
 
 def _check_dir(path) -> None:

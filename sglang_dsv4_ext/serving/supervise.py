@@ -38,24 +38,15 @@ from typing import IO, Dict, List, Optional, Tuple
 
 import psutil
 
-from sglang_dsv4_ext import exit_codes, launch_identity
+from sglang_dsv4_ext import exit_codes, http_probe, launch_identity, stop_signals
 from sglang_dsv4_ext.errors import ActivationError
-from sglang_dsv4_ext.serving import activation_check, http_probe, reaper, wedge
+from sglang_dsv4_ext.serving import activation_check, reaper, wedge
 from sglang_dsv4_ext.serving.launch_plan import ChildSpec
 from sglang_dsv4_ext.serving.process_tree import alive, parent_death_signal, process_groups, send
 
 EXIT_CHILD_FAILED = exit_codes.ATTENTION
-
-# Catchable signals whose default action ends a process. Left out: SIGKILL/SIGSTOP (cannot be
-# caught), SIGPIPE (Python ignores it; a closed stdout is handled where we write), and the
-# fault signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS) that report a bug in
-# this process rather than a request to stop.
-_FATAL_NAMES = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU",
-                "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGIO", "SIGPWR", "SIGSTKFLT")
-FATAL_SIGNALS: Tuple[int, ...] = tuple(
-    dict.fromkeys(int(getattr(signal, n)) for n in _FATAL_NAMES if hasattr(signal, n))
-) + tuple(range(getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1) + 1))  # real-time: terminate
-
+FATAL_SIGNALS = stop_signals.FATAL_SIGNALS  # the signals that stop the stack (one list for every command)
+signal_name = stop_signals.signal_name
 
 def start_header(spec: ChildSpec) -> str:
     """The line written into a child's log before each start (repro's extension check reads its --port)."""
@@ -67,13 +58,6 @@ def _launch_of(name: str, pid: int) -> str:
         return launch_identity.of_process(pid)
     except psutil.Error as exc:
         raise ActivationError(f"{name}: its process {pid} is gone ({exc})") from exc
-
-
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:  # a real-time signal between SIGRTMIN and SIGRTMAX
-        return f"signal {signum}"
 
 
 def healthy(url: str, deadline: float = 2.0) -> bool:
@@ -327,13 +311,7 @@ class Supervisor:
 
     def _install_handlers(self) -> Dict[int, object]:
         """Our handler for every fatal signal not ignored at start; returns the previous handlers."""
-        previous = {}
-        for sig in FATAL_SIGNALS:
-            current = signal.getsignal(sig)
-            if current == signal.SIG_IGN:  # nohup / background job: the caller asked to ignore it
-                continue
-            previous[sig] = signal.signal(sig, self._on_signal)
-        return previous
+        return stop_signals.install(self._on_signal)
 
     # ----- the whole life -----
     def run(self) -> int:
@@ -351,8 +329,7 @@ class Supervisor:
                 if self._reaper is not None:
                     self._reaper.done()
                     self._reaper = None
-                for s, h in previous.items():
-                    signal.signal(s, h)
+                stop_signals.restore(previous)
                 self._own_log.close()
                 self._own_log = None
         return code

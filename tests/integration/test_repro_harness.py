@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -15,6 +18,7 @@ from sglang_dsv4_ext.repro import rundir
 from sglang_dsv4_ext.repro.runner import Runner, format_summary
 from sglang_dsv4_ext.repro.settings import RunConfig
 from sglang_dsv4_ext.repro.stats import wilson_interval
+from tests.support.repro_cli import read_json_strict
 from tests.support.repro_server import (
     ABORTING_KINDS,
     CUT_KINDS,
@@ -97,7 +101,7 @@ def test_every_injected_class_is_detected_at_its_rate(tmp_path):
     # Session-level metric (the incident's) and the re-run command are in the summary.
     assert summary["overall"]["sessions_with_corruption"]["n"] == 24
     assert summary["rerun_command"].startswith("sglang-dsv4 repro run --endpoint http://127.0.0.1:")
-    assert json.load(open(tmp_path / "run" / rundir.SUMMARY))["per_level"]["0"]["concurrency"] == 24
+    assert read_json_strict(tmp_path / "run" / rundir.SUMMARY)["per_level"]["0"]["concurrency"] == 24
 
 
 def test_transport_failures_are_classified_not_crashes_and_streaming_works(tmp_path):
@@ -166,7 +170,7 @@ def test_ab_detects_an_injected_difference_and_not_a_null_one(tmp_path, capsys):
         rc = main(["repro", "ab", "--endpoint-a", bad.url, "--endpoint-b", good.url, "--label-a", "broken",
                    "--label-b", "fixed", "--out", str(tmp_path / "ab"), "--fail-if-significant", *common])  # fmt: skip
     out = capsys.readouterr().out
-    result = json.load(open(tmp_path / "ab" / rundir.AB))
+    result = read_json_strict(tmp_path / "ab" / rundir.AB)
     assert rc == 3 and result["significant"], out
     assert result["corruption"]["a_only"] > 0 and result["corruption"]["b_only"] == 0
     assert result["per_class"]["malformed_dsml"]["p_value"] < 0.05
@@ -278,7 +282,7 @@ def test_a_cut_stream_is_a_transport_failure_with_its_partial_output_kept(tmp_pa
     assert all(r["raw"]["content"].startswith("Done: ") for r in answer_cut)
     no_done = [r for r in by_mode[True] if "stream_note" in r]
     assert no_done and all(r["verdict"] == "ok" and "no [DONE]" in r["stream_note"] for r in no_done)
-    stream_summary = json.load(open(tmp_path / "cut-streamTrue" / rundir.SUMMARY))
+    stream_summary = read_json_strict(tmp_path / "cut-streamTrue" / rundir.SUMMARY)
     assert stream_summary["streams_without_done"] == len(no_done)
     assert "stream_cut" in stream_summary["transport_classes"]
 
@@ -288,40 +292,65 @@ def test_model_list_of_the_wrong_shape_falls_back_and_says_so(tmp_path, capsys):
         rc = main(["repro", "run", "--endpoint", srv.url, "--out", str(tmp_path / "m"), "--sessions", "2",
                    "--rounds", "1", "--no-progress"])  # fmt: skip
     assert rc == 0
-    summary = json.load(open(tmp_path / "m" / "summary.json"))
+    summary = read_json_strict(tmp_path / "m" / "summary.json")
     assert summary["requests_done"] == 4 and summary["model"] == "default"
     assert "not a model list" in summary["model_note"] and "not a model list" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143)])
-def test_a_signal_flushes_the_records_and_writes_an_interrupted_summary(signame, code, tmp_path):
-    import signal
-    import subprocess
-    import sys
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LADDER = ["--sessions", "4", "--rounds", "20", "--concurrency", "2,4", "--system-prompt-chars", "200",
+          "--tool-result-chars", "100", "--no-progress"]  # fmt: skip  # 320 requests
+TINY_RUN = ["--sessions", "2", "--rounds", "2", "--concurrency", "2", "--system-prompt-chars", "200",
+            "--tool-result-chars", "100", "--no-progress"]  # fmt: skip  # 8 requests
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+class _Child:
+    """``sglang-dsv4 repro run`` in a process of its own, started with the signal dispositions the test
+    exercises (tests/support/repro_run_driver.py), however this test run was started (nohup, a background job)."""
+
+    def __init__(self, url, out, workload, default=(), ignored=(), command=None):
+        command = command or ["repro", "run", "--endpoint", url, "--out", str(out), *workload]
+        argv = [sys.executable, "-m", "tests.support.repro_run_driver", "--default-signals", ",".join(default),
+                "--ignored-signals", ",".join(ignored), "--", *command]  # fmt: skip
+        self.proc = subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def wait_for(self, condition, what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not condition():
+            assert self.proc.poll() is None, (what, self.proc.communicate())
+            assert time.monotonic() < deadline, f"never happened: {what}"
+            time.sleep(0.05)
+
+    def stop(self, signame: str):
+        self.proc.send_signal(getattr(signal, signame))
+        return self.finish()
+
+    def finish(self):
+        try:
+            stdout, stderr = self.proc.communicate(timeout=60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode, stdout, stderr
+
+
+def _recorded(out) -> int:
+    return len(_records(out)) if (out / "requests.jsonl").exists() else 0
+
+
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)])
+def test_a_signal_flushes_the_records_and_writes_an_interrupted_summary(signame, code, tmp_path):
+    """SIGHUP (a dropped SSH session) used to end the run with 129 and no summary.json."""
     out = tmp_path / "sig"
     with InjectingServer({"malformed_dsml": 0.3}, seed=2, delay=0.05) as srv:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sglang_dsv4_ext.cli", "repro", "run", "--endpoint", srv.url, "--out", str(out),
-             "--sessions", "4", "--rounds", "20", "--concurrency", "2,4", "--system-prompt-chars", "200",
-             "--tool-result-chars", "100", "--no-progress"],
-            env=dict(os.environ, PYTHONPATH=root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and (not (out / "requests.jsonl").exists()
-                                                   or len(_records(out)) < 12):  # fmt: skip
-                time.sleep(0.05)
-            proc.send_signal(getattr(signal, signame))
-            stdout, stderr = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert proc.returncode == code, stderr
+        child = _Child(srv.url, out, LADDER, default=[signame])
+        child.wait_for(lambda: _recorded(out) >= 12, "12 requests recorded")
+        rc, stdout, stderr = child.stop(signame)
+    assert rc == code, stderr
     assert "Traceback" not in stderr and "Task was destroyed" not in stderr, stderr
-    summary = json.load(open(out / "summary.json"))
+    summary = read_json_strict(out / "summary.json")
     records = _records(out)
     assert summary["interrupted"] is True and summary["interrupted_by"] == signame
     assert summary["requests_planned"] == 2 * 4 * 20 * 2  # both levels, as planned
@@ -337,6 +366,67 @@ def test_a_signal_flushes_the_records_and_writes_an_interrupted_summary(signame,
 
     n = len(records)
     assert incomplete(summary) == f"interrupted by {signame}: {n} of 320 requests run, {320 - n} not run"
+
+
+def test_a_signal_ignored_at_start_stays_ignored(tmp_path):
+    """As under nohup: SIGHUP is ignored, the run goes on; SIGTERM then stops it with the summary."""
+    out = tmp_path / "nohup"
+    with InjectingServer({}, seed=2, delay=0.05) as srv:
+        child = _Child(srv.url, out, LADDER, default=["SIGTERM"], ignored=["SIGHUP"])
+        child.wait_for(lambda: _recorded(out) >= 4, "4 requests recorded")
+        child.proc.send_signal(signal.SIGHUP)
+        seen = _recorded(out)
+        child.wait_for(lambda: _recorded(out) >= seen + 8, "8 more requests after SIGHUP")
+        rc, _, stderr = child.stop("SIGTERM")
+    assert rc == 143, stderr
+    summary = read_json_strict(out / "summary.json")
+    assert summary["interrupted_by"] == "SIGTERM" and "SIGHUP" not in stderr
+
+
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_during_the_read_after_the_run_still_writes_the_summary(signame, code, tmp_path):
+    """Every request finished, then the server's /metrics dripped: the run used to wait on it without end, and a
+    signal then left no summary.json (SIGINT: a KeyboardInterrupt traceback)."""
+    out = tmp_path / "after"
+    with InjectingServer({}, seed=2, metrics_faults=[None, "drip"], drip_s=0.5, drip_limit_s=120) as srv:
+        child = _Child(srv.url, out, TINY_RUN, default=[signame])
+        child.wait_for(lambda: srv.metrics_gets == 2, "the read after the run began")
+        rc, stdout, stderr = child.stop(signame)
+    assert rc == code, stderr
+    assert "Traceback" not in stderr, stderr
+    summary = read_json_strict(out / "summary.json")
+    assert summary["requests_done"] == summary["requests_planned"] == 8 and summary["interrupted"] is False
+    [row] = summary["server_evidence"]
+    assert row["error"] == f"{srv.url}/metrics: the read was given up at {signame} (read after the run)"
+    assert "aborted_requests" not in row and f"unavailable: {srv.url}/metrics: the read was given up" in stdout
+
+
+def test_a_signal_during_the_read_before_the_run_writes_nothing(tmp_path):
+    """A dripping /metrics before the first request: Ctrl-C used to end it with a KeyboardInterrupt traceback."""
+    out = tmp_path / "before"
+    with InjectingServer({}, seed=2, metrics_faults=["drip"], drip_s=0.5, drip_limit_s=120) as srv:
+        child = _Child(srv.url, out, TINY_RUN, default=["SIGINT"])
+        child.wait_for(lambda: srv.metrics_gets == 1, "the read before the run began")
+        rc, _, stderr = child.stop("SIGINT")
+    assert rc == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert "repro run: stopped by SIGINT before the first request: nothing was sent or written" in stderr
+    assert not out.exists() and srv.requests == 0
+
+
+def test_ab_stopped_before_b_says_what_it_kept(tmp_path):
+    """Ctrl-C while B's /metrics dripped before B's first request: A had run and written its run."""
+    out = tmp_path / "ab"
+    with InjectingServer({}, seed=0) as a, \
+            InjectingServer({}, seed=0, metrics_faults=[None, "drip"], drip_s=0.5, drip_limit_s=120) as b:
+        command = ["repro", "ab", "--endpoint-a", a.url, "--endpoint-b", b.url, "--out", str(out), *TINY_RUN]
+        child = _Child(None, None, None, default=["SIGINT"], command=command)
+        child.wait_for(lambda: b.metrics_gets == 2, "B's own read before its first request began")
+        rc, _, stderr = child.stop("SIGINT")
+    assert rc == 130 and "Traceback" not in stderr, stderr
+    assert (f"repro ab: stopped by SIGINT before side B's first request: side A's run is kept in {out / 'a'} "
+            "(8 of 8 requests, its summary written); nothing was sent to B") in stderr
+    assert a.requests == 8 and b.requests == 0 and sorted(os.listdir(out)) == ["a"]
 
 
 def test_a_bug_mid_run_still_leaves_the_records_and_a_summary(tmp_path, monkeypatch):
@@ -355,7 +445,7 @@ def test_a_bug_mid_run_still_leaves_the_records_and_a_summary(tmp_path, monkeypa
     monkeypatch.setattr(runner_module, "classify", classify_then_break)
     with InjectingServer({}, seed=0) as srv, pytest.raises(RuntimeError, match="injected defect"):
         _run(srv.url, tmp_path / "bug", sessions=1, rounds=6, concurrency=(1,))
-    summary = json.load(open(tmp_path / "bug" / "summary.json"))
+    summary = read_json_strict(tmp_path / "bug" / "summary.json")
     assert summary["aborted_by"] == "RuntimeError: injected defect"
     assert summary["requests_done"] == len(_records(tmp_path / "bug")) == 5
     assert summary["not_run"] == 12 - 5

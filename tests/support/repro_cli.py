@@ -4,6 +4,7 @@ what the user sees, and make small real runs (against the stand-in server) to br
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from typing import List, Tuple
@@ -62,3 +63,13 @@ def copy_run(src: str, dst: str) -> str:
 
 def requests_file(run_dir: str) -> str:
     return os.path.join(run_dir, "requests.jsonl")  # the documented name (README), spelled as users see it
+
+
+def _not_json(constant: str):
+    raise AssertionError(f"{constant} in a file repro wrote: that is not JSON (RFC 8259)")
+
+
+def read_json_strict(path) -> dict:
+    """A JSON file repro wrote, read as any strict JSON reader would (``NaN`` / ``Infinity`` fail the test)."""
+    with open(path, encoding="utf-8") as f:
+        return json.loads(f.read(), parse_constant=_not_json)

@@ -43,13 +43,23 @@ gauge out (a stock server, or one where the extension did not load); ``metrics=F
 ``GET /server_info`` answers like SGLang's, with ``internal_states``: one per DP rank, each carrying the
 scheduler's activation record from ``records`` under ``sglang_dsv4_ext`` (``None``: a stock scheduler,
 no record). By default one rank, active with the first label set of ``extension``, or stock when
-``extension`` is empty; ``server_info=False`` answers 404.
+``extension`` is empty; ``server_info=False`` answers 404. ``server_info_extra`` adds top-level keys.
+
+Hostile answers (:data:`READ_FAULTS`): ``metrics_faults[i]`` is how the i-th ``GET /metrics`` (0: the
+read before a run, 1: the read after it) is answered, ``server_info_faults[i]`` the i-th ``GET
+/server_info``; None or past the end of the list: normally. ``drip`` sends the status line, the headers and
+then one byte of the body every ``drip_s`` seconds (at most ``drip_limit_s`` in all, then it closes: a test
+of unbounded code fails instead of hanging); ``truncated`` declares the whole body's length and closes after
+half of it; ``bad_status`` answers a status line that is not HTTP; ``long_header`` a header line longer than
+any HTTP client reads (64 KiB); ``nan`` (``/metrics`` only) reports the aborted-requests counter as ``NaN``.
+``metrics_gets`` / ``server_info_gets`` count the reads that began.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import socket
 import struct
 import threading
@@ -106,6 +116,7 @@ ACTIVE_BF16 = {"version": "stand-in", "sglang": "0.5.23", "index_k_dtype": "bf16
                "fp4_budget": "exact", "integrity": "off", "launch": "4242@1764590000.00",
                "process": "4243@1764590003.50"}
 ABORTING_KINDS = ("reset", "timeout")  # a real SGLang counts these as aborted requests
+READ_FAULTS = ("drip", "truncated", "bad_status", "long_header", "nan")
 
 
 def _malformed(raw: str, rng: random.Random) -> str:
@@ -158,23 +169,54 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
-        if self.path == "/metrics" and self.server.owner.metrics:
-            body = self.server.owner.metrics_text().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+        owner = self.server.owner
+        if self.path == "/metrics" and owner.metrics:
+            fault = owner.next_fault("metrics")
+            text = owner.metrics_text()
+            if fault == "nan":
+                text = re.sub(r"^(sglang:num_aborted_requests_total) .*$", r"\1 NaN", text, flags=re.M)
+            self._send_body(200, "text/plain; version=0.0.4", text.encode(), None if fault == "nan" else fault)
         elif self.path == "/health":
             self._send_json(200, {})
         elif self.path == "/v1/models":
-            self._send_json(200, self.server.owner.models_reply)
-        elif self.path == "/server_info" and self.server.owner.server_info:
-            info = {"version": "stand-in", "tool_call_parser": "deepseekv4", "label": self.server.owner.label,
-                    "startup_time": 1764590001.0, "internal_states": self.server.owner.internal_states()}
-            self._send_json(200, info)
+            self._send_json(200, owner.models_reply)
+        elif self.path == "/server_info" and owner.server_info:
+            fault = owner.next_fault("server_info")
+            info = {"version": "stand-in", "tool_call_parser": "deepseekv4", "label": owner.label,
+                    "startup_time": 1764590001.0, "internal_states": owner.internal_states(),
+                    **owner.server_info_extra}
+            self._send_body(200, "application/json", json.dumps(info).encode(), fault)
         else:
             self._send_json(404, {"error": "not found"})
+
+    def _send_body(self, status: int, content_type: str, body: bytes, fault: Optional[str]) -> None:
+        """A reply, or the hostile answer ``fault`` (see the module doc) in its place."""
+        if fault == "bad_status":
+            self.wfile.write(b"SGLANG 200 OK-ish\r\n\r\n" + body)
+            return
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        if fault == "long_header":
+            self.send_header("X-Padding", "x" * (70 << 10))
+        self.end_headers()
+        if fault == "truncated":
+            self.wfile.write(body[: len(body) // 2])
+        elif fault == "drip":
+            self._drip(body)
+        else:
+            self.wfile.write(body)
+
+    def _drip(self, body: bytes) -> None:
+        owner = self.server.owner
+        self.wfile.flush()
+        end = time.monotonic() + owner.drip_limit_s
+        for i in range(len(body)):
+            if time.monotonic() > end:
+                return
+            self.wfile.write(body[i:i + 1])
+            self.wfile.flush()
+            time.sleep(owner.drip_s)
 
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
@@ -289,7 +331,9 @@ class InjectingServer:
     def __init__(self, rates: Dict[str, float], seed: int = 0, timeout_sleep: float = 2.0, delay: float = 0.0,
                  label: str = "", models_reply=None, extension=(ACTIVE_BF16,), metrics: bool = True,
                  stall_after: Optional[int] = None, stall_s: float = 5.0,
-                 records=None, server_info: bool = True, metrics_dir: Optional[str] = None):
+                 records=None, server_info: bool = True, metrics_dir: Optional[str] = None,
+                 metrics_faults=(), server_info_faults=(), drip_s: float = 1.0, drip_limit_s: float = 60.0,
+                 server_info_extra: Optional[dict] = None):
         known = KINDS + SHAPE_KINDS + CUT_KINDS
         unknown = set(rates) - set(known)
         if unknown:
@@ -313,6 +357,13 @@ class InjectingServer:
             records = [dict(self.extension[0], active=True) if self.extension else None]
         self.records = records
         self.server_info = server_info
+        self.server_info_extra = dict(server_info_extra or {})
+        unknown = {f for f in (*metrics_faults, *server_info_faults) if f is not None} - set(READ_FAULTS)
+        if unknown:
+            raise ValueError(f"unknown read faults {sorted(unknown)}; known: {READ_FAULTS}")
+        self.faults = {"metrics": list(metrics_faults), "server_info": list(server_info_faults)}
+        self.gets = {"metrics": 0, "server_info": 0}
+        self.drip_s, self.drip_limit_s = drip_s, drip_limit_s
         self.counters: Dict[str, float] = {"sglang:num_aborted_requests": 0.0}
         self._lock = threading.Lock()
         self._httpd: Optional[_Server] = None
@@ -335,6 +386,22 @@ class InjectingServer:
 
     def __exit__(self, *exc):
         self.stop()
+
+    def next_fault(self, endpoint: str) -> Optional[str]:
+        """How this read of ``endpoint`` is answered (None: normally); counts the read."""
+        with self._lock:
+            i = self.gets[endpoint]
+            self.gets[endpoint] += 1
+        faults = self.faults[endpoint]
+        return faults[i] if i < len(faults) else None
+
+    @property
+    def metrics_gets(self) -> int:
+        return self.gets["metrics"]
+
+    @property
+    def server_info_gets(self) -> int:
+        return self.gets["server_info"]
 
     def internal_states(self) -> List[dict]:
         states = []

@@ -104,6 +104,30 @@ def test_compare_refuses_a_summary_that_is_not_json(good_run, tmp_path, capsys):
     assert_refused(rc, err, f"{run}/summary.json", "not valid JSON")
 
 
+def test_compare_refuses_a_summary_holding_nan(good_run, tmp_path, capsys):
+    """NaN is not JSON (sglang-dsv4-ext 0.3.0 wrote a NaN counter so): read strictly, and the fix said."""
+    run = copy_run(good_run, str(tmp_path / "r"))
+    path = f"{run}/summary.json"
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace('"requests_done": 8', '"requests_done": 8, "hicache_ratio": NaN', 1))
+    rc, _, err = run_cli(["repro", "compare", good_run, run], capsys)
+    assert_refused(rc, err, f"{path}: not valid JSON (NaN is not a JSON value; write null in its place)")
+
+
+def test_compare_names_the_line_of_a_record_that_is_not_utf8(good_run, tmp_path, capsys):
+    """A binary line used to end with a UnicodeDecodeError naming no file."""
+    run = copy_run(good_run, str(tmp_path / "r"))
+    with open(requests_file(run), "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    lines[2] = lines[2][:10] + b"\xff\xfe" + lines[2][10:]
+    with open(requests_file(run), "wb") as f:
+        f.writelines(lines)
+    rc, _, err = run_cli(["repro", "compare", good_run, run], capsys)
+    assert_refused(rc, err, f"{requests_file(run)}:3: not UTF-8 text (invalid start byte at byte 10)")
+
+
 @pytest.mark.parametrize("alpha", ["nan", "0", "1", "x"])
 def test_compare_refuses_an_alpha_outside_0_1(alpha, good_run, capsys):
     rc, _, err = run_cli(["repro", "compare", good_run, good_run, "--alpha", alpha], capsys)

@@ -144,6 +144,15 @@ def test_a_scheduler_not_active_on_one_dp_rank_is_refused(tmp_path, capsys):
         assert srv.requests == 0
 
 
+@pytest.mark.parametrize("field, value", [("launch", ["4242@1764590000.00"]), ("index_k_dtype", {"bf16": True})])
+def test_a_record_whose_fields_are_not_strings_is_unknown_not_a_traceback(field, value, tmp_path, capsys):
+    """A list as ``launch`` used to end the check with a TypeError (unhashable) traceback."""
+    with InjectingServer({}, records=[dict(ACTIVE_BF16, active=True, **{field: value})]) as srv:
+        rc, _, err = _run(capsys, srv.url, tmp_path / "run")
+        assert_refused(rc, err, "a scheduler's record lacks some of", "(or one is not a string)")
+        assert srv.requests == 0 and not (tmp_path / "run").exists()
+
+
 def test_serve_logs_of_the_live_launch_are_noted_and_never_decide_alone(tmp_path, capsys):
     logs = tmp_path / "serve-logs"
     logs.mkdir()

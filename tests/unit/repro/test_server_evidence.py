@@ -81,7 +81,7 @@ def test_deltas_per_server_with_an_unreadable_one(server):
     assert rows[0]["integrity_mismatches"] == 2 and rows[0]["hicache_backup_tokens"] is None
     assert "error" in rows[1] and "9/metrics" in rows[1]["error"]
     table = se.format_table(rows)
-    assert "70" in table and "unreadable" in table
+    assert "70" in table and "unavailable: http://127.0.0.1:9/metrics" in table
 
 
 def _gauge_text(label_sets_and_values) -> str:

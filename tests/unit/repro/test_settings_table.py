@@ -43,6 +43,9 @@ def test_rerun_command_reproduces_every_setting():
 @pytest.mark.parametrize("name, value", [("time_limit", math.nan), ("request_timeout", math.inf),
                                          ("temperature", math.nan), ("temperature", -0.5), ("sessions", 0),
                                          ("concurrency", (4, 0)), ("extra_body", {"tools": []}),
+                                         ("extra_body", {"top_p": math.nan}),  # sent to the server, not JSON
+                                         ("server_metrics", ("http://10.0.0.1:30000", "http://10.0.0.1:30000")),
+                                         ("detokenize_url", "http://127.0.0.1:99999"),
                                          ("detokenize_url", "localhost:1"),
                                          ("server_metrics", ("http://10.0.0.1:30000", "10.0.0.2:30000")),
                                          ("server_metrics", ()), ("serve_logs", "/no/such/serve-logs"),
