@@ -802,22 +802,43 @@ def _env():
     return {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4")}
 
 
+def _positive_int(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
+def _run_rows(rows: Sequence[Mutation], python: str, jobs: int):
+    """Each row in its own copy, `jobs` at a time; results in the rows' order, progress as they end."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    done = 0
+
+    def one(m: Mutation):
+        nonlocal done
+        verdict, seconds = run_one(m, python)
+        done += 1
+        print(f"[{done}/{len(rows)}] {m.name}: {verdict} ({seconds:.0f} s)", file=sys.stderr, flush=True)
+        return m, verdict, seconds
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, rows))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.support.mutation_pass", description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only rows whose name contains one of these")
     parser.add_argument("--list", action="store_true", help="list the rows and exit")
     parser.add_argument("--python", default=sys.executable, help="interpreter with SGLang installed")
+    parser.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
+                        help="rows run at once, each in its own copy (default 1; each costs ~1.2 GB)")
     args = parser.parse_args(argv)
     rows = [m for m in MUTATIONS if not args.only or any(o in m.name for o in args.only)]
     if args.list:
         for m in rows:
             print(f"{m.name}: {m.path} -> {', '.join(m.tests)}")
         return 0
-    results = []
-    for i, m in enumerate(rows, 1):
-        print(f"[{i}/{len(rows)}] {m.name} ...", file=sys.stderr, flush=True)
-        verdict, seconds = run_one(m, args.python)
-        results.append((m, verdict, seconds))
+    results = _run_rows(rows, args.python, args.jobs)
     width = max(len(m.name) for m in rows)
     print(f"{'fix disabled':<{width}}  {'verdict':<8}  seconds  tests")
     for m, verdict, seconds in results:
