@@ -116,7 +116,7 @@ def test_child_death_stops_the_others_and_names_it(tmp_path, capsys):
     for rec in records.values():
         assert rec["env"] == {
             "SGLANG_DSV4_EXT": "1", "SGLANG_DSV4_INDEX_K_DTYPE": "bf16", "SGLANG_DSV4_INDEX_K_GATE": "strict",
-            "SGLANG_DSV4_INDEX_K_INTEGRITY": "off",
+            "SGLANG_DSV4_FP4_BUDGET": "exact", "SGLANG_DSV4_INDEX_K_INTEGRITY": "off",
         }
     assert "--enable-hierarchical-cache" in records[p]["argv"] and "prefill" in records[p]["argv"]
     assert "--enable-hierarchical-cache" not in records[d]["argv"]
