@@ -373,7 +373,7 @@ def _allowed_values(loc, root: type) -> List[object]:
     return list(typing.get_args(literals[0])) if literals else []
 
 
-def _preset_error(exc: ValidationError, source: str, root: type = None) -> PresetError:
+def _preset_error(exc: ValidationError, source: str, root: Optional[type] = None) -> PresetError:
     """One line naming the key (the first problem pydantic found), never pydantic's dump."""
     root = root or PresetFile
     err = exc.errors(include_url=False)[0]
