@@ -44,20 +44,28 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from sglang_dsv4_ext import compat, launch_identity
-from sglang_dsv4_ext.config import ConfigError, ExtConfig, kill_switch_set, load_config
+from sglang_dsv4_ext.config import (
+    ENV_SGLANG_PLUGINS,
+    PLUGIN_NAME,
+    SHOWN_FIELDS,
+    ConfigError,
+    ExtConfig,
+    kill_switch_set,
+    load_config,
+    plugin_allowed,
+)
 from sglang_dsv4_ext.errors import ActivationError
 
 logger = logging.getLogger("sglang_dsv4_ext")
 
-PLUGIN_NAME = "sglang_dsv4_ext"
-ENV_SGLANG_PLUGINS = "SGLANG_PLUGINS"
 # The line a process prints once it passed the DeepSeek-V4 build check (serve / repro look for it:
 # serving/activation_check.py), and the launcher's line, which proves nothing was patched.
 ACTIVATION_LINE_PREFIX = "sglang-dsv4-ext active:"
 LAUNCHER_LINE_PREFIX = "sglang-dsv4-ext configuration loaded (launcher):"
 # The fields of both lines, the gauge's labels and the /server_info record, in this order. The process is
-# "process", not "pid": prometheus_client's multiprocess collector drops a label named "pid".
-CONFIG_FIELDS = ("version", "sglang", "index_k_dtype", "gate", "fp4_budget", "integrity")
+# "process", not "pid": prometheus_client's multiprocess collector drops a label named "pid". The configuration's
+# fields are the settings the table shows (config.SETTINGS).
+CONFIG_FIELDS = ("version", "sglang") + SHOWN_FIELDS
 EVIDENCE_FIELDS = CONFIG_FIELDS + ("launch", "process")
 
 # Statuses reported per table row (doctor, --json).
@@ -474,17 +482,14 @@ def _scoped_alias_propagation(our_targets):
 def plugin_allowlist_block(environ=None) -> Optional[str]:
     """Why SGLang will not load us in this environment, or None.
 
-    Mirrors ``load_plugins_by_group`` (sglang/srt/plugins/__init__.py): a non-empty
-    ``SGLANG_PLUGINS`` is split on commas, stripped, and any entry point whose name is not in
-    it is skipped, silently for the operator (one INFO line).
+    A non-empty ``SGLANG_PLUGINS`` without our name makes SGLang skip our entry point, silently for
+    the operator (one INFO line); :func:`sglang_dsv4_ext.config.sglang_plugins` reads it as SGLang does.
     """
     env = os.environ if environ is None else environ
-    raw = env.get(ENV_SGLANG_PLUGINS) or ""
-    allowed = {x.strip() for x in raw.split(",") if x.strip()}
-    if not allowed or PLUGIN_NAME in allowed:
+    if plugin_allowed(env):
         return None
-    return (f"blocked by {ENV_SGLANG_PLUGINS}={raw!r}: SGLang loads only the plugins named there, so "
-            f"sglang-dsv4-ext never activates and every SGLANG_DSV4_* setting is ignored; add {PLUGIN_NAME} "
+    return (f"blocked by {ENV_SGLANG_PLUGINS}={env[ENV_SGLANG_PLUGINS]!r}: SGLang loads only the plugins named there, "
+            f"so sglang-dsv4-ext never activates and every SGLANG_DSV4_* setting is ignored; add {PLUGIN_NAME} "
             f"to {ENV_SGLANG_PLUGINS} (or unset it)")
 
 
@@ -496,8 +501,8 @@ def evidence_fields(cfg: ExtConfig) -> Dict[str, str]:
     from sglang_dsv4_ext import __version__
 
     identity = launch_identity.of_process()
-    return {"version": __version__, "sglang": STATE.sglang_version or "unknown", "index_k_dtype": cfg.index_k_dtype,
-            "gate": cfg.gate, "fp4_budget": cfg.fp4_budget, "integrity": cfg.integrity,
+    return {"version": __version__, "sglang": STATE.sglang_version or "unknown",
+            **{name: getattr(cfg, name) for name in SHOWN_FIELDS},
             "launch": STATE.launch or os.environ.get(launch_identity.ENV_LAUNCH) or identity, "process": identity}
 
 

@@ -1,17 +1,33 @@
-"""The extension's one typed configuration, read from the environment.
+"""The extension's one typed configuration, read from the environment, declared once.
 
 Why the environment: SGLang builds pools, the configurator, HiCache and PD inside the
 scheduler subprocess, which inherits the parent's environment but none of its Python
 state. Every process therefore reads the same variables; nothing is decided at import
 time. Call :func:`load_config` where a decision is needed (activation, pool creation,
 a hook call), never at module import.
+
+Why a table: a setting used to be spelled in about eight places (this dataclass and its reader's
+defaults, the preset schema, the stack spec, serve's flags and the glue between them, the variables a
+preset may not set, the README) and they drifted. Each :class:`Setting` of :data:`SETTINGS` says its
+variable, the :class:`ExtConfig` field, how its text is read, its default, serve's flag and the preset
+key (where it has them), whether serve passes it to every child, and whether the activation line shows
+it. :class:`ExtConfig` and :class:`CaptureConfig` are made from the rows; serve's flags
+(``serving/cli.py``), the preset's ``[extension]`` table (``serving/preset.py``), the variables every
+child gets (:meth:`ExtConfig.to_env`), the activation line's fields (:data:`SHOWN_FIELDS`) and the
+README's Configuration table (checked by ``tests/unit/cli/test_settings_rows.py``) are derived from them.
+
+Parsed once per process: :func:`load_config` reads the table's variables (a dictionary lookup each) on
+every call and parses them only when their values differ from a parse already made, so a decision
+still follows the environment of the moment (per call, per pool) without validating it again.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
-from dataclasses import asdict, dataclass
-from typing import Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from sglang_dsv4_ext.errors import ConfigError
 
@@ -33,33 +49,16 @@ GATE_MODES = ("auto", "strict", "off")
 # exact: budget SGLang's CUDA fp4 indexer at the 68 B it allocates; stock: SGLang's deliberate 132-B estimate.
 FP4_BUDGETS = ("exact", "stock")
 INTEGRITY_MODES = ("off", "sample", "full")
-_KILL_SWITCH_VALUES = {"0": False, "1": True}
 _BOOL_VALUES = {"0": False, "1": True}
 CAPTURE_LAYER_FORMS = ("'all'", "'every:N' (every Nth c4 layer, N >= 1)", "a comma list of c4 layer ids")
+
+# SGLang's plugin allowlist (sglang/srt/plugins/__init__.py, load_plugins_by_group) and our entry point's name.
+ENV_SGLANG_PLUGINS = "SGLANG_PLUGINS"
+PLUGIN_NAME = "sglang_dsv4_ext"
 
 
 def _allowed(values) -> str:
     return ", ".join(repr(v) for v in values)
-
-
-def _read_choice(env: Mapping[str, str], name: str, choices, default: str) -> str:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    value = raw.strip().lower()
-    if value not in choices:
-        raise ConfigError(f"{name}={raw!r} is not valid; allowed values: {_allowed(choices)}")
-    return value
-
-
-def _read_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    value = raw.strip()
-    if value not in _BOOL_VALUES:
-        raise ConfigError(f"{name}={raw!r} is not valid; allowed values: {_allowed(_BOOL_VALUES)}")
-    return _BOOL_VALUES[value]
 
 
 def _is_whole_number(text: str) -> bool:
@@ -67,22 +66,42 @@ def _is_whole_number(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
-def _read_positive_int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
+# ----- kinds of value: how a variable's text is read (the text is never empty here: empty means unset) -----
+@dataclass(frozen=True)
+class Kind:
+    parse: Callable[[str, str], Any]  # (variable, its text) -> value; ConfigError naming the variable
+    type: type = str  # the field's type (and the preset key's, where the choices do not say more)
+    choices: Tuple[str, ...] = ()  # the texts allowed, where they are few
+    render: Callable[[Any], str] = str  # value -> the variable's text
+
+
+def _choice(*choices: str) -> Kind:
+    def parse(name: str, raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in choices:
+            raise ConfigError(f"{name}={raw!r} is not valid; allowed values: {_allowed(choices)}")
+        return value
+
+    return Kind(parse, str, choices)
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    value = raw.strip()
+    if value not in _BOOL_VALUES:
+        raise ConfigError(f"{name}={raw!r} is not valid; allowed values: {_allowed(_BOOL_VALUES)}")
+    return _BOOL_VALUES[value]
+
+
+def _parse_positive_int(name: str, raw: str) -> int:
     value = raw.strip()
     if not _is_whole_number(value) or int(value) < 1:
         raise ConfigError(f"{name}={raw!r} is not valid; allowed values: a whole number >= 1")
     return int(value)
 
 
-def _read_capture_layers(env: Mapping[str, str]) -> str:
+def _parse_capture_layers(name: str, raw: str) -> str:
     """The layer rule, normalised (``all``, ``every:N``, ``2,4,10``); membership is checked against the
     model's c4 layers where the pool is known (:mod:`sglang_dsv4_ext.index_k_capture`)."""
-    raw = env.get(ENV_CAPTURE_LAYERS)
-    if raw is None or raw.strip() == "":
-        return "all"
     value = raw.strip().lower().replace(" ", "")
     every = value[len("every:"):] if value.startswith("every:") else None
     if value == "all" or (every is not None and _is_whole_number(every) and int(every) >= 1):
@@ -92,114 +111,240 @@ def _read_capture_layers(env: Mapping[str, str]) -> str:
         numbers = [int(i) for i in ids]
         repeated = sorted({n for n in numbers if numbers.count(n) > 1})
         if repeated:
-            raise ConfigError(f"{ENV_CAPTURE_LAYERS}={raw!r} lists layer {repeated[0]} more than once; "
+            raise ConfigError(f"{name}={raw!r} lists layer {repeated[0]} more than once; "
                               "give each c4 layer id once")
         return ",".join(map(str, numbers))
-    raise ConfigError(f"{ENV_CAPTURE_LAYERS}={raw!r} is not valid; allowed values: {', '.join(CAPTURE_LAYER_FORMS)}")
+    raise ConfigError(f"{name}={raw!r} is not valid; allowed values: {', '.join(CAPTURE_LAYER_FORMS)}")
+
+
+SWITCH = Kind(_parse_bool, bool, tuple(_BOOL_VALUES), lambda value: "1" if value else "0")
+WHOLE_NUMBER = Kind(_parse_positive_int, int)
+LAYER_RULE = Kind(_parse_capture_layers)
+DIRECTORY = Kind(lambda name, raw: raw.strip())
+
+# Where serve puts a variable in each child's environment.
+SET_BY_STACK = "set"  # the stack's value, from its flag or preset key, in every child
+UNSET_IN_CHILD = "unset"  # removed from every child's environment (env -u)
+INHERITED = "inherited"  # the child inherits the shell's value
 
 
 @dataclass(frozen=True)
-class CaptureConfig:
-    """``SGLANG_DSV4_INDEX_K_CAPTURE``: dump what the bf16 c4 indexer reads, for ``sglang-dsv4 recall``."""
+class Setting:
+    """One variable: where its value lives, how it is read, and where serve and the evidence show it."""
 
-    directory: str = ""  # empty: capture off
-    requests: int = 8  # distinct requests captured (each on every sampled layer)
-    layers: str = "all"  # all | every:N | comma list of c4 layer ids
-    rows: int = 16  # query rows kept per request and layer (evenly spaced, the last one included)
-    max_mb: int = 512  # stop once this many MiB are queued for writing
+    env: str
+    field: Optional[str]  # the ExtConfig field ("capture.rows": a CaptureConfig field); None: an alias
+    kind: Kind
+    default: Any
+    meaning: str  # what it does (the README's meaning column)
+    values: str = ""  # the README's values column, where the choices and default do not say it
+    serve_flag: Optional[str] = None  # `sglang-dsv4 serve`'s flag (a switch where the kind is one)
+    serve_help: str = ""
+    preset_key: Optional[str] = None  # the key in a preset's [extension] table
+    children: str = INHERITED  # what serve does with it in every child: SET_BY_STACK, UNSET_IN_CHILD or INHERITED
+    shown: bool = False  # a field of the activation line, the activation gauge's labels and /server_info
 
     @property
-    def enabled(self) -> bool:
-        return bool(self.directory)
+    def choices(self) -> Tuple[str, ...]:
+        return self.kind.choices
+
+    def given(self, env: Mapping[str, str]) -> bool:
+        """Set to a non-blank value (empty means unset, for every variable)."""
+        return bool((env.get(self.env) or "").strip())
+
+    def read(self, env: Mapping[str, str]) -> Any:
+        """The value in ``env``, the default when unset; ConfigError naming the variable when invalid."""
+        return self.kind.parse(self.env, env[self.env]) if self.given(env) else self.default
+
+    def text(self, value) -> str:
+        """``value`` as this variable's text (what a child's environment carries)."""
+        return self.kind.render(value)
 
 
-def _read_capture(env: Mapping[str, str], index_k_dtype: str, enabled: bool) -> CaptureConfig:
-    capture = CaptureConfig(
-        directory=(env.get(ENV_CAPTURE) or "").strip(),
-        requests=_read_positive_int(env, ENV_CAPTURE_REQUESTS, 8),
-        layers=_read_capture_layers(env),
-        rows=_read_positive_int(env, ENV_CAPTURE_ROWS, 16),
-        max_mb=_read_positive_int(env, ENV_CAPTURE_MAX_MB, 512),
-    )
-    if enabled and capture.enabled and index_k_dtype != "bf16":
+SETTINGS: Tuple[Setting, ...] = (
+    Setting(ENV_KILL_SWITCH, "enabled", SWITCH, True, "kill switch: `0` leaves SGLang untouched",
+            serve_flag="--no-extension", serve_help="kill switch: SGLANG_DSV4_EXT=0 (stock SGLang behaviour)",
+            preset_key="enabled", children=SET_BY_STACK),
+    Setting(ENV_INDEX_K_DTYPE, "index_k_dtype", _choice(*INDEX_K_DTYPES), "fp8",
+            "index-K storage. `fp4` is SGLang's own fp4 indexer and also needs `--enable-deepseek-v4-fp4-indexer`.",
+            serve_flag="--index-k-dtype",
+            serve_help="index-K cache dtype; fp4 also passes --enable-deepseek-v4-fp4-indexer",
+            preset_key="index_k_dtype", children=SET_BY_STACK, shown=True),
+    Setting(ENV_BF16_ALIAS, None, SWITCH, None,
+            "the seed fork's switch, accepted as an alias for `bf16`; contradicting the variable above is an error. "
+            "`sglang-dsv4 serve` never passes it on to its children (they get `SGLANG_DSV4_INDEX_K_DTYPE` from the "
+            "stack)",
+            values="`0`, `1` (empty = unset)", children=UNSET_IN_CHILD),
+    Setting(ENV_GATE, "gate", _choice(*GATE_MODES), "auto",
+            "index-K read gate. `auto` waits and logs once per call site; `strict` raises, naming the caller, when "
+            "index-K is read through the sub-pool while a load is pending and not waited for",
+            serve_flag="--index-k-gate", serve_help="HiCache index-K read gate mode", preset_key="index_k_gate",
+            children=SET_BY_STACK, shown=True),
+    Setting(ENV_ALLOW_UNTESTED, "allow_untested_sglang", SWITCH, False,
+            "allow an SGLang version other than 0.5.23; drifted signatures are still refused"),
+    Setting(ENV_FP4_BUDGET, "fp4_budget", _choice(*FP4_BUDGETS), "exact",
+            "SGLang's own CUDA fp4 indexer: budget the 68 B per token the pool allocates (more tokens fit; logged "
+            "once at startup with both figures, shown by `plan` and `doctor`), or keep SGLang's deliberate 132-B "
+            "estimate",
+            serve_flag="--fp4-budget", serve_help="KV budget of SGLang's CUDA fp4 indexer: exact (the 68 B per token "
+            "it allocates) or stock (SGLang's 132-B estimate)",
+            preset_key="fp4_budget", children=SET_BY_STACK, shown=True),
+    Setting(ENV_INTEGRITY, "integrity", _choice(*INTEGRITY_MODES), "off",
+            "exact per-page index-K checksums recorded at HiCache backup and verified on the reader's stream after "
+            "each layer load (sample: 8 pages of one c4 layer in four); mismatches logged once and counted in "
+            "`sglang:dsv4_index_k_integrity_mismatches_total`, beside `..._pages_checked_total` and "
+            "`..._pages_unchecked_total{reason}` (all exported at 0 from pool creation)",
+            serve_flag="--index-k-integrity", serve_help="index-K integrity checks (sample|full); in pd mode also "
+            "SGLang's PD KV checksum (--disaggregation-enable-kv-checksum)",
+            preset_key="index_k_integrity", children=SET_BY_STACK, shown=True),
+    Setting(ENV_CAPTURE, "capture.directory", DIRECTORY, "",
+            "capture what the bf16 c4 indexer reads, for `sglang-dsv4 recall` (see \"Proving it on your cluster\"). "
+            "Needs `SGLANG_DSV4_INDEX_K_DTYPE=bf16`", values="a directory (empty = off, the default)"),
+    Setting(ENV_CAPTURE_REQUESTS, "capture.requests", WHOLE_NUMBER, 8, "distinct requests captured per process",
+            values="whole number >= 1 (default 8)"),
+    Setting(ENV_CAPTURE_LAYERS, "capture.layers", LAYER_RULE, "all",
+            "c4 layers captured, each id once; ids are checked against the model's c4 layers by `doctor` and "
+            "`serve` before anything starts, and when the pool is built",
+            values="`all` (default), `every:N`, or c4 layer ids `2,10,22`"),
+    Setting(ENV_CAPTURE_ROWS, "capture.rows", WHOLE_NUMBER, 16,
+            "query rows kept per request and layer (evenly spaced, the last one always)",
+            values="whole number >= 1 (default 16)"),
+    Setting(ENV_CAPTURE_MAX_MB, "capture.max_mb", WHOLE_NUMBER, 512, "capture stops once this many MiB are queued",
+            values="whole number >= 1 (default 512)"),
+)
+SETTINGS_BY_ENV: Dict[str, Setting] = {s.env: s for s in SETTINGS}
+SETTINGS_BY_FIELD: Dict[str, Setting] = {s.field: s for s in SETTINGS if s.field}
+ENV_NAMES: Tuple[str, ...] = tuple(SETTINGS_BY_ENV)
+# The settings serve gives every child (its flags, the preset's [extension] keys), in table order.
+STACK_SETTINGS: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.children == SET_BY_STACK)
+UNSET_IN_CHILDREN: Tuple[str, ...] = tuple(s.env for s in SETTINGS if s.children == UNSET_IN_CHILD)
+# The variables a preset's env tables may not set: serve sets or removes them in every child.
+STACK_OWNED_ENV: Tuple[str, ...] = tuple(s.env for s in SETTINGS if s.children != INHERITED)
+# The configuration fields of the activation line, the activation gauge's labels and /server_info, in order.
+SHOWN_FIELDS: Tuple[str, ...] = tuple(s.field for s in SETTINGS if s.shown)
+
+
+def values_text(setting: Setting) -> str:
+    """The README's values column: the choices with the default marked, unless the row says more."""
+    if setting.values:
+        return setting.values
+    default = setting.text(setting.default)
+    return ", ".join(f"`{c}`" + (" (default)" if c == default else "") for c in setting.choices)
+
+
+def markdown_table() -> str:
+    """The README's Configuration table, one line per row of :data:`SETTINGS` (a test keeps the README equal)."""
+    lines = ["| variable | values | serve flag / preset key | meaning |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        serve = " / ".join(f"`{x}`" for x in (s.serve_flag, s.preset_key and f"[extension] {s.preset_key}") if x)
+        lines.append(f"| `{s.env}` | {values_text(s)} | {serve or '-'} | {s.meaning} |")
+    return "\n".join(lines)
+
+
+def _fields(rows) -> list:
+    return [(s.field.rsplit(".", 1)[-1], s.kind.type, dataclasses.field(default=s.default)) for s in rows]
+
+
+def _capture_enabled(self) -> bool:
+    return bool(self.directory)
+
+
+CaptureConfig = dataclasses.make_dataclass(
+    "CaptureConfig", _fields(s for s in SETTINGS if s.field and s.field.startswith("capture.")), frozen=True,
+    namespace={"__doc__": "``SGLANG_DSV4_INDEX_K_CAPTURE*``: dump what the bf16 c4 indexer reads, for "
+               "``sglang-dsv4 recall`` (directory empty: capture off).", "enabled": property(_capture_enabled)},
+)
+CaptureConfig.__module__ = __name__
+
+
+def _to_env(self) -> dict:
+    """The variables that reproduce this configuration's stack settings in a child process."""
+    return {s.env: s.text(getattr(self, s.field)) for s in STACK_SETTINGS}
+
+
+ExtConfig = dataclasses.make_dataclass(
+    "ExtConfig",
+    _fields(s for s in SETTINGS if s.field and "." not in s.field)
+    + [("capture", CaptureConfig, dataclasses.field(default=CaptureConfig()))],
+    frozen=True,
+    namespace={
+        "__doc__": "What the operator asked for in this process: one field per row of :data:`SETTINGS`.",
+        "integrity_enabled": property(lambda self: self.enabled and self.integrity != "off"),
+        "bf16_index_k": property(lambda self: self.enabled and self.index_k_dtype == "bf16"),
+        "gate_enabled": property(lambda self: self.enabled and self.gate != "off"),
+        "to_env": _to_env,
+        "as_dict": dataclasses.asdict,
+    },
+)
+ExtConfig.__module__ = __name__
+
+
+def _index_k_dtype(env: Mapping[str, str]) -> str:
+    """The dtype, with the seed fork's alias; contradicting the two is an error."""
+    dtype = SETTINGS_BY_ENV[ENV_INDEX_K_DTYPE]
+    chosen = dtype.read(env) if dtype.given(env) else ""
+    alias = SETTINGS_BY_ENV[ENV_BF16_ALIAS].read(env)  # None when unset (``export SGLANG_DSV4_BF16_INDEX_K=``)
+    if alias and chosen not in ("", "bf16"):
+        raise ConfigError(
+            f"{ENV_BF16_ALIAS}=1 (alias for bf16) contradicts {ENV_INDEX_K_DTYPE}={chosen!r}; set one of them"
+        )
+    if alias is False and chosen == "bf16":
+        raise ConfigError(f"{ENV_BF16_ALIAS}=0 contradicts {ENV_INDEX_K_DTYPE}='bf16'; set one of them")
+    return "bf16" if alias else (chosen or dtype.default)
+
+
+def _check_capture(cfg) -> None:
+    if cfg.enabled and cfg.capture.enabled and cfg.index_k_dtype != "bf16":
         # fp8/fp4 rows have already lost the precision recall measures against.
         raise ConfigError(
-            f"{ENV_CAPTURE}={capture.directory!r} needs {ENV_INDEX_K_DTYPE}=bf16 (got {index_k_dtype!r}): "
+            f"{ENV_CAPTURE}={cfg.capture.directory!r} needs {ENV_INDEX_K_DTYPE}=bf16 (got {cfg.index_k_dtype!r}): "
             f"only bf16 index-K rows can be compared with fp8/fp4 afterwards; allowed values of "
             f"{ENV_INDEX_K_DTYPE} with capture: 'bf16'"
         )
-    return capture
 
 
-@dataclass(frozen=True)
-class ExtConfig:
-    """What the operator asked for in this process."""
-
-    enabled: bool = True
-    index_k_dtype: str = "fp8"  # fp8 (stock) | bf16 (ours) | fp4 (SGLang's own fp4 indexer)
-    gate: str = "auto"  # auto | strict | off
-    allow_untested_sglang: bool = False
-    fp4_budget: str = "exact"  # exact | stock
-    integrity: str = "off"  # off | sample | full: per-page index-K checksums
-    capture: CaptureConfig = CaptureConfig()
-
-    @property
-    def integrity_enabled(self) -> bool:
-        return self.enabled and self.integrity != "off"
-
-    @property
-    def bf16_index_k(self) -> bool:
-        return self.enabled and self.index_k_dtype == "bf16"
-
-    @property
-    def gate_enabled(self) -> bool:
-        return self.enabled and self.gate != "off"
-
-    def to_env(self) -> dict:
-        """The variables that reproduce this configuration in a child process."""
-        return {
-            ENV_KILL_SWITCH: "1" if self.enabled else "0",
-            ENV_INDEX_K_DTYPE: self.index_k_dtype,
-            ENV_GATE: self.gate,
-            ENV_INTEGRITY: self.integrity,
-        }
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+def _parse(env: Mapping[str, str]):
+    """Read and check every variable of :data:`SETTINGS` (the parse :func:`load_config` makes once per values)."""
+    # In table order, so of several invalid variables the first row's is named.
+    values = {s.field: _index_k_dtype(env) if s.field == "index_k_dtype" else s.read(env) for s in SETTINGS if s.field}
+    capture = CaptureConfig(**{f.split(".", 1)[1]: v for f, v in values.items() if f.startswith("capture.")})
+    cfg = ExtConfig(capture=capture, **{f: v for f, v in values.items() if not f.startswith("capture.")})
+    _check_capture(cfg)
+    return cfg
 
 
-def load_config(environ: Optional[Mapping[str, str]] = None) -> ExtConfig:
+@functools.lru_cache(maxsize=64)
+def _config_of(values: Tuple[Optional[str], ...]):
+    """One parse per distinct set of values; an invalid one raises again on every call (nothing is cached)."""
+    return _parse({name: value for name, value in zip(ENV_NAMES, values) if value is not None})
+
+
+def load_config(environ: Optional[Mapping[str, str]] = None):
     """Read and validate the configuration; raise :class:`ConfigError` naming the variable."""
     env = os.environ if environ is None else environ
-    enabled = _read_bool(env, ENV_KILL_SWITCH, True)
-    dtype = _read_choice(env, ENV_INDEX_K_DTYPE, INDEX_K_DTYPES, "")
-    # Empty means unset, as for every other variable (``export SGLANG_DSV4_BF16_INDEX_K=``).
-    alias = _read_bool(env, ENV_BF16_ALIAS, False) if (env.get(ENV_BF16_ALIAS) or "").strip() else None
-    if alias is not None:
-        if alias and dtype not in ("", "bf16"):
-            raise ConfigError(
-                f"{ENV_BF16_ALIAS}=1 (alias for bf16) contradicts {ENV_INDEX_K_DTYPE}={dtype!r}; "
-                f"set one of them"
-            )
-        if not alias and dtype == "bf16":
-            raise ConfigError(
-                f"{ENV_BF16_ALIAS}=0 contradicts {ENV_INDEX_K_DTYPE}='bf16'; set one of them"
-            )
-        if alias:
-            dtype = "bf16"
-    index_k_dtype = dtype or "fp8"
-    return ExtConfig(
-        enabled=enabled,
-        index_k_dtype=index_k_dtype,
-        gate=_read_choice(env, ENV_GATE, GATE_MODES, "auto"),
-        allow_untested_sglang=_read_bool(env, ENV_ALLOW_UNTESTED, False),
-        fp4_budget=_read_choice(env, ENV_FP4_BUDGET, FP4_BUDGETS, "exact"),
-        integrity=_read_choice(env, ENV_INTEGRITY, INTEGRITY_MODES, "off"),
-        capture=_read_capture(env, index_k_dtype, enabled),
-    )
+    return _config_of(tuple(env.get(name) for name in ENV_NAMES))
 
 
 def kill_switch_set(environ: Optional[Mapping[str, str]] = None) -> bool:
     """True when the operator turned the extension off; tolerant of other invalid values."""
     env = os.environ if environ is None else environ
     return (env.get(ENV_KILL_SWITCH) or "").strip() == "0"
+
+
+# ----- SGLANG_PLUGINS, read as SGLang reads it -----
+def sglang_plugins(environ: Optional[Mapping[str, str]] = None) -> Tuple[str, ...]:
+    """The names in ``SGLANG_PLUGINS`` as SGLang's ``load_plugins_by_group`` reads them: split on commas,
+    stripped, empty ones dropped. None named (unset or blank): SGLang loads every plugin."""
+    env = os.environ if environ is None else environ
+    return tuple(x.strip() for x in (env.get(ENV_SGLANG_PLUGINS) or "").split(",") if x.strip())
+
+
+def plugin_allowed(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether SGLang will run our entry point in a process with this environment."""
+    names = sglang_plugins(environ)
+    return not names or PLUGIN_NAME in names
+
+
+def plugins_with_ours(environ: Mapping[str, str]) -> Optional[str]:
+    """The ``SGLANG_PLUGINS`` value that also names us, or None where SGLang already loads us."""
+    return None if plugin_allowed(environ) else ",".join(sglang_plugins(environ) + (PLUGIN_NAME,))

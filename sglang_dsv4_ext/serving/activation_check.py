@@ -2,12 +2,12 @@
 
 Why: with ``SGLANG_PLUGINS`` set to a list without ``sglang_dsv4_ext``, SGLang's loader skips our
 entry point in every process (sglang/srt/plugins/__init__.py): index-K stays fp8, no gate, no
-error. serve therefore (1) adds our name to an allowlist it passes on, saying so, and (2) counts a
-server as up only once its log shows the extension active, with the configuration serve asked for,
-in this launch of the server.
+error. serve therefore (1) adds our name to an allowlist it passes on, saying so (the launch plan does:
+:func:`sglang_dsv4_ext.serving.launch_plan.build_plan`, so the dry run and ``commands.sh`` show it), and
+(2) counts a server as up only once its log shows the extension active, with the configuration serve
+asked for, in this launch of the server.
 
-How: :func:`allowlisted_env` returns the child environment with our name appended;
-:func:`check_server_log` reads a child's teed log (serve-logs/<time>/<name>.log). serve appends to a
+How: :func:`check_server_log` reads a child's teed log (serve-logs/<time>/<name>.log). serve appends to a
 log (a restart, a reused ``--log-dir``), so only the part after the last start header counts (the
 current start), and it must not end with the end-of-output line serve writes once the child closed its
 output (the server exited). In it, every ``sglang-dsv4-ext active:`` line
@@ -26,32 +26,18 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from sglang_dsv4_ext import launch_identity
 from sglang_dsv4_ext.activation import (
     ACTIVATION_LINE_PREFIX,
-    CONFIG_FIELDS,
-    ENV_SGLANG_PLUGINS,
     EVIDENCE_FIELDS,
     LAUNCHER_LINE_PREFIX,
-    PLUGIN_NAME,
 )
+from sglang_dsv4_ext.config import SHOWN_FIELDS
 from sglang_dsv4_ext.errors import ActivationError
 
 _FIELD = re.compile(r"(\w+)=(\S+)")
-CHECKED_FIELDS = CONFIG_FIELDS[2:]  # the configuration serve sets: index_k_dtype, gate, fp4_budget, integrity
+CHECKED_FIELDS = SHOWN_FIELDS  # the configuration the line shows: index_k_dtype, gate, fp4_budget, integrity
 # The header serve writes before each start of a child (serving/supervise.py, start_header), and the
 # line it appends once the child closed its output.
 START_HEADER = re.compile(r"^# (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (.*)$")
 OUTPUT_END_PREFIX = "# end of output"
-
-
-def allowlisted_env(env: Mapping[str, str]) -> Tuple[Dict[str, str], Optional[str]]:
-    """``env`` with our name added to a non-empty ``SGLANG_PLUGINS`` that lacks it, and a note saying so."""
-    out = dict(env)
-    raw = out.get(ENV_SGLANG_PLUGINS) or ""
-    names = [x.strip() for x in raw.split(",") if x.strip()]
-    if not names or PLUGIN_NAME in names:
-        return out, None
-    out[ENV_SGLANG_PLUGINS] = ",".join(names + [PLUGIN_NAME])
-    return out, (f"{ENV_SGLANG_PLUGINS}={raw!r} does not name {PLUGIN_NAME}: children get "
-                 f"{ENV_SGLANG_PLUGINS}={out[ENV_SGLANG_PLUGINS]!r}")
 
 
 def current_start(log_text: str) -> Tuple[Optional[str], List[str]]:
@@ -140,5 +126,4 @@ def expected_fields(ext_env: Mapping[str, str]) -> Dict[str, str]:
     from sglang_dsv4_ext.config import load_config
 
     cfg = load_config(ext_env)
-    return {"index_k_dtype": cfg.index_k_dtype, "gate": cfg.gate, "fp4_budget": cfg.fp4_budget,
-            "integrity": cfg.integrity}
+    return {name: getattr(cfg, name) for name in CHECKED_FIELDS}

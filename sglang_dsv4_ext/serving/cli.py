@@ -3,33 +3,34 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import shutil
 import sys
+import textwrap
 import time
 from typing import List, Optional
 
 from sglang_dsv4_ext import exit_codes
-from sglang_dsv4_ext.arg_types import finite_float, int_at_least, int_in_range
+from sglang_dsv4_ext.arg_types import finite_float
 from sglang_dsv4_ext.cli import _SUMMARIES
 from sglang_dsv4_ext.config import (
     ENV_BF16_ALIAS,
-    ENV_GATE,
-    ENV_INDEX_K_DTYPE,
-    ENV_INTEGRITY,
-    ENV_KILL_SWITCH,
-    GATE_MODES,
-    INDEX_K_DTYPES,
-    INTEGRITY_MODES,
+    STACK_SETTINGS,
+    UNSET_IN_CHILDREN,
     ConfigError,
+    ExtConfig,
+    Setting,
     load_config,
 )
 from sglang_dsv4_ext.errors import CommandLineError
 from sglang_dsv4_ext.serving.preset import (
     HICACHE_SIZE_MESSAGE,
     MODES,
-    PORT_RANGE,
+    NON_NEGATIVE,
+    PORT,
+    RATIO,
     ROLES,
     PresetError,
     StackSpec,
@@ -42,7 +43,7 @@ from sglang_dsv4_ext.serving.preset import (
 EXIT_USAGE = exit_codes.USAGE
 PLACEHOLDER_SUFFIX = ".invalid"  # reserved TLD used for node addresses in shipped presets
 
-_EPILOG = """\
+_EPILOG_TEMPLATE = """\
 SGLang's own flags pass through untouched: after "--" for every server, or per role
 with --prefill-args/--decode-args (a quoted string; repeatable), and --router-args for
 the router. A single flag needs the "=" form: --decode-args=--enable-foo. Flags this tool
@@ -51,9 +52,7 @@ rejected there, naming the flag and what to use instead; so is a flag given twic
 source. Every generated command line is checked by SGLang's own argument parser first;
 --router-module and --server-module are looked up on disk, never imported.
 
-The children inherit this shell's environment except SGLANG_DSV4_BF16_INDEX_K (the stack
-sets SGLANG_DSV4_EXT, SGLANG_DSV4_INDEX_K_DTYPE and SGLANG_DSV4_INDEX_K_GATE itself);
---dry-run prints each child's exact environment changes.
+{environment}
 
 Any fatal signal (Ctrl-C, SIGTERM, SIGHUP from a dropped SSH session, SIGQUIT, ...) stops
 the whole stack: every child and everything it started. Exit codes: 1 a child failed,
@@ -68,6 +67,11 @@ examples:
   # two nodes: run on each node with its rank
   sglang-dsv4 serve --preset dsv4-flash-2node-pd-1p1d-tp8-bf16-hicache --node-hosts 10.0.0.1,10.0.0.2 --node-rank 0
 """
+# The variables from the settings table (config.SETTINGS), so a new setting cannot be left out.
+_EPILOG = _EPILOG_TEMPLATE.format(environment=textwrap.fill(
+    f"The children inherit this shell's environment except {', '.join(UNSET_IN_CHILDREN)} (the stack sets "
+    f"{', '.join(s.env for s in STACK_SETTINGS)} itself, and adds sglang_dsv4_ext to an SGLANG_PLUGINS list "
+    "without it); --dry-run prints each child's exact environment changes.", width=90))
 
 
 # ----------------------------------------------------------------------------- flag types
@@ -75,9 +79,10 @@ examples:
 
 positive_seconds = finite_float(minimum=0, inclusive=False, unit="seconds")
 non_negative_seconds = finite_float(minimum=0, inclusive=True, unit="seconds")
-positive_ratio = finite_float(minimum=0, inclusive=False)
-port = int_in_range(*PORT_RANGE)
-node_rank = int_at_least(0)
+# The ranges of the stack's fields, written once (serving/preset.py, Bound).
+positive_ratio = RATIO.flag_type
+port = PORT.flag_type
+node_rank = NON_NEGATIVE.flag_type
 
 
 def _split(values: List[str], flag: str) -> List[str]:
@@ -108,14 +113,8 @@ def add_subparser(subparsers) -> None:
     g.add_argument("--model-path", help="model directory or hub id (overrides the preset)")
 
     e = p.add_argument_group("extension (reaches every child as SGLANG_DSV4_* variables)")
-    e.add_argument("--index-k-dtype", choices=INDEX_K_DTYPES,
-                   help="index-K cache dtype; fp4 also passes --enable-deepseek-v4-fp4-indexer")
-    e.add_argument("--index-k-gate", choices=GATE_MODES, help="HiCache index-K read gate mode")
-    e.add_argument("--index-k-integrity", choices=INTEGRITY_MODES,
-                   help="index-K integrity checks (sample|full); in pd mode also SGLang's PD KV checksum "
-                        "(--disaggregation-enable-kv-checksum)")
-    e.add_argument("--no-extension", action="store_true",
-                   help="kill switch: SGLANG_DSV4_EXT=0 (stock SGLang behaviour)")
+    for setting in _FLAG_SETTINGS:
+        _add_setting_flag(e, setting)
 
     h = p.add_argument_group("HiCache")
     hs = h.add_mutually_exclusive_group()
@@ -175,6 +174,23 @@ def add_subparser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+# The settings serve has a flag for, in the help's order (the kill switch last, as before the table).
+_FLAG_SETTINGS = sorted((s for s in STACK_SETTINGS if s.serve_flag), key=lambda s: s.kind.type is bool)
+
+
+def _dest(setting: Setting) -> str:
+    return setting.serve_flag.lstrip("-").replace("-", "_")
+
+
+def _add_setting_flag(group, setting: Setting) -> None:
+    """A switch flag sets the opposite of the default (--no-extension); a choice flag takes one of the choices."""
+    if setting.kind.type is bool:
+        group.add_argument(setting.serve_flag, dest=_dest(setting), action="store_const", const=not setting.default,
+                           default=None, help=setting.serve_help)
+    else:
+        group.add_argument(setting.serve_flag, dest=_dest(setting), choices=setting.choices, help=setting.serve_help)
+
+
 def _base_spec(args) -> StackSpec:
     if args.hicache_size is not None:
         raise PresetError(f"--hicache-size {args.hicache_size}: {HICACHE_SIZE_MESSAGE}")
@@ -184,23 +200,16 @@ def _base_spec(args) -> StackSpec:
             raise PresetError(f"--mode {args.mode} contradicts the preset's mode = {spec.mode!r} ({spec.source})")
         return spec
     spec = default_spec(args.mode or "pd")
-    env = load_config()  # no preset: the shell's SGLANG_DSV4_* are the defaults
-    spec.ext_enabled, spec.index_k_dtype, spec.index_k_gate = env.enabled, env.index_k_dtype, env.gate
-    spec.index_k_integrity = env.integrity
+    shell = load_config()  # no preset: the shell's SGLANG_DSV4_* are the defaults
+    spec.ext = ExtConfig(**{s.field: getattr(shell, s.field) for s in STACK_SETTINGS})
     return spec
 
 
 def _apply_extension_flags(spec: StackSpec, args) -> None:
     if args.model_path:
         spec.model_path = args.model_path
-    if args.index_k_dtype:
-        spec.index_k_dtype = args.index_k_dtype
-    if args.index_k_gate:
-        spec.index_k_gate = args.index_k_gate
-    if args.index_k_integrity:
-        spec.index_k_integrity = args.index_k_integrity
-    if args.no_extension:
-        spec.ext_enabled = False
+    given = {s.field: getattr(args, _dest(s)) for s in _FLAG_SETTINGS if getattr(args, _dest(s)) is not None}
+    spec.ext = dataclasses.replace(spec.ext, **given)
 
 
 def _apply_hicache_flags(spec: StackSpec, args) -> None:
@@ -249,6 +258,9 @@ def _apply_router_flags(spec: StackSpec, args) -> None:
     if args.no_router:
         spec.router.enabled = False
     if args.router_module:
+        from sglang_dsv4_ext.serving.validate import check_module_name
+
+        check_module_name(args.router_module, "--router-module")  # named here, before the stack's own check
         spec.router.module = args.router_module
 
 
@@ -285,37 +297,24 @@ def _env_notes(spec: StackSpec) -> List[str]:
     if alias is not None:
         notes.append(
             f"this shell has {ENV_BF16_ALIAS}={alias}; the children do not inherit it (env -u): they run "
-            f"index-K {spec.index_k_dtype if spec.ext_enabled else '(extension off)'} as this stack says"
+            f"index-K {spec.ext.index_k_dtype if spec.ext.enabled else '(extension off)'} as this stack says"
         )
-    # variable, the stack's value, how to set it for the stack; each shell value read alone, with the
-    # parser every process uses (what the children see in all was checked: _check_children_config)
-    settings = (
-        (ENV_KILL_SWITCH, "1" if spec.ext_enabled else "0", " (--no-extension or [extension] enabled sets it)"),
-        (ENV_INDEX_K_DTYPE, spec.index_k_dtype, ""),
-        (ENV_GATE, spec.index_k_gate, ""),
-        (ENV_INTEGRITY, spec.index_k_integrity, " (--index-k-integrity or [extension] index_k_integrity sets it)"),
-    )
-    for name, stack, how in settings:
+    # each variable the stack sets: the shell's value read alone, with the parser every process uses
+    # (what the children see in all was checked: _check_children_config), against the stack's
+    for setting in STACK_SETTINGS:
+        name, stack = setting.env, setting.text(getattr(spec.ext, setting.field))
+        how = f" ({setting.serve_flag} or [extension] {setting.preset_key} sets it)"
         raw = os.environ.get(name) or ""
         if not raw.strip():
             continue
         try:
-            shell = _SHELL_VALUE[name](load_config({name: raw}))
+            shell = setting.text(getattr(load_config({name: raw}), setting.field))
         except ConfigError as exc:
             notes.append(f"this shell's {exc}; the children get {name}={stack} from the stack{how}")
             continue
         if shell != stack:
             notes.append(f"shell has {name}={shell}; children get {stack}{how}")
     return notes
-
-
-# The value of each variable the stack sets, as the configuration it produced holds it.
-_SHELL_VALUE = {
-    ENV_KILL_SWITCH: lambda c: "1" if c.enabled else "0",
-    ENV_INDEX_K_DTYPE: lambda c: c.index_k_dtype,
-    ENV_GATE: lambda c: c.gate,
-    ENV_INTEGRITY: lambda c: c.integrity,
-}
 
 
 def check_python(python: str) -> str:
@@ -380,7 +379,7 @@ def _check_children_config(plan, models: dict, local: bool) -> None:
         except ConfigError as exc:
             raise CommandLineError(
                 f"{child.name} would refuse to start: its SGLANG_DSV4_* environment (this shell's, with the stack's "
-                f"SGLANG_DSV4_INDEX_K_DTYPE={plan.spec.index_k_dtype} on top) is invalid: {exc}") from exc
+                f"SGLANG_DSV4_INDEX_K_DTYPE={plan.spec.ext.index_k_dtype} on top) is invalid: {exc}") from exc
         if child.role != "router" and config.enabled and config.capture.enabled:
             plan.notes.append(f"{child.name}: {_capture_sentence(plan, config.capture, models, local, child.name)}")
 
@@ -423,9 +422,9 @@ def _prefill_graph_lines(plan) -> str:
         if child.role == "router":
             continue
         try:
-            answer = prefill_graph.resolve(child.argv[3:])
+            answer = prefill_graph.resolve(child.args)
             sentence = answer.sentence()
-            if answer.breakable and plan.spec.ext_enabled and plan.spec.index_k_integrity != "off":
+            if answer.breakable and plan.spec.ext.integrity_enabled:
                 sentence += ("; index-K integrity does not check readers replayed from the graph (such loads are "
                              "counted and logged as never verified)")
         except PrefillGraphArgsError as exc:

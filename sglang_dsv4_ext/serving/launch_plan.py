@@ -1,28 +1,30 @@
 """Turn a :class:`StackSpec` into the exact child processes for one node.
 
-Every server gets the same extension environment (``ExtConfig.to_env()``) and the same
-index-K flags: prefill and decode must agree on the index-K dtype, because a mismatch
-is not caught by SGLang's PD layout check (docs/patch-point-map.md, "PD") and would corrupt
-transfers silently. Nothing here starts a process.
+Every server gets the same extension environment (``ExtConfig.to_env()``: the settings of
+``config.SETTINGS`` that serve passes to children) and the same index-K flags: prefill and
+decode must agree on the index-K dtype, because a mismatch is not caught by SGLang's PD layout
+check (docs/patch-point-map.md, "PD") and would corrupt transfers silently. Nothing here starts a process.
+
+The plan is the only truth about a child: its environment here (``SGLANG_PLUGINS`` allowlisting
+included) is what it is started with, what ``--dry-run`` prints and what ``commands.sh`` records.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import shlex
 import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from sglang_dsv4_ext.config import ENV_BF16_ALIAS, ExtConfig
+from sglang_dsv4_ext.config import ENV_SGLANG_PLUGINS, PLUGIN_NAME, UNSET_IN_CHILDREN, plugins_with_ours
 from sglang_dsv4_ext.serving.preset import (
     DEFAULT_DIST_PORT,
     HICACHE_SIZE_MESSAGE,
-    PORT_RANGE,
     Instance,
     PresetError,
     StackSpec,
+    check_stack_fields,
     env_entry_problem,
     node_hosts_problem,
 )
@@ -37,11 +39,9 @@ from sglang_dsv4_ext.serving.validate import (
 
 SERVER_MODULE = "sglang.launch_server"
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
-# Inherited variables removed from every child's environment. The stack sets
-# SGLANG_DSV4_EXT / _INDEX_K_DTYPE / _INDEX_K_GATE itself; the seed fork's alias
-# SGLANG_DSV4_BF16_INDEX_K would otherwise contradict them (an inherited =1 with an fp8
-# stack makes every child refuse to start), so the children never inherit it.
-UNSET_IN_CHILDREN = (ENV_BF16_ALIAS,)
+# Inherited variables removed from every child's environment (config.UNSET_IN_CHILDREN): the stack sets
+# the settings config.STACK_SETTINGS names itself; the seed fork's alias SGLANG_DSV4_BF16_INDEX_K would
+# otherwise contradict them (an inherited =1 with an fp8 stack makes every child refuse to start).
 # SGLang's per-request PD KV digest (prefill -> decode); serve turns it on with the integrity mode.
 KV_CHECKSUM_FLAG = "--disaggregation-enable-kv-checksum"
 # The PD presets' decode servers carry it (the incident's decode wedge); --keep-overlap-schedule drops it.
@@ -54,11 +54,17 @@ METRICS_FLAG = "--enable-metrics"
 class ChildSpec:
     name: str
     role: str  # prefill | decode | single | router
-    argv: List[str]
+    python: str  # the interpreter
+    module: str  # run as python -m
+    args: List[str]  # the module's arguments (a server's: SGLang's server arguments)
     env: Dict[str, str]  # set on top of the inherited environment
     health_url: Optional[str]  # None: no HTTP server on this node (a non-first node of a server)
     node: int = 0
     unset: List[str] = field(default_factory=list)  # removed from the inherited environment
+
+    @property
+    def argv(self) -> List[str]:
+        return [self.python, "-m", self.module, *self.args]
 
     def environment(self, inherited: Mapping[str, str]) -> Dict[str, str]:
         """The child's complete environment when started from ``inherited``."""
@@ -117,8 +123,6 @@ def _check_stack(spec: StackSpec, node_rank: int) -> None:
         )
     if spec.hicache_ratio is not None and not spec.hicache:
         raise PresetError(f"{src}: --hicache-ratio {spec.hicache_ratio} needs HiCache on (--hicache)")
-    if spec.hicache_ratio is not None and not (math.isfinite(spec.hicache_ratio) and spec.hicache_ratio > 0):
-        raise PresetError(f"{src}: --hicache-ratio {spec.hicache_ratio}: allowed: a finite number > 0")
 
 
 def _check_nodes(spec: StackSpec) -> None:
@@ -130,8 +134,6 @@ def _check_nodes(spec: StackSpec) -> None:
         for n in inst.nodes:
             if not 0 <= n < count:
                 raise PresetError(f"{src}: {inst.name} runs on node {n}, but [cluster].nodes has {count} entries")
-        if inst.base_gpu_id is not None and inst.base_gpu_id < 0:
-            raise PresetError(f"{src}: {inst.name} base_gpu_id {inst.base_gpu_id}: allowed: an integer >= 0")
     if spec.mode == "pd" and spec.router.enabled and not 0 <= spec.router.node < count:
         raise PresetError(f"{src}: router.node {spec.router.node} is not a node of the cluster ({count} nodes)")
 
@@ -141,8 +143,6 @@ def _check_ports(spec: StackSpec) -> None:
     used: Dict[Tuple[int, int], str] = {}
 
     def claim(node: int, port: int, what: str):
-        if not PORT_RANGE[0] <= port <= PORT_RANGE[1]:
-            raise PresetError(f"{src}: {what} port {port}: allowed range {PORT_RANGE[0]}-{PORT_RANGE[1]}")
         if (node, port) in used:
             raise PresetError(f"{src}: port {port} on node {node} is used by both {used[(node, port)]} and {what}")
         used[(node, port)] = what
@@ -168,8 +168,10 @@ def check_spec(spec: StackSpec, node_rank: int) -> None:
     """Structural checks that need no SGLang; raise PresetError naming the problem.
 
     The preset schema already refuses most of these; a spec built or changed in code
-    (command-line overrides) is checked again here.
+    (command-line overrides) is checked again here: each field by its type (the same types as the
+    preset's keys, so each range is written once), then what needs several fields.
     """
+    check_stack_fields(spec)
     _check_stack(spec, node_rank)
     _check_nodes(spec)
     _check_ports(spec)
@@ -186,9 +188,9 @@ def _instance_args(spec: StackSpec, inst: Instance) -> List[str]:
     return list(inst.args)
 
 
-def _server_argv(spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: int, python: str,
-                 server_module: str, added: Tuple[str, ...] = ()) -> Tuple[List[str], List[Tuple[str, List[str]]]]:
-    """(full argv, pass-through sources) for one server on this node; ``added``: flags serve adds."""
+def _server_args(spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: int,
+                 added: Tuple[str, ...] = ()) -> Tuple[List[str], List[Tuple[str, List[str]]]]:
+    """(SGLang's server arguments, pass-through sources) for one server on this node; ``added``: flags serve adds."""
     ours = ["--model-path", spec.model_path, "--host", inst.host, "--port", str(inst.port),
             "--base-gpu-id", str(base_gpu_id), *added]
     if inst.role in ("prefill", "decode"):
@@ -200,10 +202,10 @@ def _server_argv(spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: i
         ours.append("--enable-hierarchical-cache")
         if spec.hicache_ratio is not None:
             ours += ["--hicache-ratio", repr(spec.hicache_ratio)]
-    if spec.ext_enabled and spec.index_k_dtype == "fp4":
+    if spec.ext.enabled and spec.ext.index_k_dtype == "fp4":
         # fp4 index-K is SGLang's own indexer; the extension only records the choice.
         ours.append("--enable-deepseek-v4-fp4-indexer")
-    if spec.ext_enabled and spec.index_k_integrity != "off" and inst.role in ("prefill", "decode"):
+    if spec.ext.integrity_enabled and inst.role in ("prefill", "decode"):
         # PD transfers are checked by SGLang's own per-request KV digest (index-K rows included); the
         # integrity hook counts its mismatches under where="pd".
         ours.append(KV_CHECKSUM_FLAG)
@@ -220,7 +222,7 @@ def _server_argv(spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: i
     if role_args:
         sources.append((f"--{inst.role}-args", list(role_args)))
     passthrough = [a for _, args in sources for a in args]
-    return [python, "-m", server_module] + ours + passthrough, sources
+    return ours + passthrough, sources
 
 
 class _GpuLayout:
@@ -275,22 +277,23 @@ def _add_servers(plan: Plan, sglang: SGLangArgs, python: str, server_module: str
     spec, node_rank = plan.spec, plan.node_rank
     layout = _GpuLayout(spec.source)
     for inst in spec.servers():
-        argv0, sources = _server_argv(spec, inst, inst.nodes[0], 0, python, server_module)
+        first_node_args, sources = _server_args(spec, inst, inst.nodes[0], 0)
         explicit = sglang.check_sources(sources, inst.name)
         _check_overlap_request(spec, inst, sglang, sources)
         added = _added_flags(spec, inst, explicit, plan)
-        width = gpus_per_node(sglang.parse_full(argv0[3:], inst.name), len(inst.nodes))
+        width = gpus_per_node(sglang.parse_full(first_node_args, inst.name), len(inst.nodes))
         for n in inst.nodes:
             base = layout.claim(inst, n, width)
             if n != node_rank:
                 continue
-            argv, _ = _server_argv(spec, inst, node_rank, base, python, server_module, added)
-            sglang.parse_full(argv[3:], inst.name)
+            args, _ = _server_args(spec, inst, node_rank, base, added)
+            sglang.parse_full(args, inst.name)
             health = _url(_local_health_host(inst.host), inst.port) + "/health" if n == inst.nodes[0] else None
             env = dict(spec.common_env)
             env.update(inst.env)
             env.update(plan.ext_env)  # ours last (the schema already refuses a preset env that sets them)
-            child = ChildSpec(inst.name, inst.role, argv, env, health, node=n, unset=list(UNSET_IN_CHILDREN))
+            child = ChildSpec(inst.name, inst.role, python, server_module, args, env, health, node=n,
+                              unset=list(UNSET_IN_CHILDREN))
             plan.children.append(child)
         if _router_runs_on(spec, node_rank) and inst.nodes[0] != node_rank:
             # Its HTTP server runs on its first node, elsewhere; the router waits for it.
@@ -315,7 +318,7 @@ def _router_child(plan: Plan, python: str, validate_router: bool) -> ChildSpec:
     env = dict(spec.common_env)
     env.update(plan.ext_env)
     health = _url(_local_health_host(r.host), r.port) + "/health"
-    return ChildSpec("router", "router", [python, "-m", r.module] + full, env, health, node=r.node,
+    return ChildSpec("router", "router", python, r.module, full, env, health, node=r.node,
                      unset=list(UNSET_IN_CHILDREN))
 
 
@@ -326,7 +329,7 @@ def _check_modules(plan: Plan, python: str) -> None:
     interpreter (--python) the lookup would answer for the wrong one: a note says so.
     """
     for child in plan.children:
-        module, flag = child.argv[2], "--router-module" if child.role == "router" else "--server-module"
+        module, flag = child.module, "--router-module" if child.role == "router" else "--server-module"
         check_module_name(module, flag)
         if python != sys.executable:
             continue
@@ -347,21 +350,42 @@ def build_plan(
     python: str = sys.executable,
     server_module: str = SERVER_MODULE,
     validate_router: bool = True,
+    inherited: Optional[Mapping[str, str]] = None,
 ) -> Plan:
-    """Build and validate every child command line for ``node_rank``."""
+    """Build and validate every child command line for ``node_rank``; the children start from ``inherited``
+    (default: this process's environment), which decides their ``SGLANG_PLUGINS``."""
     check_spec(spec, node_rank)
     sglang = sglang or SGLangArgs()
-    ext_env = ExtConfig(enabled=spec.ext_enabled, index_k_dtype=spec.index_k_dtype, gate=spec.index_k_gate,
-                        integrity=spec.index_k_integrity).to_env()
-    plan = Plan(spec=spec, node_rank=node_rank, children=[], ext_env=ext_env)
+    plan = Plan(spec=spec, node_rank=node_rank, children=[], ext_env=spec.ext.to_env())
     _add_servers(plan, sglang, python, server_module)
     if _router_runs_on(spec, node_rank):
         plan.children.append(_router_child(plan, python, validate_router))
     _check_modules(plan, python)
+    _allowlist_plugin(plan, os.environ if inherited is None else inherited)
     plan.notes += _run_flag_notes(spec, plan)
     if not plan.children:
         plan.notes.append(f"node {node_rank} runs nothing in this stack")
     return plan
+
+
+def _allowlist_plugin(plan: Plan, inherited: Mapping[str, str]) -> None:
+    """Name us in the ``SGLANG_PLUGINS`` of every server whose environment has a list without us, saying so.
+
+    SGLang's loader skips an entry point a non-empty list does not name, in every process
+    (sglang/srt/plugins/__init__.py): the server would run stock SGLang. The router loads no SGLang plugins.
+    """
+    given: Dict[Tuple[str, str], List[str]] = {}
+    servers = [c for c in plan.children if c.role != "router"]
+    for child in servers:
+        env = child.environment(inherited)
+        value = plugins_with_ours(env)
+        if value is not None:
+            child.env[ENV_SGLANG_PLUGINS] = value
+            given.setdefault((env[ENV_SGLANG_PLUGINS], value), []).append(child.name)
+    for (raw, value), names in given.items():
+        who = "every server gets" if len(names) == len(servers) else f"{', '.join(names)} get{'s' * (len(names) == 1)}"
+        plan.notes.append(f"{ENV_SGLANG_PLUGINS}={raw!r} does not name {PLUGIN_NAME}: {who} "
+                          f"{ENV_SGLANG_PLUGINS}={value!r}")
 
 
 def _run_flag_notes(spec: StackSpec, plan: Plan) -> List[str]:

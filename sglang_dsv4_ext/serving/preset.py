@@ -8,10 +8,7 @@ below are the schema, and an error names the key in one line)::
     model_path = "deepseek-ai/DeepSeek-V4-Flash"
 
     [extension]                      # -> SGLANG_DSV4_* in every child
-    enabled = true
-    index_k_dtype = "bf16"           # fp8 | bf16 | fp4 (fp4 adds --enable-deepseek-v4-fp4-indexer)
-    index_k_gate = "auto"            # auto | strict | off
-    index_k_integrity = "off"        # off | sample | full (pd: adds --disaggregation-enable-kv-checksum)
+    <the [extension] keys>
 
     [hicache]
     enabled = true                   # --enable-hierarchical-cache on the roles below
@@ -48,30 +45,40 @@ below are the schema, and an error names the key in one line)::
     port = 8000
     module = "sglang_router.launch_router"
     args = ["--policy", "cache_aware"]
+
+The ``[extension]`` keys are the rows of :data:`sglang_dsv4_ext.config.SETTINGS` that have a preset key
+(:class:`ExtensionTable` is made from them; the README's Configuration table lists them).
+
+One set of pydantic models: the file's tables (:class:`PresetFile`) and the stack serve runs
+(:class:`StackSpec`, :class:`Instance`, and :class:`RouterSpec`, which is also the ``[router]`` table)
+share the checked types (:data:`Port`, :data:`Ratio`, ...); a stack changed in code is checked again
+(:func:`check_stack_fields`), and serve's flags take their argparse type from the same :class:`Bound`,
+so each range is written once.
 """
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import math
 import os
 import re
 import typing
-from dataclasses import dataclass, field
-from typing import Annotated, Dict, List, Literal, Optional
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, Dict, List, Literal, Optional
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from sglang_dsv4_ext.config import (
-    ENV_BF16_ALIAS,
-    ENV_GATE,
-    ENV_INDEX_K_DTYPE,
-    ENV_INTEGRITY,
-    ENV_KILL_SWITCH,
-    GATE_MODES,
-    INDEX_K_DTYPES,
-    INTEGRITY_MODES,
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    ValidationError,
+    create_model,
+    field_validator,
 )
+
+from sglang_dsv4_ext.config import SETTINGS, STACK_OWNED_ENV, ExtConfig, Setting
 from sglang_dsv4_ext.errors import PresetError
 
 PRESET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets")
@@ -84,68 +91,6 @@ HICACHE_SIZE_MESSAGE = (
     "pool (hybrid_pool_assembler._deepseek_v4_num_host_pages). Use --hicache-ratio instead "
     "(host pages = device pages x ratio; SGLang's default is 2)."
 )
-
-
-
-@dataclass
-class Instance:
-    role: str  # "prefill" | "decode" | "single"
-    index: int
-    nodes: List[int] = field(default_factory=lambda: [0])
-    dist_init_addr: Optional[str] = None
-    host: str = "127.0.0.1"
-    port: int = 30000
-    bootstrap_port: Optional[int] = None
-    base_gpu_id: Optional[int] = None
-    args: List[str] = field(default_factory=list)
-    env: Dict[str, str] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return "server" if self.role == "single" else f"{self.role}-{self.index}"
-
-
-@dataclass
-class RouterSpec:
-    enabled: bool = True
-    node: int = 0
-    host: str = "127.0.0.1"
-    port: int = 8000
-    module: str = DEFAULT_ROUTER_MODULE
-    args: List[str] = field(default_factory=list)
-
-
-@dataclass
-class StackSpec:
-    source: str = "<command line>"
-    description: str = ""
-    mode: str = "pd"
-    model_path: Optional[str] = None
-    ext_enabled: bool = True
-    index_k_dtype: str = "fp8"
-    index_k_gate: str = "auto"
-    index_k_integrity: str = "off"
-    hicache: bool = False
-    hicache_ratio: Optional[float] = None
-    hicache_roles: List[str] = field(default_factory=lambda: ["prefill"])
-    transfer_backend: str = "nixl"
-    nodes: List[str] = field(default_factory=lambda: ["127.0.0.1"])
-    common_args: List[str] = field(default_factory=list)
-    cli_common_args: List[str] = field(default_factory=list)  # SGLang flags after "--" (every server)
-    common_env: Dict[str, str] = field(default_factory=dict)
-    prefill: List[Instance] = field(default_factory=list)
-    decode: List[Instance] = field(default_factory=list)
-    single: Optional[Instance] = None
-    router: RouterSpec = field(default_factory=RouterSpec)
-    # Command-line pass-through (--prefill-args / --decode-args / --router-args).
-    role_args: Dict[str, List[str]] = field(default_factory=dict)
-    router_extra_args: List[str] = field(default_factory=list)
-    # serve's run flags that shape the command lines: --keep-overlap-schedule, --wedge-timeout (needs /metrics).
-    keep_overlap_schedule: bool = False
-    metrics_for_wedge_watch: bool = False
-
-    def servers(self) -> List[Instance]:
-        return [self.single] if self.mode == "single" else self.prefill + self.decode
 
 
 # ----------------------------------------------------------------------------- loading
@@ -185,26 +130,37 @@ def resolve_preset_path(name_or_path: str) -> str:
 # spec_from_dict; every error is turned into one line naming the key (see _preset_error).
 
 PORT_RANGE = (1, 65535)
-# Variables a preset's env table may not set: [extension] sets them in every child.
-EXTENSION_ENV = (ENV_KILL_SWITCH, ENV_INDEX_K_DTYPE, ENV_BF16_ALIAS, ENV_GATE, ENV_INTEGRITY)
+# Variables a preset's env table may not set: the stack sets (or removes) them in every child.
+EXTENSION_ENV = STACK_OWNED_ENV
 
 
-def _port(value: int) -> int:
-    if not PORT_RANGE[0] <= value <= PORT_RANGE[1]:
-        raise ValueError(f"allowed range {PORT_RANGE[0]}-{PORT_RANGE[1]}")
-    return value
+@dataclass(frozen=True)
+class Bound:
+    """One range, written once: it checks a preset key and the stack's field (pydantic's ``AfterValidator``),
+    and it is serve's flag type (argparse prints the message as ``argument --flag: <message>``)."""
+
+    allowed: str  # what an error says is allowed
+    ok: Callable[[Any], bool]
+    read: Callable[[str], Any] = int  # a flag's text as a number
+
+    def check(self, value):
+        if not self.ok(value):
+            raise ValueError(self.allowed)
+        return value
+
+    def flag_type(self, text: str):
+        try:
+            value = self.read(text)
+        except ValueError:
+            value = None
+        if value is None or not self.ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: {self.allowed}")
+        return value
 
 
-def _non_negative(value: int) -> int:
-    if value < 0:
-        raise ValueError("allowed: an integer >= 0")
-    return value
-
-
-def _ratio(value: float) -> float:
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError("allowed: a finite number > 0")
-    return float(value)
+PORT = Bound(f"allowed range {PORT_RANGE[0]}-{PORT_RANGE[1]}", lambda v: PORT_RANGE[0] <= v <= PORT_RANGE[1])
+NON_NEGATIVE = Bound("allowed: an integer >= 0", lambda v: v >= 0)
+RATIO = Bound("allowed: a finite number > 0", lambda v: math.isfinite(v) and v > 0, read=float)
 
 
 def _module_name(value: str) -> str:
@@ -277,10 +233,10 @@ def _env_table(value: Dict[str, str]) -> Dict[str, str]:
     return value
 
 
-Port = Annotated[int, AfterValidator(_port)]
-NodeRank = Annotated[int, AfterValidator(_non_negative)]
-GpuId = Annotated[int, AfterValidator(_non_negative)]
-Ratio = Annotated[float, AfterValidator(_ratio)]
+Port = Annotated[int, AfterValidator(PORT.check)]
+NodeRank = Annotated[int, AfterValidator(NON_NEGATIVE.check)]
+GpuId = Annotated[int, AfterValidator(NON_NEGATIVE.check)]
+Ratio = Annotated[float, AfterValidator(RATIO.check)]
 ModuleName = Annotated[str, AfterValidator(_module_name)]
 EnvTable = Annotated[Dict[str, str], AfterValidator(_env_table)]
 NodeHosts = Annotated[List[str], AfterValidator(_node_hosts)]
@@ -290,11 +246,19 @@ class _Schema(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class ExtensionTable(_Schema):
-    enabled: bool = True
-    index_k_dtype: Literal[INDEX_K_DTYPES] = "fp8"
-    index_k_gate: Literal[GATE_MODES] = "auto"
-    index_k_integrity: Literal[INTEGRITY_MODES] = "off"
+def _preset_type(setting: Setting):
+    """A key's type: true/false for a switch, one of the choices, else the field's type."""
+    if setting.kind.type is bool or not setting.choices:
+        return setting.kind.type
+    return Literal[setting.choices]
+
+
+PRESET_SETTINGS = tuple(s for s in SETTINGS if s.preset_key)
+ExtensionTable = create_model(
+    "ExtensionTable", __base__=_Schema, __module__=__name__,
+    **{s.preset_key: (_preset_type(s), s.default) for s in PRESET_SETTINGS},
+)
+ExtensionTable.__doc__ = "[extension]: one key per row of config.SETTINGS with a preset key."
 
 
 class HiCacheTable(_Schema):
@@ -334,7 +298,10 @@ class ServerTable(_Schema):
     env: EnvTable = Field(default_factory=dict)
 
 
-class RouterTable(_Schema):
+class RouterSpec(_Schema):
+    """The ``[router]`` table, and the router of the stack serve runs."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, revalidate_instances="always")
     enabled: bool = True
     node: NodeRank = 0
     host: str = "127.0.0.1"
@@ -355,7 +322,7 @@ class PresetFile(_Schema):
     prefill: List[ServerTable] = Field(default_factory=list)
     decode: List[ServerTable] = Field(default_factory=list)
     single: Optional[ServerTable] = None
-    router: RouterTable = Field(default_factory=RouterTable)
+    router: RouterSpec = Field(default_factory=RouterSpec)
 
 
 _EXPECTED = {
@@ -376,9 +343,9 @@ def _where(loc) -> str:
     return out
 
 
-def _model_at(loc) -> Optional[type]:
+def _model_at(loc, root: type) -> Optional[type]:
     """The schema model that holds the last key of ``loc`` (None inside a plain dict)."""
-    model = PresetFile
+    model = root
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
@@ -395,10 +362,10 @@ def _flat_types(annotation) -> List[object]:
     return [annotation] if not args else [t for a in args for t in _flat_types(a)] + [annotation]
 
 
-def _allowed_values(loc) -> List[object]:
+def _allowed_values(loc, root: type) -> List[object]:
     while loc and isinstance(loc[-1], int):  # an element of a list: the list's field
         loc = loc[:-1]
-    model = _model_at(loc)
+    model = _model_at(loc, root)
     field = model.model_fields.get(loc[-1]) if model else None
     if field is None:
         return []
@@ -406,23 +373,86 @@ def _allowed_values(loc) -> List[object]:
     return list(typing.get_args(literals[0])) if literals else []
 
 
-def _preset_error(exc: ValidationError, source: str) -> PresetError:
+def _preset_error(exc: ValidationError, source: str, root: Optional[type] = None) -> PresetError:
     """One line naming the key (the first problem pydantic found), never pydantic's dump."""
+    root = root or PresetFile
     err = exc.errors(include_url=False)[0]
     loc, kind, value = err["loc"], err["type"], err.get("input")
     where = f"{source}: {_where(loc)}"
     if kind == "extra_forbidden":
-        model = _model_at(loc)
+        model = _model_at(loc, root)
         known = ", ".join(model.model_fields) if model else ""
         return PresetError(f"{where}: unknown key; known keys here: {known}")
     if kind == "literal_error":
-        allowed = ", ".join(map(repr, _allowed_values(loc)))
+        allowed = ", ".join(map(repr, _allowed_values(loc, root)))
         return PresetError(f"{where} = {value!r}: allowed values: {allowed}")
     if kind in _EXPECTED:
         return PresetError(f"{where} = {value!r}: expected {_EXPECTED[kind]}")
     reason = err.get("ctx", {}).get("error", err["msg"])
     shown = f" = {value!r}" if isinstance(value, (int, float, str)) else ""
     return PresetError(f"{where}{shown}: {reason}")
+
+
+# ----------------------------------------------------------------------------- the stack serve runs
+# The same checked types as the file's tables; a stack built or changed in code (serve's command-line
+# overrides) is checked again by check_stack_fields, before the launch plan reads it.
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", revalidate_instances="always")
+
+
+class Instance(_Spec):
+    role: Literal["prefill", "decode", "single"]
+    index: int
+    nodes: List[NodeRank] = Field(default_factory=lambda: [0])
+    dist_init_addr: Optional[str] = None
+    host: str = "127.0.0.1"
+    port: Port = 30000
+    bootstrap_port: Optional[Port] = None
+    base_gpu_id: Optional[GpuId] = None
+    args: List[str] = Field(default_factory=list)
+    env: Dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return "server" if self.role == "single" else f"{self.role}-{self.index}"
+
+
+class StackSpec(_Spec):
+    source: str = "<command line>"
+    description: str = ""
+    mode: Literal[MODES] = "pd"
+    model_path: Optional[str] = None
+    ext: InstanceOf[ExtConfig] = Field(default_factory=ExtConfig)  # the extension's settings for every child
+    hicache: bool = False
+    hicache_ratio: Optional[Ratio] = None
+    hicache_roles: List[Literal[ROLES]] = Field(default_factory=lambda: ["prefill"])
+    transfer_backend: str = "nixl"
+    nodes: List[str] = Field(default_factory=lambda: ["127.0.0.1"])
+    common_args: List[str] = Field(default_factory=list)
+    cli_common_args: List[str] = Field(default_factory=list)  # SGLang flags after "--" (every server)
+    common_env: Dict[str, str] = Field(default_factory=dict)
+    prefill: List[Instance] = Field(default_factory=list)
+    decode: List[Instance] = Field(default_factory=list)
+    single: Optional[Instance] = None
+    router: RouterSpec = Field(default_factory=RouterSpec)
+    # Command-line pass-through (--prefill-args / --decode-args / --router-args).
+    role_args: Dict[str, List[str]] = Field(default_factory=dict)
+    router_extra_args: List[str] = Field(default_factory=list)
+    # serve's run flags that shape the command lines: --keep-overlap-schedule, --wedge-timeout (needs /metrics).
+    keep_overlap_schedule: bool = False
+    metrics_for_wedge_watch: bool = False
+
+    def servers(self) -> List[Instance]:
+        return [self.single] if self.mode == "single" else self.prefill + self.decode
+
+
+def check_stack_fields(spec: StackSpec) -> None:
+    """Every field of a stack built or changed in code checked again by its type; PresetError naming it."""
+    try:
+        StackSpec.model_validate(spec)
+    except ValidationError as exc:
+        raise _preset_error(exc, spec.source, StackSpec) from None
 
 
 # ----------------------------------------------------------------------------- loading
@@ -494,10 +524,7 @@ def spec_from_dict(data: dict, source: str) -> StackSpec:
         description=preset.description,
         mode=preset.mode,
         model_path=preset.model_path,
-        ext_enabled=ext.enabled,
-        index_k_dtype=ext.index_k_dtype,
-        index_k_gate=ext.index_k_gate,
-        index_k_integrity=ext.index_k_integrity,
+        ext=ExtConfig(**{s.field: getattr(ext, s.preset_key) for s in PRESET_SETTINGS}),
         hicache=hic.enabled,
         hicache_ratio=hic.ratio,
         hicache_roles=list(hic.roles),
@@ -505,7 +532,7 @@ def spec_from_dict(data: dict, source: str) -> StackSpec:
         nodes=list(preset.cluster.nodes),
         common_args=list(preset.common.args),
         common_env=dict(preset.common.env),
-        router=RouterSpec(router.enabled, router.node, router.host, router.port, router.module, list(router.args)),
+        router=router.model_copy(deep=True),
     )
     _servers_from(preset, spec, source)
     return spec
@@ -514,10 +541,10 @@ def spec_from_dict(data: dict, source: str) -> StackSpec:
 def default_instance(role: str, index: int) -> Instance:
     """Ports used when neither the preset nor the command line gives one."""
     if role == "prefill":
-        return Instance(role, index, port=30000 + index, bootstrap_port=8998 + index)
+        return Instance(role=role, index=index, port=30000 + index, bootstrap_port=8998 + index)
     if role == "decode":
-        return Instance(role, index, port=30100 + index)
-    return Instance(role, index, port=30000)
+        return Instance(role=role, index=index, port=30100 + index)
+    return Instance(role=role, index=index, port=30000)
 
 
 def default_spec(mode: str) -> StackSpec:
@@ -531,6 +558,18 @@ def default_spec(mode: str) -> StackSpec:
     return spec
 
 
+def _extension_keys_doc() -> str:
+    """The [extension] lines of the schema above, from the table."""
+    def value(s):
+        return str(s.default).lower() if isinstance(s.default, bool) else f'"{s.default}"'
+
+    lines = [f"{s.preset_key} = {value(s)}" for s in PRESET_SETTINGS]
+    width = max(33, max(map(len, lines)) + 1)  # the comment column of the schema above
+    return "\n    ".join(f"{line:<{width}}# {' | '.join(s.choices) if s.kind.type is not bool else 'true | false'}; "
+                         f"{s.env}" for line, s in zip(lines, PRESET_SETTINGS))
+
+
+__doc__ = __doc__.replace("<the [extension] keys>", _extension_keys_doc())
 
 __all__ = [
     "Instance",
@@ -543,4 +582,5 @@ __all__ = [
     "list_presets",
     "resolve_preset_path",
     "HICACHE_SIZE_MESSAGE",
+    "check_stack_fields",
 ]

@@ -174,11 +174,7 @@ class Supervisor:
 
     # ----- processes -----
     def _start(self, spec: ChildSpec) -> None:
-        env = spec.environment(os.environ)
-        if spec.role != "router":
-            env, note = activation_check.allowlisted_env(env)
-            if note:
-                self.say(f"{spec.name}: {note}")
+        env = spec.environment(os.environ)  # the plan's: SGLANG_PLUGINS allowlisting included (launch_plan)
         log_path = os.path.join(self.log_dir, f"{spec.name}.log")
         log = open(log_path, "ab")
         log.write(start_header(spec).encode())

@@ -15,10 +15,10 @@ import sys
 import pytest
 
 from sglang_dsv4_ext import activation, launch_identity
-from sglang_dsv4_ext.config import load_config
+from sglang_dsv4_ext.config import load_config, plugins_with_ours
 from sglang_dsv4_ext.errors import ActivationError
 from sglang_dsv4_ext.serving import activation_check
-from sglang_dsv4_ext.serving.launch_plan import build_plan
+from sglang_dsv4_ext.serving.launch_plan import build_plan, format_plan
 from sglang_dsv4_ext.serving.preset import load_preset
 from sglang_dsv4_ext.serving.supervise import Supervisor
 from tests.integration.test_serve_supervise import STANDIN, _preset
@@ -31,10 +31,11 @@ def _supervise_stand_ins(tmp_path, router_dies=False, **preset_env):
     plan = build_plan(load_preset(preset), 0, sglang_args(), python=sys.executable, server_module=STANDIN)
     for child in plan.children:
         if child.role == "router":
-            child.argv[2] = STANDIN
+            child.module = STANDIN
             if router_dies:
                 child.env["STANDIN_DIE_AFTER"] = "1"
     out = io.StringIO()
+    out.write(format_plan(plan) + "\n")  # what serve prints before it starts the plan
     rc = Supervisor(plan.children, str(tmp_path / "logs"), grace_period=1.0, out=out,
                     require_activation_line=True).run()
     return rc, out.getvalue()
@@ -47,7 +48,7 @@ def test_stack_without_activation_line_fails_naming_the_server(tmp_path, monkeyp
     assert "FAILED: prefill-0: no 'sglang-dsv4-ext active:' line" in text
     assert "router is healthy" not in text  # the run never counted
     # The allowlist the children got names us, and serve said so.
-    assert "children get SGLANG_PLUGINS='some_other_plugin,sglang_dsv4_ext'" in text
+    assert "every server gets SGLANG_PLUGINS='some_other_plugin,sglang_dsv4_ext'" in text
 
 
 def test_servers_that_print_the_line_of_this_launch_count_and_another_launch_fails(tmp_path):
@@ -142,10 +143,9 @@ def test_a_launch_identity_names_one_process():
 
 @pytest.mark.parametrize("value,expected", [(None, None), ("", None), ("a, sglang_dsv4_ext", None),
                                             ("a,b", "a,b,sglang_dsv4_ext")])
-def test_allowlisted_env(value, expected):
+def test_plugins_with_ours(value, expected):
     env = {} if value is None else {"SGLANG_PLUGINS": value}
-    out, note = activation_check.allowlisted_env(env)
-    assert out.get("SGLANG_PLUGINS", value) == (expected or value)
-    assert (note is None) == (expected is None)
+    assert plugins_with_ours(env) == expected
     if expected:  # and SGLang's own rule then admits us
+        out = dict(env, SGLANG_PLUGINS=expected)
         assert activation.plugin_allowlist_block(out) is None and activation.plugin_allowlist_block(env)

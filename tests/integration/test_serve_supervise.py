@@ -116,7 +116,7 @@ def test_child_death_stops_the_others_and_names_it(tmp_path, capsys):
     for rec in records.values():
         assert rec["env"] == {
             "SGLANG_DSV4_EXT": "1", "SGLANG_DSV4_INDEX_K_DTYPE": "bf16", "SGLANG_DSV4_INDEX_K_GATE": "strict",
-            "SGLANG_DSV4_INDEX_K_INTEGRITY": "off",
+            "SGLANG_DSV4_FP4_BUDGET": "exact", "SGLANG_DSV4_INDEX_K_INTEGRITY": "off",
         }
     assert "--enable-hierarchical-cache" in records[p]["argv"] and "prefill" in records[p]["argv"]
     assert "--enable-hierarchical-cache" not in records[d]["argv"]
@@ -145,7 +145,7 @@ def test_ctrl_c_stops_everything_and_escalates_to_sigkill(tmp_path, capsys, disp
     plan = build_plan(load_preset(preset), 0, sglang_args(), python=sys.executable, server_module=STANDIN)
     for child in plan.children:
         if child.role == "router":
-            child.argv[2] = STANDIN
+            child.module = STANDIN
 
     class Out:
         """Collects the supervisor's output and sends Ctrl-C once the stack is up."""
@@ -207,7 +207,7 @@ def _driver_plan(tmp_path, prefill_env=EVERY_KIND_OF_DESCENDANT, decode_env=EVER
     plan = build_plan(load_preset(preset), 0, sglang_args(), python=sys.executable, server_module=STANDIN)
     for child in plan.children:
         if child.role == "router":
-            child.argv[2] = STANDIN
+            child.module = STANDIN
     children = tmp_path / "children.json"
     children.write_text(json.dumps([dataclasses.asdict(c) for c in plan.children]))
     return children, record
@@ -269,7 +269,8 @@ def test_a_fatal_signal_stops_the_whole_stack_and_its_descendants(tmp_path, sig)
         assert f"{sig.name} received: stopping the stack" in serve_log and "all children stopped" in serve_log
         for rec in records.values():
             assert rec["env"] == {"SGLANG_DSV4_EXT": "1", "SGLANG_DSV4_INDEX_K_DTYPE": "bf16",
-                                  "SGLANG_DSV4_INDEX_K_GATE": "strict", "SGLANG_DSV4_INDEX_K_INTEGRITY": "off"}
+                                  "SGLANG_DSV4_INDEX_K_GATE": "strict", "SGLANG_DSV4_FP4_BUDGET": "exact",
+                                  "SGLANG_DSV4_INDEX_K_INTEGRITY": "off"}
 
 
 def test_a_signal_ignored_when_serve_started_stays_ignored(tmp_path):
@@ -389,7 +390,7 @@ def test_a_child_that_cannot_be_started_stops_the_ones_already_running(tmp_path)
     """The second server's executable is gone between the dry run and the start (exec fails)."""
     preset, _, _ = _preset(tmp_path)
     plan = build_plan(load_preset(preset), 0, sglang_args(), python=sys.executable, server_module=STANDIN)
-    plan.children[1].argv[0] = str(tmp_path / "vanished-python")
+    plan.children[1].python = str(tmp_path / "vanished-python")
     out = io.StringIO()
     rc = Supervisor(plan.children, str(tmp_path / "logs"), grace_period=5, out=out).run()
     text = out.getvalue()

@@ -58,6 +58,7 @@ _CONFIG = "tests/unit/cli/test_bad_input_config.py"
 _SCOPE = "tests/integration/test_activation_scope.py"
 _ACT = "tests/integration/test_serve_activation_check.py"
 _ACT_CHECK = "sglang_dsv4_ext/serving/activation_check.py"
+_ROWS = "tests/unit/cli/test_settings_rows.py"
 _HARNESS = "tests/integration/test_repro_harness.py"
 _RUN = "tests/unit/repro/test_bad_input_run.py"
 _REPORT = "tests/unit/report/test_bad_input_report.py"
@@ -101,8 +102,9 @@ MUTATIONS: List[Mutation] = [
     Mutation("integrity: pages no reader verified are counted and said", "sglang_dsv4_ext/index_k_integrity.py",
              "        self._note_unverified(layer, self.pending.get(layer))\n", "",
              ("tests/unit/hooks/test_integrity.py::test_a_load_without_its_layer_0_still_counts_what_it_replaces",)),
-    Mutation("serve: the integrity mode reaches every child", "sglang_dsv4_ext/serving/launch_plan.py",
-             "                        integrity=spec.index_k_integrity).to_env()", "                        ).to_env()",
+    Mutation("serve: the integrity mode reaches every child", "sglang_dsv4_ext/config.py",
+             '            preset_key="index_k_integrity", children=SET_BY_STACK, shown=True),',
+             '            preset_key="index_k_integrity", shown=True),',
              ("tests/unit/serving/test_serve_dryrun.py::"
               "test_integrity_reaches_every_child_and_pd_servers_get_sglangs_kv_checksum",)),
     Mutation("integrity: a new load drops the last load's pending pages", "sglang_dsv4_ext/index_k_integrity.py",
@@ -415,8 +417,31 @@ MUTATIONS: List[Mutation] = [
              "        mod = importlib.import_module(TRUSTED_ROUTER_PACKAGE + \".router_args\")",
              "    try:\n        mod = importlib.import_module(package + \".router_args\")",
              (f"{_SERVE}::test_router_module_is_never_executed_by_validation",)),
-    Mutation("serve: children never inherit SGLANG_DSV4_BF16_INDEX_K", "sglang_dsv4_ext/serving/launch_plan.py",
-             "UNSET_IN_CHILDREN = (ENV_BF16_ALIAS,)", "UNSET_IN_CHILDREN = ()",
+    # --- issue 22: one settings table, the launch plan the only truth about a child ---
+    Mutation("serve: the epilog names every variable the stack sets", "sglang_dsv4_ext/serving/cli.py",
+             "    f\"{', '.join(s.env for s in STACK_SETTINGS)} itself,",
+             "    f\"SGLANG_DSV4_EXT, SGLANG_DSV4_INDEX_K_DTYPE and SGLANG_DSV4_INDEX_K_GATE itself,",
+             (f"{_ROWS}::test_the_epilog_names_every_variable_the_stack_sets_in_its_children",)),
+    Mutation("serve: fp4_budget is set by a flag and a preset key", "sglang_dsv4_ext/config.py",
+             '            preset_key="fp4_budget", children=SET_BY_STACK, shown=True),',
+             '            shown=True),',
+             (f"{_ROWS}::test_fp4_budget_is_set_by_serve_and_by_a_preset",
+              f"{_ROWS}::test_a_shell_fp4_budget_is_the_stacks_without_a_preset_and_said_when_a_preset_replaces_it")),
+    Mutation("serve: the plan adds us to each server's SGLANG_PLUGINS", "sglang_dsv4_ext/serving/launch_plan.py",
+             "    _allowlist_plugin(plan, os.environ if inherited is None else inherited)\n", "",
+             (f"{_ROWS}::test_the_dry_run_shows_the_plugin_allowlist_each_server_gets",
+              f"{_ROWS}::test_a_preset_env_allowlist_is_completed_for_that_server_alone",
+              f"{_ACT}::test_stack_without_activation_line_fails_naming_the_server")),
+    Mutation("serve: a stack changed in code is checked by the preset keys' types",
+             "sglang_dsv4_ext/serving/launch_plan.py",
+             "    check_stack_fields(spec)\n", "",
+             (f"{_ROWS}::test_a_stack_changed_in_code_is_checked_by_the_types_of_the_preset_keys",)),
+    Mutation("config: the environment is parsed once per set of values", "sglang_dsv4_ext/config.py",
+             "@functools.lru_cache(maxsize=64)\n", "",
+             (f"{_ROWS}::test_the_environment_is_parsed_once_per_set_of_values",)),
+    Mutation("serve: children never inherit SGLANG_DSV4_BF16_INDEX_K", "sglang_dsv4_ext/config.py",
+             '            values="`0`, `1` (empty = unset)", children=UNSET_IN_CHILD),',
+             '            values="`0`, `1` (empty = unset)"),',
              (f"{_SERVE}::test_inherited_bf16_alias_does_not_reach_the_children_of_an_fp8_stack", f"{_SUP}[SIGHUP]")),
     Mutation("serve: a flag repeated inside one source is refused", "sglang_dsv4_ext/serving/validate.py",
              "        if dest in seen and dest not in accumulating:", "        if False:",
@@ -441,7 +466,7 @@ MUTATIONS: List[Mutation] = [
              "    if not _is_int(value) or value <= 0:", "    if not _is_int(value):",
              (f"{_PLAN}::test_bad_model_config_is_refused_naming_the_field[index_head_dim 0]",)),
     Mutation("config: an empty SGLANG_DSV4_BF16_INDEX_K is unset", "sglang_dsv4_ext/config.py",
-             '(env.get(ENV_BF16_ALIAS) or "").strip()', "env.get(ENV_BF16_ALIAS) is not None",
+             '        return bool((env.get(self.env) or "").strip())', "        return self.env in env",
              ("tests/unit/cli/test_bad_input_config.py::test_empty_means_unset[empty alias next to bf16]",)),
     # --- DeepSeek-V4.1 (ratio-1/2 layers sharing their kv_source layer's sub-pools) ---
     Mutation("V4.1 plan: --mtp is refused as SGLang refuses it", "sglang_dsv4_ext/plan_low_ratio.py",

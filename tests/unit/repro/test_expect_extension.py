@@ -51,12 +51,13 @@ def _line_fields() -> dict:
     return activation_check.activation_fields(line)
 
 
-def _write_serve_log(log_dir, name: str, port: int, activation_line: bool, argv=None, line=None,
+def _write_serve_log(log_dir, name: str, port: int, activation_line: bool, args=None, line=None, module=None,
                      after=("[2026-12-01 12:00:09] The server is fired up and ready to roll!",)) -> str:
     """A child's log as `sglang-dsv4 serve` writes it: serve's start header, then the child's output."""
-    argv = argv or ["python", "-m", "sglang.launch_server", "--model-path", "m", "--host", "127.0.0.1",
+    args = args or ["--model-path", "m", "--host", "127.0.0.1",
                     "--port", str(port)]  # fmt: skip
-    spec = ChildSpec(name=name, role="prefill", argv=argv, env={"SGLANG_DSV4_INDEX_K_DTYPE": "bf16"}, health_url=None)
+    spec = ChildSpec(name=name, role="prefill", python="python", module=module or "sglang.launch_server", args=args,
+                     env={"SGLANG_DSV4_INDEX_K_DTYPE": "bf16"}, health_url=None)
     lines = [start_header(spec), "[2026-12-01 12:00:00] server_args=...\n"]
     if activation_line:
         lines.append((line or activation.activation_line(load_config({"SGLANG_DSV4_INDEX_K_DTYPE": "bf16"}))) + "\n")
@@ -163,7 +164,7 @@ def test_serve_logs_of_the_live_launch_are_noted_and_never_decide_alone(tmp_path
         # Another server and the router in the same directory: only the log of the URL's port is read.
         _write_serve_log(logs, "decode-0", port + 1, activation_line=False)
         _write_serve_log(logs, "router", port + 2, activation_line=False,
-                         argv=["python", "-m", "sglang_router.launch_router", "--port", str(port)])
+                         module="sglang_router.launch_router", args=["--port", str(port)])
         path = _write_serve_log(logs, "prefill-0", port, activation_line=True)
         rc, _, err = _run(capsys, srv.url, tmp_path / "run", "--serve-logs", str(logs))
         assert rc == 0, err
@@ -271,9 +272,9 @@ def test_ab_checks_both_stacks_before_anything_and_refuses_server_metrics(tmp_pa
 
 def test_server_logs_prefers_the_urls_host_when_nodes_share_a_directory(tmp_path):
     """Multi-node stacks with one log directory: two servers on the same port, told apart by --host."""
-    argv = ["python", "-m", "sglang.launch_server", "--port", "30000", "--host"]
-    a = _write_serve_log(tmp_path, "prefill-0", 30000, True, argv=argv + ["10.0.0.1"])
-    b = _write_serve_log(tmp_path, "prefill-1", 30000, True, argv=argv + ["10.0.0.2"])
+    args = ["--port", "30000", "--host"]
+    a = _write_serve_log(tmp_path, "prefill-0", 30000, True, args=args + ["10.0.0.1"])
+    b = _write_serve_log(tmp_path, "prefill-1", 30000, True, args=args + ["10.0.0.2"])
     assert extension_check.server_logs(str(tmp_path), "http://10.0.0.2:30000") == [b]
     assert extension_check.server_logs(str(tmp_path), "http://10.0.0.1:30000/") == [a]
     state = extension_check.server_state({"url": "http://node:30000", "error": "x"}, str(tmp_path),

@@ -132,7 +132,7 @@ def test_multi_node_server_spanning_nodes(tmp_path):
                 assert rank == 0
                 assert [n for n, _ in plan.remote_health] == ["decode-0"]
                 continue
-            ns = parse_like_sglang(child.argv[3:])
+            ns = parse_like_sglang(child.args)
             _assert_ext_env(child.env, "fp4")
             assert ns.enable_deepseek_v4_fp4_indexer is True  # fp4 is SGLang's own flag
             assert ns.nnodes == 2 and ns.base_gpu_id == 0
@@ -178,9 +178,9 @@ def test_every_shipped_preset_validates_on_every_node(name):
     for rank in range(len(spec.nodes)):
         plan = build_plan(spec, rank, sglang_args(), validate_router=False)
         for child in plan.children:
-            _assert_ext_env(child.env, spec.index_k_dtype, spec.index_k_gate)
+            _assert_ext_env(child.env, spec.ext.index_k_dtype, spec.ext.gate)
             if child.role != "router":
-                parse_like_sglang(child.argv[3:])
+                parse_like_sglang(child.args)
 
 
 @pytest.mark.parametrize(
