@@ -284,6 +284,7 @@ def _run_topk_transform(backend, indexer_metadata, logits, rows, all_rows, c4_se
     if topk_backend.is_torch():
         sg_indexer.topk_transform_pytorch_vectorized(*args, row_raw)
     elif topk_backend.is_flashinfer():
+        # SGLang binds it to topk_transform_flashinfer_fused or topk_transform_flashinfer_unfused (compat.CALLED).
         backend.flashinfer_topk_transform(*args, row_raw)
     elif topk_backend.should_use_topk_v2():
         if topk_plan is None:
