@@ -116,7 +116,8 @@ def test_the_good_config_of_these_rows_plans(ext_active, tmp_path, capsys, good,
 V41_ROWS = [
     ("V4.1 with MTP", ["--model", "v4.1-flash", "--mtp"],
      "--mtp: DeepSeek-V4.1-Flash (bundled config) is DeepSeek-V4.1 (model_type deepseek_v41); SGLang's "
-     "validate_deepseek_v41_features (arg_groups/deepseek_v4_hook.py) refuses speculative decoding other than DSpark"),
+     "validate_deepseek_v41_features (arg_groups/deepseek_v4_hook.py) refuses speculative decoding "
+     "other than DSpark"),
     ("V4.1 pipeline stage", ["--model", "v4.1-flash", "--start-layer", "20"],
      "--start-layer 20 / --end-layer 40: DeepSeek-V4.1-Flash (bundled config) is DeepSeek-V4.1; SGLang's "
      "validate_deepseek_v41_features (arg_groups/deepseek_v4_hook.py) refuses pipeline parallelism for it"),
