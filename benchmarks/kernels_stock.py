@@ -25,7 +25,7 @@ TileLang travels as a stripped archive (``--pack-tilelang`` builds it on a CPU m
 bundle folder; ``tilelang-carry.tar.xz``, about 32 MB); if it is absent or fails to import or
 compile, the reason is written to the JSON and printed by ``benchmarks/kernels.py``.
 
-    python -m benchmarks.kernels_stock --pack-tilelang /work/main/.gpu_carry   # CPU machine
+    python -m benchmarks.kernels_stock --pack-tilelang .gpu_carry   # CPU machine, repository root
 """
 
 from __future__ import annotations

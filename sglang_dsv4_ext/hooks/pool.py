@@ -18,7 +18,8 @@ DeepSeek-V4.1 also the ratio-1/2 index-K pools of the kv_source layers, which st
 the dtype: SGLang builds them with ``force_fp4=True``); it also announces the new pool
 (:mod:`sglang_dsv4_ext.pool_lifecycle`), so the index-K read gate can link the sub-pools.
 
-Upstream status: no bf16 index-K upstream (PR #33413 keeps the indexer quantized).
+Upstream status: no bf16 index-K upstream (https://github.com/sgl-project/sglang/pull/33413 keeps the
+indexer quantized).
 Retire when: SGLang ships a bf16 DSV4 index-K with matching sizing.
 """
 
