@@ -478,7 +478,7 @@ def format_rows(rows: List[Dict[str, object]]) -> str:
             f"{'TFLOP/s':>7s} {'%mm':>5s} {'torch us':>9s} {'x torch':>8s}  goal")
     lines = [head, "-" * (len(head) + 24)]
     for r in rows:
-        def opt(key, fmt, width):
+        def opt(key, fmt, width, r=r):
             v = r.get(key)
             return format(v, fmt) if v is not None else f"{'-':>{width}s}"
         torch_us = format(r["torch_ms"] * 1e3, "9.1f") if r.get("torch_ms") else f"{'-':>9s}"

@@ -25,7 +25,7 @@ TileLang travels as a stripped archive (``--pack-tilelang`` builds it on a CPU m
 bundle folder; ``tilelang-carry.tar.xz``, about 32 MB); if it is absent or fails to import or
 compile, the reason is written to the JSON and printed by ``benchmarks/kernels.py``.
 
-    python -m benchmarks.kernels_stock --pack-tilelang /work/main/.gpu_carry   # CPU machine
+    python -m benchmarks.kernels_stock --pack-tilelang .gpu_carry   # CPU machine, repository root
 """
 
 from __future__ import annotations
@@ -182,8 +182,12 @@ def time_shapes(stock: Stock, shapes, wide: int, dev, tilelang_only: bool = Fals
         sets = [_fp8_case(torch, rows, lens, width, dev) for _ in range(2)]
         for name, fn in fns.items():
             try:
-                r[f"{name}_ms"] = bench(lambda i, fn=fn: fn(sets[i]["q"], sets[i]["kv"], sets[i]["w"], sets[i]["seq"],
-                                                             sets[i]["table"], None, max_len, clean_logits=False), 2)
+                def call(i, fn=fn, sets=sets, max_len=max_len):
+                    case = sets[i]
+                    return fn(case["q"], case["kv"], case["w"], case["seq"], case["table"], None, max_len,
+                              clean_logits=False)
+
+                r[f"{name}_ms"] = bench(call, 2)
             except Exception as exc:  # noqa: BLE001  e.g. out of memory: recorded per shape
                 r[f"{name}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         sets.clear()

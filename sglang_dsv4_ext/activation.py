@@ -8,7 +8,8 @@ SGLang calls :func:`register` from ``load_plugins()`` in every process its entry
 1. honours the kill switch ``SGLANG_DSV4_EXT=0`` (SGLang stays untouched);
 2. validates the configuration (a bad value names the variable and the allowed values);
 3. refuses an untested SGLang version (unless explicitly allowed) and any drifted or
-   missing target of :data:`sglang_dsv4_ext.compat.TARGETS`, before patching anything;
+   missing target of :data:`sglang_dsv4_ext.compat.TARGETS` or name the hooks call
+   (:data:`sglang_dsv4_ext.compat.CALLED`), before a DeepSeek-V4 model or pool is built;
 4. registers the hooks through SGLang's ``HookRegistry`` and applies them;
 5. verifies that every target now carries our wrapper, because ``HookRegistry`` logs and
    swallows failures; anything missing is an error, never a half-patched server.
@@ -104,6 +105,7 @@ STATE = ActivationState()
 # Re-entrant: completing activation imports modules whose post-import hooks take it again.
 _LOCK = threading.RLock()
 _TABLE: List[compat.Target] = compat.TARGETS
+_CALLED: List[compat.Target] = compat.CALLED  # the SGLang names our hooks call, checked with the table
 _CONTEXT = None  # the HookContext shared by every module's hook collection (gate probe verdicts)
 
 
@@ -170,15 +172,17 @@ def _load_config(config: Optional[ExtConfig]) -> ExtConfig:
     return cfg
 
 
-def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compat.Target]] = None) -> ActivationState:
+def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compat.Target]] = None,
+             called: Optional[List[compat.Target]] = None) -> ActivationState:
     """Eager activation (doctor, tests, benchmarks): import every target module, check, patch, verify.
 
     Raises :class:`ActivationError` with the reason on refusal, before anything is patched.
-    ``targets`` replaces the table (tests use it to present a drifted table); by default the real
-    :data:`compat.TARGETS` is used. SGLang's entry point uses :func:`register` instead, which
-    patches each module when SGLang imports it and refuses only where a DeepSeek-V4 pool is built.
+    ``targets`` and ``called`` replace the table's two sections (tests use them to present a drifted
+    table); by default the real :data:`compat.TARGETS` and :data:`compat.CALLED` are used. SGLang's entry
+    point uses :func:`register` instead, which patches each module when SGLang imports it and refuses only
+    where a DeepSeek-V4 pool is built.
     """
-    global _TABLE
+    global _TABLE, _CALLED
     with _LOCK:
         if STATE.activated:
             return STATE
@@ -187,11 +191,12 @@ def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compa
             STATE.statuses = {t.path: SKIPPED_BY_CONFIG for t in compat.TARGETS}
             return STATE
         _TABLE = compat.TARGETS if targets is None else targets
+        _CALLED = compat.CALLED if called is None else called
         try:
             reason = _untested_version(cfg)
             if reason:
                 raise ActivationError(reason)
-            drifts = compat.check_targets(_TABLE)
+            drifts = compat.check_targets([*_TABLE, *_CALLED])
             if drifts:
                 _record_drifts(drifts)
                 raise ActivationError(
@@ -212,7 +217,8 @@ def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compa
 def _record_drifts(drifts) -> None:
     STATE.statuses = {t.path: REFUSED for t in _TABLE}
     for d in drifts:
-        STATE.statuses[d.target] = DRIFTED
+        if d.target in STATE.statuses:  # a called name has no status of its own: its drift is in the error
+            STATE.statuses[d.target] = DRIFTED
         STATE.details[d.target] = d.describe()
 
 
@@ -358,7 +364,7 @@ def complete_before_dsv4_build() -> None:
         return  # the plugin never loaded in this process (SGLANG_DSV4_EXT=0, SGLANG_PLUGINS): stock SGLang
     if not STATE.activated:
         # Outside the lock: an import holds Python's module lock while its post-import hook waits for ours.
-        for module_name in compat.target_modules(_TABLE):
+        for module_name in compat.target_modules([*_TABLE, *_CALLED]):
             try:
                 importlib.import_module(module_name)
             except ImportError:
@@ -375,6 +381,7 @@ def _complete() -> None:
     """Patch what is left, then refuse or verify everything. Callers have imported the target modules."""
     for module_name in compat.target_modules(_TABLE):
         patch_module(module_name)
+    _check_called()
     if STATE.refusals:
         message = ("refusing to build a DeepSeek-V4 model or pool: this SGLang does not match what sglang-dsv4-ext "
                    "was written against, so its fixes are not in place:\n  " + "\n  ".join(STATE.refusals)
@@ -384,6 +391,14 @@ def _complete() -> None:
     _verify_installed(STATE.hooks)
     _record_statuses(STATE.config, _TABLE, _CONTEXT, {h.target.path for h in STATE.hooks})
     STATE.activated = True
+
+
+def _check_called() -> None:
+    """The SGLang names our hooks call without wrapping them: a drift refuses the build like a drifted target."""
+    for drift in compat.check_targets(_CALLED):
+        STATE.details[drift.target] = drift.describe()
+        if drift.describe() not in STATE.refusals:
+            STATE.refusals.append(drift.describe())
 
 
 def _install(hooks: list) -> None:
@@ -650,7 +665,8 @@ def _failures_stop_the_process():
 
 def reset_for_tests() -> None:
     """Forget this process's activation state (does not un-patch)."""
-    global _TABLE, _CONTEXT
+    global _TABLE, _CALLED, _CONTEXT
     STATE.__dict__.update(ActivationState().__dict__)
     _TABLE = compat.TARGETS
+    _CALLED = compat.CALLED
     _CONTEXT = None

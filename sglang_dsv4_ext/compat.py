@@ -260,6 +260,64 @@ TARGETS: List[Target] = [
 ]
 
 
+# --- called: SGLang names our hooks call (or subclass, or read members of) without wrapping them ---
+# A drift here would surface mid-forward as a TypeError or AttributeError; activation checks these rows
+# with the wrapped ones and refuses on a drift, naming the row (tests/unit/hooks/test_called_names.py keeps
+# the list complete: a hook that calls or imports an SGLang name missing here fails it). Paths are spelled as
+# the hook reaches them: a name SGLang's module imports from elsewhere is spelled through that module.
+_CMP_MODULE = _CMP.rpartition(".")[0]
+_TOPK = "(scores, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices=None)"
+CALLED: List[Target] = [
+    # indexer: the bf16 store follows SGLang's own compressor plan (hooks/indexer.py, store_compressed_index_k_bf16)
+    Target(f"{_CMP_MODULE}.compress_forward",
+           "(kv_score_buffer, kv_score_input, ape, plan, *, head_dim, compress_ratio, out=None, is_online=False)",
+           "indexer", BF16, "SGLang's compression of the c4 indexer's keys, before our bf16 store"),
+    Target(f"{_CMP_MODULE}.is_overlap_compress", "(compress_ratio)", "indexer", BF16, "state-buffer width"),
+    Target(f"{_CMP_MODULE}._extract_positions_from_plan", "(plan, compress_ratio)", "indexer", BF16,
+           "RoPE positions of the compressed rows"),
+    Target(f"{_CMP}._get_paged_compress_metadata", "(self, compress_ratio)", "indexer", BF16, "the compress plan"),
+    Target(f"{_CMP}._get_out_loc", "(self, compress_ratio)", "indexer", BF16, "the compressed rows' slots"),
+    Target(f"{_IDX}.Compressor.compute_kv_score", "(self, x, forward_batch)", "indexer", BF16,
+           "the compressor's key/score projection"),
+    Target(f"{_IDX}.Compressor.get_state_pool", "(self, attn_backend)", "indexer", BF16,
+           "the compressor's state pool"),
+    # indexer: the bf16 forward_c4_indexer runs SGLang's own query preparation and top-k, chosen as SGLang does
+    Target(f"{_IDX}.C4IndexerBackendMixin._forward_prepare_multi_stream",
+           "(self, x, q_lora, c4_indexer, positions, forward_batch, alt_streams=None, q_lora_ready=None)",
+           "indexer", BF16, "queries and weights (our compute_q hook makes them bf16), multi-stream"),
+    Target(f"{_IDX}.C4IndexerBackendMixin._forward_prepare_normal",
+           "(self, x, q_lora, c4_indexer, positions, forward_batch, skip_compressor=False, q_lora_quant=None)",
+           "indexer", BF16, "queries and weights (our compute_q hook makes them bf16)"),
+    Target(f"{_IDX}.get_global_indexer_capturer", "()", "indexer", BF16, "refuse bf16 with the top-k capturer"),
+    Target(f"{_IDX}.iter_row_chunks", "(*, num_rows, rows_per_chunk)", "indexer", BF16, "SGLang's logits row chunks"),
+    Target(f"{_IDX}.DSATopKBackend.is_torch", "(self)", "indexer", BF16, "top-k branch selection"),
+    Target(f"{_IDX}.DSATopKBackend.is_flashinfer", "(self)", "indexer", BF16, "top-k branch selection"),
+    Target(f"{_IDX}.DSATopKBackend.should_use_topk_v2", "(self)", "indexer", BF16, "top-k branch selection"),
+    Target(f"{_IDX}.topk_transform_pytorch_vectorized", _TOPK, "indexer", BF16, "top-k, torch backend"),
+    # The backend's flashinfer_topk_transform is an instance attribute bound to one of these two.
+    Target(f"{_IDX}.topk_transform_flashinfer_fused", _TOPK, "indexer", BF16, "top-k, flashinfer (fused)"),
+    Target(f"{_IDX}.topk_transform_flashinfer_unfused", _TOPK, "indexer", BF16, "top-k, flashinfer"),
+    Target(f"{_IDX}.plan_topk_v2", "(seq_lens, static_threshold=-1, *, out=None)", "indexer", BF16,
+           "top-k v2 plan of a row chunk"),
+    Target(f"{_IDX}.topk_transform_paged_v2",
+           "(scores, seq_lens, page_tables, out_page_indices, page_size, metadata, out_raw_indices=None)",
+           "indexer", BF16, "top-k v2"),
+    Target(f"{_IDX}.topk_transform_paged", _TOPK, "indexer", BF16, "top-k, SGLang's kernel"),
+    # pool: the bf16 c4 indexer pool subclasses SGLang's and is built with its constructor
+    Target(f"{_SUB}.__init__",
+           "(self, size, page_size, dtype, index_head_dim, layer_num, device, enable_memory_saver, start_layer=None, "
+           "end_layer=None, use_fp4_indexer=None, global_page_size=None)",
+           "pool", BF16, "construct the bf16 c4 indexer pool (DeepSeekV4Bf16IndexerPool)"),
+    Target(f"{_SUB}.contiguous_page_row_buffers", "(self)", "pool", ALWAYS, "index-K bytes allocated (self-check)"),
+    # integrity: host page rows of token indices; the pool names that identify the c4 indexer mirror and its anchor
+    Target(f"{_HOST_PAGED}._to_page_indices", "(self, indices)", "integrity", INTEGRITY, "host/device page rows"),
+    Target("sglang.srt.mem_cache.hicache_storage.PoolName.DEEPSEEK_V4_C4_INDEXER", ANY_SIGNATURE, "integrity",
+           INTEGRITY, "which host pool is the c4 indexer mirror"),
+    Target("sglang.srt.mem_cache.hicache_storage.PoolName.KV", ANY_SIGNATURE, "integrity", INTEGRITY,
+           "the anchor the mirror borrows page indices from"),
+]
+
+
 # Where a DeepSeek-V4 server builds its model and pools: activation's guard completes or refuses there.
 DSV4_BUILD_POINTS = (DSV4_MODEL_INIT, CONFIGURATOR_INIT, POOL_INIT)
 

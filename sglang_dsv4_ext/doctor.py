@@ -125,6 +125,24 @@ def _target_rows(state) -> List[Dict[str, str]]:
     return targets
 
 
+MATCHES = "matches"  # a called name as the table expects it
+
+
+def _called_rows() -> List[Dict[str, str]]:
+    """Each SGLang name the hooks call (compat.CALLED), checked against the installed SGLang as activation checks it."""
+    from sglang_dsv4_ext import activation
+
+    drifts = {d.target: d for d in compat.check_targets(compat.CALLED)}
+    rows = []
+    for target in compat.CALLED:
+        row = {"called": target.path, "status": activation.DRIFTED if target.path in drifts else MATCHES,
+               "area": target.area, "signature": target.signature}
+        if target.path in drifts:
+            row["detail"] = drifts[target.path].describe()
+        rows.append(row)
+    return rows
+
+
 def _mark_fixed_in_source(report: Dict[str, object], targets: List[Dict[str, str]]) -> None:
     """Fixes the installed SGLang already carries in its source (patches/): the same verdict
     `sglang-dsv4 patches status` gives, so both commands agree on what is upstream."""
@@ -191,7 +209,10 @@ def collect_report(model=None, model_name: str = "") -> Dict[str, object]:
     report["activated"] = state.activated
     report["activation_seconds"] = round(state.seconds, 3)
     report["targets"] = targets
-    report["error"] = error or report["capture"].get("problem")
+    report["called"] = _called_rows()
+    drifted_calls = [row["detail"] for row in report["called"] if "detail" in row]
+    report["error"] = error or report["capture"].get("problem") or (
+        "SGLang names the hooks call drifted: " + "; ".join(drifted_calls) if drifted_calls else None)
     cuda = _cuda_report()
     report["cuda"] = cuda
     report["kernel_backends"] = _kernel_backends(cuda)
@@ -218,6 +239,12 @@ def _print_human(report: Dict[str, object]) -> None:
         print(f"{name:<{width}}  {row['status']:<17}  {row.get('gate', '')}")
         if "fp4_budget" in row:
             print(f"{'':<{width}}  fp4 budget: {row['fp4_budget']}")
+    print()
+    print(f"{'called (not wrapped)':<{width}}  status")
+    for row in report["called"]:
+        print(f"{row['called'].removeprefix('sglang.srt.'):<{width}}  {row['status']}")
+        if "detail" in row:
+            print(f"{'':<{width}}  {row['detail']}")
     print()
     cuda = report["cuda"]
     if cuda.get("available"):
@@ -270,7 +297,8 @@ def add_subparser(subparsers) -> None:
         help="report SGLang, the configuration in force and the status of every patched target",
         description="Activate the extension in this process as SGLang would and report: SGLang version "
         "and path, extension version, configuration (SGLANG_DSV4_* variables), each patched target's status "
-        "(applied, not-needed, skipped-by-config, drifted, refused), the index-K gate verdict per accessor, "
+        "(applied, not-needed, skipped-by-config, drifted, refused), whether each SGLang name the hooks call without "
+        "wrapping matches the signature expected, the index-K gate verdict per accessor, "
         "CUDA device and kernel backends; index-K capture settings checked as the pool build will check them. "
         "Exit code 1 if activation or the pool build would refuse.",
     )

@@ -103,7 +103,7 @@ def wire_facts(kvc, configurator) -> dict:
             "pd_kv_item_bytes": pd_item[pool.kv_pools[ratio].kv_buffer[0].data_ptr()],
             "pd_index_k_item_bytes": pd_item[pool.index_pools[ratio].contiguous_page_row_buffers()[0].data_ptr()],
         }
-    for name, device_pool, buffers, _ in _dsv4_low_ratio_regions(pool, dsv4_model.PAGE_SIZE):
+    for _name, device_pool, buffers, _ in _dsv4_low_ratio_regions(pool, dsv4_model.PAGE_SIZE):
         ratio = next(r for r in per_ratio if device_pool in (pool.kv_pools[r], pool.index_pools[r]))
         kind = "kv" if device_pool is pool.kv_pools[ratio] else "index_k"
         key = f"host_{kind}_item_bytes"
@@ -138,7 +138,7 @@ def print_low_ratio(plan: dict) -> None:
     first = plan["dtypes"][dtypes[0]]
     if "low_ratio" not in first:
         return
-    for ratio, sizes in first["low_ratio"].items():
+    for ratio in first["low_ratio"]:
         for label, key, fmt in _ROWS:
             cells = [plan["dtypes"][d]["low_ratio"][ratio][key] for d in dtypes]
             text = [f"{c / GIB:.3f}" if fmt is None else fmt.format(c) for c in cells]

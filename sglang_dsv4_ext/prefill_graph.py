@@ -194,7 +194,7 @@ def in_this_process() -> Optional[PrefillGraphAnswer]:
     if config is not None:
         return PrefillGraphAnswer(str(config.prefill.backend), "published server args of this process")
     try:
-        get_context().server_args
+        _ = get_context().server_args  # raises while SGLang has published none
     except ValueError:  # "Global server args is not set yet!"
         return None
     return PrefillGraphAnswer(UNRESOLVED, "server args are published but their CUDA-graph config is not resolved")

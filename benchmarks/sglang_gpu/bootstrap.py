@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import List, Optional
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_CARRY = "/work/main/.gpu_carry"  # where bundle.py writes it; carried as ".gpu_carry" to the device
 MANIFEST = "MANIFEST.json"
 
 # The SGLang modules the GPU tests drive (pools, host pools, HiCache, indexer, breakable graphs, plugins).
@@ -81,12 +80,11 @@ _server_args_override = None
 
 
 def find_carry(carry: Optional[str] = None) -> Path:
-    """The bundle folder: ``carry``, ``$SGLANG_GPU_CARRY``, ``<repo>/.gpu_carry`` or the CPU-side default."""
+    """The bundle folder: ``carry``, ``$SGLANG_GPU_CARRY``, or ``.gpu_carry`` in the repository or a folder above it."""
     candidates = [carry, os.environ.get("SGLANG_GPU_CARRY")]
     # On the device the worktree travels as <root>/.wt/13 next to <root>/.gpu_carry.
     for parent in [REPO, *REPO.parents]:
         candidates.append(str(parent / ".gpu_carry"))
-    candidates.append(DEFAULT_CARRY)
     for candidate in candidates:
         if candidate and (Path(candidate) / MANIFEST).is_file():
             return Path(candidate)

@@ -4,7 +4,7 @@ Why: the GPU image has torch 2.11, triton 3.6 and Python 3.12 but no SGLang, non
 packages and no registry; what a device call carries is limited to 64 MiB in all. The sglang wheel
 is 39 MB (123 MB unpacked) and pure Python apart from five Rust extension modules.
 
-What it writes into ``--out`` (default ``/work/main/.gpu_carry``, ignored by git):
+What it writes into ``--out`` (default ``.gpu_carry`` in the repository root, ignored by git):
   * ``sglang-<version>-pruned.zip``: the wheel's files minus the Rust extension modules (CPython 3.11
     builds; nothing on the tested paths imports them), ``multimodal_gen/`` and ``test/`` (not on the
     tested paths), re-compressed; the dist-info stays, so ``importlib.metadata.version("sglang")`` works;
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
         description="Build the folder that travels to the GPU machine (pruned sglang wheel, extra CPython "
                     f"{DEVICE_PYTHON} wheels, manifest). Carry it as '.gpu_carry' and run "
                     "'bash tests/run_gpu_tests.sh' there.")
-    p.add_argument("--out", default="/work/main/.gpu_carry",
+    p.add_argument("--out", default=str(Path(__file__).resolve().parents[2] / ".gpu_carry"),
                    help="output folder; keep it git-ignored (default %(default)s)")
     p.add_argument("--sglang-wheel", type=Path, default=None,
                    help=f"a local sglang-{SGLANG_VERSION} wheel instead of pip download")

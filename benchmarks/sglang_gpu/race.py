@@ -282,40 +282,17 @@ def capture_breakable(stack: Stack, stream) -> object:
 
 def stand_in_runner(stack: Stack, graph, device_module):
     """SGLang's real ``PrefillCudaGraphRunner`` (breakable backend) around a captured body."""
-    import torch
     from sglang.srt.model_executor.cuda_graph_config import Backend
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
-    from sglang.srt.model_executor.runner.prefill_cuda_graph_runner import PrefillCudaGraphRunner
 
-    tokens = 8
-    runner = object.__new__(PrefillCudaGraphRunner)
-    static_batch = SimpleNamespace(input_ids=torch.zeros(tokens, dtype=torch.long), positions=torch.arange(tokens),
-                                   attn_tp_sequence_sharded=False, mm_input_embeds=None, input_embeds=None)
-
-    def model_forward(input_ids, positions, forward_batch, **kwargs):
-        return runner.layer_model.forward(input_ids, positions, forward_batch)
+    from benchmarks.sglang_gpu.prefill_runner import prefill_runner_without_init
 
     def replay(shape_key, static_forward_batch, **kwargs):
         graph.replay()
         return None
 
-    runner.model_runner = SimpleNamespace(token_to_kv_pool=stack.pool, model=SimpleNamespace(forward=model_forward),
-                                          pp_group=SimpleNamespace(is_first_rank=False))
-    runner._is_full_backend = False
-    runner.prefill_backend_name = Backend.BREAKABLE
-    runner.capture_hidden_mode = CaptureHiddenMode.NULL
-    runner.enable_cp_bcg_capture = False
-    runner.max_context_size = None
-    runner._capture_chunked_prefix = False
-    runner.is_dsv41_model = False
-    runner._qwen_bcg_hc_sidechannel = False
-    runner.layer_model = SimpleNamespace(forward=None)
-    runner.device_module = device_module
-    runner.raw_num_tokens = tokens
-    runner.model_context = contextlib.nullcontext
-    runner.backend = SimpleNamespace(replay_session=contextlib.nullcontext, replay=replay)
-    runner.load_batch = lambda forward_batch, **kwargs: (static_batch, None)
-    runner._prefill_forward_context = lambda forward_batch, **kwargs: contextlib.nullcontext()
+    runner, static_batch = prefill_runner_without_init(stack.pool, backend=Backend.BREAKABLE, replay=replay, tokens=8,
+                                                       device_module=device_module)
     batch = SimpleNamespace(capture_hidden_mode=CaptureHiddenMode.NULL, mm_input_embeds=None,
                             attn_tp_sequence_sharded=False, input_ids=static_batch.input_ids,
                             positions=static_batch.positions)

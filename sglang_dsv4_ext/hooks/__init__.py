@@ -11,8 +11,8 @@ modules share helpers through modules of their own (:mod:`sglang_dsv4_ext.index_
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List
 
 from sglang_dsv4_ext.compat import Target
 
@@ -37,14 +37,14 @@ class HookContext:
     """
 
     # target path -> "upstream-gated" | "extension-gated", filled by the gate module
-    accessor_verdicts: Dict[str, str] = field(default_factory=dict)
+    accessor_verdicts: dict[str, str] = field(default_factory=dict)
     # target path -> reason, for table rows that need no hook on this SGLang
-    not_needed: Dict[str, str] = field(default_factory=dict)
+    not_needed: dict[str, str] = field(default_factory=dict)
     wants: Callable[[Target], bool] = lambda target: True
 
 
-def collect_hooks(ctx: HookContext) -> List[Hook]:
-    hooks: List[Hook] = []
+def collect_hooks(ctx: HookContext) -> list[Hook]:
+    hooks: list[Hook] = []
     for name in HOOK_MODULES:
         module = importlib.import_module(f"{__name__}.{name}")
         hooks.extend(h for h in module.hooks(ctx) if ctx.wants(h.target))

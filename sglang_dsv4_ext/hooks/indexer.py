@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +46,9 @@ import torch.nn.functional as F
 from sglang_dsv4_ext import compat, index_k_capture, pool_lifecycle
 from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
 from sglang_dsv4_ext.index_k import is_bf16_index_pool
+
+if TYPE_CHECKING:
+    from sglang_dsv4_ext.sglang_types import DSV4AttentionBackend
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +59,7 @@ def _kernels():
     return kernels_sm120
 
 
-def backend_uses_bf16_index_k(backend) -> bool:
+def backend_uses_bf16_index_k(backend: DSV4AttentionBackend) -> bool:
     pool = getattr(backend, "token_to_kv_pool", None)
     return is_bf16_index_pool(getattr(pool, "c4_indexer_kv_pool", None))
 
@@ -272,8 +275,8 @@ def forward_c4_indexer_bf16(backend, x, q_lora, c4_indexer, forward_batch, *, al
         run_rows(all_rows, None)
 
 
-def _run_topk_transform(backend, indexer_metadata, logits, rows, all_rows, c4_seq_lens, page_table,
-                        c4_sparse_page_indices, raw_indices, topk_plan) -> None:
+def _run_topk_transform(backend: DSV4AttentionBackend, indexer_metadata, logits, rows, all_rows, c4_seq_lens,
+                        page_table, c4_sparse_page_indices, raw_indices, topk_plan) -> None:
     """SGLang's own top-k transforms on fp32 logits, chosen exactly as ``forward_c4_indexer`` does."""
     from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
 
@@ -284,6 +287,7 @@ def _run_topk_transform(backend, indexer_metadata, logits, rows, all_rows, c4_se
     if topk_backend.is_torch():
         sg_indexer.topk_transform_pytorch_vectorized(*args, row_raw)
     elif topk_backend.is_flashinfer():
+        # SGLang binds it to topk_transform_flashinfer_fused or topk_transform_flashinfer_unfused (compat.CALLED).
         backend.flashinfer_topk_transform(*args, row_raw)
     elif topk_backend.should_use_topk_v2():
         if topk_plan is None:

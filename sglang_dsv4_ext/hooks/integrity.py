@@ -46,11 +46,15 @@ Retire when: SGLang verifies HiCache layer loads itself and exports per-layer PD
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 
 from sglang_dsv4_ext import compat, index_k_integrity
 from sglang_dsv4_ext.config import load_config
+
+if TYPE_CHECKING:
+    from sglang_dsv4_ext.sglang_types import PagedHostPool
 
 logger = logging.getLogger("sglang_dsv4_ext.integrity")
 
@@ -90,7 +94,7 @@ def _after_host_pool_init(result, self, pool_name, device_buffers, item_bytes, n
     return None
 
 
-def _page_aligned(self, host_indices, device_indices) -> bool:
+def _page_aligned(self: PagedHostPool, host_indices, device_indices) -> bool:
     size = self.slot_page_size
     return host_indices.numel() % size == 0 and device_indices.numel() % size == 0
 

@@ -18,7 +18,8 @@ DeepSeek-V4.1 also the ratio-1/2 index-K pools of the kv_source layers, which st
 the dtype: SGLang builds them with ``force_fp4=True``); it also announces the new pool
 (:mod:`sglang_dsv4_ext.pool_lifecycle`), so the index-K read gate can link the sub-pools.
 
-Upstream status: no bf16 index-K upstream (PR #33413 keeps the indexer quantized).
+Upstream status: no bf16 index-K upstream (https://github.com/sgl-project/sglang/pull/33413 keeps the
+indexer quantized).
 Retire when: SGLang ships a bf16 DSV4 index-K with matching sizing.
 """
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 import inspect
 import logging
 from fractions import Fraction
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
@@ -35,6 +36,9 @@ from sglang_dsv4_ext import compat, index_k_budget, pool_lifecycle
 from sglang_dsv4_ext.config import ENV_FP4_BUDGET, load_config
 from sglang_dsv4_ext.errors import DSV4IndexKLayoutError, IndexKSizingError
 from sglang_dsv4_ext.index_k import BF16, bf16_page_view, effective_index_k_dtype, index_k_bytes_per_token
+
+if TYPE_CHECKING:
+    from sglang_dsv4_ext.sglang_types import DSV4TokenToKVPool
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +148,7 @@ def _around_make_indexer_pool(original, self, size, page_size, dtype, index_head
 
 # --- startup self-check ------------------------------------------------------------------
 
-def index_k_allocated_bytes_per_full_token(kv_pool) -> Fraction:
+def index_k_allocated_bytes_per_full_token(kv_pool: DSV4TokenToKVPool) -> Fraction:
     """Index-K bytes the c4 indexer pool allocated per full token (page rounding accounted).
 
     One page row holds the index-K of one full page (``global_page_size`` full tokens), so
@@ -157,7 +161,7 @@ def index_k_allocated_bytes_per_full_token(kv_pool) -> Fraction:
     return Fraction(row_bytes, index_pool.global_page_size)
 
 
-def check_index_k_budget(kv_pool, *, is_draft_worker: bool = False) -> Optional[str]:
+def check_index_k_budget(kv_pool: DSV4TokenToKVPool, *, is_draft_worker: bool = False) -> Optional[str]:
     """Raise :class:`IndexKSizingError` if allocation != budget; return a short report."""
     budget = index_k_budget.last_budget()
     allocated = index_k_allocated_bytes_per_full_token(kv_pool)

@@ -1,6 +1,6 @@
 """Index-K bytes per token: one source of truth for the pool and the pool configurator.
 
-Why: the seed fork allocated 256-B bf16 index-K rows while the configurator still
+Why: the seed fork (docs/incident.md) allocated 256-B bf16 index-K rows while the configurator still
 budgeted fp8's 132 B: 21 c4 layers x 124 B / 4 = 651 B per full token under-budgeted,
 about 1.1 GB of GPU over-commit per rank at a 12 GB KV budget. Stock SGLang on CUDA has
 the opposite error for its fp4 indexer (budgets 132 B, allocates 68 B), because the

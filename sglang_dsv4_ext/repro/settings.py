@@ -19,7 +19,7 @@ import math
 import os
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
 from sglang_dsv4_ext.repro import strict_json
 from sglang_dsv4_ext.repro.extension_check import EXPECT_CHOICES
@@ -383,19 +383,22 @@ def _default_factory(value):
 
 
 # The run configuration: endpoint, output directory and label, then one field per setting.
-RunConfig = dataclasses.make_dataclass(
-    "RunConfig",
-    [("endpoint", str), ("out", str), ("label", str, dataclasses.field(default=""))]
-    + [(s.name, Any, dataclasses.field(default_factory=_default_factory(s.default))) for s in SETTINGS],
-    namespace={
-        "__doc__": "One repro run: where, into which directory, and every setting of :data:`SETTINGS`.",
-        "__post_init__": _post_init,
-        "scenario": property(_scenario),
-        "to_argv": _to_argv,
-        "as_dict": _as_dict,
-    },
-)
-RunConfig.__module__ = __name__
+if TYPE_CHECKING:
+    RunConfig = Any  # its fields are generated from SETTINGS: a type checker cannot list them
+else:
+    RunConfig = dataclasses.make_dataclass(
+        "RunConfig",
+        [("endpoint", str), ("out", str), ("label", str, dataclasses.field(default=""))]
+        + [(s.name, Any, dataclasses.field(default_factory=_default_factory(s.default))) for s in SETTINGS],
+        namespace={
+            "__doc__": "One repro run: where, into which directory, and every setting of :data:`SETTINGS`.",
+            "__post_init__": _post_init,
+            "scenario": property(_scenario),
+            "to_argv": _to_argv,
+            "as_dict": _as_dict,
+        },
+    )
+    RunConfig.__module__ = __name__
 
 
 def run_config_from_args(args, endpoint: str, out: str, label: str):

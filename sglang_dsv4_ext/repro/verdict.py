@@ -108,7 +108,7 @@ class RepetitionRule:
     def find(self, text: str) -> Optional[Tuple[str, int]]:
         if not text or len(text) < self.min_chars:
             return None
-        pattern = re.compile(r"(.{1,%d}?)\1{%d,}" % (self.max_period, self.min_repeats - 1), re.DOTALL)
+        pattern = re.compile(rf"(.{{1,{self.max_period}}}?)\1{{{self.min_repeats - 1},}}", re.DOTALL)
         for m in pattern.finditer(text[-65536:]):
             unit = m.group(1)
             if len(m.group(0)) >= self.min_chars and unit.strip():

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from sglang_dsv4_ext.errors import GitError
 
@@ -71,7 +71,8 @@ FORCED_CONFIG: Dict[str, str] = {
 # resolved conflict and replays a recorded one, staging the result (autoUpdate).
 RERERE_CONFIG: Dict[str, str] = {"rerere.enabled": "true", "rerere.autoUpdate": "true"}
 
-GitResult = Tuple[int, Union[str, bytes], str]
+# (status, stdout, stderr); stdout is bytes only when binary=True (callers know which they asked for).
+GitResult = Tuple[int, Any, str]
 
 
 def git_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:

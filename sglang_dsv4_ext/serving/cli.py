@@ -91,7 +91,7 @@ def _split(values: List[str], flag: str) -> List[str]:
         try:
             out += shlex.split(v)
         except ValueError as exc:
-            raise PresetError(f"{flag} {v!r}: {exc}")
+            raise PresetError(f"{flag} {v!r}: {exc}") from exc
     return out
 
 

@@ -102,7 +102,8 @@ def _toml():
         try:
             import tomli as tomllib
         except ImportError:
-            raise PresetError("reading TOML presets on Python 3.10 needs the 'tomli' package (pip install tomli)")
+            raise PresetError(
+                "reading TOML presets on Python 3.10 needs the 'tomli' package (pip install tomli)") from None
     return tomllib
 
 

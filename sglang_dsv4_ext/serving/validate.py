@@ -172,7 +172,7 @@ class SGLangArgs:
         try:
             from sglang.srt.server_args import ServerArgs
         except ImportError as exc:
-            raise CommandLineError(f"cannot import SGLang's argument parser (sglang.srt.server_args): {exc}")
+            raise CommandLineError(f"cannot import SGLang's argument parser (sglang.srt.server_args): {exc}") from exc
         self.server_args_cls = ServerArgs
         self.full = _RaisingParser(prog="sglang.launch_server", add_help=False)
         ServerArgs.add_cli_args(self.full)

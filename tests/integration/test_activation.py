@@ -74,6 +74,13 @@ def test_drifted_signature_refuses_naming_the_target_and_patches_nothing(phases)
     assert drift["wrapped"] == []
 
 
+def test_a_drifted_name_the_hooks_call_refuses_naming_it_and_patches_nothing(phases):
+    drift = phases["called_drift"]
+    assert drift["error"] is not None
+    assert f"{drift['victim']}: signature drifted" in drift["error"] and "q_lora_quant=None" in drift["error"]
+    assert drift["wrapped"] == []
+
+
 def test_default_activation_applies_and_verifies_every_target(phases):
     default = phases["default"]
     assert default["error"] is None and default["activated"] is True

@@ -147,6 +147,7 @@ def test_moved_pool_classes_stop_no_server_and_the_model_guard_refuses_dsv4(move
     assert "DSV4PoolConfigurator.__init__: missing" in moved["model_error"]
     assert "could not be installed" not in moved["model_error"]  # no guard is attempted on a missing class
     assert "sglang.srt.no_such_module.gone: missing" in moved["model_error"]  # a module gone entirely
+    assert "C4IndexerBackendMixin._gone: missing" in moved["model_error"]  # a name a hook calls (compat.CALLED)
 
 
 def test_a_missing_wrapt_stops_the_process_instead_of_serving_stock():

@@ -30,7 +30,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib.util
-import inspect
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List, Tuple
@@ -254,41 +253,12 @@ class BreakableReplay:
 
 def stand_in_runner(pool, replay: BreakableReplay, backend: str):
     from sglang.srt.model_executor.cuda_graph_config import Backend
-    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
-    from sglang.srt.model_executor.runner.prefill_cuda_graph_runner import PrefillCudaGraphRunner
 
-    runner = object.__new__(PrefillCudaGraphRunner)
-    static_batch = SimpleNamespace(input_ids=torch.zeros(NUM_TOKENS, dtype=torch.long),
-                                   positions=torch.arange(NUM_TOKENS), attn_tp_sequence_sharded=False,
-                                   mm_input_embeds=None, input_embeds=None)
+    from benchmarks.sglang_gpu.prefill_runner import prefill_runner_without_init
 
-    def model_forward(input_ids, positions, forward_batch, **kwargs):
-        # The eager model body calls the transformer body, which execute() swapped for the replay.
-        return runner.layer_model.forward(input_ids, positions, forward_batch)
-
-    # Plain attributes the real methods read.
-    runner.model_runner = SimpleNamespace(token_to_kv_pool=pool, model=SimpleNamespace(forward=model_forward),
-                                          pp_group=SimpleNamespace(is_first_rank=False))
-    runner._is_full_backend = backend == FULL
-    runner.prefill_backend_name = {BREAKABLE: Backend.BREAKABLE, FULL: Backend.FULL,
-                                   TC_PIECEWISE: Backend.TC_PIECEWISE}[backend]
-    runner.capture_hidden_mode = CaptureHiddenMode.NULL
-    runner.enable_cp_bcg_capture = False
-    runner.max_context_size = None
-    runner._capture_chunked_prefix = False
-    runner.is_dsv41_model = False
-    runner._qwen_bcg_hc_sidechannel = False
-    runner.layer_model = SimpleNamespace(forward=None)
-    runner.device_module = torch.cpu
-    runner.raw_num_tokens = NUM_TOKENS
-    # Stubs for the GPU / graph parts (see the module docstring).
-    runner.model_context = contextlib.nullcontext
-    runner.backend = SimpleNamespace(replay_session=contextlib.nullcontext, replay=replay)
-    # What the real load_batch of this SGLang returns: 0.5.23 the batch and its shared-read ends, 0.5.22 the
-    # batch (the 0.5.22 patch series runs these checks under SGLang 0.5.22 too).
-    returns_read_ends = "tuple" in str(inspect.signature(PrefillCudaGraphRunner.load_batch).return_annotation)
-    runner.load_batch = lambda forward_batch, **kwargs: (static_batch, None) if returns_read_ends else static_batch
-    runner._prefill_forward_context = lambda forward_batch, **kwargs: contextlib.nullcontext()
+    sglang_backend = {BREAKABLE: Backend.BREAKABLE, FULL: Backend.FULL, TC_PIECEWISE: Backend.TC_PIECEWISE}[backend]
+    runner, _ = prefill_runner_without_init(pool, backend=sglang_backend, replay=replay, tokens=NUM_TOKENS,
+                                            device_module=torch.cpu)
     return runner
 
 

@@ -32,6 +32,7 @@ from sglang_dsv4_ext.series.releases import release_series_dirs
 from sglang_dsv4_ext.series.series import load_series, read_pin, read_tombstones
 from sglang_dsv4_ext.series.upstream_history import HistoryError, build_history, tag_wheel_info
 from tests.support import series_synthetic as S
+from tests.support.cli_calls import run_patches as run_cli
 from tests.support.series_history import clone_history, shared_history
 
 PROJECT_PATCHES = Path(__file__).resolve().parents[2] / "patches"
@@ -45,10 +46,6 @@ EDITS = {
     "upstream-patch-id": SRT + "disaggregation/common/utils.py",
     "target-gone": "python/sglang/kernels/jit/csrc/deepseek_v4/c4.cuh",
 }
-
-
-def run_cli(*argv: str) -> int:
-    return cli_main(["patches", *argv])
 
 
 def show(repo, rev: str, path: str) -> str:

@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 
 from sglang_dsv4_ext import compat
-from sglang_dsv4_ext.cli import main as cli_main
 from sglang_dsv4_ext.hooks import HOOK_MODULES
 from sglang_dsv4_ext.series.package_dir import installed_sglang_dir, overlay_copy
 from sglang_dsv4_ext.series.releases import release_series_dirs
 from sglang_dsv4_ext.series.series import REQUIRED_DEP3_FIELDS, load_series, read_pin, unlisted_patch_files
 from sglang_dsv4_ext.series.upstream import fix_verdicts, mirrors_targets, needed_targets, upstream_targets
+from tests.support.cli_calls import run_patches as run_cli
 from tests.support.series_history import clone_history
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,10 +71,6 @@ PLUGIN_TESTS_ON_PATCHED_SOURCES = [
     "tests/unit/hooks/test_indexer.py::test_logits_read_through_the_gated_getter_after_the_layer_load",
     "tests/support/patched_source_checks.py",
 ]
-
-
-def run_cli(*argv: str) -> int:
-    return cli_main(["patches", *argv])
 
 
 def patched_package(tmp_path: Path, series_dir: Path = PROJECT_PATCHES, names=None) -> Path:

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext.cli import main as cli_main
 from sglang_dsv4_ext.series.package_dir import overlay_copy
 from sglang_dsv4_ext.series.releases import package_version, release_series_dirs
 from sglang_dsv4_ext.series.series import load_series, read_pin
 from sglang_dsv4_ext.series.upstream_history import extract_package, fetch_wheel, sha256_of, tag_wheel_info
 from tests.integration.test_series_patches import PLUGIN_TESTS_ON_PATCHED_SOURCES
+from tests.support.cli_calls import run_patches as run_cli
 from tests.support.series_history import clone_history, shared_history
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,10 +49,6 @@ ONLY_ON_0_5_23 = {
 }
 CHECKS_ON_0_5_22 = [t for t in PLUGIN_TESTS_ON_PATCHED_SOURCES if t not in ONLY_ON_0_5_23] + [
     "tests/support/patched_source_checks_0_5_22.py"]
-
-
-def run_cli(*argv: str) -> int:
-    return cli_main(["patches", *argv])
 
 
 def series_id(series_dir: Path) -> str:

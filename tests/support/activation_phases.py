@@ -107,6 +107,19 @@ def main():
         result["drift"] = {"error": str(exc), "victim": victim.path, "wrapped": wrapped_by_phase(),
                            "status": activation.STATE.statuses.get(victim.path)}
 
+    # 3b. A drifted name the hooks call (not wrap): refused the same way, naming it, nothing patched.
+    clear_env()
+    activation.reset_for_tests()
+    called = list(compat.CALLED)
+    victim = next(t for t in called if t.attribute == "_forward_prepare_normal")
+    called[called.index(victim)] = compat.Target(victim.path, victim.signature.replace(", q_lora_quant=None", ""),
+                                                 victim.area, victim.feature, victim.why)
+    try:
+        activation.activate(called=called)
+        result["called_drift"] = {"error": None}
+    except activation.ActivationError as exc:
+        result["called_drift"] = {"error": str(exc), "victim": victim.path, "wrapped": wrapped_by_phase()}
+
     # 4. Default configuration through the real entry point: every hook applied and verified.
     clear_env()
     error, registered = load_plugins_fresh()

@@ -159,6 +159,9 @@ def moved() -> dict:
         wrapt.register_post_import_hook(lambda m, a=attribute: delattr(m, a), module_name)
     # ...and a target in a module SGLang no longer has at all (the guard must refuse, not raise ImportError).
     compat.TARGETS.append(compat.Target("sglang.srt.no_such_module.gone", "(x)", "sizing", compat.ALWAYS, "test"))
+    # ...and a name the indexer hook calls that SGLang no longer has (refused at the build, not mid-forward).
+    compat.CALLED.append(compat.Target("sglang.srt.layers.attention.dsv4.indexer.C4IndexerBackendMixin._gone",
+                                       "(self)", "indexer", compat.BF16, "test"))
     import sglang.srt.plugins as plugins
 
     warnings = _warnings()

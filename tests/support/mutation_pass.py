@@ -786,6 +786,19 @@ MUTATIONS: List[Mutation] = [
              "    unmodelled = unmodelled_ratios(model, **stage)\n    if unmodelled:\n",
              "    unmodelled = unmodelled_ratios(model, **stage)\n    if False:\n",
              ("tests/unit/cli/test_plan_v41.py::test_v41_decode_reads_are_not_modelled_and_say_so",)),
+    Mutation("activation: a drifted name the hooks call refuses before patching", "sglang_dsv4_ext/activation.py",
+             "            drifts = compat.check_targets([*_TABLE, *_CALLED])\n",
+             "            drifts = compat.check_targets(_TABLE)\n",
+             ("tests/integration/test_activation.py::"
+              "test_a_drifted_name_the_hooks_call_refuses_naming_it_and_patches_nothing",)),
+    Mutation("activation: a DSV4 build refuses a drifted name the hooks call", "sglang_dsv4_ext/activation.py",
+             "        patch_module(module_name)\n    _check_called()\n",
+             "        patch_module(module_name)\n",
+             (f"{_SCOPE}::test_moved_pool_classes_stop_no_server_and_the_model_guard_refuses_dsv4",)),
+    Mutation("doctor: a drifted name the hooks call is shown drifted", "sglang_dsv4_ext/doctor.py",
+             '"status": activation.DRIFTED if target.path in drifts else MATCHES',
+             '"status": MATCHES',
+             ("tests/unit/cli/test_doctor_plan_cli.py::test_doctor_shows_each_called_name_and_its_drift",)),
 ]
 
 

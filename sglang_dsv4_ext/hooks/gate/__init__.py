@@ -3,9 +3,9 @@
 Why: HiCache loads a layer's index-K host-to-device on a side stream and records one event
 per layer; a reader must make its stream wait for that event first
 (``wait_layer_transfer``). A missed wait corrupted about 18% of tool calls at 80 concurrent
-sessions with bf16 index-K (upstream #22811 fixed the NSA analogue). In SGLang 0.5.23 the
-top-level ``DeepSeekV4TokenToKVPool.get_index_k_*`` getters wait, but (docs/patch-point-map.md,
-"Index-K readers"):
+sessions with bf16 index-K (https://github.com/sgl-project/sglang/pull/22811 fixed the NSA
+analogue). In SGLang 0.5.23 the top-level ``DeepSeekV4TokenToKVPool.get_index_k_*`` getters wait,
+but (docs/patch-point-map.md, "Index-K readers"):
   R1  the ``DeepSeekV4IndexerPool`` sub-pool getters and raw attributes never wait;
   R3  in a breakable / piecewise prefill CUDA-graph replay only attention runs eagerly; layer
       L's C4 indexer and compressor are captured and replay right after layer L-1's eager

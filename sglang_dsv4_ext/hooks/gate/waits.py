@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextvars
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from sglang_dsv4_ext.sglang_types import LayerDoneCounter
 
 # The pool whose waits look one layer ahead: set while a non-full prefill graph replays.
 wait_ahead_pool: contextvars.ContextVar[Optional[int]] = contextvars.ContextVar("dsv4_ext_wait_ahead", default=None)
 
 
-def note_wait(counter, threshold: int) -> None:
+def note_wait(counter: LayerDoneCounter, threshold: int) -> None:
     consumer = getattr(counter, "consumer_index", -1)
     if consumer is None or consumer < 0:
         return
@@ -21,7 +24,7 @@ def note_wait(counter, threshold: int) -> None:
             pass
 
 
-def waited_upto(counter) -> int:
+def waited_upto(counter: LayerDoneCounter) -> int:
     """Highest stage-local layer waited for under the counter's current consumer, else -1."""
     record = getattr(counter, "_dsv4_ext_waited", None)
     if record is None or record[0] != getattr(counter, "consumer_index", -1):
@@ -29,7 +32,7 @@ def waited_upto(counter) -> int:
     return record[1]
 
 
-def load_pending(counter) -> bool:
+def load_pending(counter: Optional[LayerDoneCounter]) -> bool:
     return counter is not None and getattr(counter, "consumer_index", -1) >= 0
 
 

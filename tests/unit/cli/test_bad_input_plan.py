@@ -12,6 +12,7 @@ import json
 import pytest
 
 from sglang_dsv4_ext import cli
+from tests.support.cli_calls import assert_refused_once
 
 # (row, arguments after `plan`, what the user sees); argparse rejects these before any work.
 FLAG_ROWS = [
@@ -40,12 +41,7 @@ def _plan(argv) -> int:
 
 
 def _assert_refused(capsys, argv, needle):
-    rc = _plan(argv)
-    out, err = capsys.readouterr()
-    assert rc == 2, (out, err)
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert len(errors) == 1 and needle in errors[0], err
-    assert "Traceback" not in err and out == ""
+    assert assert_refused_once(capsys, _plan(argv), needle) == ""
 
 
 @pytest.mark.parametrize("argv, needle", [r[1:] for r in FLAG_ROWS], ids=[r[0] for r in FLAG_ROWS])
@@ -116,7 +112,8 @@ def test_the_good_config_of_these_rows_plans(ext_active, tmp_path, capsys, good,
 V41_ROWS = [
     ("V4.1 with MTP", ["--model", "v4.1-flash", "--mtp"],
      "--mtp: DeepSeek-V4.1-Flash (bundled config) is DeepSeek-V4.1 (model_type deepseek_v41); SGLang's "
-     "validate_deepseek_v41_features (arg_groups/deepseek_v4_hook.py) refuses speculative decoding other than DSpark"),
+     "validate_deepseek_v41_features (arg_groups/deepseek_v4_hook.py) refuses speculative decoding "
+     "other than DSpark"),
     ("V4.1 pipeline stage", ["--model", "v4.1-flash", "--start-layer", "20"],
      "--start-layer 20 / --end-layer 40: DeepSeek-V4.1-Flash (bundled config) is DeepSeek-V4.1; SGLang's "
      "validate_deepseek_v41_features (arg_groups/deepseek_v4_hook.py) refuses pipeline parallelism for it"),

@@ -33,6 +33,21 @@ def test_doctor_json_lists_every_table_entry_with_a_status(ext_active, capsys):
     assert report["cuda"]["available"] is torch.cuda.is_available()
 
 
+def test_doctor_shows_each_called_name_and_its_drift(ext_active, capsys, monkeypatch):
+    assert cli.main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [row["called"] for row in report["called"]] == [t.path for t in compat.CALLED]
+    assert {row["status"] for row in report["called"]} == {"matches"}
+    victim = compat.CALLED[0]
+    drifted = compat.Target(victim.path, "(something_else)", victim.area, victim.feature, victim.why)
+    monkeypatch.setattr(compat, "CALLED", [drifted, *compat.CALLED[1:]])
+    assert cli.main(["doctor"]) == 1  # the verdict is "needs attention", never a clean report
+    out = capsys.readouterr().out
+    assert f"{victim.path}: signature drifted: expected (something_else)" in out
+    line = next(line for line in out.splitlines() if line.startswith(victim.path.removeprefix("sglang.srt.") + " "))
+    assert line.split()[-1] == activation.DRIFTED
+
+
 def test_doctor_human_output(ext_active, capsys):
     assert cli.main(["doctor"]) == 0
     out = capsys.readouterr().out

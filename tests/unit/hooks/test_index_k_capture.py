@@ -353,7 +353,7 @@ def test_capture_carries_the_keys_before_bf16_rounding_and_recall_scores_bf16_ag
     q, w = call["q"].double(), call["weights"].double()
     expected = []
     for r, length in enumerate(row_lens):
-        def top(keys):
+        def top(keys, r=r, length=length):
             return set((torch.relu(keys[:length].double() @ q[r].T) @ w[r]).topk(TOPK).indices.tolist())
         expected.append(len(top(pool_rows[slots]) & top(keys64)) / TOPK)
     rows = {(r["format"], r["k"]): r for r in recall.analyse(capture_dir, [TOPK])["rows"]}

@@ -12,21 +12,17 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from sglang_dsv4_ext.cli import main as cli_main
 from sglang_dsv4_ext.series import rebase
 from sglang_dsv4_ext.series.gitrepo import GitRepo, run_git_in
 from sglang_dsv4_ext.series.resolutions import rr_cache_of
 from sglang_dsv4_ext.series.series import load_series, read_pin
 from tests.support import series_synthetic as S
+from tests.support.cli_calls import run_patches as run_cli
 
 CONFLICT_FILE = S.file_of("conflict")
 APPLIES_FILE = S.file_of("applies")  # the conflict patch does not touch it: its edit is beyond the conflict
 THREEWAY_FILE = S.file_of("applies-3way")
 RESOLVED_CONFLICT = S.lines("conflict", changes={10: "conflict line 10 UPSTREAM\nconflict line 10 FIXED"})
-
-
-def run_cli(*argv: str) -> int:
-    return cli_main(["patches", *argv])
 
 
 def name_of(series_dir: Path, key: str) -> str:

@@ -15,17 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext.cli import main as cli_main
 from sglang_dsv4_ext.series import paths
 from sglang_dsv4_ext.series.releases import choose_series_dir, package_version, ref_version
 from sglang_dsv4_ext.series.upstream import fix_verdicts
 from tests.support import series_synthetic as S
+from tests.support.cli_calls import run_patches as run_cli
 
 VERSION_PY = "__version__ = version = '{}'\n__version_tuple__ = version_tuple = (9, 0, 0)\n"
-
-
-def run_cli(*argv: str) -> int:
-    return cli_main(["patches", *argv])
 
 
 @pytest.fixture

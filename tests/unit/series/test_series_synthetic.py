@@ -20,6 +20,7 @@ from sglang_dsv4_ext.series.gitrepo import GitRepo
 from sglang_dsv4_ext.series.package_dir import classify_against_package
 from sglang_dsv4_ext.series.series import load_series, read_pin, read_tombstones
 from tests.support import series_synthetic as S
+from tests.support.cli_calls import run_patches as run_cli
 
 ALL = list(S.PATCHES)
 
@@ -28,10 +29,6 @@ def name_of(series_dir: Path, key: str) -> str:
     """The series file name of the synthetic patch ``key`` (e.g. 'conflict')."""
     stem = Path(S.PATCHES[key][0]).stem
     return next(n for n in load_series(series_dir).names if f"-{stem}-" in n)
-
-
-def run_cli(*argv: str) -> int:
-    return cli_main(["patches", *argv])
 
 
 def test_check_classifies_every_kind_without_touching_the_checkout(tmp_path, capsys):

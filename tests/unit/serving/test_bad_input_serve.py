@@ -14,6 +14,7 @@ import pytest
 
 from sglang_dsv4_ext.cli import main
 from sglang_dsv4_ext.config import load_config
+from tests.support.cli_calls import assert_refused_once
 from tests.support.serve_helpers import dry_run_children, environment_from_dry_run
 
 BF16 = "dsv4-flash-8gpu-pd-4p4d-bf16-hicache"
@@ -29,12 +30,7 @@ def _serve(argv) -> int:
 
 
 def _assert_refused(capsys, argv, needle):
-    rc = _serve(argv)
-    out, err = capsys.readouterr()
-    assert rc == 2, (out, err)
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert len(errors) == 1 and needle in errors[0], err  # one line, naming the input
-    assert "Traceback" not in err
+    out = assert_refused_once(capsys, _serve(argv), needle)
     assert not dry_run_children(out)  # nothing printed as if it were valid
 
 
