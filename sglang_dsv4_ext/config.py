@@ -79,7 +79,7 @@ def _read_positive_int(env: Mapping[str, str], name: str, default: int) -> int:
 
 def _read_capture_layers(env: Mapping[str, str]) -> str:
     """The layer rule, normalised (``all``, ``every:N``, ``2,4,10``); membership is checked against the
-    model's c4 layers where the pool is known (:mod:`sglang_dsv4_ext.index_k_capture`)."""
+    model's c4 layers where the pool is known (:mod:`sglang_dsv4_ext.index_k.capture`)."""
     raw = env.get(ENV_CAPTURE_LAYERS)
     if raw is None or raw.strip() == "":
         return "all"

@@ -1,11 +1,11 @@
 """Runtime hook modules, one SGLang area each.
 
 Every module exposes ``hooks(ctx) -> list[Hook]``: the hooks it wants installed, each on a
-target object exported by :mod:`sglang_dsv4_ext.compat` (the one place a target is spelled).
+target object exported by :mod:`sglang_dsv4_ext.plugin.compat` (the one place a target is spelled).
 Modules never read the configuration at import; hooks decide per call (or at pool creation)
 whether their feature is on, so one installed set of hooks serves every configuration. Hook
-modules share helpers through modules of their own (:mod:`sglang_dsv4_ext.index_k`,
-:mod:`sglang_dsv4_ext.pool_lifecycle`), never through each other.
+modules share helpers through modules of their own (:mod:`sglang_dsv4_ext.index_k.dtype`,
+:mod:`sglang_dsv4_ext.index_k.pool_lifecycle`), never through each other.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List
 
-from sglang_dsv4_ext.compat import Target
+from sglang_dsv4_ext.plugin.compat import Target
 
 # Order matters only for readability of doctor output; targets are disjoint per module.
 HOOK_MODULES = ("sizing", "pool", "pd", "hicache", "indexer", "gate", "integrity", "evidence")
@@ -32,7 +32,7 @@ class HookContext:
     """What activation learned while collecting hooks (the gate probe's verdicts), and which targets it wants.
 
     Activation collects hooks one SGLang module at a time, when SGLang imports that module
-    (:mod:`sglang_dsv4_ext.activation`); ``wants`` says which targets are collected now, so a
+    (:mod:`sglang_dsv4_ext.plugin.activation`); ``wants`` says which targets are collected now, so a
     hook module never makes work (the gate's probe) for a module SGLang has not imported.
     """
 

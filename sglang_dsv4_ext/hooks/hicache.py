@@ -35,9 +35,9 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 
-from sglang_dsv4_ext import compat
 from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
-from sglang_dsv4_ext.index_k import is_bf16_index_pool
+from sglang_dsv4_ext.index_k.dtype import is_bf16_index_pool
+from sglang_dsv4_ext.plugin import compat
 
 L3_FORMAT_TAG = "dsv4-idxk-bf16"
 

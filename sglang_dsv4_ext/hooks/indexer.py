@@ -26,7 +26,7 @@ own code, unwrapped at call time):
     SGLang's own top-k transforms; the non-paged branch is never taken for bf16
     (``_can_use_nonpaged_indexer`` also answers False). With ``SGLANG_DSV4_INDEX_K_CAPTURE``
     set, the queries, weights and key rows it reads are handed to
-    :mod:`sglang_dsv4_ext.index_k_capture` first (for ``sglang-dsv4 recall``), and the store
+    :mod:`sglang_dsv4_ext.index_k.capture` first (for ``sglang-dsv4 recall``), and the store
     above hands it what it rounded to bf16 (recall's reference).
 
 Upstream status: not upstream.
@@ -43,9 +43,11 @@ from typing import Iterator, Optional
 import torch
 import torch.nn.functional as F
 
-from sglang_dsv4_ext import compat, index_k_capture, pool_lifecycle
 from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
-from sglang_dsv4_ext.index_k import is_bf16_index_pool
+from sglang_dsv4_ext.index_k import capture as index_k_capture
+from sglang_dsv4_ext.index_k import pool_lifecycle
+from sglang_dsv4_ext.index_k.dtype import is_bf16_index_pool
+from sglang_dsv4_ext.plugin import compat
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ peer for DSV4 kv_data).
 
 from __future__ import annotations
 
-from sglang_dsv4_ext import compat
-from sglang_dsv4_ext.index_k import is_bf16_index_pool
+from sglang_dsv4_ext.index_k.dtype import is_bf16_index_pool
+from sglang_dsv4_ext.plugin import compat
 
 INDEX_K_LAYOUT_TAG = "c4idx"
 

@@ -16,7 +16,7 @@ buffers unchanged. Writers that only know the fp8/fp4 layouts raise on it. An AF
 token with what the configurator budgeted and refuses to continue on a mismatch (for
 DeepSeek-V4.1 also the ratio-1/2 index-K pools of the kv_source layers, which stay fp4 whatever
 the dtype: SGLang builds them with ``force_fp4=True``); it also announces the new pool
-(:mod:`sglang_dsv4_ext.pool_lifecycle`), so the index-K read gate can link the sub-pools.
+(:mod:`sglang_dsv4_ext.index_k.pool_lifecycle`), so the index-K read gate can link the sub-pools.
 
 Upstream status: no bf16 index-K upstream (PR #33413 keeps the indexer quantized).
 Retire when: SGLang ships a bf16 DSV4 index-K with matching sizing.
@@ -31,10 +31,12 @@ from typing import Optional
 
 import torch
 
-from sglang_dsv4_ext import compat, index_k_budget, pool_lifecycle
 from sglang_dsv4_ext.config import ENV_FP4_BUDGET, load_config
 from sglang_dsv4_ext.errors import DSV4IndexKLayoutError, IndexKSizingError
-from sglang_dsv4_ext.index_k import BF16, bf16_page_view, effective_index_k_dtype, index_k_bytes_per_token
+from sglang_dsv4_ext.index_k import budget as index_k_budget
+from sglang_dsv4_ext.index_k import pool_lifecycle
+from sglang_dsv4_ext.index_k.dtype import BF16, bf16_page_view, effective_index_k_dtype, index_k_bytes_per_token
+from sglang_dsv4_ext.plugin import compat
 
 logger = logging.getLogger(__name__)
 

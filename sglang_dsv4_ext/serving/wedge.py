@@ -12,7 +12,7 @@ text) is not a verdict: the problem is said once and the watch goes on (health c
 children's exit status own a server that is gone).
 
 :class:`WedgeWatch` runs the detectors on a thread of its own, each read bounded as a whole
-(:mod:`sglang_dsv4_ext.http_probe`), so a slow or dripping /metrics never delays the
+(:mod:`sglang_dsv4_ext.tool_support.http_probe`), so a slow or dripping /metrics never delays the
 supervisor's signal handling.
 """
 
@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
-from sglang_dsv4_ext import http_probe
+from sglang_dsv4_ext.tool_support import http_probe
 
 RUNNING_REQS = "sglang:num_running_reqs"
 GENERATED_TOKENS = "sglang:generation_tokens_total"

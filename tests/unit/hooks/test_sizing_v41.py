@@ -16,8 +16,11 @@ from importlib import resources
 
 import pytest
 
-from sglang_dsv4_ext import dsv4_model, errors, index_k, index_k_budget
+from sglang_dsv4_ext import errors
 from sglang_dsv4_ext.hooks import pool as pool_patch
+from sglang_dsv4_ext.index_k import budget as index_k_budget
+from sglang_dsv4_ext.index_k import dtype as index_k
+from sglang_dsv4_ext.sglang_cpu import dsv4_model
 from tests.support.dsv4_pools import sized_pool
 
 V41 = dsv4_model.load_model(bundled="v4.1-flash")
