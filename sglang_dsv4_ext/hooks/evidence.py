@@ -20,8 +20,7 @@ Retire when: SGLang reports each process's loaded plugins and their state in ``/
 from __future__ import annotations
 
 from sglang_dsv4_ext.plugin import compat
-
-RECORD_KEY = "sglang_dsv4_ext"
+from sglang_dsv4_ext.plugin.activation import EVIDENCE_RECORD_KEY as RECORD_KEY
 
 
 def _after_get_internal_state(result, self, recv_req):

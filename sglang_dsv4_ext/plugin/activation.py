@@ -515,6 +515,10 @@ def launcher_line(cfg: ExtConfig) -> str:
     return _line(LAUNCHER_LINE_PREFIX, cfg)
 
 
+# The key of that answer in each scheduler's internal state (hooks/evidence.py writes it, repro reads it).
+EVIDENCE_RECORD_KEY = "sglang_dsv4_ext"
+
+
 def evidence_record() -> Dict[str, object]:
     """This process's answer in ``/server_info`` (``internal_states[i]["sglang_dsv4_ext"]``, hooks/evidence.py).
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from sglang_dsv4_ext.hooks.evidence import RECORD_KEY
+from sglang_dsv4_ext.plugin.activation import EVIDENCE_RECORD_KEY as RECORD_KEY
 from sglang_dsv4_ext.repro import server_http, strict_json
 
 

@@ -685,6 +685,10 @@ MUTATIONS: List[Mutation] = [
     Mutation("evidence: the schedulers' /server_info carries their record", "sglang_dsv4_ext/hooks/evidence.py",
              "        state[RECORD_KEY] = activation.evidence_record()", "        pass",
              ("tests/unit/hooks/test_evidence.py",)),
+    Mutation("layout: a tool never imports a hook module", "sglang_dsv4_ext/repro/server_info.py",
+             "from sglang_dsv4_ext.plugin.activation import EVIDENCE_RECORD_KEY as RECORD_KEY\n",
+             "from sglang_dsv4_ext.hooks.evidence import RECORD_KEY\n",
+             ("tests/unit/test_import_boundaries.py::test_the_tree_keeps_the_import_rules",)),
     Mutation("startup hook: a DSV4 build without load_plugins() runs it", "sglang_dsv4_ext/plugin/activation.py",
              "    if STATE.config is not None or kill_switch_set() or plugin_allowlist_block() is not None:\n"
              "        return\n    from sglang.srt.plugins import load_plugins",
