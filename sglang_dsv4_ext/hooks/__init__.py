@@ -6,6 +6,11 @@ Modules never read the configuration at import; hooks decide per call (or at poo
 whether their feature is on, so one installed set of hooks serves every configuration. Hook
 modules share helpers through modules of their own (:mod:`sglang_dsv4_ext.index_k.dtype`,
 :mod:`sglang_dsv4_ext.index_k.pool_lifecycle`), never through each other.
+
+Modules (one SGLang area each): :mod:`.sizing` (index-K bytes per token), :mod:`.pool` (bf16 index-K storage),
+:mod:`.pd` (the PD handshake's layout string), :mod:`.hicache` (page-aligned HiCache transfers, L3 key tag),
+:mod:`.indexer` (the bf16 data path in the C4 indexer), :mod:`.gate` (the index-K read gate, a package),
+:mod:`.integrity` (per-page checksums), :mod:`.evidence` (the schedulers' ``/server_info`` record).
 """
 
 from __future__ import annotations
