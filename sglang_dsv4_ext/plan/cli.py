@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         _print_table(plan)
-    return 0
+    return exit_codes.OK
 
 
 def _context_list(text: str) -> List[int]:

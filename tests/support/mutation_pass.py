@@ -689,6 +689,9 @@ MUTATIONS: List[Mutation] = [
              "from sglang_dsv4_ext.plugin.activation import EVIDENCE_RECORD_KEY as RECORD_KEY\n",
              "from sglang_dsv4_ext.hooks.evidence import RECORD_KEY\n",
              ("tests/unit/test_import_boundaries.py::test_the_tree_keeps_the_import_rules",)),
+    Mutation("exit codes: plan returns a name from exit_codes, not a number", "sglang_dsv4_ext/plan/cli.py",
+             "        _print_table(plan)\n    return exit_codes.OK\n", "        _print_table(plan)\n    return 0\n",
+             ("tests/unit/test_exit_codes_named.py::test_no_command_returns_a_bare_exit_code",)),
     Mutation("startup hook: a DSV4 build without load_plugins() runs it", "sglang_dsv4_ext/plugin/activation.py",
              "    if STATE.config is not None or kill_switch_set() or plugin_allowlist_block() is not None:\n"
              "        return\n    from sglang.srt.plugins import load_plugins",
