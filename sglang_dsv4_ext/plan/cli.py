@@ -111,7 +111,7 @@ def _load_model(args: argparse.Namespace) -> dsv4_model.Dsv4Model:
     return dsv4_model.load_model(args.model_config, bundled=args.model or "v4-flash")
 
 
-def build_plan(args: argparse.Namespace) -> Dict[str, object]:
+def build_pool_plan(args: argparse.Namespace) -> Dict[str, object]:
     from sglang_dsv4_ext.plugin import activation
 
     model = _load_model(args)
@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("sglang").setLevel(logging.WARNING)
     logging.getLogger("sglang_dsv4_ext").setLevel(logging.WARNING)
     try:
-        plan = build_plan(args)
+        plan = build_pool_plan(args)
     except Dsv4ExtError as exc:  # a refusal naming the input (flag, config field, environment variable)
         print(f"sglang-dsv4 plan: error: {exc}", file=sys.stderr)
         return exit_codes.USAGE
