@@ -30,20 +30,20 @@ GENERATED_TOKENS = "sglang:generation_tokens_total"
 READ_DEADLINE = 2.0  # seconds for one whole /metrics read
 
 
-class MetricsUnreadable(Exception):
+class MetricsUnreadableError(Exception):
     """/metrics gave no answer that can be judged; the message says why."""
 
 
 def scrape(url: str, deadline: float = READ_DEADLINE) -> Dict[str, float]:
-    """Sum of every sample of the two metrics (all label sets); :class:`MetricsUnreadable` with the reason."""
+    """Sum of every sample of the two metrics (all label sets); :class:`MetricsUnreadableError` with the reason."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
         reply = http_probe.get(url, deadline)
     except http_probe.ProbeError as exc:
-        raise MetricsUnreadable(f"no answer ({exc})") from None
+        raise MetricsUnreadableError(f"no answer ({exc})") from None
     if reply.status != 200:
-        raise MetricsUnreadable(f"HTTP {reply.status} (was the server started with --enable-metrics?)")
+        raise MetricsUnreadableError(f"HTTP {reply.status} (was the server started with --enable-metrics?)")
     totals = {RUNNING_REQS: 0.0, GENERATED_TOKENS: 0.0}
     try:
         for family in text_string_to_metric_families(reply.body.decode(errors="replace")):
@@ -51,7 +51,7 @@ def scrape(url: str, deadline: float = READ_DEADLINE) -> Dict[str, float]:
                 if sample.name in totals:
                     totals[sample.name] += sample.value
     except (ValueError, IndexError) as exc:  # what prometheus_client's parser raises on text it cannot read
-        raise MetricsUnreadable(f"not Prometheus text ({exc})") from None
+        raise MetricsUnreadableError(f"not Prometheus text ({exc})") from None
     return totals
 
 
@@ -68,7 +68,7 @@ class WedgeDetector:
         """Scrape once; return a message naming the server when it is wedged, else None."""
         try:
             totals = scrape(self.metrics_url)
-        except MetricsUnreadable as exc:
+        except MetricsUnreadableError as exc:
             self.problem = str(exc)
             return None
         self.problem = None
