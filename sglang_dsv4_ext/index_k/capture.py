@@ -229,7 +229,7 @@ def _graph_capturing() -> bool:
 
 # --- what the writer thread makes of the copies ----------------------------------------------------
 
-class CaptureRefused(Exception):
+class CaptureRefusedError(Exception):
     """What arrived on the host is not a consistent capture; the file is not written."""
 
 
@@ -238,12 +238,12 @@ def finish_record(meta: dict, host: Dict[str, torch.Tensor], page_size: int) -> 
     lens, slots = host["seq_lens"], host["slots"]
     n = int(lens.max())
     if int(lens.min()) < 0:
-        raise CaptureRefused(f"negative key count in seq_lens {lens.tolist()}")
+        raise CaptureRefusedError(f"negative key count in seq_lens {lens.tolist()}")
     if n > slots.numel():
-        raise CaptureRefused(f"a row reads {n} keys, more than the {slots.numel()} gathered (bound from the host)")
+        raise CaptureRefusedError(f"a row reads {n} keys, more than the {slots.numel()} gathered (bound from the host)")
     for r, length in enumerate(lens.tolist()):
         if not torch.equal(table_slots(host["tables"][r], length, page_size), slots[:length]):
-            raise CaptureRefused(f"query row {meta['query_rows'][r]} reads other pool slots than the request's "
+            raise CaptureRefusedError(f"query row {meta['query_rows'][r]} reads other pool slots than the request's "
                                  f"last row (one request's rows share its page table)")
     record = {name: meta[name] for name in capture_format.META_FIELDS}
     record.update(q=host["q"], weights=host["weights"], seq_lens=lens,
