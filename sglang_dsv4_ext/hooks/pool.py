@@ -63,7 +63,7 @@ class _Bf16IndexKPoolMethods:
 
     def set_index_fused(self, layer_id: int, loc: torch.Tensor, cache_k: torch.Tensor) -> None:
         """Store already normalised/rotated index-K rows ``[N, index_head_dim]`` as bf16 at ``loc``."""
-        scatter_index_k_bf16(
+        store_rows_in_bf16_pages(
             self.index_k_with_scale_buffer[layer_id - self.start_layer],
             loc,
             cache_k,
@@ -109,10 +109,13 @@ def _bf16_pool_class():
 _BF16_POOL_CLASS = None
 
 
-def scatter_index_k_bf16(
+def store_rows_in_bf16_pages(
     page_rows: torch.Tensor, loc: torch.Tensor, rows: torch.Tensor, page_size: int, index_head_dim: int
 ) -> None:
     """Write ``rows`` (``[N, head_dim]``) as bf16 at compressed slots ``loc`` (slot s -> page s//P, offset s%P).
+
+    The pool's side of the store: checks the shapes, then on CUDA calls the kernel
+    ``kernels_sm120.dispatch.scatter_index_k_bf16(rows, loc, cache)`` (its own argument order), elsewhere torch.
 
     Negative slots are padding and are skipped. On CUDA this launches the Triton scatter
     from :mod:`kernels_sm120`; elsewhere it is the same copy in torch (bit-identical: a
