@@ -96,9 +96,9 @@ def test_configurator_budget_and_pool_allocation_agree(ext_active, monkeypatch, 
         budget_per_token = Fraction(INDEX_BYTES[dtype] * n_c4, 4)
         assert Fraction(allocated, pages * PAGE) - budget_per_token == 0
         if dtype == "bf16":
-            assert index_k.is_bf16_index_pool(index_pool)
+            assert index_k.stores_bf16_index_k(index_pool)
         else:
-            assert not index_k.is_bf16_index_pool(index_pool)
+            assert not index_k.stores_bf16_index_k(index_pool)
 
 
 def test_regression_fork_sizing_gap_replayed(ext_active, monkeypatch):
