@@ -46,8 +46,8 @@ class _Bench:
 
     def __init__(self, requests: int, directory: Path):
         from benchmarks.sglang_gpu import indexer_topk as it
-        from sglang_dsv4_ext import index_k_capture
         from sglang_dsv4_ext.config import CaptureConfig
+        from sglang_dsv4_ext.index_k import capture as index_k_capture
 
         self.it, self.ic = it, index_k_capture
         self.shape = it.SHAPES[0]
@@ -85,7 +85,7 @@ class _Bench:
 
 
 def run(requests: int, iters: int, warmup: int) -> List[Dict[str, object]]:
-    from sglang_dsv4_ext import activation
+    from sglang_dsv4_ext.plugin import activation
 
     activation.activate()
     rows = []

@@ -39,7 +39,7 @@ def _tiny_pool():
     import torch
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
-    from sglang_dsv4_ext import index_k_budget
+    from sglang_dsv4_ext.index_k import budget as index_k_budget
 
     index_k_budget.forget_budget()  # built without the configurator: no budget to check against
     tokens, ratios = 4096, [0, 4, 128, 4]
@@ -54,7 +54,7 @@ def _tiny_pool():
 
 def _gate_hooked_targets() -> List[Tuple[object, str]]:
     """(class, attribute) of every gate hook that an index-K read can pass through."""
-    from sglang_dsv4_ext import compat
+    from sglang_dsv4_ext.plugin import compat
 
     read_path = (compat.POOL_WAIT_LAYER_TRANSFER, compat.COUNTER_WAIT_UNTIL, compat.COUNTER_SET_CONSUMER,
                  *compat.TOPLEVEL_INDEX_K_READERS, *compat.SUBPOOL_INDEX_K_READERS)
@@ -64,7 +64,7 @@ def _gate_hooked_targets() -> List[Tuple[object, str]]:
 @contextlib.contextmanager
 def stock_sglang(pool) -> Iterator[None]:
     """SGLang's originals back in place (class attributes and the pool's raw list), then restored."""
-    from sglang_dsv4_ext.compat import unwrap_to_original
+    from sglang_dsv4_ext.plugin.compat import unwrap_to_original
 
     saved = [(cls, name, cls.__dict__[name]) for cls, name in _gate_hooked_targets() if name in cls.__dict__]
     sub = pool.c4_indexer_kv_pool
@@ -221,8 +221,8 @@ def main(argv=None) -> int:
     _log("importing SGLang and activating the extension (~10-30 s) ...")
     from sglang.srt.managers.cache_controller import LayerDoneCounter
 
-    from sglang_dsv4_ext import activation
-    from sglang_dsv4_ext.dsv4_model import cpu_server_args
+    from sglang_dsv4_ext.plugin import activation
+    from sglang_dsv4_ext.sglang_cpu.dsv4_model import cpu_server_args
 
     with cpu_server_args():
         state = activation.activate()

@@ -19,7 +19,7 @@
     read-only gather of the same pages (``benchmarks/kernels_decode.py``,
     ``benchmarks/page_gather.py``), prefill logits, store and index-Q (% of copy, of the
     same-size copy, of the matrix rate, x torch), each issue goal with met / NOT met, the decode
-    bytes per request (``sglang_dsv4_ext.decode_reads``) beside the logits time of one request,
+    bytes per request (``sglang_dsv4_ext.plan.decode_reads``) beside the logits time of one request,
     plus sweeps of tilings;
 (e) stock SGLang 0.5.23 at the decode shapes (``benchmarks/kernels_stock.py``: its torch
     fallbacks and TileLang kernel, from the GPU bundle, in a subprocess that boots while (a)-(c)
@@ -40,6 +40,16 @@ from typing import Callable, Dict, List, Optional
 import torch
 import triton
 
+from benchmarks.logits_cases import decode_shapes, timing_logits_case
+from benchmarks.timing import (
+    SAME_SIZE_COPY_MAX,
+    bench,
+    log,
+    measure_copy_at,
+    measure_copy_bandwidth,
+    measure_matmul_tflops,
+    n_sets,
+)
 from kernels_sm120 import aot, dispatch, index_k_store
 from kernels_sm120 import reference as R
 from kernels_sm120._validate import as_index_k_pages, as_rope_table
@@ -47,10 +57,6 @@ from kernels_sm120._validate import as_index_k_pages, as_rope_table
 INF = float("inf")
 ROPE_POSITIONS = 1 << 16
 FAILURES: List[str] = []
-
-
-def log(msg: str) -> None:
-    print(msg, flush=True)
 
 
 def sync(dev) -> None:
@@ -245,78 +251,6 @@ def recall_study(dev, rows: int = 64, max_len: int = 8192, k: int = 512) -> Dict
 # ---------------------------------------------------------------------------
 
 
-def bench(fn: Callable[[int], None], sets: int, graph: bool = True) -> float:
-    """Median ms of one fn(i), i cycling over the input sets.
-
-    With ``graph`` (our kernels, which are capturable), one CUDA graph runs every set once
-    and its replays are timed, so host launch overhead (Python validation, Triton's
-    launcher: tens of microseconds, more on a slow host) is not counted; SGLang replays
-    decode in CUDA graphs too. Falls back to eager timing if capture fails.
-    """
-    if graph:
-        try:
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for i in range(sets):  # warm up: compile and autotune outside the capture
-                    fn(i)
-            torch.cuda.current_stream().wait_stream(stream)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for i in range(sets):
-                    fn(i)
-            return triton.testing.do_bench(g.replay, warmup=25, rep=150, return_mode="median") / sets
-        except Exception as err:  # noqa: BLE001  report and time eagerly
-            log(f"    (graph capture failed: {type(err).__name__}: {err}; timing eagerly)")
-    state = {"i": 0}
-
-    def call():
-        fn(state["i"] % sets)
-        state["i"] += 1
-
-    return triton.testing.do_bench(call, warmup=25, rep=150, return_mode="median")
-
-
-def n_sets(bytes_per_set: int, target: int = 512 << 20, cap: int = 8) -> int:
-    return max(2, min(cap, triton.cdiv(target, max(bytes_per_set, 1))))
-
-
-def measure_copy_bandwidth(dev) -> float:
-    src = torch.randn(1 << 29, device=dev, dtype=torch.float32)  # 2 GiB
-    dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
-    return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
-
-
-def measure_matmul_tflops(dev, m: int, n: int, k: int) -> float:
-    """bf16 torch.matmul rate on random data (cuBLAS), TFLOP/s."""
-    a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-    b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
-    c = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
-    ms = triton.testing.do_bench(lambda: torch.matmul(a, b, out=c), warmup=25, rep=150, return_mode="median")
-    a = b = c = None
-    torch.cuda.empty_cache()
-    return 2.0 * m * n * k / (ms * 1e-3) / 1e12
-
-
-# Graphed copies of >= 1 GB measured ~2.7 TB/s against 4.2 TB/s at 0.5 GB (2026-12-01, H200; not
-# understood), so the same-size column stops at 512 MB, where the 2 GiB copy is the ceiling anyway.
-SAME_SIZE_COPY_MAX = 512 << 20
-
-
-def measure_copy_at(dev, nbytes: int) -> float:
-    """GB/s (read + write) of a device-to-device copy of nbytes / 2 each way, CUDA-graph timed
-    like the kernels (the ceiling at that size: launch and ramp included)."""
-    n = max(1, nbytes // 2 // 4)
-    nset = n_sets(nbytes, cap=8)
-    src = [torch.randn(n, device=dev) for _ in range(nset)]
-    dst = [torch.empty_like(x) for x in src]
-    ms = bench(lambda i: dst[i].copy_(src[i]), nset)
-    gbs = 2 * n * 4 / (ms * 1e-3) / 1e9
-    log(f"    copy of {2 * n * 4 / 1e6:.1f} MB (graphed, {nset} sets): {ms * 1e3:.2f} us, {gbs:.0f} GB/s")
-    return gbs
-
-
 def row(kind: str, shape: str, nbytes: float, ms: float, ceil: Dict[str, float], torch_ms: Optional[float],
         flops: float = 0.0, copy_bytes: Optional[float] = None, goal: str = "", met: Optional[bool] = None,
         copy_same_size_gbs: Optional[float] = None) -> Dict[str, object]:
@@ -329,28 +263,6 @@ def row(kind: str, shape: str, nbytes: float, ms: float, ceil: Dict[str, float],
                 pct_matmul=100 * tflops / ceil["matmul_tflops"] if tflops else None,
                 torch_ms=torch_ms, speedup=(torch_ms / ms) if torch_ms else None, goal=goal, met=met,
                 pct_copy_same_size=100 * gbs / copy_same_size_gbs if copy_same_size_gbs else None)
-
-
-def timing_logits_case(rows: int, lens: List[int], max_len: int, dev, shared: bool):
-    """bf16 inputs only (no float64 copies): SGLang's layout, page table padded with 0."""
-    width = max(triton.cdiv(max_len, 64), 1)
-    if shared:
-        num_pages = width + 3
-        table = torch.randperm(num_pages, device=dev)[:width].to(torch.int32)
-        page_table = table.unsqueeze(0).expand(rows, width).contiguous()
-    else:
-        need = [triton.cdiv(n, 64) for n in lens]
-        num_pages = sum(need) + 3
-        perm = torch.randperm(num_pages, device=dev).to(torch.int32)
-        page_table = torch.zeros((rows, width), dtype=torch.int32, device=dev)
-        off = 0
-        for r, p in enumerate(need):
-            page_table[r, :p] = perm[off: off + p]
-            off += p
-    return dict(cache=torch.randn(num_pages, 64 * 128, device=dev, dtype=torch.bfloat16),
-                q=torch.randn(rows, 64, 128, device=dev, dtype=torch.bfloat16),
-                w=torch.randn(rows, 64, device=dev), seq=torch.tensor(lens, dtype=torch.int32, device=dev),
-                page_table=page_table, out=torch.empty(rows, max_len, device=dev))
 
 
 def time_logits(dev, ceil, cfg: Optional[dispatch.LogitsConfig], rows, lens, max_len, label, shared=False,
@@ -493,23 +405,6 @@ def format_rows(rows: List[Dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-WIDE = 262144  # SGLang's max_seq_len under a decode CUDA graph for 1M tokens: page-table width x 64
-DECODE_ROWS = (1, 8, 64, 128)
-DECODE_KEYS = (2048, 4096, 8192, 16384, 32768, 65536)
-
-
-def decode_shapes() -> List[tuple]:
-    """(label, rows, lens, goal): every rows x keys with >= 16 MiB of keys (goal: 85% of copy),
-    plus the smallest decode (1 x 2K, goal: 10 us) and one mixed batch (no goal)."""
-    shapes = [("decode 1 x 2K (wide out)", 1, [2048], "10us")]
-    for rows in DECODE_ROWS:
-        for keys in DECODE_KEYS:
-            if rows * keys * 256 >= 16 << 20:
-                shapes.append((f"decode {rows} x {keys // 1024}K (wide out)", rows, [keys] * rows, "copy85"))
-    shapes.append(("decode 128 mixed: 1 x 64K + 127 x 2K (wide)", 128, [65536] + [2048] * 127, ""))
-    return shapes
-
-
 def prefill_lens() -> List[int]:
     return [int(x) for x in torch.linspace(4, 8192, 2048)]
 
@@ -649,7 +544,8 @@ def per_step_rows(dev, ceil) -> List[Dict[str, object]]:
     """``plan``'s decode bytes per request beside the measured logits time of one request per c4
     layer and per step (every c4 layer of the stage), bf16 index-K, this GPU's default tiling."""
     from benchmarks.kernels_decode import time_decode
-    from sglang_dsv4_ext import decode_reads, dsv4_model
+    from sglang_dsv4_ext.plan import decode_reads
+    from sglang_dsv4_ext.sglang_cpu import dsv4_model
 
     model = dsv4_model.load_model()
     c4_layers = model.compress_ratios[:model.num_hidden_layers].count(4)
@@ -674,9 +570,9 @@ def format_per_step(rows: List[Dict[str, object]]) -> str:
                      f"{r['fp4_bytes'] / 1e6:8.1f} {r['bf16_bytes'] / r['fp8_bytes']:8.3f} "
                      f"{100 * r['bf16_indexer_share']:9.1f} {r['c4_keys']:>8,d} {r['logits_us_per_layer']:9.2f} "
                      f"{r['logits_us_per_step']:9.1f}")
-    lines.append("MB: KV bytes one decode step reads per request (sglang_dsv4_ext.decode_reads, as `sglang-dsv4 plan "
-                 "--context` prints them); us: our bf16 logits for that one request, per c4 layer (CUDA-graph median) "
-                 "and x the c4 layers of a step")
+    lines.append("MB: KV bytes one decode step reads per request (sglang_dsv4_ext.plan.decode_reads, as "
+                 "`sglang-dsv4 plan --context` prints them); us: our bf16 logits for that one request, per c4 layer "
+                 "(CUDA-graph median) and x the c4 layers of a step")
     return "\n".join(lines)
 
 

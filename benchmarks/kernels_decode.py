@@ -2,7 +2,7 @@
 
 For every decode shape, on the same rotated input sets (so L2 cannot hold them), CUDA-graphed:
   * ``copy``: a device-to-device copy of the key bytes (the ceiling for moving that many bytes at
-    that size, launch and ramp included; not measured above 512 MB, see ``kernels.SAME_SIZE_COPY_MAX``,
+    that size, launch and ramp included; not measured above 512 MB, see ``timing.SAME_SIZE_COPY_MAX``,
     where the 2 GiB copy rate stands in);
   * ``gather``: the read-only gather of the same pages through the same page table
     (:mod:`benchmarks.page_gather`), every tiling of ``GATHER_TILINGS``, the fastest kept: the limit
@@ -20,15 +20,9 @@ from typing import Dict, List, Optional
 import torch
 
 from benchmarks import page_gather
-from benchmarks.kernels import (
-    SAME_SIZE_COPY_MAX,
-    WIDE,
-    bench,
-    dispatch,
-    measure_copy_at,
-    n_sets,
-    timing_logits_case,
-)
+from benchmarks.logits_cases import WIDE, timing_logits_case
+from benchmarks.timing import SAME_SIZE_COPY_MAX, bench, measure_copy_at, n_sets
+from kernels_sm120 import dispatch
 
 GATHER_GOAL = 95.0  # our rate as % of the gather's
 COPY_GOAL = 85.0  # % of the same-size copy, where the gather reaches it

@@ -170,7 +170,7 @@ def time_shapes(stock: Stock, shapes, wide: int, dev, tilelang_only: bool = Fals
     """Both torch fallbacks (or, ``tilelang_only``, the TileLang kernel) at every decode shape."""
     import torch
 
-    from benchmarks.kernels import bench, log
+    from benchmarks.timing import bench, log
 
     out = []
     for label, rows, lens, _goal in shapes:
@@ -205,13 +205,13 @@ def compile_tilelang(out_dir: Path) -> int:
     try:
         import torch
 
-        from benchmarks import kernels
+        from benchmarks.logits_cases import WIDE, decode_shapes
         from benchmarks.sglang_gpu import bootstrap
 
         root = _unpack_tilelang(bootstrap.find_carry())
         bootstrap.prepare(device="cuda")
         stock = Stock()
-        stock.load_tilelang(root, kernels.WIDE, [rows for _, rows, _, _ in kernels.decode_shapes()],
+        stock.load_tilelang(root, WIDE, [rows for _, rows, _, _ in decode_shapes()],
                             torch.device("cuda"))
         result["status"] = "ok" if stock.tilelang is not None else "failed"
         result["tilelang"] = stock.tilelang_status
@@ -253,7 +253,7 @@ def serve(out_dir: Path, wait_for_go: bool) -> int:
     try:
         import torch
 
-        from benchmarks import kernels
+        from benchmarks.logits_cases import WIDE, decode_shapes
         from benchmarks.sglang_gpu import bootstrap
 
         dev = torch.device("cuda")
@@ -269,15 +269,15 @@ def serve(out_dir: Path, wait_for_go: bool) -> int:
         if wait_for_go and sys.stdin.readline().strip() != "go":
             result["status"] = "not told to go"
             return 1
-        shapes = kernels.decode_shapes()
-        result["rows"] = time_shapes(stock, shapes, kernels.WIDE, dev)
+        shapes = decode_shapes()
+        result["rows"] = time_shapes(stock, shapes, WIDE, dev)
         result["status"] = "torch fallbacks done"
         path.write_text(json.dumps(result, indent=1))
         if child is not None:
-            why_not = _tilelang_after(child, out_dir, stock, bootstrap.find_carry(), kernels.WIDE, dev, timeout_s=120)
+            why_not = _tilelang_after(child, out_dir, stock, bootstrap.find_carry(), WIDE, dev, timeout_s=120)
             result["tilelang"] = why_not or stock.tilelang_status
             if not why_not:
-                for r, t in zip(result["rows"], time_shapes(stock, shapes, kernels.WIDE, dev, tilelang_only=True)):
+                for r, t in zip(result["rows"], time_shapes(stock, shapes, WIDE, dev, tilelang_only=True)):
                     r.update({k: v for k, v in t.items() if k.startswith("tilelang")})
         result["status"] = "done"
         return 0

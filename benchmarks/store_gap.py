@@ -5,7 +5,7 @@
 ``benchmarks.kernels`` measures the bf16 index-K store at 76-79% and index-Q at 77-83% of a
 CUDA-graphed device-to-device copy of the same bytes at 34-67 MB / 1.1 GB, against a goal of 85%.
 This script puts three kernels beside each of those sizes, all CUDA-graph medians over rotating
-input sets (``benchmarks.kernels.bench``), to tell where the rest goes:
+input sets (``benchmarks.timing.bench``), to tell where the rest goes:
 
 * ``copy``: ``Tensor.copy_`` of the same bytes (the limit the goal names);
 * ``triton copy``: the plainest Triton streaming kernel over the same bytes (contiguous read,
@@ -32,7 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
-from benchmarks.kernels import ROPE_POSITIONS, bench, n_sets, random_freqs
+from benchmarks.kernels import ROPE_POSITIONS, random_freqs
+from benchmarks.timing import bench, n_sets
 from kernels_sm120 import dispatch
 
 STORE_SIZES = (43008, 65536, 262144)

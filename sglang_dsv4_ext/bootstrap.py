@@ -10,8 +10,8 @@ measures fp8). Nothing of ours runs in such a process unless something imports i
 How: the wheel (and the editable install) puts ``sglang_dsv4_ext-bootstrap.pth`` into site-packages;
 Python's ``site`` runs its one line at interpreter start, which calls :func:`install`. That puts one
 finder on ``sys.meta_path`` that looks at module names only: at the first ``import sglang`` it reads the
-DeepSeek-V4 model module's name from :mod:`sglang_dsv4_ext.compat`, and when SGLang imports that
-module it calls :func:`sglang_dsv4_ext.activation.on_dsv4_model_module_imported` once the module has
+DeepSeek-V4 model module's name from :mod:`sglang_dsv4_ext.plugin.compat`, and when SGLang imports that
+module it calls :func:`sglang_dsv4_ext.plugin.activation.on_dsv4_model_module_imported` once the module has
 executed. That guards the model's construction: where ``load_plugins()`` never ran, the guard runs it
 (SGLang's own loader, so ``SGLANG_PLUGINS`` is honoured) before the model is built, and activation
 then checks, patches and verifies as in a scheduler. The kill switch ``SGLANG_DSV4_EXT=0`` and an
@@ -66,7 +66,7 @@ class DSV4ModelImportWatch:
         return spec
 
     def learn_the_model_module(self):
-        from sglang_dsv4_ext.compat import DSV4_MODEL_INIT  # spelled once, in the table
+        from sglang_dsv4_ext.plugin.compat import DSV4_MODEL_INIT  # spelled once, in the table
 
         self.watched = DSV4_MODEL_INIT.module
 
@@ -88,7 +88,7 @@ def _model_module_imported(module):
 
     if kill_switch_set():  # SGLANG_DSV4_EXT=0: not even activation is imported
         return
-    from sglang_dsv4_ext import activation
+    from sglang_dsv4_ext.plugin import activation
 
     activation.on_dsv4_model_module_imported(module)
 

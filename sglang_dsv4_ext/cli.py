@@ -17,8 +17,8 @@ from sglang_dsv4_ext import __version__, exit_codes
 
 # subcommand -> module providing add_subparser(); order is the order in --help.
 SUBCOMMANDS = {
-    "doctor": "sglang_dsv4_ext.doctor",
-    "plan": "sglang_dsv4_ext.plan",
+    "doctor": "sglang_dsv4_ext.doctor.cli",
+    "plan": "sglang_dsv4_ext.plan.cli",
     "serve": "sglang_dsv4_ext.serving.cli",
     "repro": "sglang_dsv4_ext.repro.cli",
     "patches": "sglang_dsv4_ext.series.cli",

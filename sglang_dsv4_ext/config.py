@@ -101,7 +101,7 @@ def _parse_positive_int(name: str, raw: str) -> int:
 
 def _parse_capture_layers(name: str, raw: str) -> str:
     """The layer rule, normalised (``all``, ``every:N``, ``2,4,10``); membership is checked against the
-    model's c4 layers where the pool is known (:mod:`sglang_dsv4_ext.index_k_capture`)."""
+    model's c4 layers where the pool is known (:mod:`sglang_dsv4_ext.index_k.capture`)."""
     value = raw.strip().lower().replace(" ", "")
     every = value[len("every:"):] if value.startswith("every:") else None
     if value == "all" or (every is not None and _is_whole_number(every) and int(every) >= 1):

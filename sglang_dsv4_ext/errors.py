@@ -36,7 +36,11 @@ class DSV4IndexKGateError(Dsv4ExtError, RuntimeError):
 
 
 class Bf16IndexKUnsupported(Dsv4ExtError, RuntimeError):
-    """A feature combined with bf16 index-K that this extension does not implement."""
+    """A feature combined with bf16 index-K that this extension does not implement.
+
+    The one error class without the ``Error`` suffix: its twin in the source patches (patches/0006) has this
+    name, in every released series (renaming it there would change the series and its 0.5.22 rebase record).
+    """
 
 
 class PlanInputError(Dsv4ExtError, ValueError):

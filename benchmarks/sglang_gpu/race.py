@@ -425,7 +425,7 @@ def format_table(rows: List[Row]) -> str:
 
 
 def run(cfg: RaceConfig, out_dir=None, log=print) -> dict:
-    from sglang_dsv4_ext import activation
+    from sglang_dsv4_ext.plugin import activation
 
     state = activation.activate()
     race = Race(cfg, log=log)

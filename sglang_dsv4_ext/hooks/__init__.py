@@ -1,11 +1,16 @@
 """Runtime hook modules, one SGLang area each.
 
 Every module exposes ``hooks(ctx) -> list[Hook]``: the hooks it wants installed, each on a
-target object exported by :mod:`sglang_dsv4_ext.compat` (the one place a target is spelled).
+target object exported by :mod:`sglang_dsv4_ext.plugin.compat` (the one place a target is spelled).
 Modules never read the configuration at import; hooks decide per call (or at pool creation)
 whether their feature is on, so one installed set of hooks serves every configuration. Hook
-modules share helpers through modules of their own (:mod:`sglang_dsv4_ext.index_k`,
-:mod:`sglang_dsv4_ext.pool_lifecycle`), never through each other.
+modules share helpers through modules of their own (:mod:`sglang_dsv4_ext.index_k.dtype`,
+:mod:`sglang_dsv4_ext.index_k.pool_lifecycle`), never through each other.
+
+Modules (one SGLang area each): :mod:`.sizing` (index-K bytes per token), :mod:`.pool` (bf16 index-K storage),
+:mod:`.pd` (the PD handshake's layout string), :mod:`.hicache` (page-aligned HiCache transfers, L3 key tag),
+:mod:`.indexer` (the bf16 data path in the C4 indexer), :mod:`.gate` (the index-K read gate, a package),
+:mod:`.integrity` (per-page checksums), :mod:`.evidence` (the schedulers' ``/server_info`` record).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sglang_dsv4_ext.compat import Target
+from sglang_dsv4_ext.plugin.compat import Target
 
 # Order matters only for readability of doctor output; targets are disjoint per module.
 HOOK_MODULES = ("sizing", "pool", "pd", "hicache", "indexer", "gate", "integrity", "evidence")
@@ -32,7 +37,7 @@ class HookContext:
     """What activation learned while collecting hooks (the gate probe's verdicts), and which targets it wants.
 
     Activation collects hooks one SGLang module at a time, when SGLang imports that module
-    (:mod:`sglang_dsv4_ext.activation`); ``wants`` says which targets are collected now, so a
+    (:mod:`sglang_dsv4_ext.plugin.activation`); ``wants`` says which targets are collected now, so a
     hook module never makes work (the gate's probe) for a module SGLang has not imported.
     """
 

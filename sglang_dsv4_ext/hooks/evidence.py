@@ -8,7 +8,7 @@ stock server. ``/server_info`` (``srt/entrypoints/http_server.py``) returns ``in
 the tokenizer manager gathers from the schedulers when the request arrives.
 
 How: an AFTER hook on ``SchedulerInternalStateController.get_internal_state`` adds
-``internal_state["sglang_dsv4_ext"]``, :func:`sglang_dsv4_ext.activation.evidence_record`: ``active``
+``internal_state["sglang_dsv4_ext"]``, :func:`sglang_dsv4_ext.plugin.activation.evidence_record`: ``active``
 with the configuration and launch identity once this scheduler passed the DeepSeek-V4 build check,
 else ``active: false`` with the reason. A stock scheduler (``SGLANG_DSV4_EXT=0``, ``SGLANG_PLUGINS``
 without us) has no hook and answers without the key. ``repro --expect-extension`` reads it first.
@@ -19,13 +19,12 @@ Retire when: SGLang reports each process's loaded plugins and their state in ``/
 
 from __future__ import annotations
 
-from sglang_dsv4_ext import compat
-
-RECORD_KEY = "sglang_dsv4_ext"
+from sglang_dsv4_ext.plugin import compat
+from sglang_dsv4_ext.plugin.activation import EVIDENCE_RECORD_KEY as RECORD_KEY
 
 
 def _after_get_internal_state(result, self, recv_req):
-    from sglang_dsv4_ext import activation
+    from sglang_dsv4_ext.plugin import activation
 
     state = getattr(result, "internal_state", None)
     if isinstance(state, dict):

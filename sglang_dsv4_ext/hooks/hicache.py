@@ -35,9 +35,9 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 
-from sglang_dsv4_ext import compat
 from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
-from sglang_dsv4_ext.index_k import is_bf16_index_pool
+from sglang_dsv4_ext.index_k.dtype import stores_bf16_index_k
+from sglang_dsv4_ext.plugin import compat
 
 L3_FORMAT_TAG = "dsv4-idxk-bf16"
 
@@ -45,8 +45,8 @@ L3_FORMAT_TAG = "dsv4-idxk-bf16"
 _building_bf16_stack: contextvars.ContextVar[bool] = contextvars.ContextVar("dsv4_ext_bf16_stack", default=False)
 
 
-def _kvcache_has_bf16_index_k(kvcache) -> bool:
-    return is_bf16_index_pool(getattr(kvcache, "c4_indexer_kv_pool", None))
+def _kvcache_stores_bf16_index_k(kvcache) -> bool:
+    return stores_bf16_index_k(getattr(kvcache, "c4_indexer_kv_pool", None))
 
 
 def _after_indexer_regions(result, kvcache, page_size):
@@ -59,7 +59,7 @@ def _after_indexer_regions(result, kvcache, page_size):
 
 
 def _around_build_stack(original, *args, **kwargs):
-    token = _building_bf16_stack.set(_kvcache_has_bf16_index_k(kwargs.get("kvcache")))
+    token = _building_bf16_stack.set(_kvcache_stores_bf16_index_k(kwargs.get("kvcache")))
     try:
         return original(*args, **kwargs)
     finally:
@@ -78,7 +78,7 @@ def _after_logical_host_pool_init(result, self, *args, **kwargs):
 def _around_create_external_linker(original, server_args, params, *, backend, config, components,
                                    forward_stream=None):
     kvcache = params.token_to_kv_pool_allocator.get_kvcache()
-    if _kvcache_has_bf16_index_k(kvcache):
+    if _kvcache_stores_bf16_index_k(kvcache):
         raise Bf16IndexKUnsupported(
             f"SGLANG_DSV4_INDEX_K_DTYPE=bf16 cannot be combined with --enable-unified-cache-external-linker "
             f"(backend {backend!r}): its direct linkers key L3 pages on the model path alone, so bf16 and fp8 "

@@ -26,7 +26,7 @@ own code, unwrapped at call time):
     SGLang's own top-k transforms; the non-paged branch is never taken for bf16
     (``_can_use_nonpaged_indexer`` also answers False). With ``SGLANG_DSV4_INDEX_K_CAPTURE``
     set, the queries, weights and key rows it reads are handed to
-    :mod:`sglang_dsv4_ext.index_k_capture` first (for ``sglang-dsv4 recall``), and the store
+    :mod:`sglang_dsv4_ext.index_k.capture` first (for ``sglang-dsv4 recall``), and the store
     above hands it what it rounded to bf16 (recall's reference).
 
 Upstream status: not upstream.
@@ -43,9 +43,11 @@ from typing import TYPE_CHECKING, Iterator, Optional
 import torch
 import torch.nn.functional as F
 
-from sglang_dsv4_ext import compat, index_k_capture, pool_lifecycle
 from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
-from sglang_dsv4_ext.index_k import is_bf16_index_pool
+from sglang_dsv4_ext.index_k import capture as index_k_capture
+from sglang_dsv4_ext.index_k import pool_lifecycle
+from sglang_dsv4_ext.index_k.dtype import stores_bf16_index_k
+from sglang_dsv4_ext.plugin import compat
 
 if TYPE_CHECKING:
     from sglang_dsv4_ext.sglang_types import DSV4AttentionBackend
@@ -59,9 +61,9 @@ def _kernels():
     return kernels_sm120
 
 
-def backend_uses_bf16_index_k(backend: DSV4AttentionBackend) -> bool:
+def backend_stores_bf16_index_k(backend: DSV4AttentionBackend) -> bool:
     pool = getattr(backend, "token_to_kv_pool", None)
-    return is_bf16_index_pool(getattr(pool, "c4_indexer_kv_pool", None))
+    return stores_bf16_index_k(getattr(pool, "c4_indexer_kv_pool", None))
 
 
 # True inside forward_c4_indexer on a backend whose pool stores bf16 index-K: compute_q (called
@@ -83,7 +85,7 @@ def index_k_pool_scope(bf16: bool) -> Iterator[None]:
 
 def _around_forward_unified(original, self, x, forward_batch, layer_id, compressor):
     # Only the c4 indexer's keys live in the bf16 pool (V4.1's low-ratio pools stay fp4).
-    if not compressor.is_in_indexer or compressor.ratio != 4 or not backend_uses_bf16_index_k(self):
+    if not compressor.is_in_indexer or compressor.ratio != 4 or not backend_stores_bf16_index_k(self):
         return original(self, x, forward_batch, layer_id, compressor)
     if forward_batch.forward_mode.is_idle():
         return None
@@ -155,7 +157,7 @@ def _around_compute_q(original, self, q_lora, positions, weight, q_lora_quant=No
 # --- logits + SGLang's top-k -----------------------------------------------------------------
 
 def _around_can_use_nonpaged(original, self, *, c4_indexer, forward_batch, indexer_metadata):
-    if backend_uses_bf16_index_k(self):
+    if backend_stores_bf16_index_k(self):
         return False  # the non-paged path gathers fp8 rows for DeepGEMM
     return original(self, c4_indexer=c4_indexer, forward_batch=forward_batch, indexer_metadata=indexer_metadata)
 
@@ -163,7 +165,7 @@ def _around_can_use_nonpaged(original, self, *, c4_indexer, forward_batch, index
 def _around_forward_c4_indexer(original, self, x, q_lora, c4_indexer, forward_batch, alt_streams=None,
                                enable_multi_stream=False, q_lora_ready=None, skip_compressor=False,
                                q_lora_quant=None):
-    if c4_indexer.use_fp4_indexer or not backend_uses_bf16_index_k(self):
+    if c4_indexer.use_fp4_indexer or not backend_stores_bf16_index_k(self):
         with index_k_pool_scope(False):
             return original(self, x, q_lora, c4_indexer, forward_batch, alt_streams=alt_streams,
                             enable_multi_stream=enable_multi_stream, q_lora_ready=q_lora_ready,

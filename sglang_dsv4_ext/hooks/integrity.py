@@ -5,7 +5,7 @@ sparse attention sees, and the symptom is a wrong tool call several turns later.
 to tell "index-K was intact where it was read" from "it was not" in one run on their own cluster,
 without a debugger (``SGLANG_DSV4_INDEX_K_INTEGRITY=off|sample|full``, default off).
 
-How: shared logic in :mod:`sglang_dsv4_ext.index_k_integrity`, kernels in
+How: shared logic in :mod:`sglang_dsv4_ext.index_k.integrity`, kernels in
 ``kernels_sm120/index_k_checksum.py``:
   * AFTER ``DeepSeekV4PagedHostPool.__init__``: HiCache's c4 indexer host mirror gets a checksum
     table (one int64 per layer and host page) when the mode is on (decided at pool creation).
@@ -50,8 +50,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from sglang_dsv4_ext import compat, index_k_integrity
 from sglang_dsv4_ext.config import load_config
+from sglang_dsv4_ext.index_k import integrity as index_k_integrity
+from sglang_dsv4_ext.plugin import compat
 
 if TYPE_CHECKING:
     from sglang_dsv4_ext.sglang_types import PagedHostPool

@@ -18,8 +18,8 @@ peer for DSV4 kv_data).
 
 from __future__ import annotations
 
-from sglang_dsv4_ext import compat
-from sglang_dsv4_ext.index_k import is_bf16_index_pool
+from sglang_dsv4_ext.index_k.dtype import stores_bf16_index_k
+from sglang_dsv4_ext.plugin import compat
 
 INDEX_K_LAYOUT_TAG = "c4idx"
 
@@ -28,7 +28,7 @@ def _after_pd_kv_layout(result, self):
     if result.endswith(f",{INDEX_K_LAYOUT_TAG}:bf16"):
         return None  # an SGLang built with patches/0004 already says it
     index_pool = getattr(self, "index_pools", {}).get(4)
-    if index_pool is not None and is_bf16_index_pool(index_pool):
+    if index_pool is not None and stores_bf16_index_k(index_pool):
         return f"{result},{INDEX_K_LAYOUT_TAG}:bf16"
     return None  # keep SGLang's string
 

@@ -16,7 +16,7 @@ buffers unchanged. Writers that only know the fp8/fp4 layouts raise on it. An AF
 token with what the configurator budgeted and refuses to continue on a mismatch (for
 DeepSeek-V4.1 also the ratio-1/2 index-K pools of the kv_source layers, which stay fp4 whatever
 the dtype: SGLang builds them with ``force_fp4=True``); it also announces the new pool
-(:mod:`sglang_dsv4_ext.pool_lifecycle`), so the index-K read gate can link the sub-pools.
+(:mod:`sglang_dsv4_ext.index_k.pool_lifecycle`), so the index-K read gate can link the sub-pools.
 
 Upstream status: no bf16 index-K upstream (https://github.com/sgl-project/sglang/pull/33413 keeps the
 indexer quantized).
@@ -32,10 +32,12 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
-from sglang_dsv4_ext import compat, index_k_budget, pool_lifecycle
 from sglang_dsv4_ext.config import ENV_FP4_BUDGET, load_config
 from sglang_dsv4_ext.errors import DSV4IndexKLayoutError, IndexKSizingError
-from sglang_dsv4_ext.index_k import BF16, bf16_page_view, effective_index_k_dtype, index_k_bytes_per_token
+from sglang_dsv4_ext.index_k import budget as index_k_budget
+from sglang_dsv4_ext.index_k import pool_lifecycle
+from sglang_dsv4_ext.index_k.dtype import BF16, bf16_page_view, effective_index_k_dtype, index_k_bytes_per_token
+from sglang_dsv4_ext.plugin import compat
 
 if TYPE_CHECKING:
     from sglang_dsv4_ext.sglang_types import DSV4TokenToKVPool
@@ -65,7 +67,7 @@ class _Bf16IndexKPoolMethods:
 
     def set_index_fused(self, layer_id: int, loc: torch.Tensor, cache_k: torch.Tensor) -> None:
         """Store already normalised/rotated index-K rows ``[N, index_head_dim]`` as bf16 at ``loc``."""
-        scatter_index_k_bf16(
+        store_rows_in_bf16_pages(
             self.index_k_with_scale_buffer[layer_id - self.start_layer],
             loc,
             cache_k,
@@ -111,10 +113,13 @@ def _bf16_pool_class():
 _BF16_POOL_CLASS = None
 
 
-def scatter_index_k_bf16(
+def store_rows_in_bf16_pages(
     page_rows: torch.Tensor, loc: torch.Tensor, rows: torch.Tensor, page_size: int, index_head_dim: int
 ) -> None:
     """Write ``rows`` (``[N, head_dim]``) as bf16 at compressed slots ``loc`` (slot s -> page s//P, offset s%P).
+
+    The pool's side of the store: checks the shapes, then on CUDA calls the kernel
+    ``kernels_sm120.dispatch.scatter_index_k_bf16(rows, loc, cache)`` (its own argument order), elsewhere torch.
 
     Negative slots are padding and are skipped. On CUDA this launches the Triton scatter
     from :mod:`kernels_sm120`; elsewhere it is the same copy in torch (bit-identical: a

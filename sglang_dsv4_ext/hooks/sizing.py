@@ -9,7 +9,7 @@ configurator passes ``_is_hip and fp4`` (docs/patch-point-map.md, "Sizing").
 How: an AROUND hook on ``get_dsv4_indexer_bytes_per_token`` (both the pool's
 ``get_bytes_per_token`` and the configurator resolve it; HookRegistry's propagation
 rebinds the configurator's ``from ... import`` alias) answers from
-:func:`sglang_dsv4_ext.index_k.index_k_bytes_per_token` for the effective index-K dtype. An AFTER hook on
+:func:`sglang_dsv4_ext.index_k.dtype.index_k_bytes_per_token` for the effective index-K dtype. An AFTER hook on
 ``DSV4PoolConfigurator.__init__`` records what was budgeted, so the pool's startup
 self-check (:mod:`.pool`) can compare allocation with budget. Budgeting SGLang's CUDA fp4
 indexer at its real 68 B changes capacity for operators who did not ask for it: it is logged
@@ -26,9 +26,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from sglang_dsv4_ext import compat, index_k_budget
 from sglang_dsv4_ext.config import ENV_FP4_BUDGET, load_config
-from sglang_dsv4_ext.index_k import BF16, effective_index_k_dtype, index_k_bytes_per_token
+from sglang_dsv4_ext.index_k import budget as index_k_budget
+from sglang_dsv4_ext.index_k.dtype import BF16, effective_index_k_dtype, index_k_bytes_per_token
+from sglang_dsv4_ext.plugin import compat
 
 logger = logging.getLogger(__name__)
 

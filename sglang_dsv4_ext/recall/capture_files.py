@@ -17,8 +17,8 @@ from typing import Dict, List, Optional
 
 import torch
 
-from sglang_dsv4_ext import capture_format as fmt
 from sglang_dsv4_ext.errors import CaptureFileError
+from sglang_dsv4_ext.index_k import capture_format as fmt
 
 SUFFIX = ".pt"
 

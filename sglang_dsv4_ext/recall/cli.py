@@ -1,7 +1,7 @@
 """``sglang-dsv4 recall DIR``: is bf16 index-K worth its bytes on this traffic?
 
 DIR holds capture files (``*.pt``, in it or its subdirectories, e.g. the per-process subdirectories
-``SGLANG_DSV4_INDEX_K_CAPTURE=DIR`` writes; format: :mod:`sglang_dsv4_ext.capture_format`). For every
+``SGLANG_DSV4_INDEX_K_CAPTURE=DIR`` writes; format: :mod:`sglang_dsv4_ext.index_k.capture_format`). For every
 format (bf16; fp8 and fp4 exactly as SGLang's own kernels quantize index-K and index-Q,
 :mod:`sglang_dsv4_ext.recall.formats`) the indexer logits ``sum_h w_h relu(q_h . k_t)`` are recomputed
 in float64 and their top-k set compared with the reference's, for k = 512 and the model's ``index_topk``

@@ -10,5 +10,9 @@ Modules: :mod:`.dsml` (reference parser), :mod:`.scenario` (deterministic sessio
 configuration, re-run command), :mod:`.client` (HTTP, reply shapes, /detokenize),
 :mod:`.rundir` (run-directory names; never overwrite; record reading), :mod:`.runner`
 (concurrency, time bound, signals, output), :mod:`.stats` (Wilson, McNemar), :mod:`.compare`
-(A/B), :mod:`.reparse` (offline re-parse, failure-origin table), :mod:`.cli`.
+(A/B), :mod:`.pairing` (what makes two runs a paired comparison), :mod:`.reparse` (offline re-parse,
+failure-origin table), :mod:`.server_http` (one bounded read of a server's ``/metrics`` or ``/server_info``),
+:mod:`.server_evidence` (every server's counters before and after), :mod:`.server_info` (the schedulers'
+records in ``/server_info``), :mod:`.extension_check` (is the extension active on every server, decided
+before the first request), :mod:`.strict_json` (JSON without ``NaN``), :mod:`.cli`.
 """

@@ -11,10 +11,11 @@ import math
 import os
 import sys
 
-from sglang_dsv4_ext import exit_codes, stop_signals
+from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.errors import PairingError, ReproInputError
 from sglang_dsv4_ext.repro import rundir
 from sglang_dsv4_ext.repro.verdict import CLASSES
+from sglang_dsv4_ext.tool_support import stop_signals
 
 _EPILOG = """\
 examples:

@@ -9,7 +9,7 @@ named server first (``--expect-extension``) and records what it found in the sum
 How, per server. Only evidence of the server answering now decides: its schedulers' records in
 ``/server_info`` (:mod:`.server_info`), which each scheduler computes from its own state when asked.
 Active: every DP rank's scheduler reports active, with every field of
-:data:`sglang_dsv4_ext.activation.EVIDENCE_FIELDS`, in one launch. Inactive: a rank has no record (a
+:data:`sglang_dsv4_ext.plugin.activation.EVIDENCE_FIELDS`, in one launch. Inactive: a rank has no record (a
 stock scheduler has none) or reports not active. Unknown: ``/server_info`` cannot be read, or the
 records are incomplete or of several launches.
 
@@ -34,9 +34,9 @@ import shlex
 from typing import Dict, List, Optional
 from urllib.parse import urlsplit
 
-from sglang_dsv4_ext import launch_identity
-from sglang_dsv4_ext.activation import EVIDENCE_FIELDS
 from sglang_dsv4_ext.errors import ActivationError, ServerActivationError
+from sglang_dsv4_ext.plugin import launch_identity
+from sglang_dsv4_ext.plugin.activation import EVIDENCE_FIELDS
 from sglang_dsv4_ext.repro import server_info
 from sglang_dsv4_ext.repro.server_evidence import EXTENSION_GAUGE
 from sglang_dsv4_ext.serving import activation_check

@@ -174,7 +174,7 @@ def load_summary(run_dir: str, required: bool) -> dict:
             summary = strict_json.loads(f.read())
     except OSError as exc:
         raise ReproInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    except strict_json.NotJSONValue as exc:  # sglang-dsv4-ext 0.3.0 wrote a counter that was not a number so
+    except strict_json.NotJSONValueError as exc:  # sglang-dsv4-ext 0.3.0 wrote a counter that was not a number so
         raise ReproInputError(f"{path}: not valid JSON ({exc}; write null in its place)") from None
     except ValueError as exc:
         raise ReproInputError(f"{path}: not valid JSON ({exc})") from None

@@ -15,10 +15,10 @@ Before the run directory is claimed, every such server is read once: that snapsh
 "before" of the deltas, and the extension check (:mod:`.extension_check`) may refuse the run
 there, before any request is sent and before anything is written.
 
-Signals: every signal that would end the process (:data:`sglang_dsv4_ext.stop_signals.FATAL_SIGNALS`:
+Signals: every signal that would end the process (:data:`sglang_dsv4_ext.tool_support.stop_signals.FATAL_SIGNALS`:
 SIGINT, SIGTERM, SIGHUP of a dropped SSH session, ...; one ignored at start stays ignored) is handled
 alike for the run's whole life. Before the first request it ends the run with
-:class:`~sglang_dsv4_ext.stop_signals.Stopped` (nothing sent, nothing written); during the requests it
+:class:`~sglang_dsv4_ext.tool_support.stop_signals.Stopped` (nothing sent, nothing written); during the requests it
 stops them, the servers are read once more (bounded) and the summary is written with ``interrupted_by``;
 during that last read (or the one after a finished run) it gives the read up, the servers' rows say
 so, and the summary is still written. :attr:`Runner.signal` is the first signal, for the exit code.
@@ -38,7 +38,7 @@ from typing import Dict, List, Optional
 
 from tqdm import tqdm
 
-from sglang_dsv4_ext import __version__, stop_signals
+from sglang_dsv4_ext import __version__
 from sglang_dsv4_ext.errors import ReproInputError
 from sglang_dsv4_ext.repro import client as http
 from sglang_dsv4_ext.repro import extension_check, rundir, server_evidence, strict_json
@@ -47,6 +47,7 @@ from sglang_dsv4_ext.repro.scenario import TOOLS, TOOLS_BY_NAME, RequestSpec, se
 from sglang_dsv4_ext.repro.settings import RunConfig, metrics_urls, requests_planned
 from sglang_dsv4_ext.repro.stats import rate_with_interval
 from sglang_dsv4_ext.repro.verdict import CLASSES, CORRUPTION_CLASSES, TRANSPORT_CLASSES, classify
+from sglang_dsv4_ext.tool_support import stop_signals
 
 # Server-info keys worth recording next to the results (SGLang names).
 _SERVER_INFO_KEYS = (
@@ -77,7 +78,8 @@ def auth_headers(api_key_env: Optional[str]) -> dict:
 
 def preflight(urls, log_dir: Optional[str], expect: str):
     """(snapshot, extension states) of ``urls``; raises ServerActivationError when the run must not start,
-    :class:`~sglang_dsv4_ext.stop_signals.Stopped` at a fatal signal (each read is bounded; nothing is written)."""
+    :class:`~sglang_dsv4_ext.tool_support.stop_signals.Stopped` at a fatal signal (each read is bounded; nothing is
+    written)."""
     with stop_signals.raising():
         before = server_evidence.snapshot(urls)
         states = extension_check.server_states(before, log_dir)

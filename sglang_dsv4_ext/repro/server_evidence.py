@@ -49,7 +49,7 @@ EVIDENCE_METRICS = {
     "integrity_mismatches": "sglang:dsv4_index_k_integrity_mismatches",
 }
 NOT_CHECKED = "not checked"  # shown instead of a mismatch count of 0 when no page was checked
-# The extension's activation gauge (sglang_dsv4_ext/activation.py): value 1, one label set per process.
+# The extension's activation gauge (sglang_dsv4_ext/plugin/activation.py): value 1, one label set per process.
 EXTENSION_GAUGE = "sglang:dsv4_ext_active"
 _SGLANG_PREFIX = "sglang:"
 

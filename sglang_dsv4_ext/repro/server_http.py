@@ -4,12 +4,12 @@ Why: these reads come before the first request (the "before" of the evidence, th
 after the last (the "after"). A server that drips its answer, cuts its body short, or answers with
 something that is not HTTP must neither hold a run before it starts or after it finished, nor end it
 with a traceback and no summary: each read ends within :data:`READ_DEADLINE_S` seconds, through the
-bounded GET serve uses too (:mod:`sglang_dsv4_ext.http_probe`), and any failure is a reason in words.
+bounded GET serve uses too (:mod:`sglang_dsv4_ext.tool_support.http_probe`), and any failure is a reason in words.
 """
 
 from __future__ import annotations
 
-from sglang_dsv4_ext import http_probe
+from sglang_dsv4_ext.tool_support import http_probe
 
 READ_DEADLINE_S = 10.0  # one whole read (connect, headers, body); SGLang answers both in milliseconds
 

@@ -3,7 +3,7 @@
 SGLang's ``GET /server_info`` (``srt/entrypoints/http_server.py``; served with or without
 ``--enable-metrics``) returns ``internal_states``, one per DP rank, which the tokenizer manager asks
 the schedulers for when the request arrives. With the extension loaded each carries the scheduler's
-activation record (``hooks/evidence.py``: :func:`sglang_dsv4_ext.activation.evidence_record`); a stock
+activation record (``hooks/evidence.py``: :func:`sglang_dsv4_ext.plugin.activation.evidence_record`); a stock
 scheduler's has none. Unlike a log or a metrics file, nothing of an earlier launch can answer here.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from sglang_dsv4_ext.hooks.evidence import RECORD_KEY
+from sglang_dsv4_ext.plugin.activation import EVIDENCE_RECORD_KEY as RECORD_KEY
 from sglang_dsv4_ext.repro import server_http, strict_json
 
 

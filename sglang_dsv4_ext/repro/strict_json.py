@@ -15,12 +15,12 @@ import math
 from typing import List, Tuple
 
 
-class NotJSONValue(ValueError):
+class NotJSONValueError(ValueError):
     """``NaN``, ``Infinity`` or ``-Infinity`` in the text."""
 
 
 def _refuse(constant: str):
-    raise NotJSONValue(f"{constant} is not a JSON value")
+    raise NotJSONValueError(f"{constant} is not a JSON value")
 
 
 def loads(text):

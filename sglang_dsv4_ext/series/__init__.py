@@ -8,6 +8,8 @@ applying to new upstream tags and says which fixes upstream has already absorbed
 Modules (one job each):
 
 - :mod:`.gitrepo`     GitPython wrapper: deterministic git invocations, clear errors.
+- :mod:`.gitcmd`      plain ``git`` invocations (subprocess, no GitPython) with a fixed configuration.
+- :mod:`.paths`       where the patch series live (the one answer for ``patches`` and ``doctor``).
 - :mod:`.series`      the ``patches/`` directory: ``series``, patch files and their DEP-3
                       headers, the ``UPSTREAM_PIN`` and the tombstones of dropped patches.
 - :mod:`.layout`      what makes a tree SGLang's (a repository of another project is refused).
@@ -21,6 +23,8 @@ Modules (one job each):
 - :mod:`.pin`         the ``UPSTREAM_PIN`` of a new base and what changes in it (export, rebase).
 - :mod:`.rangediff`   old-versus-new series report (``git range-diff``).
 - :mod:`.package_dir` apply/check against an unpacked or installed ``sglang`` package (no git).
+- :mod:`.checkrepo`   the series against a git checkout: check in a scratch worktree, apply onto HEAD, export.
+- :mod:`.upstream`    which of the series' fixes an SGLang already has (``status`` and ``doctor``).
 - :mod:`.upstream_history` a local SGLang history built from PyPI wheels.
 - :mod:`.cli`         ``sglang-dsv4 patches ...``.
 """

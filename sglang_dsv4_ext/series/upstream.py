@@ -3,7 +3,7 @@
 A fix is *upstream* in an SGLang when its patch reverse-applies to that SGLang's source
 (the change is already there) or, with git history, when an upstream commit made the same
 change (see :mod:`.classify`). Each patch names, in its DEP-3 header, the runtime module it
-mirrors (``Mirrors:``) and the hook targets of :data:`sglang_dsv4_ext.compat.TARGETS` it
+mirrors (``Mirrors:``) and the hook targets of :data:`sglang_dsv4_ext.plugin.compat.TARGETS` it
 replaces (``Mirrors-Targets:``). That is the shared vocabulary: for the installed SGLang,
 ``sglang-dsv4 patches status`` reports a patch as already upstream exactly when
 :func:`upstream_targets` lists its targets, and ``sglang-dsv4 doctor`` reports those

@@ -11,10 +11,10 @@ How: :func:`check_server_log` reads a child's teed log (serve-logs/<time>/<name>
 log (a restart, a reused ``--log-dir``), so only the part after the last start header counts (the
 current start), and it must not end with the end-of-output line serve writes once the child closed its
 output (the server exited). In it, every ``sglang-dsv4-ext active:`` line
-(:func:`sglang_dsv4_ext.activation.activation_line`, printed only by a process that passed the
+(:func:`sglang_dsv4_ext.plugin.activation.activation_line`, printed only by a process that passed the
 DeepSeek-V4 build check; the launcher's "configuration loaded" line proves nothing) must carry every
 field, this sglang-dsv4-ext's version, one launch (the launcher's identity, which serve knows from the
-pid it started: :mod:`sglang_dsv4_ext.launch_identity`) and the expected configuration. repro calls
+pid it started: :mod:`sglang_dsv4_ext.plugin.launch_identity`) and the expected configuration. repro calls
 :func:`check_server_log` on serve's log directory with the launch the server answering now reports.
 """
 
@@ -23,14 +23,14 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from sglang_dsv4_ext import launch_identity
-from sglang_dsv4_ext.activation import (
+from sglang_dsv4_ext.errors import ActivationError
+from sglang_dsv4_ext.plugin import launch_identity
+from sglang_dsv4_ext.plugin.activation import (
     ACTIVATION_LINE_PREFIX,
     EVIDENCE_FIELDS,
     LAUNCHER_LINE_PREFIX,
 )
 from sglang_dsv4_ext.config import SHOWN_FIELDS
-from sglang_dsv4_ext.errors import ActivationError
 
 _FIELD = re.compile(r"(\w+)=(\S+)")
 CHECKED_FIELDS = SHOWN_FIELDS  # the configuration the line shows: index_k_dtype, gate, fp4_budget, integrity

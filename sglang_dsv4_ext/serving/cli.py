@@ -13,7 +13,6 @@ import time
 from typing import List, Optional
 
 from sglang_dsv4_ext import exit_codes
-from sglang_dsv4_ext.arg_types import finite_float
 from sglang_dsv4_ext.cli import _SUMMARIES
 from sglang_dsv4_ext.config import (
     ENV_BF16_ALIAS,
@@ -39,6 +38,7 @@ from sglang_dsv4_ext.serving.preset import (
     load_preset,
     node_hosts_problem,
 )
+from sglang_dsv4_ext.tool_support.arg_types import finite_float, int_at_least, int_in_range
 
 EXIT_USAGE = exit_codes.USAGE
 PLACEHOLDER_SUFFIX = ".invalid"  # reserved TLD used for node addresses in shipped presets
@@ -385,7 +385,7 @@ def _check_children_config(plan, models: dict, local: bool) -> None:
 
 
 def _capture_sentence(plan, capture, models: dict, local: bool, name: str) -> str:
-    from sglang_dsv4_ext import capture_check
+    from sglang_dsv4_ext.index_k import capture_check
 
     if "model" not in models:
         models["model"] = capture_check.model_for_path(plan.spec.model_path)
@@ -414,8 +414,8 @@ def _startable(spec: StackSpec, plan) -> Optional[str]:
 
 def _prefill_graph_lines(plan) -> str:
     """Per generated server: will the breakable prefill graph be on (SGLang's own resolution of its flags)?"""
-    from sglang_dsv4_ext import prefill_graph
     from sglang_dsv4_ext.errors import PrefillGraphArgsError
+    from sglang_dsv4_ext.sglang_cpu import prefill_graph
 
     lines = []
     for child in plan.children:

@@ -27,6 +27,7 @@ from typing import Dict, Iterable, List, Optional, TextIO
 
 import psutil
 
+from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.serving import process_tree
 
 DONE = "done"
@@ -150,11 +151,11 @@ def main(argv: List[str]) -> int:
     for line in sys.stdin:
         line = line.strip()
         if line == DONE:
-            return 0
+            return exit_codes.OK
         if line:
             known.add(line)
     with open(log_path, "a") as log:
-        return 1 if reap(known.everything_left(), grace, log) else 0
+        return exit_codes.ATTENTION if reap(known.everything_left(), grace, log) else exit_codes.OK
 
 
 if __name__ == "__main__":

@@ -38,11 +38,13 @@ from typing import IO, Dict, List, Optional, Tuple
 
 import psutil
 
-from sglang_dsv4_ext import exit_codes, http_probe, launch_identity, stop_signals
+from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.errors import ActivationError
+from sglang_dsv4_ext.plugin import launch_identity
 from sglang_dsv4_ext.serving import activation_check, reaper, wedge
 from sglang_dsv4_ext.serving.launch_plan import ChildSpec
 from sglang_dsv4_ext.serving.process_tree import alive, parent_death_signal, process_groups, send
+from sglang_dsv4_ext.tool_support import http_probe, stop_signals
 
 EXIT_CHILD_FAILED = exit_codes.ATTENTION
 FATAL_SIGNALS = stop_signals.FATAL_SIGNALS  # the signals that stop the stack (one list for every command)

@@ -12,7 +12,7 @@ text) is not a verdict: the problem is said once and the watch goes on (health c
 children's exit status own a server that is gone).
 
 :class:`WedgeWatch` runs the detectors on a thread of its own, each read bounded as a whole
-(:mod:`sglang_dsv4_ext.http_probe`), so a slow or dripping /metrics never delays the
+(:mod:`sglang_dsv4_ext.tool_support.http_probe`), so a slow or dripping /metrics never delays the
 supervisor's signal handling.
 """
 
@@ -23,27 +23,27 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
-from sglang_dsv4_ext import http_probe
+from sglang_dsv4_ext.tool_support import http_probe
 
 RUNNING_REQS = "sglang:num_running_reqs"
 GENERATED_TOKENS = "sglang:generation_tokens_total"
 READ_DEADLINE = 2.0  # seconds for one whole /metrics read
 
 
-class MetricsUnreadable(Exception):
+class MetricsUnreadableError(Exception):
     """/metrics gave no answer that can be judged; the message says why."""
 
 
 def scrape(url: str, deadline: float = READ_DEADLINE) -> Dict[str, float]:
-    """Sum of every sample of the two metrics (all label sets); :class:`MetricsUnreadable` with the reason."""
+    """Sum of every sample of the two metrics (all label sets); :class:`MetricsUnreadableError` with the reason."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
         reply = http_probe.get(url, deadline)
     except http_probe.ProbeError as exc:
-        raise MetricsUnreadable(f"no answer ({exc})") from None
+        raise MetricsUnreadableError(f"no answer ({exc})") from None
     if reply.status != 200:
-        raise MetricsUnreadable(f"HTTP {reply.status} (was the server started with --enable-metrics?)")
+        raise MetricsUnreadableError(f"HTTP {reply.status} (was the server started with --enable-metrics?)")
     totals = {RUNNING_REQS: 0.0, GENERATED_TOKENS: 0.0}
     try:
         for family in text_string_to_metric_families(reply.body.decode(errors="replace")):
@@ -51,7 +51,7 @@ def scrape(url: str, deadline: float = READ_DEADLINE) -> Dict[str, float]:
                 if sample.name in totals:
                     totals[sample.name] += sample.value
     except (ValueError, IndexError) as exc:  # what prometheus_client's parser raises on text it cannot read
-        raise MetricsUnreadable(f"not Prometheus text ({exc})") from None
+        raise MetricsUnreadableError(f"not Prometheus text ({exc})") from None
     return totals
 
 
@@ -68,7 +68,7 @@ class WedgeDetector:
         """Scrape once; return a message naming the server when it is wedged, else None."""
         try:
             totals = scrape(self.metrics_url)
-        except MetricsUnreadable as exc:
+        except MetricsUnreadableError as exc:
             self.problem = str(exc)
             return None
         self.problem = None

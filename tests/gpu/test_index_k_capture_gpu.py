@@ -35,7 +35,8 @@ def _float64_topk(rec, row: int, k: int):
 
 
 def test_capture_on_gpu_holds_the_rows_the_indexer_read(sglang_gpu, tmp_path):
-    from sglang_dsv4_ext import activation, index_k_capture
+    from sglang_dsv4_ext.index_k import capture as index_k_capture
+    from sglang_dsv4_ext.plugin import activation
     from sglang_dsv4_ext.recall import cli as recall
 
     activation.activate()
@@ -83,8 +84,8 @@ def test_a_capturing_call_never_waits_for_the_gpu(sglang_gpu, tmp_path, monkeypa
     writer thread's file passes recall's checks, among them: the Triton store's bf16 rows are the captured fp32
     keys rounded to bf16 (to within one bf16 step)."""
     import kernels_sm120
-    from sglang_dsv4_ext import index_k_capture
     from sglang_dsv4_ext.config import CaptureConfig
+    from sglang_dsv4_ext.index_k import capture as index_k_capture
     from sglang_dsv4_ext.recall import capture_files
 
     shape = indexer_topk.SHAPES[0]  # decode: one row per request, each its own page table

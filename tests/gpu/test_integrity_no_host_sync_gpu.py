@@ -70,7 +70,7 @@ def _indices(torch, kind, values):
 
 @pytest.mark.parametrize("io_backend", ["direct", "kernel"])
 def test_tracker_record_expect_verify_forget_poll_never_block_the_host(cuda, io_backend):
-    from sglang_dsv4_ext import index_k_integrity as ii
+    from sglang_dsv4_ext.index_k import integrity as ii
 
     torch = cuda.torch
     g = torch.Generator(device="cuda").manual_seed(5)
@@ -121,7 +121,7 @@ def _sglang_stack(torch):
     never unregisters it, so a second mirror allocated where the first one was freed fails with
     cudaErrorHostMemoryAlreadyRegistered (and poisons the tests after it).
     """
-    from sglang_dsv4_ext import index_k_integrity as ii
+    from sglang_dsv4_ext.index_k import integrity as ii
 
     if not _STACK:
         _STACK.append(_build_sglang_stack(torch))
@@ -137,8 +137,8 @@ def _build_sglang_stack(torch):
     from sglang.srt.mem_cache.memory_pool_host import DeepSeekV4PagedHostPool, LogicalHostPool
     from sglang.srt.mem_cache.pool_host import HostPoolGroup, PoolEntry
 
-    from sglang_dsv4_ext import index_k_integrity as ii
     from sglang_dsv4_ext.hooks import integrity
+    from sglang_dsv4_ext.index_k import integrity as ii
 
     tokens = (ROWS + 1) * PAGE
     pool = DeepSeekV4TokenToKVPool(

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext import activation, compat
 from sglang_dsv4_ext.config import ConfigError, load_config
+from sglang_dsv4_ext.plugin import activation, compat
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +30,7 @@ def phases():
 
 
 def test_entry_point_is_discovered(phases):
-    assert "sglang_dsv4_ext=sglang_dsv4_ext.activation:register" in phases["entry_points"]
+    assert "sglang_dsv4_ext=sglang_dsv4_ext.plugin.activation:register" in phases["entry_points"]
 
 
 def test_kill_switch_leaves_sglang_untouched(phases):

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from sglang_dsv4_ext import activation, compat
+from sglang_dsv4_ext.plugin import activation, compat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "tests", "support", "activation_scope.py")

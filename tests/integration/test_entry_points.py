@@ -14,7 +14,7 @@ from pathlib import Path
 
 import sglang
 
-from sglang_dsv4_ext import sglang_entry_points
+from sglang_dsv4_ext.doctor import sglang_entry_points
 
 SGLANG = Path(sglang.__file__).parent
 

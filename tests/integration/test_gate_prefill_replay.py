@@ -37,7 +37,7 @@ from typing import Dict, List, Tuple
 import pytest
 import torch
 
-from sglang_dsv4_ext import compat
+from sglang_dsv4_ext.plugin import compat
 from tests.support import gate_doubles as gd
 
 BREAKABLE, TC_PIECEWISE, FULL = "breakable", "tc_piecewise", "full"

@@ -16,7 +16,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _LOAD = r"""
 import json, sys, sglang.srt.plugins as plugins
-from sglang_dsv4_ext import activation
+from sglang_dsv4_ext.plugin import activation
 plugins.load_plugins()
 print(json.dumps({"loaded": activation.STATE.loaded}))
 """

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext import compat
+from sglang_dsv4_ext.cli import main as cli_main
 from sglang_dsv4_ext.hooks import HOOK_MODULES
+from sglang_dsv4_ext.plugin import compat
 from sglang_dsv4_ext.series.package_dir import installed_sglang_dir, overlay_copy
 from sglang_dsv4_ext.series.releases import release_series_dirs
 from sglang_dsv4_ext.series.series import REQUIRED_DEP3_FIELDS, load_series, read_pin, unlisted_patch_files
@@ -184,7 +185,8 @@ def test_status_and_doctor_agree_on_the_installed_sglang(ext_active):
     """For the installed SGLang: a fix status calls needed is one doctor applies (or skips by
     configuration), never one it calls not needed; and every row doctor does apply is a fix the
     series carries, so the series is the complete source form of what the extension patches."""
-    from sglang_dsv4_ext import activation, doctor
+    from sglang_dsv4_ext.doctor import cli as doctor
+    from sglang_dsv4_ext.plugin import activation
 
     verdicts = fix_verdicts()
     assert [v.upstream for v in verdicts] == [False] * len(verdicts)

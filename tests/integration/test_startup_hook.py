@@ -80,7 +80,7 @@ def test_at_startup_the_hook_imports_nothing_of_sglang(fresh_venv):
 def test_an_entry_point_without_load_plugins_builds_dsv4_with_the_extension(fresh_venv, scenario):
     out = _scenario(fresh_venv, scenario)
     assert out["plugins_loaded_before_build"] is False  # SGLang's entry module never loaded plugins
-    assert "sglang_dsv4_ext.activation" in out["ours_before_build"]  # the hook guarded the model module
+    assert "sglang_dsv4_ext.plugin.activation" in out["ours_before_build"]  # the hook guarded the model module
     # Our guard ran first (build_checked below); SGLang's own __init__ then stops on CPU (no published config).
     assert out["model_init"].startswith("ValueError: config namespace"), out["model_init"]
     assert out["plugins_loaded_after_build"] is True and out["build_checked"] is True
@@ -92,6 +92,6 @@ def test_an_entry_point_without_load_plugins_builds_dsv4_with_the_extension(fres
 
 def test_the_kill_switch_leaves_such_an_entry_point_stock(fresh_venv):
     out = _scenario(fresh_venv, "kill_switch", SGLANG_DSV4_EXT="0")
-    assert "sglang_dsv4_ext.activation" not in out["ours"]  # nothing of activation ran
+    assert "sglang_dsv4_ext.plugin.activation" not in out["ours"]  # nothing of activation ran
     assert out["model_init_wrapped"] is False
     assert "sglang-dsv4-ext" not in out["stderr"]

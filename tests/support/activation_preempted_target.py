@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import sys
 
-from sglang_dsv4_ext import activation, compat
 from sglang_dsv4_ext.errors import ActivationError
+from sglang_dsv4_ext.plugin import activation, compat
 
 VICTIM = compat.PD_KV_LAYOUT
 

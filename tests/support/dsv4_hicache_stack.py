@@ -23,7 +23,7 @@ from typing import List, Optional
 import torch
 
 from benchmarks.sglang_gpu import race, standins
-from sglang_dsv4_ext import dsv4_model
+from sglang_dsv4_ext.sglang_cpu import dsv4_model
 from tests.support import gate_doubles as gd
 
 PAGE = 256

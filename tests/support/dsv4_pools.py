@@ -8,7 +8,7 @@ from typing import Optional
 import pytest
 import torch
 
-from sglang_dsv4_ext import dsv4_model
+from sglang_dsv4_ext.sglang_cpu import dsv4_model
 
 TINY_BUDGET_BYTES = 256 << 20  # fits the c128 state bias of 8 requests plus ~20K full tokens
 

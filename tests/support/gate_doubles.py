@@ -42,7 +42,7 @@ def _pool_kwargs(ratios: Sequence[int], **extra) -> dict:
 def _forget_budget() -> None:
     # The pool's startup self-check compares with the last configurator budget of this
     # process; these pools are built without the configurator (another test may have run it).
-    from sglang_dsv4_ext import index_k_budget
+    from sglang_dsv4_ext.index_k import budget as index_k_budget
 
     index_k_budget.forget_budget()
 

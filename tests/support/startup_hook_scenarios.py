@@ -50,8 +50,8 @@ def _build_dsv4(out: dict) -> dict:
     except Exception as exc:  # SGLang's __init__ on a None config, after our guard: expected on CPU
         out["model_init"] = f"{type(exc).__name__}: {exc}"[:300]
     out["plugins_loaded_after_build"] = plugins._plugins_loaded
-    if "sglang_dsv4_ext.activation" in sys.modules:
-        from sglang_dsv4_ext import activation
+    if "sglang_dsv4_ext.plugin.activation" in sys.modules:
+        from sglang_dsv4_ext.plugin import activation
 
         out["build_checked"] = activation.STATE.build_checked
     from tests.support.dsv4_pools import sized_pool  # the checkout is on PYTHONPATH

@@ -42,7 +42,6 @@ upstream-gated).
 
 from __future__ import annotations
 
-from sglang_dsv4_ext import compat, pool_lifecycle
 from sglang_dsv4_ext.errors import DSV4IndexKGateError
 from sglang_dsv4_ext.hooks.gate import replay, subpool, waits
 from sglang_dsv4_ext.hooks.gate.probe import (
@@ -59,6 +58,8 @@ from sglang_dsv4_ext.hooks.gate.subpool import (
     link_subpools,
     logger,
 )
+from sglang_dsv4_ext.index_k import pool_lifecycle
+from sglang_dsv4_ext.plugin import compat
 
 __all__ = [
     "DSV4IndexKGateError", "EXTENSION_GATED", "GatedLayerBuffers", "SUBPOOL_READERS", "TOPLEVEL_READERS",

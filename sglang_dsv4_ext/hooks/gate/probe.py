@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from sglang_dsv4_ext import compat
+from sglang_dsv4_ext.plugin import compat
 
 UPSTREAM_GATED = "upstream-gated"
 EXTENSION_GATED = "extension-gated"

@@ -12,7 +12,9 @@ import json
 
 import pytest
 
-from sglang_dsv4_ext import cli, decode_reads, dsv4_model
+from sglang_dsv4_ext import cli
+from sglang_dsv4_ext.plan import decode_reads
+from sglang_dsv4_ext.sglang_cpu import dsv4_model
 from tests.support.dsv4_pools import sized_pool
 
 V41 = dsv4_model.load_model(bundled="v4.1-flash")

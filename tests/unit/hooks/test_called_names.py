@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Iterable, List, Set, Tuple
 
-from sglang_dsv4_ext import compat
+from sglang_dsv4_ext.plugin import compat
 
 ROOT = Path(__file__).resolve().parents[3]
 HOOKS = ROOT / "sglang_dsv4_ext" / "hooks"

@@ -11,9 +11,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from sglang_dsv4_ext import activation, compat
 from sglang_dsv4_ext.config import load_config
 from sglang_dsv4_ext.hooks import evidence
+from sglang_dsv4_ext.plugin import activation, compat
 
 
 def _reply():

@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_dsv4_ext import dsv4_model, errors
+from sglang_dsv4_ext import errors
+from sglang_dsv4_ext.sglang_cpu import dsv4_model
 from tests.support import gate_doubles as gd
 from tests.support.dsv4_pools import sized_pool
 

@@ -22,8 +22,9 @@ from sglang.srt.layers.attention.dsv4.compressor_v2 import CompressorBackendMixi
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from kernels_sm120 import reference
-from sglang_dsv4_ext import cli, errors, index_k_capture
+from sglang_dsv4_ext import cli, errors
 from sglang_dsv4_ext.config import CaptureConfig, load_config
+from sglang_dsv4_ext.index_k import capture as index_k_capture
 from sglang_dsv4_ext.recall import capture_files
 from sglang_dsv4_ext.recall import cli as recall
 from tests.support import indexer_doubles as dbl

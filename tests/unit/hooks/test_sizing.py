@@ -10,8 +10,10 @@ from fractions import Fraction
 
 import pytest
 
-from sglang_dsv4_ext import dsv4_model, errors, index_k
+from sglang_dsv4_ext import errors
 from sglang_dsv4_ext.hooks import pool as pool_patch
+from sglang_dsv4_ext.index_k import dtype as index_k
+from sglang_dsv4_ext.sglang_cpu import dsv4_model
 from tests.support.dsv4_pools import sized_pool
 
 MODEL = dsv4_model.load_model()
@@ -94,9 +96,9 @@ def test_configurator_budget_and_pool_allocation_agree(ext_active, monkeypatch, 
         budget_per_token = Fraction(INDEX_BYTES[dtype] * n_c4, 4)
         assert Fraction(allocated, pages * PAGE) - budget_per_token == 0
         if dtype == "bf16":
-            assert index_k.is_bf16_index_pool(index_pool)
+            assert index_k.stores_bf16_index_k(index_pool)
         else:
-            assert not index_k.is_bf16_index_pool(index_pool)
+            assert not index_k.stores_bf16_index_k(index_pool)
 
 
 def test_regression_fork_sizing_gap_replayed(ext_active, monkeypatch):

@@ -16,8 +16,11 @@ from importlib import resources
 
 import pytest
 
-from sglang_dsv4_ext import dsv4_model, errors, index_k, index_k_budget
+from sglang_dsv4_ext import errors
 from sglang_dsv4_ext.hooks import pool as pool_patch
+from sglang_dsv4_ext.index_k import budget as index_k_budget
+from sglang_dsv4_ext.index_k import dtype as index_k
+from sglang_dsv4_ext.sglang_cpu import dsv4_model
 from tests.support.dsv4_pools import sized_pool
 
 V41 = dsv4_model.load_model(bundled="v4.1-flash")
@@ -97,7 +100,7 @@ def test_configurator_budget_equals_the_real_pools_allocation(ext_active, monkey
             assert allocated[ratio] == low_ratio_allocation(full, ratio, len(layers))
             index_pool = pool.index_pools[ratio]
             # fp4 whatever the dtype: SGLang builds them with force_fp4=True; bf16 must not reach them.
-            assert index_pool.use_fp4_indexer and not index_k.is_bf16_index_pool(index_pool)
+            assert index_pool.use_fp4_indexer and not index_k.stores_bf16_index_k(index_pool)
             assert {b.shape[1] for b in index_pool.contiguous_page_row_buffers()} == {INDEX_PAGE * FP4_BYTES}
         assert 4 not in pool.index_pools
         report = pool_patch.check_index_k_budget(pool)

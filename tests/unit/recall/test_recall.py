@@ -1,6 +1,6 @@
 """``sglang-dsv4 recall`` on synthetic captures whose recall is known exactly, and on every kind of bad capture.
 
-Files are written in the capture format (sglang_dsv4_ext/capture_format.py) by :func:`write_capture`; the files
+Files are written in the capture format (sglang_dsv4_ext/index_k/capture_format.py) by :func:`write_capture`; the files
 the capturer itself writes are read back by recall in tests/unit/hooks/test_index_k_capture.py.
 """
 
@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_dsv4_ext import capture_format, cli
+from sglang_dsv4_ext import cli
+from sglang_dsv4_ext.index_k import capture_format
 from sglang_dsv4_ext.recall import capture_files
 from sglang_dsv4_ext.recall import cli as recall
 

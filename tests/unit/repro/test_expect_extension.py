@@ -3,7 +3,7 @@ loopback stand-in server (tests/support/repro_server.py), which answers like SGL
 the schedulers' activation records (the live evidence, hooks/evidence.py) and ``/metrics`` rendered by
 prometheus_client with the extension's gauge. A refusal must come before any chat request (the stand-in
 counts them) and before the run directory exists. Logs are written as `sglang-dsv4 serve` writes them,
-with the real activation line (sglang_dsv4_ext.activation.activation_line).
+with the real activation line (sglang_dsv4_ext.plugin.activation.activation_line).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from sglang_dsv4_ext import activation
 from sglang_dsv4_ext.config import load_config
+from sglang_dsv4_ext.plugin import activation
 from sglang_dsv4_ext.repro import extension_check
 from sglang_dsv4_ext.serving import activation_check
 from sglang_dsv4_ext.serving.launch_plan import ChildSpec

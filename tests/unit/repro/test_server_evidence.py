@@ -55,7 +55,7 @@ def server():
 def test_metric_names_are_sglangs_own():
     from sglang.srt.observability import metrics_collector
 
-    from sglang_dsv4_ext import index_k_integrity as ii
+    from sglang_dsv4_ext.index_k import integrity as ii
 
     source = inspect.getsource(metrics_collector)
     ours = {ii.METRIC_NAME, ii.CHECKED_METRIC_NAME, ii.UNCHECKED_METRIC_NAME}
@@ -120,7 +120,7 @@ def test_integrity_counts_are_read_from_the_series_the_extension_exports_at_zero
     """The tracker's own Prometheus text (series at 0, then counts with reasons) parsed as a server's /metrics."""
     from prometheus_client import generate_latest
 
-    from sglang_dsv4_ext import index_k_integrity as ii
+    from sglang_dsv4_ext.index_k import integrity as ii
 
     ii.export_at_zero("load")
     counters = se.parse_counters(generate_latest().decode())

@@ -15,10 +15,10 @@ import sys
 
 import pytest
 
-from sglang_dsv4_ext import prefill_graph
 from sglang_dsv4_ext.cli import main
 from sglang_dsv4_ext.errors import PrefillGraphArgsError
-from sglang_dsv4_ext.prefill_graph import resolve
+from sglang_dsv4_ext.sglang_cpu import prefill_graph
+from sglang_dsv4_ext.sglang_cpu.prefill_graph import resolve
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BF16 = "dsv4-flash-8gpu-pd-4p4d-bf16-hicache"

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from sglang_dsv4_ext.serving.wedge import (
     GENERATED_TOKENS,
     RUNNING_REQS,
-    MetricsUnreadable,
+    MetricsUnreadableError,
     WedgeDetector,
     WedgeWatch,
     scrape,
@@ -125,7 +125,7 @@ def canned():
     ("/drip", "no answer (no complete answer within 2 s)"),  # a deadline for the whole read, not per recv
 ])
 def test_an_unreadable_metrics_endpoint_is_no_verdict_and_says_why(canned, path, reason):
-    with pytest.raises(MetricsUnreadable, match=re.escape(reason)):
+    with pytest.raises(MetricsUnreadableError, match=re.escape(reason)):
         scrape(canned + path)
     detector = WedgeDetector("decode-0", canned + path, stall_seconds=0)
     assert detector.observe(now=0) is None and reason in detector.problem

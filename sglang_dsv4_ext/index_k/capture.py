@@ -4,7 +4,7 @@ Why: ``recall`` answers "is bf16 index-K worth its bytes on *this* traffic?" onl
 and keys. The bf16 indexer path (:mod:`sglang_dsv4_ext.hooks.indexer`) calls :meth:`IndexKCapture.record`
 with the bf16 queries (after RoPE + Hadamard), the head weights, the per-row c4 lengths and page
 table, and the layer's index-K buffer; for each sampled (request, layer) it writes one file in the
-format :mod:`sglang_dsv4_ext.capture_format` defines (format 3, with a content checksum).
+format :mod:`sglang_dsv4_ext.index_k.capture_format` defines (format 3, with a content checksum).
 
 The reference: before the indexer reads a layer, the compressor's store for that layer calls
 :meth:`IndexKCapture.note_stored` with what the bf16 store receives (the compressed rows, norm weight,
@@ -51,7 +51,6 @@ from typing import Callable, Dict, FrozenSet, List, NamedTuple, Optional, Sequen
 
 import torch
 
-from sglang_dsv4_ext import capture_format
 from sglang_dsv4_ext.config import (
     ENV_CAPTURE,
     ENV_CAPTURE_LAYERS,
@@ -61,6 +60,7 @@ from sglang_dsv4_ext.config import (
     load_config,
 )
 from sglang_dsv4_ext.errors import ConfigError
+from sglang_dsv4_ext.index_k import capture_format
 
 logger = logging.getLogger("sglang_dsv4_ext.index_k_capture")
 
@@ -229,7 +229,7 @@ def _graph_capturing() -> bool:
 
 # --- what the writer thread makes of the copies ----------------------------------------------------
 
-class CaptureRefused(Exception):
+class CaptureRefusedError(Exception):
     """What arrived on the host is not a consistent capture; the file is not written."""
 
 
@@ -238,12 +238,12 @@ def finish_record(meta: dict, host: Dict[str, torch.Tensor], page_size: int) -> 
     lens, slots = host["seq_lens"], host["slots"]
     n = int(lens.max())
     if int(lens.min()) < 0:
-        raise CaptureRefused(f"negative key count in seq_lens {lens.tolist()}")
+        raise CaptureRefusedError(f"negative key count in seq_lens {lens.tolist()}")
     if n > slots.numel():
-        raise CaptureRefused(f"a row reads {n} keys, more than the {slots.numel()} gathered (bound from the host)")
+        raise CaptureRefusedError(f"a row reads {n} keys, more than the {slots.numel()} gathered (bound from the host)")
     for r, length in enumerate(lens.tolist()):
         if not torch.equal(table_slots(host["tables"][r], length, page_size), slots[:length]):
-            raise CaptureRefused(f"query row {meta['query_rows'][r]} reads other pool slots than the request's "
+            raise CaptureRefusedError(f"query row {meta['query_rows'][r]} reads other pool slots than the request's "
                                  f"last row (one request's rows share its page table)")
     record = {name: meta[name] for name in capture_format.META_FIELDS}
     record.update(q=host["q"], weights=host["weights"], seq_lens=lens,

@@ -6,7 +6,7 @@ time, as the kernel reports it (``psutil.Process.create_time``), names one proce
 
 How: :func:`of_process` spells a process's identity ``<pid>@<start time>``. The launcher of a server
 (the process SGLang's children are started from) puts its own identity into
-:data:`ENV_LAUNCH` for them to inherit (:func:`sglang_dsv4_ext.activation.register`), so every
+:data:`ENV_LAUNCH` for them to inherit (:func:`sglang_dsv4_ext.plugin.activation.register`), so every
 process of one launch reports the same ``launch=``; ``sglang-dsv4 serve`` knows each launcher's pid
 and computes the same identity to tell this launch's evidence from an earlier one's.
 """

@@ -8,7 +8,7 @@ size (for DeepSeek-V4.1's ratio-1/2 layers, :mod:`.plan_low_ratio` reads PD and 
 lengths off a real pool of 16 full pages).
 
 Beside capacity, the other two numbers of the choice: the KV bytes one decode step reads per
-request at each ``--context`` (:mod:`sglang_dsv4_ext.decode_reads`; the indexer reads every c4
+request at each ``--context`` (:mod:`sglang_dsv4_ext.plan.decode_reads`; the indexer reads every c4
 index-K row, so this is where the dtype costs speed), and the top-k recall of each format when
 ``--recall-json`` gives the output of ``sglang-dsv4 recall DIR --json`` on a capture (without one,
 recall is reported as not measured: the model config cannot tell it).
@@ -24,11 +24,14 @@ import os
 import sys
 from typing import Dict, List, Optional
 
-from sglang_dsv4_ext import decode_reads, dsv4_model, exit_codes, plan_low_ratio
-from sglang_dsv4_ext.arg_types import finite_float, int_at_least
+from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.cli import _SUMMARIES
 from sglang_dsv4_ext.config import ENV_FP4_BUDGET, ENV_INDEX_K_DTYPE, INDEX_K_DTYPES
 from sglang_dsv4_ext.errors import Dsv4ExtError, PlanInputError
+from sglang_dsv4_ext.plan import decode_reads
+from sglang_dsv4_ext.plan import low_ratio as plan_low_ratio
+from sglang_dsv4_ext.sglang_cpu import dsv4_model
+from sglang_dsv4_ext.tool_support.arg_types import finite_float, int_at_least
 
 GIB = 1 << 30
 
@@ -108,8 +111,8 @@ def _load_model(args: argparse.Namespace) -> dsv4_model.Dsv4Model:
     return dsv4_model.load_model(args.model_config, bundled=args.model or "v4-flash")
 
 
-def build_plan(args: argparse.Namespace) -> Dict[str, object]:
-    from sglang_dsv4_ext import activation
+def build_pool_plan(args: argparse.Namespace) -> Dict[str, object]:
+    from sglang_dsv4_ext.plugin import activation
 
     model = _load_model(args)
     end_layer = model.num_hidden_layers if args.end_layer is None else args.end_layer
@@ -235,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("sglang").setLevel(logging.WARNING)
     logging.getLogger("sglang_dsv4_ext").setLevel(logging.WARNING)
     try:
-        plan = build_plan(args)
+        plan = build_pool_plan(args)
     except Dsv4ExtError as exc:  # a refusal naming the input (flag, config field, environment variable)
         print(f"sglang-dsv4 plan: error: {exc}", file=sys.stderr)
         return exit_codes.USAGE
@@ -244,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         _print_table(plan)
-    return 0
+    return exit_codes.OK
 
 
 def _context_list(text: str) -> List[int]:

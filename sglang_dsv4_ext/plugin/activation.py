@@ -8,8 +8,8 @@ SGLang calls :func:`register` from ``load_plugins()`` in every process its entry
 1. honours the kill switch ``SGLANG_DSV4_EXT=0`` (SGLang stays untouched);
 2. validates the configuration (a bad value names the variable and the allowed values);
 3. refuses an untested SGLang version (unless explicitly allowed) and any drifted or
-   missing target of :data:`sglang_dsv4_ext.compat.TARGETS` or name the hooks call
-   (:data:`sglang_dsv4_ext.compat.CALLED`), before a DeepSeek-V4 model or pool is built;
+   missing target of :data:`sglang_dsv4_ext.plugin.compat.TARGETS` or name the hooks call
+   (:data:`sglang_dsv4_ext.plugin.compat.CALLED`), before a DeepSeek-V4 model or pool is built;
 4. registers the hooks through SGLang's ``HookRegistry`` and applies them;
 5. verifies that every target now carries our wrapper, because ``HookRegistry`` logs and
    swallows failures; anything missing is an error, never a half-patched server.
@@ -24,7 +24,7 @@ says "active": it prints the activation line (:data:`ACTIVATION_LINE_PREFIX`), s
 :data:`ACTIVE_GAUGE` and answers ``/server_info`` with its record (:func:`evidence_record`, through
 ``hooks/evidence.py``). The launcher, which builds nothing, prints "configuration loaded (launcher)".
 Each carries :data:`EVIDENCE_FIELDS`: the configuration in force, this process's pid and start time, and
-the launch it belongs to (its launcher's identity, :mod:`sglang_dsv4_ext.launch_identity`). The
+the launch it belongs to (its launcher's identity, :mod:`sglang_dsv4_ext.plugin.launch_identity`). The
 ``/server_info`` record is the primary evidence: the schedulers answer it from their own state when it
 is asked, so it cannot be left over from another launch. A log and the gauge can (an appended log, a
 ``.db`` file in an operator's shared ``PROMETHEUS_MULTIPROC_DIR`` that prometheus_client aggregates with
@@ -44,7 +44,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from sglang_dsv4_ext import compat, launch_identity
 from sglang_dsv4_ext.config import (
     ENV_SGLANG_PLUGINS,
     PLUGIN_NAME,
@@ -56,6 +55,7 @@ from sglang_dsv4_ext.config import (
     plugin_allowed,
 )
 from sglang_dsv4_ext.errors import ActivationError
+from sglang_dsv4_ext.plugin import compat, launch_identity
 
 logger = logging.getLogger("sglang_dsv4_ext")
 
@@ -533,6 +533,10 @@ def activation_line(cfg: ExtConfig) -> str:
 def launcher_line(cfg: ExtConfig) -> str:
     """The launcher's line: the configuration its children inherit; it patched and verified nothing."""
     return _line(LAUNCHER_LINE_PREFIX, cfg)
+
+
+# The key of that answer in each scheduler's internal state (hooks/evidence.py writes it, repro reads it).
+EVIDENCE_RECORD_KEY = "sglang_dsv4_ext"
 
 
 def evidence_record() -> Dict[str, object]:

@@ -5,7 +5,7 @@ model does not have, a capture directory that is a regular file) stops every ser
 built, minutes into start-up, after ``doctor`` said "activated". Both are checked here, before anything
 starts, with the pool build's own rules.
 
-How: the layer ids go through :func:`sglang_dsv4_ext.index_k_capture.selected_layers` (what the pool
+How: the layer ids go through :func:`sglang_dsv4_ext.index_k.capture.selected_layers` (what the pool
 build runs) on the c4 layers of a model config: the model path's ``config.json`` when it is readable
 here, else the bundled DeepSeek-V4-Flash config; the answer says which. The directory is checked
 without creating anything: an existing path must be a writable directory, a new one must have a
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from sglang_dsv4_ext.config import ENV_CAPTURE, CaptureConfig
-from sglang_dsv4_ext.dsv4_model import Dsv4Model, load_model
 from sglang_dsv4_ext.errors import ConfigError, PlanInputError
+from sglang_dsv4_ext.sglang_cpu.dsv4_model import Dsv4Model, load_model
 
 BUNDLED = "the bundled DeepSeek-V4-Flash config"
 
@@ -76,7 +76,7 @@ def check_capture(capture: CaptureConfig, model: Optional[Dsv4Model], model_name
                   check_directory: bool = True) -> Optional[CapturePlan]:
     """The capture a process with ``capture`` will run (None: layer ids not checked, ``model`` is None);
     :class:`ConfigError` naming the variable for what would stop its pool build."""
-    from sglang_dsv4_ext import index_k_capture  # imports torch: only when capture is on
+    from sglang_dsv4_ext.index_k import capture as index_k_capture  # imports torch: only when capture is on
 
     problem = directory_problem(capture.directory) if check_directory else None
     if problem:

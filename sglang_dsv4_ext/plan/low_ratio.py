@@ -22,8 +22,8 @@ from __future__ import annotations
 import types
 from typing import Dict
 
-from sglang_dsv4_ext import dsv4_model
 from sglang_dsv4_ext.errors import PlanInputError
+from sglang_dsv4_ext.sglang_cpu import dsv4_model
 
 GIB = 1 << 30
 _V41_CHECK = "SGLang's validate_deepseek_v41_features (arg_groups/deepseek_v4_hook.py)"

@@ -1,4 +1,4 @@
-"""The index-K capture file format, shared by its writer (:mod:`sglang_dsv4_ext.index_k_capture`) and its
+"""The index-K capture file format, shared by its writer (:mod:`sglang_dsv4_ext.index_k.capture`) and its
 reader (``sglang-dsv4 recall``, :mod:`sglang_dsv4_ext.recall.capture_files`).
 
 A file is one ``torch.save`` dict; format 3 holds exactly these fields:

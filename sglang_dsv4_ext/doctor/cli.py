@@ -3,7 +3,7 @@
 Runs on a CPU-only machine. It activates the extension in its own process (exactly as
 SGLang's plugin loader would) and reports every table row's status, the index-K read
 gate's verdict per accessor, the CUDA device and which kernel backends can run, and which SGLang
-entry points load plugins (:mod:`sglang_dsv4_ext.sglang_entry_points`).
+entry points load plugins (:mod:`sglang_dsv4_ext.doctor.sglang_entry_points`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ import json
 import sys
 from typing import Dict, List
 
-from sglang_dsv4_ext import __version__, compat, exit_codes, sglang_entry_points
+from sglang_dsv4_ext import __version__, exit_codes
 from sglang_dsv4_ext.config import ConfigError, kill_switch_set, load_config
+from sglang_dsv4_ext.doctor import sglang_entry_points
+from sglang_dsv4_ext.plugin import compat
 
 
 def _cuda_report() -> Dict[str, object]:
@@ -59,7 +61,7 @@ def _kernel_backends(cuda: Dict[str, object]) -> Dict[str, str]:
 
 
 def _versions_and_config(report: Dict[str, object]):
-    from sglang_dsv4_ext import activation
+    from sglang_dsv4_ext.plugin import activation
 
     try:
         report["sglang_version"] = activation.installed_sglang_version()
@@ -81,7 +83,7 @@ def _versions_and_config(report: Dict[str, object]):
 
 def _activate_for_report(report: Dict[str, object], config) -> object:
     """Activate as the entry point would; the error (if any) goes into the report, never raised."""
-    from sglang_dsv4_ext import activation
+    from sglang_dsv4_ext.plugin import activation
 
     error = report.get("error")
     blocked = activation.plugin_allowlist_block()
@@ -101,7 +103,7 @@ def _activate_for_report(report: Dict[str, object], config) -> object:
 
 
 def _target_rows(state) -> List[Dict[str, str]]:
-    from sglang_dsv4_ext import activation
+    from sglang_dsv4_ext.plugin import activation
 
     targets: List[Dict[str, str]] = []
     for target in compat.TARGETS:
@@ -130,7 +132,7 @@ MATCHES = "matches"  # a called name as the table expects it
 
 def _called_rows() -> List[Dict[str, str]]:
     """Each SGLang name the hooks call (compat.CALLED), checked against the installed SGLang as activation checks it."""
-    from sglang_dsv4_ext import activation
+    from sglang_dsv4_ext.plugin import activation
 
     drifts = {d.target: d for d in compat.check_targets(compat.CALLED)}
     rows = []
@@ -146,7 +148,7 @@ def _called_rows() -> List[Dict[str, str]]:
 def _mark_fixed_in_source(report: Dict[str, object], targets: List[Dict[str, str]]) -> None:
     """Fixes the installed SGLang already carries in its source (patches/): the same verdict
     `sglang-dsv4 patches status` gives, so both commands agree on what is upstream."""
-    from sglang_dsv4_ext import activation
+    from sglang_dsv4_ext.plugin import activation
 
     try:
         from sglang_dsv4_ext.series.upstream import fix_verdicts, upstream_targets
@@ -162,7 +164,7 @@ def _mark_fixed_in_source(report: Dict[str, object], targets: List[Dict[str, str
 
 def _prefill_graph_report() -> str:
     """Whether this process's published server args run the breakable prefill graph (R3 wait-ahead fix)."""
-    from sglang_dsv4_ext import prefill_graph
+    from sglang_dsv4_ext.sglang_cpu import prefill_graph
 
     try:
         answer = prefill_graph.in_this_process()
@@ -174,7 +176,7 @@ def _prefill_graph_report() -> str:
 def _capture_report(config, model, model_name: str) -> Dict[str, object]:
     """The capture this configuration would run, checked as the pool build will check it (layer ids
     against ``model``, the directory on this machine's filesystem)."""
-    from sglang_dsv4_ext import capture_check
+    from sglang_dsv4_ext.index_k import capture_check
 
     if config is None:
         return {"enabled": None}  # the configuration itself is refused (the report's error says why)
@@ -193,7 +195,9 @@ def _capture_report(config, model, model_name: str) -> Dict[str, object]:
 
 def collect_report(model=None, model_name: str = "") -> Dict[str, object]:
     """Everything doctor says; capture layer ids are checked against ``model`` (default: the bundled config)."""
-    from sglang_dsv4_ext import activation, capture_check, dsv4_model
+    from sglang_dsv4_ext.index_k import capture_check
+    from sglang_dsv4_ext.plugin import activation
+    from sglang_dsv4_ext.sglang_cpu import dsv4_model
 
     if model is None:
         model, model_name = dsv4_model.load_model(), capture_check.BUNDLED
@@ -270,8 +274,8 @@ def _capture_line(row: Dict[str, object]) -> str:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from sglang_dsv4_ext import dsv4_model
     from sglang_dsv4_ext.errors import PlanInputError
+    from sglang_dsv4_ext.sglang_cpu import dsv4_model
 
     model = None
     if args.model_config:

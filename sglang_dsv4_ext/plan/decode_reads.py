@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Sequence
 
-from sglang_dsv4_ext.index_k import index_k_bytes_per_token
+from sglang_dsv4_ext.index_k.dtype import index_k_bytes_per_token
 
 DEFAULT_CONTEXTS = (8192, 32768, 131072, 1048576)
 # Ratios whose readers the formula above describes. DeepSeek-V4.1's ratio-1/2 layers read shared fp4

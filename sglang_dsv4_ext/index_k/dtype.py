@@ -63,8 +63,14 @@ def effective_index_k_dtype(use_fp4_indexer: bool = False) -> str:
     return wanted
 
 
-def is_bf16_index_pool(pool) -> bool:
-    """True for the bf16 c4 indexer pool the pool hook builds (it says so in ``index_k_dtype``)."""
+def stores_bf16_index_k(pool) -> bool:
+    """True for the bf16 c4 indexer pool the pool hook builds (it says so in ``index_k_dtype``).
+
+    The one question "is index-K bf16 here?" of a built pool; the hooks ask it of the pool they reach
+    (``hooks/hicache.py``: ``_kvcache_stores_bf16_index_k``, ``hooks/indexer.py``:
+    ``backend_stores_bf16_index_k``). ``ExtConfig.bf16_index_k`` is a different question: what the
+    configuration asks for, before any pool exists (a V4.1 low-ratio pool stays fp4 whatever it says).
+    """
     return getattr(pool, "index_k_dtype", None) == BF16
 
 
