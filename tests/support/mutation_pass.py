@@ -799,6 +799,11 @@ MUTATIONS: List[Mutation] = [
              '"status": activation.DRIFTED if target.path in drifts else MATCHES',
              '"status": MATCHES',
              ("tests/unit/cli/test_doctor_plan_cli.py::test_doctor_shows_each_called_name_and_its_drift",)),
+    Mutation("serve: a single-mode stack without its server is refused", "sglang_dsv4_ext/serving/launch_plan.py",
+             '    if spec.mode == "single" and spec.single is None:\n',
+             '    if False:\n',
+             ("tests/unit/serving/test_serve_dryrun.py::"
+              "test_a_single_mode_stack_without_its_server_is_refused_by_name",)),
 ]
 
 
