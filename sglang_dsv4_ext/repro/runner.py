@@ -34,7 +34,7 @@ import signal
 import sys
 import time
 import uuid
-from typing import IO, Any, Dict, List, Optional, Tuple, cast
+from typing import IO, Any, Dict, List, Optional, cast
 
 from tqdm import tqdm
 
@@ -75,7 +75,7 @@ def auth_headers(api_key_env: Optional[str]) -> dict:
     return {"Authorization": f"Bearer {key}"}
 
 
-def preflight(urls, log_dir: Optional[str], expect: str) -> Tuple[List[Dict[str, object]], List[Dict[str, object]]]:
+def preflight(urls, log_dir: Optional[str], expect: str) -> tuple[List[Dict[str, object]], List[Dict[str, object]]]:
     """(snapshot, extension states) of ``urls``; raises ServerActivationError when the run must not start,
     :class:`~sglang_dsv4_ext.stop_signals.Stopped` at a fatal signal (each read is bounded; nothing is written)."""
     with stop_signals.raising():

@@ -20,7 +20,7 @@ import math
 import os
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from sglang_dsv4_ext.repro import strict_json
 from sglang_dsv4_ext.repro.extension_check import EXPECT_CHOICES
@@ -177,7 +177,7 @@ def _same_server(url: str) -> str:
 def _check_urls(urls) -> None:
     if not isinstance(urls, (tuple, list)) or not urls:
         raise ValueError(f"needs one or more URLs like http://10.0.0.1:30000,http://10.0.0.2:30000, got {urls!r}")
-    seen: Dict[str, str] = {}
+    seen: dict[str, str] = {}
     for url in urls:
         url_check(url)
         if _same_server(url) in seen:  # refused, not merged: each server has one row of evidence
@@ -385,7 +385,7 @@ class RunConfig:
     serve_logs: Optional[str] = _default("serve_logs")
     expect_extension: str = _default("expect_extension")
     thinking: Optional[bool] = _default("thinking")
-    extra_body: Dict[str, Any] = _default("extra_body")
+    extra_body: dict[str, Any] = _default("extra_body")
     exact_args: bool = _default("exact_args")
     repetition: RepetitionRule = _default("repetition")
     api_key_env: Optional[str] = _default("api_key_env")
