@@ -11,7 +11,8 @@ defaults, the preset schema, the stack spec, serve's flags and the glue between 
 preset may not set, the README) and they drifted. Each :class:`Setting` of :data:`SETTINGS` says its
 variable, the :class:`ExtConfig` field, how its text is read, its default, serve's flag and the preset
 key (where it has them), whether serve passes it to every child, and whether the activation line shows
-it. :class:`ExtConfig` and :class:`CaptureConfig` are made from the rows; serve's flags
+it. :class:`ExtConfig` and :class:`CaptureConfig` declare one field per row (its name and type, so a
+type checker sees them; the default is the row's, and a test checks the fields are the rows'); serve's flags
 (``serving/cli.py``), the preset's ``[extension]`` table (``serving/preset.py``), the variables every
 child gets (:meth:`ExtConfig.to_env`), the activation line's fields (:data:`SHOWN_FIELDS`) and the
 README's Configuration table (checked by ``tests/unit/cli/test_settings_rows.py``) are derived from them.
@@ -148,6 +149,13 @@ class Setting:
     def choices(self) -> Tuple[str, ...]:
         return self.kind.choices
 
+    @property
+    def attribute(self) -> str:
+        """The field, for a row that has one (every row but the alias; an alias has nothing to read or set)."""
+        if self.field is None:
+            raise ValueError(f"{self.env} is an alias: it has no field")
+        return self.field
+
     def given(self, env: Mapping[str, str]) -> bool:
         """Set to a non-blank value (empty means unset, for every variable)."""
         return bool((env.get(self.env) or "").strip())
@@ -221,7 +229,7 @@ UNSET_IN_CHILDREN: Tuple[str, ...] = tuple(s.env for s in SETTINGS if s.children
 # The variables a preset's env tables may not set: serve sets or removes them in every child.
 STACK_OWNED_ENV: Tuple[str, ...] = tuple(s.env for s in SETTINGS if s.children != INHERITED)
 # The configuration fields of the activation line, the activation gauge's labels and /server_info, in order.
-SHOWN_FIELDS: Tuple[str, ...] = tuple(s.field for s in SETTINGS if s.shown)
+SHOWN_FIELDS: Tuple[str, ...] = tuple(s.attribute for s in SETTINGS if s.shown)
 
 
 def values_text(setting: Setting) -> str:
@@ -241,42 +249,59 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-def _fields(rows) -> list:
-    return [(s.field.rsplit(".", 1)[-1], s.kind.type, dataclasses.field(default=s.default)) for s in rows]
+def _default(field: str) -> Any:
+    """The field's default, read from its row of :data:`SETTINGS` (the one place a default is written)."""
+    return SETTINGS_BY_FIELD[field].default
 
 
-def _capture_enabled(self) -> bool:
-    return bool(self.directory)
+# The two dataclasses name each row's field and its type, so a type checker sees them; the defaults come from the
+# rows, and tests/unit/cli/test_settings_rows.py checks that the fields are the rows' (same names, order, types).
+@dataclass(frozen=True)
+class CaptureConfig:
+    """``SGLANG_DSV4_INDEX_K_CAPTURE*``: dump what the bf16 c4 indexer reads, for ``sglang-dsv4 recall``
+    (directory empty: capture off). One field per ``capture.*`` row of :data:`SETTINGS`."""
+
+    directory: str = _default("capture.directory")
+    requests: int = _default("capture.requests")
+    layers: str = _default("capture.layers")
+    rows: int = _default("capture.rows")
+    max_mb: int = _default("capture.max_mb")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.directory)
 
 
-CaptureConfig = dataclasses.make_dataclass(
-    "CaptureConfig", _fields(s for s in SETTINGS if s.field and s.field.startswith("capture.")), frozen=True,
-    namespace={"__doc__": "``SGLANG_DSV4_INDEX_K_CAPTURE*``: dump what the bf16 c4 indexer reads, for "
-               "``sglang-dsv4 recall`` (directory empty: capture off).", "enabled": property(_capture_enabled)},
-)
-CaptureConfig.__module__ = __name__
+@dataclass(frozen=True)
+class ExtConfig:
+    """What the operator asked for in this process: one field per row of :data:`SETTINGS`."""
 
+    enabled: bool = _default("enabled")
+    index_k_dtype: str = _default("index_k_dtype")
+    gate: str = _default("gate")
+    allow_untested_sglang: bool = _default("allow_untested_sglang")
+    fp4_budget: str = _default("fp4_budget")
+    integrity: str = _default("integrity")
+    capture: CaptureConfig = dataclasses.field(default=CaptureConfig())
 
-def _to_env(self) -> dict:
-    """The variables that reproduce this configuration's stack settings in a child process."""
-    return {s.env: s.text(getattr(self, s.field)) for s in STACK_SETTINGS}
+    @property
+    def integrity_enabled(self) -> bool:
+        return self.enabled and self.integrity != "off"
 
+    @property
+    def bf16_index_k(self) -> bool:
+        return self.enabled and self.index_k_dtype == "bf16"
 
-ExtConfig = dataclasses.make_dataclass(
-    "ExtConfig",
-    _fields(s for s in SETTINGS if s.field and "." not in s.field)
-    + [("capture", CaptureConfig, dataclasses.field(default=CaptureConfig()))],
-    frozen=True,
-    namespace={
-        "__doc__": "What the operator asked for in this process: one field per row of :data:`SETTINGS`.",
-        "integrity_enabled": property(lambda self: self.enabled and self.integrity != "off"),
-        "bf16_index_k": property(lambda self: self.enabled and self.index_k_dtype == "bf16"),
-        "gate_enabled": property(lambda self: self.enabled and self.gate != "off"),
-        "to_env": _to_env,
-        "as_dict": dataclasses.asdict,
-    },
-)
-ExtConfig.__module__ = __name__
+    @property
+    def gate_enabled(self) -> bool:
+        return self.enabled and self.gate != "off"
+
+    def to_env(self) -> Dict[str, str]:
+        """The variables that reproduce this configuration's stack settings in a child process."""
+        return {s.env: s.text(getattr(self, s.attribute)) for s in STACK_SETTINGS}
+
+    def as_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 def _index_k_dtype(env: Mapping[str, str]) -> str:
@@ -293,7 +318,7 @@ def _index_k_dtype(env: Mapping[str, str]) -> str:
     return "bf16" if alias else (chosen or dtype.default)
 
 
-def _check_capture(cfg) -> None:
+def _check_capture(cfg: ExtConfig) -> None:
     if cfg.enabled and cfg.capture.enabled and cfg.index_k_dtype != "bf16":
         # fp8/fp4 rows have already lost the precision recall measures against.
         raise ConfigError(
@@ -303,10 +328,11 @@ def _check_capture(cfg) -> None:
         )
 
 
-def _parse(env: Mapping[str, str]):
+def _parse(env: Mapping[str, str]) -> ExtConfig:
     """Read and check every variable of :data:`SETTINGS` (the parse :func:`load_config` makes once per values)."""
     # In table order, so of several invalid variables the first row's is named.
-    values = {s.field: _index_k_dtype(env) if s.field == "index_k_dtype" else s.read(env) for s in SETTINGS if s.field}
+    values: Dict[str, Any] = {s.attribute: _index_k_dtype(env) if s.field == "index_k_dtype" else s.read(env)
+                              for s in SETTINGS if s.field}
     capture = CaptureConfig(**{f.split(".", 1)[1]: v for f, v in values.items() if f.startswith("capture.")})
     cfg = ExtConfig(capture=capture, **{f: v for f, v in values.items() if not f.startswith("capture.")})
     _check_capture(cfg)
@@ -314,12 +340,12 @@ def _parse(env: Mapping[str, str]):
 
 
 @functools.lru_cache(maxsize=64)
-def _config_of(values: Tuple[Optional[str], ...]):
+def _config_of(values: Tuple[Optional[str], ...]) -> ExtConfig:
     """One parse per distinct set of values; an invalid one raises again on every call (nothing is cached)."""
     return _parse({name: value for name, value in zip(ENV_NAMES, values) if value is not None})
 
 
-def load_config(environ: Optional[Mapping[str, str]] = None):
+def load_config(environ: Optional[Mapping[str, str]] = None) -> ExtConfig:
     """Read and validate the configuration; raise :class:`ConfigError` naming the variable."""
     env = os.environ if environ is None else environ
     return _config_of(tuple(env.get(name) for name in ENV_NAMES))

@@ -28,7 +28,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple, TypedDict
 
 import torch
 
@@ -121,12 +121,37 @@ def score_capture(capture: capture_files.Capture, ks: List[int], cells: Dict[tup
     return degenerate, len(scored)
 
 
-def analyse(directory: Path, ks: List[int]) -> Dict[str, object]:
+class Degenerate(TypedDict):
+    file: str
+    rows: Dict[str, int]  # why not scored -> rows
+
+
+class NotScored(TypedDict):
+    degenerate: List[Degenerate]
+    by_layer: List[Dict[str, Any]]  # _not_scored's rows
+
+
+class RecallResult(TypedDict):
+    """What :func:`analyse` returns (and ``--json`` prints)."""
+
+    directory: str
+    files: int
+    files_by_reference: Dict[str, int]
+    rows: List[Dict[str, Any]]  # _result_rows's rows
+    not_scored: NotScored
+    scored_rows: int
+    verdict: str
+
+
+def analyse(directory: Path, ks: List[int]) -> RecallResult:
     paths = capture_files.find_files(directory)
     if not paths:
         raise FileNotFoundError(f"{directory}: no capture files (*.pt)")
     cells: Dict[tuple, _Cell] = {}
-    degenerate, references, first_of, scored = [], Counter(), {}, 0
+    degenerate: List[Degenerate] = []
+    references: Counter[str] = Counter()
+    first_of: Dict[str, Path] = {}
+    scored = 0
     for path in paths:
         capture = capture_files.load(path)
         if capture.checksum in first_of:
@@ -139,9 +164,11 @@ def analyse(directory: Path, ks: List[int]) -> Dict[str, object]:
         if counts:
             degenerate.append({"file": str(path), "rows": dict(sorted(counts.items()))})
     rows = _result_rows(cells)
-    result = {"directory": str(directory), "files": len(paths), "files_by_reference": dict(references),
-              "rows": rows, "not_scored": {"degenerate": degenerate, "by_layer": _not_scored(cells)},
-              "scored_rows": scored}
+    result: RecallResult = {
+        "directory": str(directory), "files": len(paths), "files_by_reference": dict(references), "rows": rows,
+        "not_scored": {"degenerate": degenerate, "by_layer": _not_scored(cells)}, "scored_rows": scored,
+        "verdict": "",  # decided from the rest, below
+    }
     result["verdict"] = verdict(result)
     return result
 
@@ -167,7 +194,7 @@ def _not_scored(cells: Dict[tuple, _Cell]) -> List[dict]:
             for (layer, k, reference), c in sorted(cells.items()) if c.at_most_k_keys or c.tied_at_k]
 
 
-def verdict(result: Dict[str, object]) -> str:
+def verdict(result: RecallResult) -> str:
     by_reference = result["files_by_reference"]
     degenerate = sum(sum(d["rows"].values()) for d in result["not_scored"]["degenerate"])
     if not result["scored_rows"]:
@@ -184,7 +211,7 @@ def verdict(result: Dict[str, object]) -> str:
     return f"scored {result['scored_rows']} query rows: " + "; ".join(parts) + tail
 
 
-def format_table(result: Dict[str, object]) -> str:
+def format_table(result: RecallResult) -> str:
     lines = [f"{'layer':>5} {'format':<6} {'k':>5} {'reference':<9} {'rows':>6} {'recall':>8} {'min':>8}"]
     for r in result["rows"]:
         if r["is_reference"]:

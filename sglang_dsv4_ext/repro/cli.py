@@ -149,7 +149,7 @@ def _do_ab(args) -> int:
         return _error("ab", exc)
     except stop_signals.Stopped as stop:
         return _stopped_before_start("ab", stop)
-    done = []
+    done: list = []  # (RunConfig, summary) of each side that ran
     for side, cfg in zip(("A", "B"), cfgs):  # one after the other, so neither stack loads the other's run
         runner = Runner(cfg)
         try:

@@ -136,7 +136,7 @@ def observation_from_body(data) -> Observation:
 class _StreamAccumulator:
     """Content, reasoning and tool-call deltas of an SSE chat stream, tool calls by index."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.obs = Observation()
         self.calls: Dict[int, dict] = {}
 

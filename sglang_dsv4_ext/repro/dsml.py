@@ -62,7 +62,9 @@ def json_strict(text: str):
 
 def has_dsml_fragment(text: Optional[str]) -> bool:
     """True when ``text`` holds anything that looks like DSML markup, complete or not."""
-    return bool(text) and FRAGMENT_RE.search(text) is not None
+    if not text:
+        return False
+    return FRAGMENT_RE.search(text) is not None
 
 
 def is_clean_tool_name(name: str) -> bool:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import glob
 import os
 import shlex
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional, TypeGuard, cast
 from urllib.parse import urlsplit
 
 from sglang_dsv4_ext.errors import ActivationError, ServerActivationError
@@ -47,6 +47,14 @@ _SUPERVISOR_LOG = "serve.log"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _SHOWN_FIELDS = ("index_k_dtype", "gate", "fp4_budget", "integrity", "version", "launch")
 _SOURCE = "server_info"
+
+
+# One set of the activation gauge's labels (a /metrics sample, or a scheduler's record): field -> value.
+LabelSet = Dict[str, str]
+
+
+def _label_sets(state: Dict[str, object]) -> List[LabelSet]:
+    return cast(List[LabelSet], state["label_sets"])  # what _state puts there
 
 
 def _state(url: str, state: str, found: str, labels=None, notes=None) -> Dict[str, object]:
@@ -119,7 +127,7 @@ def _log_note(url: str, log_dir: Optional[str], launch: Optional[str]) -> Option
 # ----- the activation gauge on /metrics --------------------------------------------------------
 def _gauge_note(entry: Dict[str, object], launch: Optional[str]) -> Optional[str]:
     """What the gauge says, as a note: label sets of the live launch, of others, without every label."""
-    label_sets = entry.get("extension")
+    label_sets = cast(Optional[List[LabelSet]], entry.get("extension"))  # server_evidence's snapshot entry
     if not label_sets:
         return None
     partial = [ls for ls in label_sets if not set(EVIDENCE_FIELDS) <= set(ls)]
@@ -139,7 +147,7 @@ def _gauge_note(entry: Dict[str, object], launch: Optional[str]) -> Optional[str
 
 
 # ----- one server, all sources ----------------------------------------------------------------
-def _complete(record: Optional[dict]) -> bool:
+def _complete(record: Optional[dict]) -> TypeGuard[dict]:
     return (isinstance(record, dict) and record.get("active") is True
             and all(isinstance(record.get(f), str) for f in EVIDENCE_FIELDS))
 
@@ -154,13 +162,14 @@ def _from_records(url: str, records: List[Optional[dict]]) -> Dict[str, object]:
         why = "; ".join(f"DP rank {i}: " + ("no record" if r is None else str(r.get("reason", "not active")))
                         for i, r in inactive)
         return _state(url, INACTIVE, f"not active in every scheduler: {why}")
-    if not all(_complete(r) for r in records):
+    complete = [r for r in records if _complete(r)]
+    if len(complete) != len(records):
         return _state(url, UNKNOWN, f"a scheduler's record lacks some of {', '.join(EVIDENCE_FIELDS)} "
                       "(or one is not a string)")
-    launches = sorted({r["launch"] for r in records})
+    launches = sorted({r["launch"] for r in complete})
     if len(launches) > 1:
         return _state(url, UNKNOWN, f"its schedulers report several launches: {', '.join(launches)}")
-    labels = [{k: str(r[k]) for k in EVIDENCE_FIELDS} for r in records]
+    labels = [{k: str(r[k]) for k in EVIDENCE_FIELDS} for r in complete]
     return _state(url, ACTIVE, f"every scheduler reports active in launch {launches[0]}", labels)
 
 
@@ -170,14 +179,14 @@ def server_state(entry: Dict[str, object], log_dir: Optional[str],
 
     ``entry``: its /metrics snapshot entry; ``live``: its /server_info (read now when not given).
     """
-    url = entry["url"]
+    url = str(entry["url"])
     live = server_info.read(url) if live is None else live
     if "error" in live:
         decided = _state(url, UNKNOWN, f"its /server_info could not be read ({live['error']}): nothing shows the "
                          "state of the server answering now")
     else:
-        decided = _from_records(url, live["records"])
-    launch = decided["label_sets"][0]["launch"] if decided["state"] == ACTIVE else None
+        decided = _from_records(url, cast(List[Optional[dict]], live["records"]))  # server_info.parse's list
+    launch = _label_sets(decided)[0]["launch"] if decided["state"] == ACTIVE else None
     decided["notes"] = [n for n in (_gauge_note(entry, launch), _log_note(url, log_dir, launch)) if n]
     return decided
 
@@ -195,7 +204,7 @@ def describe(state: Dict[str, object]) -> str:
 
 
 def _values(state: Dict[str, object], key: str) -> List[str]:
-    return sorted({ls[key] for ls in state["label_sets"] if key in ls})
+    return sorted({ls[key] for ls in _label_sets(state) if key in ls})
 
 
 # ----- the decision --------------------------------------------------------------------------
@@ -213,8 +222,8 @@ def _refuse_inactive(states: List[Dict[str, object]]) -> Optional[str]:
     missing = [s for s in states if s["state"] != ACTIVE]
     if not missing:
         return None
-    found = "; ".join(f"{s['url']}: {s['found']}" + "".join(f" ({n})" for n in s.get("notes", ()))
-                      for s in missing)
+    found = "; ".join(f"{s['url']}: {s['found']}"
+                      + "".join(f" ({n})" for n in cast(Iterable[str], s.get("notes", ()))) for s in missing)
     fixes = [_FIX_UNKNOWN.format(gauge=EXTENSION_GAUGE)] if any(s["state"] == UNKNOWN for s in missing) else []
     fixes += [_FIX_INACTIVE] if any(s["state"] == INACTIVE for s in missing) else []
     return (f"--expect-extension on: sglang-dsv4-ext is not shown active on every server, so the run would not "

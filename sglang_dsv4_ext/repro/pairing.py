@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, cast
 
 from sglang_dsv4_ext.errors import PairingError
 from sglang_dsv4_ext.repro import rundir
@@ -82,10 +82,11 @@ def _show(setting, value) -> str:
 
 
 def _config_differences(a: LoadedRun, b: LoadedRun) -> Tuple[Dict[str, str], List[str]]:
-    configs = {side: run.summary.get("config") for side, run in (("A", a), ("B", b))}
-    lacking = [side for side, cfg in configs.items() if not isinstance(cfg, dict)]
+    recorded = {side: run.summary.get("config") for side, run in (("A", a), ("B", b))}
+    lacking = [side for side, cfg in recorded.items() if not isinstance(cfg, dict)]
     if lacking:
         return {}, [f"{side}'s summary.json records no settings" for side in lacking]
+    configs = cast(Dict[str, dict], recorded)  # both are dicts (checked above)
     differ, unrecorded = {}, []
     for s in SHAPE_SETTINGS:
         if s.name not in configs["A"] or s.name not in configs["B"]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional, cast
 
 from sglang_dsv4_ext.errors import DetokenizeError, ReproInputError
 from sglang_dsv4_ext.repro import dsml, rundir
@@ -109,7 +109,8 @@ def local_tokenizer_decoder(path: str) -> Decoder:
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True, local_files_only=True)
     except (OSError, ValueError, KeyError) as exc:
         raise ReproInputError(f"--tokenizer {path}: no usable tokenizer there ({str(exc)[:300]})") from None
-    return lambda ids: tok.decode(ids, skip_special_tokens=False)
+    # transformers types decode's result as str or a list of them; a flat list of ids decodes to one str
+    return lambda ids: cast(str, tok.decode(ids, skip_special_tokens=False))
 
 
 def _decode_record(rec: dict, decode: Optional[Decoder]):

@@ -34,7 +34,7 @@ import signal
 import sys
 import time
 import uuid
-from typing import Dict, List, Optional
+from typing import IO, Any, Dict, List, Optional, cast
 
 from tqdm import tqdm
 
@@ -76,7 +76,7 @@ def auth_headers(api_key_env: Optional[str]) -> dict:
     return {"Authorization": f"Bearer {key}"}
 
 
-def preflight(urls, log_dir: Optional[str], expect: str):
+def preflight(urls, log_dir: Optional[str], expect: str) -> tuple[List[Dict[str, object]], List[Dict[str, object]]]:
     """(snapshot, extension states) of ``urls``; raises ServerActivationError when the run must not start,
     :class:`~sglang_dsv4_ext.tool_support.stop_signals.Stopped` at a fatal signal (each read is bounded; nothing is
     written)."""
@@ -88,7 +88,7 @@ def preflight(urls, log_dir: Optional[str], expect: str):
 
 
 class _Tally:
-    def __init__(self):
+    def __init__(self) -> None:
         self.counts: Dict[str, int] = {c: 0 for c in CLASSES}
         self.n = 0
 
@@ -132,7 +132,7 @@ class Runner:
         self.metrics_urls = metrics_urls(cfg)
         self.evidence_before: Optional[List[dict]] = None
         self.extension_states: Optional[List[dict]] = None
-        self._jsonl = None
+        self._jsonl: Optional[IO[str]] = None  # requests.jsonl, open while the requests run
         self.run_id = uuid.uuid4().hex
 
     # ----- one request -----
@@ -174,7 +174,7 @@ class Runner:
         verdict, detail = classify(
             obs, spec.step, spec.expected_tool, spec.expected_args, TOOLS_BY_NAME, cfg.repetition, cfg.exact_args
         )
-        rec = {
+        rec: Dict[str, Any] = {
             "key": spec.key,
             "level": level_idx,
             "concurrency": concurrency,
@@ -201,6 +201,7 @@ class Runner:
         return rec
 
     def _record(self, rec: dict, tally: _Tally, bar: tqdm) -> None:
+        assert self._jsonl is not None, "records are made only while requests.jsonl is open"
         self._jsonl.write(json.dumps(rec, ensure_ascii=False) + "\n")
         self._jsonl.flush()
         self.records.append(rec)
@@ -231,8 +232,9 @@ class Runner:
         try:
             done, pending = await asyncio.wait(tasks, timeout=remaining)
             for t in done:
-                if t.exception() is not None:
-                    raise t.exception()
+                failure = t.exception()
+                if failure is not None:
+                    raise failure
             # Time bound: in-flight requests are abandoned; they are not recorded.
             self.stopped_by_time_limit = bool(pending)
         finally:
@@ -277,7 +279,7 @@ class Runner:
     def _on_signal(self, signum: int, frame=None) -> None:
         """The handler for the run's whole life (outside the reads that :func:`stop_signals.raising` bounds)."""
         self._note_signal(signum)
-        if self._loop is not None:  # the requests are running: cancel them from the loop's own thread
+        if self._loop is not None and self._task is not None:  # the requests run: cancel them from the loop's thread
             self._loop.call_soon_threadsafe(self._task.cancel)
 
     async def _main(self, headers: dict) -> None:
@@ -340,7 +342,8 @@ class Runner:
         summary["aborted_by"] = self.aborted_by
         summary["server_evidence"] = self._server_evidence()
         summary["extension"] = {"expect": self.cfg.expect_extension, "servers": self.extension_states}
-        summary, not_finite = strict_json.finite(summary)  # e.g. a NaN in a server's /server_info: null, and said
+        cleaned, not_finite = strict_json.finite(summary)  # e.g. a NaN in a server's /server_info: null, and said
+        summary = cast(dict, cleaned)  # finite gives a dict back for a dict
         if not_finite:
             summary["not_finite"] = {"written_as_null": not_finite,
                                      "why": "read from a server as a value that is not a finite number (not JSON)"}
@@ -365,7 +368,7 @@ class Runner:
 
     def _server_evidence(self) -> Optional[List[dict]]:
         """Per server: counter deltas since the preflight snapshot and the extension state found then."""
-        if self.evidence_before is None:
+        if self.evidence_before is None or self.extension_states is None:  # no preflight (it sets both)
             return None
         rows = server_evidence.deltas(self.evidence_before, self._read_after())
         for row, state in zip(rows, self.extension_states):

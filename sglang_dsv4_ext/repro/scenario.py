@@ -214,7 +214,7 @@ def system_prompt(cfg: ScenarioConfig, project: str) -> str:
 # Requested arguments per tool. Each draws from the session's generator in a fixed order:
 # changing the order changes every prompt (and breaks pairing with earlier runs).
 def _read_file_args(rng: random.Random, module: str, path: str) -> dict:
-    args = {"path": path}
+    args: Dict[str, object] = {"path": path}
     if rng.random() < 0.7:
         args["start_line"] = rng.randint(1, 400)
     if rng.random() < 0.7:
@@ -223,7 +223,7 @@ def _read_file_args(rng: random.Random, module: str, path: str) -> dict:
 
 
 def _search_code_args(rng: random.Random, module: str, path: str) -> dict:
-    args = {"query": rng.choice(_IDENTS)}
+    args: Dict[str, object] = {"query": rng.choice(_IDENTS)}
     if rng.random() < 0.6:
         args["path_glob"] = f"{rng.choice(_DIRS)}/**/*.py"
     if rng.random() < 0.6:
@@ -268,7 +268,8 @@ def _args_for(tool: str, rng: random.Random, module: str) -> dict:
 
 
 def _tool_result(tool: str, args: dict, rng: random.Random, size: int) -> str:
-    lines, n = [], 0
+    lines: List[str] = []
+    n = 0
     while n < size:
         i = len(lines) + 1
         if tool == "read_file":
@@ -305,7 +306,7 @@ def build_session(cfg: ScenarioConfig, level: int, session: int) -> List[Round]:
 
 
 def _round_messages(rnd: Round, with_answer: bool) -> List[dict]:
-    msgs = [
+    msgs: List[dict] = [
         {"role": "user", "content": rnd.user_text},
         {
             "role": "assistant",

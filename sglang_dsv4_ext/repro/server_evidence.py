@@ -33,7 +33,7 @@ Call site for the runner (two lines)::
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple, cast
 
 from sglang_dsv4_ext.repro import server_http
 
@@ -147,8 +147,9 @@ def deltas(before: List[Dict[str, object]], after: List[Dict[str, object]]) -> L
             rows.append(row)
             continue
         notes = []
+        counted = [cast(Dict[str, float], entry["counters"]) for entry in (b, a)]  # readable: _unreadable says so
         for label, family in EVIDENCE_METRICS.items():
-            row[label], why = _delta(b["counters"], a["counters"], family)
+            row[label], why = _delta(counted[0], counted[1], family)
             notes += [f"{label}: {why}"] if why else []
         if notes:
             row["notes"] = "; ".join(notes)

@@ -21,7 +21,7 @@ def parse(body: object) -> Dict[str, object]:
     Raises ``ValueError`` for a reply without a list of ``internal_states`` (not SGLang's server, e.g. a router).
     """
     states = body.get("internal_states") if isinstance(body, dict) else None
-    if not isinstance(states, list) or not states:
+    if not isinstance(body, dict) or not isinstance(states, list) or not states:
         raise ValueError("no internal_states in the reply (not an SGLang server? a router has none)")
     records = [s.get(RECORD_KEY) if isinstance(s, dict) and isinstance(s.get(RECORD_KEY), dict) else None
                for s in states]

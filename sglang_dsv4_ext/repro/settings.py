@@ -3,8 +3,9 @@
 Why a table: a setting used to be written three times (the argparse flag, the run
 configuration, the re-run command line), and the three drifted. Each :class:`Setting` here
 says its name, default, help, how its text is parsed and checked, and how it is written back;
-:func:`add_flags` (argparse), :data:`RunConfig` (the configuration dataclass) and
-:meth:`RunConfig.to_argv` (the exact re-run command) are derived from :data:`SETTINGS`.
+:func:`add_flags` (argparse), :class:`RunConfig` (the configuration dataclass: one field per row, named
+and typed there for a type checker, its defaults the rows', checked by a test) and :meth:`RunConfig.to_argv`
+(the exact re-run command) are derived from :data:`SETTINGS`.
 
 A check refuses bad values with a message naming the flag (NaN and infinities included), both
 on the command line (argparse shows it) and when a :data:`RunConfig` is built in code.
@@ -19,7 +20,7 @@ import math
 import os
 import urllib.parse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from sglang_dsv4_ext.repro import strict_json
 from sglang_dsv4_ext.repro.extension_check import EXPECT_CHOICES
@@ -176,7 +177,7 @@ def _same_server(url: str) -> str:
 def _check_urls(urls) -> None:
     if not isinstance(urls, (tuple, list)) or not urls:
         raise ValueError(f"needs one or more URLs like http://10.0.0.1:30000,http://10.0.0.2:30000, got {urls!r}")
-    seen = {}
+    seen: dict[str, str] = {}
     for url in urls:
         url_check(url)
         if _same_server(url) in seen:  # refused, not merged: each server has one row of evidence
@@ -334,27 +335,6 @@ def _check_run(cfg) -> None:
         s.validate(getattr(cfg, s.name))
 
 
-def _scenario(cfg) -> ScenarioConfig:
-    return ScenarioConfig(**{s.name: getattr(cfg, s.name) for s in SETTINGS if s.scenario})
-
-
-def _to_argv(cfg) -> List[str]:
-    """The command line that repeats this run exactly (same prompts, same settings)."""
-    argv = ["sglang-dsv4", "repro", "run", "--endpoint", cfg.endpoint]
-    if cfg.label:
-        argv += ["--label", cfg.label]
-    for s in SETTINGS:
-        argv += s.argv(getattr(cfg, s.name))
-    return argv + ["--out", cfg.out + "-rerun"]
-
-
-def _as_dict(cfg) -> dict:
-    d = dataclasses.asdict(cfg)
-    d["concurrency"] = list(cfg.concurrency)
-    d["server_metrics"] = list(cfg.server_metrics) if cfg.server_metrics else None
-    return d
-
-
 def metrics_urls(cfg) -> Tuple[str, ...]:
     """The servers whose /metrics a run reads: ``--server-metrics``, else the endpoint's base URL."""
     from sglang_dsv4_ext.repro.client import base_url
@@ -371,36 +351,72 @@ def requests_planned(cfg) -> int:
     return len(cfg.concurrency) * cfg.sessions * requests_per_session(cfg)
 
 
-def _post_init(cfg) -> None:
-    for name in ("concurrency", "server_metrics"):
-        if isinstance(getattr(cfg, name), list):
-            object.__setattr__(cfg, name, tuple(getattr(cfg, name)))
-    _check_run(cfg)
+def _default(name: str) -> Any:
+    """The setting's default, from its row of :data:`SETTINGS` (a fresh copy of a dict for each run)."""
+    value = SETTINGS_BY_NAME[name].default
+    return dataclasses.field(default_factory=lambda: dict(value)) if isinstance(value, dict) else value
 
 
-def _default_factory(value):
-    return lambda: type(value)(value) if isinstance(value, dict) else value
+# One field per row of SETTINGS, in table order, named and typed here so a type checker sees them; the defaults
+# are the rows' (tests/unit/repro/test_settings_table.py checks the fields are the rows').
+@dataclass
+class RunConfig:
+    """One repro run: where, into which directory, and every setting of :data:`SETTINGS`."""
+
+    endpoint: str
+    out: str
+    label: str = ""
+    model: Optional[str] = _default("model")
+    sessions: int = _default("sessions")
+    rounds: int = _default("rounds")
+    answer_step: bool = _default("answer_step")
+    concurrency: Tuple[int, ...] = _default("concurrency")
+    seed: int = _default("seed")
+    temperature: float = _default("temperature")
+    max_tokens: int = _default("max_tokens")
+    request_timeout: float = _default("request_timeout")
+    time_limit: Optional[float] = _default("time_limit")
+    system_prompt_chars: int = _default("system_prompt_chars")
+    tool_result_chars: int = _default("tool_result_chars")
+    stream: bool = _default("stream")
+    token_ids: bool = _default("token_ids")
+    detokenize_url: Optional[str] = _default("detokenize_url")
+    server_metrics: Optional[Tuple[str, ...]] = _default("server_metrics")
+    serve_logs: Optional[str] = _default("serve_logs")
+    expect_extension: str = _default("expect_extension")
+    thinking: Optional[bool] = _default("thinking")
+    extra_body: dict[str, Any] = _default("extra_body")
+    exact_args: bool = _default("exact_args")
+    repetition: RepetitionRule = _default("repetition")
+    api_key_env: Optional[str] = _default("api_key_env")
+    progress: bool = _default("progress")
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "server_metrics"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        _check_run(self)
+
+    @property
+    def scenario(self) -> ScenarioConfig:
+        return ScenarioConfig(**{s.name: getattr(self, s.name) for s in SETTINGS if s.scenario})
+
+    def to_argv(self) -> List[str]:
+        """The command line that repeats this run exactly (same prompts, same settings)."""
+        argv = ["sglang-dsv4", "repro", "run", "--endpoint", self.endpoint]
+        if self.label:
+            argv += ["--label", self.label]
+        for s in SETTINGS:
+            argv += s.argv(getattr(self, s.name))
+        return argv + ["--out", self.out + "-rerun"]
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["concurrency"] = list(self.concurrency)
+        d["server_metrics"] = list(self.server_metrics) if self.server_metrics else None
+        return d
 
 
-# The run configuration: endpoint, output directory and label, then one field per setting.
-if TYPE_CHECKING:
-    RunConfig = Any  # its fields are generated from SETTINGS: a type checker cannot list them
-else:
-    RunConfig = dataclasses.make_dataclass(
-        "RunConfig",
-        [("endpoint", str), ("out", str), ("label", str, dataclasses.field(default=""))]
-        + [(s.name, Any, dataclasses.field(default_factory=_default_factory(s.default))) for s in SETTINGS],
-        namespace={
-            "__doc__": "One repro run: where, into which directory, and every setting of :data:`SETTINGS`.",
-            "__post_init__": _post_init,
-            "scenario": property(_scenario),
-            "to_argv": _to_argv,
-            "as_dict": _as_dict,
-        },
-    )
-    RunConfig.__module__ = __name__
-
-
-def run_config_from_args(args, endpoint: str, out: str, label: str):
-    """The :data:`RunConfig` of parsed command-line ``args`` (flags named after the settings)."""
+def run_config_from_args(args, endpoint: str, out: str, label: str) -> RunConfig:
+    """The :class:`RunConfig` of parsed command-line ``args`` (flags named after the settings)."""
     return RunConfig(endpoint=endpoint, out=out, label=label, **{s.name: getattr(args, s.name) for s in SETTINGS})

@@ -41,6 +41,6 @@ def finite(obj, where: str = "") -> Tuple[object, List[str]]:
         items = [(k, finite(v, f"{where}.{k}" if where else str(k))) for k, v in obj.items()]
         return {k: v for k, (v, _) in items}, [p for _, (_, found) in items for p in found]
     if isinstance(obj, (list, tuple)):
-        items = [finite(v, f"{where}[{i}]") for i, v in enumerate(obj)]
-        return [v for v, _ in items], [p for _, found in items for p in found]
+        elements = [finite(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+        return [v for v, _ in elements], [p for _, found in elements for p in found]
     return obj, []

@@ -82,7 +82,7 @@ class Observation:
     stream_note: str = ""  # a stream judged although it ended without [DONE] (see client.py)
 
     def raw_dict(self) -> dict:
-        d = {
+        d: Dict[str, object] = {
             "content": self.content,
             "reasoning_content": self.reasoning,
             "tool_calls": self.tool_calls,
@@ -216,7 +216,7 @@ def _calls_verdict(obs, step, expected_tool, expected_args, tools_by_name, exact
     parsed = []
     for call in obs.tool_calls:
         args, why = _parsed_arguments(call, tools_by_name[call["name"]]["function"]["parameters"])
-        if why:
+        if args is None:  # why says what is wrong
             return "invalid_arguments", why
         parsed.append(args)
     why = _call_set_error(names, step, expected_tool)

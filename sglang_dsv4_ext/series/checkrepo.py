@@ -69,8 +69,7 @@ def apply_to_checkout(repo_path: Path, series: Series, progress: Progress) -> Tu
     Returns (results, message when it stopped). A conflict leaves `git am` in progress."""
     repo = GitRepo(repo_path)
     refuse_busy_or_dirty(repo)
-    head_ref, head = repo.head_state()
-    refuse_detached_or_unborn(repo, head_ref, head)
+    head_ref, head = refuse_detached_or_unborn(repo, *repo.head_state())
     refuse_foreign_tree(repo, head, "HEAD")
     try:
         return _apply_each(repo, series, progress)
@@ -79,7 +78,7 @@ def apply_to_checkout(repo_path: Path, series: Series, progress: Progress) -> Tu
         raise
 
 
-def refuse_detached_or_unborn(repo: GitRepo, head_ref: Optional[str], head: Optional[str]) -> None:
+def refuse_detached_or_unborn(repo: GitRepo, head_ref: Optional[str], head: Optional[str]) -> Tuple[str, str]:
     """`apply` commits onto the checked-out branch: a detached HEAD would get the commits on no
     branch (lost at the next checkout), so it is refused with the way to make a branch there."""
     if head is None:
@@ -92,6 +91,7 @@ def refuse_detached_or_unborn(repo: GitRepo, head_ref: Optional[str], head: Opti
             f"`git -C {repo.path} switch -c NAME` (or go back to a branch: `git -C {repo.path} switch -`), then "
             "apply again; nothing was changed."
         )
+    return head_ref, head
 
 
 def _restore(repo: GitRepo, head_ref: Optional[str], head: str) -> None:

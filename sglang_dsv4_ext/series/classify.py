@@ -28,7 +28,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Protocol
 
 from .gitrepo import GitRepo
 from .series import PatchFile, parse_dep3
@@ -134,12 +134,18 @@ def series_commit(repo: GitRepo, patch: PatchFile, base: Optional[str], head: st
     return None
 
 
-def apply_check(repo: GitRepo, patch_path: Path, *, reverse: bool = False) -> bool:
+class Applies(Protocol):
+    """What ``git apply --check`` needs: a repository (:class:`GitRepo`) or a plain directory (``PlainTree``)."""
+
+    def run(self, *args: str, check: bool = True) -> tuple[int, str, str]: ...
+
+
+def apply_check(repo: Applies, patch_path: Path, *, reverse: bool = False) -> bool:
     args = ["apply", "--check"] + (["-R"] if reverse else []) + [str(patch_path)]
     return repo.run(*args, check=False)[0] == 0
 
 
-def failing_hunks(repo: GitRepo, patch: PatchFile, tmp_dir: Path) -> List[str]:
+def failing_hunks(repo: Applies, patch: PatchFile, tmp_dir: Path) -> List[str]:
     """Each hunk checked alone against the work tree: which ones do not apply."""
     failing = []
     for path, header, hunks in patch.hunks():
@@ -154,6 +160,7 @@ def failing_hunks(repo: GitRepo, patch: PatchFile, tmp_dir: Path) -> List[str]:
 def conflict_regions(repo: GitRepo, paths: List[str]) -> List[str]:
     regions = []
     for rel in paths:
+        assert repo.work_tree is not None, "a conflict is in a work tree (git am does not run in a bare repository)"
         file = repo.work_tree / rel
         if not file.exists():
             regions.append(f"{rel}: (deleted on one side)")

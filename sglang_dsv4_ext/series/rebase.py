@@ -268,7 +268,7 @@ def continue_(repo_path: Path, drops: Optional[Dict[str, str]] = None, progress:
             repo.run("am", "--abort")
         # An --edit stop is after the patch's commit: dropping it goes back to before that commit.
         edit_stop = stopped.kind in (Kind.APPLIES, Kind.APPLIES_3WAY) and stopped.commit == state.stop_head
-        repo.run("reset", "-q", "--hard", f"{state.stop_head}^" if edit_stop else state.stop_head)
+        repo.run("reset", "-q", "--hard", f"{state.stop_head}^" if edit_stop else _stop_head(state))
         result = Result(name, Kind.DROPPED, f"was {stopped.kind.value}", reason=state.drops[name])
         progress(f"[{index + 1}/{len(state.names)}] {name}: dropped -- {state.drops[name]}")
     elif repo.am_in_progress():
@@ -309,14 +309,22 @@ def _continue_conflict(repo: GitRepo, state: State, patch: PatchFile, stopped: R
     return Result(patch.name, Kind.RESOLVED, detail, commit)
 
 
+def _stop_head(state: State) -> str:
+    """The HEAD the rebase stopped at (every stop records it; a state file without it is not one we wrote)."""
+    if state.stop_head is None:
+        raise RebaseError("the rebase state has a stop without its HEAD (not written by sglang-dsv4 patches?); "
+                          "--abort and start again")
+    return state.stop_head
+
+
 def _continue_edit(repo: GitRepo, state: State, patch: PatchFile, stopped: Result) -> Result:
     """An ``--edit`` stop: the applied patch, amended with what was staged and the edited message."""
     message = stops.edited_message(_state_dir(repo), repo, patch)
-    commit = stops.take_edit(repo, state.stop_head, patch, message)
+    commit = stops.take_edit(repo, _stop_head(state), patch, message)
     if commit == state.stop_head:
         return Result(patch.name, stopped.kind, stopped.detail, commit, failing_hunks=stopped.failing_hunks)
     if state.record:
-        edits = resolutions.edits_since_merge(repo, state.stop_head, commit, [])
+        edits = resolutions.edits_since_merge(repo, _stop_head(state), commit, [])
         resolutions.keep_pending(_state_dir(repo), patch.name, edits, message)
     return Result(patch.name, Kind.RESOLVED, f"edited after it applied (was {stopped.kind.value})"
                   + ("; recorded" if state.record else ""), commit)
@@ -324,7 +332,7 @@ def _continue_edit(repo: GitRepo, state: State, patch: PatchFile, stopped: Resul
 
 def _continue_hand_port(repo: GitRepo, state: State, patch: PatchFile, stopped: Result) -> Result:
     message = stops.edited_message(_state_dir(repo), repo, patch)
-    commit = stops.take_hand_port(repo, state.stop_head, patch, message)
+    commit = stops.take_hand_port(repo, _stop_head(state), patch, message)
     if commit is None:
         name = patch.name
         hint = (
@@ -411,7 +419,7 @@ def _with_record(repo: GitRepo, state: State, patch: PatchFile, result: Result) 
     if not state.record:
         return result
     if result.kind is Kind.CONFLICT:
-        return _from_record(repo, state, patch, result)
+        return _from_record(repo, state, Path(state.record), patch, result)
     if result.kind in (Kind.APPLIES, Kind.APPLIES_3WAY) and resolutions.has_entry(Path(state.record), patch.name):
         commit, used = stops.edit_from_record(repo, Path(state.record), patch)
         if commit is None:  # stop there, as --edit would, saying why
@@ -426,14 +434,14 @@ def _stops_to_edit(state: State, result: Result) -> bool:
     return result.name in state.edit_names and result.kind in (Kind.APPLIES, Kind.APPLIES_3WAY)
 
 
-def _from_record(repo: GitRepo, state: State, patch: PatchFile, result: Result) -> Result:
+def _from_record(repo: GitRepo, state: State, record: Path, patch: PatchFile, result: Result) -> Result:
     """A conflict with a resolution record: resolved from it when rerere resolved every file, else
     the stop (rerere's partial resolution in place), with the merge's tree kept for recording."""
     state.merge_tree = resolutions.merge_tree(repo)
     state.stop_conflicts = repo.unmerged_paths()
     if not stops.fully_resolved_by_rerere(repo):
         return result
-    commit, used = stops.resolve_from_record(repo, Path(state.record), patch)
+    commit, used = stops.resolve_from_record(repo, record, patch)
     if commit is None:
         return Result(patch.name, Kind.CONFLICT, used, failing_hunks=result.failing_hunks)
     state.merge_tree, state.stop_conflicts = None, []

@@ -155,7 +155,11 @@ def _split_file_block(path: str, lines: Sequence[str]) -> Tuple[str, List[Hunk]]
     hunks = []
     for index, body in enumerate(bodies, 1):
         first = body[0].rstrip("\n")
-        hunks.append(Hunk(path, index, first, int(_HUNK_RE.match(first).group(1)), "".join(body)))
+        numbers = _HUNK_RE.match(first)
+        if numbers is None:  # git apply calls it a corrupt patch; without this, a traceback
+            raise PatchFileError(f"{path}: hunk #{index} has a malformed header {first!r} "
+                                 "(expected '@@ -START[,COUNT] +START[,COUNT] @@')")
+        hunks.append(Hunk(path, index, first, int(numbers.group(1)), "".join(body)))
     return "".join(header), hunks
 
 

@@ -28,7 +28,7 @@ import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Sequence
+from typing import Callable, Iterator, List, Optional, Sequence, Union
 
 from sglang_dsv4_ext.errors import HistoryError
 
@@ -282,7 +282,7 @@ def _history_versions(repo: GitRepo) -> List[str]:
     return found
 
 
-def extract_package(wheel: Wheel, dest: os.PathLike, only: Optional[Sequence[str]] = None) -> Path:
+def extract_package(wheel: Wheel, dest: Union[str, os.PathLike], only: Optional[Sequence[str]] = None) -> Path:
     """Unpack the wheel's ``sglang/`` source files (no compiled extensions) under ``dest``.
 
     ``only``: package-relative paths (``srt/x.py``) to unpack instead of everything; the

@@ -179,6 +179,7 @@ _FLAG_SETTINGS = sorted((s for s in STACK_SETTINGS if s.serve_flag), key=lambda 
 
 
 def _dest(setting: Setting) -> str:
+    assert setting.serve_flag, "only rows with a serve flag have a dest"
     return setting.serve_flag.lstrip("-").replace("-", "_")
 
 
@@ -201,14 +202,14 @@ def _base_spec(args) -> StackSpec:
         return spec
     spec = default_spec(args.mode or "pd")
     shell = load_config()  # no preset: the shell's SGLANG_DSV4_* are the defaults
-    spec.ext = ExtConfig(**{s.field: getattr(shell, s.field) for s in STACK_SETTINGS})
+    spec.ext = ExtConfig(**{s.attribute: getattr(shell, s.attribute) for s in STACK_SETTINGS})
     return spec
 
 
 def _apply_extension_flags(spec: StackSpec, args) -> None:
     if args.model_path:
         spec.model_path = args.model_path
-    given = {s.field: getattr(args, _dest(s)) for s in _FLAG_SETTINGS if getattr(args, _dest(s)) is not None}
+    given = {s.attribute: getattr(args, _dest(s)) for s in _FLAG_SETTINGS if getattr(args, _dest(s)) is not None}
     spec.ext = dataclasses.replace(spec.ext, **given)
 
 
@@ -302,13 +303,13 @@ def _env_notes(spec: StackSpec) -> List[str]:
     # each variable the stack sets: the shell's value read alone, with the parser every process uses
     # (what the children see in all was checked: _check_children_config), against the stack's
     for setting in STACK_SETTINGS:
-        name, stack = setting.env, setting.text(getattr(spec.ext, setting.field))
+        name, stack = setting.env, setting.text(getattr(spec.ext, setting.attribute))
         how = f" ({setting.serve_flag} or [extension] {setting.preset_key} sets it)"
         raw = os.environ.get(name) or ""
         if not raw.strip():
             continue
         try:
-            shell = setting.text(getattr(load_config({name: raw}), setting.field))
+            shell = setting.text(getattr(load_config({name: raw}), setting.attribute))
         except ConfigError as exc:
             notes.append(f"this shell's {exc}; the children get {name}={stack} from the stack{how}")
             continue

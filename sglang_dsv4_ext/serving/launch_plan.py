@@ -116,6 +116,8 @@ def _check_stack(spec: StackSpec, node_rank: int) -> None:
         raise PresetError(f"{src}: no model path: pass --model-path or set model_path in the preset")
     if spec.mode == "pd" and (not spec.prefill or not spec.decode):
         raise PresetError(f"{src}: pd mode needs at least one [[prefill]] and one [[decode]] server")
+    if spec.mode == "single" and spec.single is None:
+        raise PresetError(f"{src}: single mode needs its [single] server")
     if not 0 <= node_rank < len(spec.nodes):
         raise PresetError(
             f"--node-rank {node_rank}: the cluster has {len(spec.nodes)} node(s) ({spec.nodes}); "
@@ -191,6 +193,7 @@ def _instance_args(spec: StackSpec, inst: Instance) -> List[str]:
 def _server_args(spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: int,
                  added: Tuple[str, ...] = ()) -> Tuple[List[str], List[Tuple[str, List[str]]]]:
     """(SGLang's server arguments, pass-through sources) for one server on this node; ``added``: flags serve adds."""
+    assert spec.model_path, "_check_stack refuses a stack without a model path"
     ours = ["--model-path", spec.model_path, "--host", inst.host, "--port", str(inst.port),
             "--base-gpu-id", str(base_gpu_id), *added]
     if inst.role in ("prefill", "decode"):

@@ -65,7 +65,7 @@ import os
 import re
 import typing
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Dict, List, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Dict, List, Literal, Optional
 
 from pydantic import (
     AfterValidator,
@@ -82,8 +82,11 @@ from sglang_dsv4_ext.config import SETTINGS, STACK_OWNED_ENV, ExtConfig, Setting
 from sglang_dsv4_ext.errors import PresetError
 
 PRESET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets")
-MODES = ("pd", "single")
-ROLES = ("prefill", "decode")
+Mode = Literal["pd", "single"]
+Role = Literal["prefill", "decode"]  # the roles of a pd stack's servers
+ServerRole = Literal[Role, "single"]
+MODES = typing.get_args(Mode)
+ROLES = typing.get_args(Role)
 DEFAULT_ROUTER_MODULE = "sglang_router.launch_router"
 DEFAULT_DIST_PORT = 5757
 HICACHE_SIZE_MESSAGE = (
@@ -254,18 +257,27 @@ def _preset_type(setting: Setting):
     return Literal[setting.choices]
 
 
-PRESET_SETTINGS = tuple(s for s in SETTINGS if s.preset_key)
-ExtensionTable = create_model(
-    "ExtensionTable", __base__=_Schema, __module__=__name__,
-    **{s.preset_key: (_preset_type(s), s.default) for s in PRESET_SETTINGS},
-)
-ExtensionTable.__doc__ = "[extension]: one key per row of config.SETTINGS with a preset key."
+PRESET_KEYS: Dict[str, Setting] = {s.preset_key: s for s in SETTINGS if s.preset_key}
+PRESET_SETTINGS = tuple(PRESET_KEYS.values())
+if TYPE_CHECKING:
+    class ExtensionTable(_Schema):
+        """Its keys are made from the rows at run time; the checker sees none (they are read with getattr)."""
+else:
+    ExtensionTable = create_model(
+        "ExtensionTable", __base__=_Schema, __module__=__name__,
+        **{key: (_preset_type(s), s.default) for key, s in PRESET_KEYS.items()},
+    )
+    ExtensionTable.__doc__ = "[extension]: one key per row of config.SETTINGS with a preset key."
+
+
+def _prefill_only() -> List[Role]:
+    return ["prefill"]
 
 
 class HiCacheTable(_Schema):
     enabled: bool = False
     ratio: Optional[Ratio] = None
-    roles: List[Literal[ROLES]] = Field(default_factory=lambda: ["prefill"])
+    roles: List[Role] = Field(default_factory=_prefill_only)
     size: Optional[object] = None  # refused with the reason (HICACHE_SIZE_MESSAGE)
 
     @field_validator("size")
@@ -313,7 +325,7 @@ class RouterSpec(_Schema):
 
 class PresetFile(_Schema):
     description: str = ""
-    mode: Literal[MODES] = "pd"
+    mode: Mode = "pd"
     model_path: Optional[str] = None
     extension: ExtensionTable = Field(default_factory=ExtensionTable)
     hicache: HiCacheTable = Field(default_factory=HiCacheTable)
@@ -344,9 +356,9 @@ def _where(loc) -> str:
     return out
 
 
-def _model_at(loc, root: type) -> Optional[type]:
+def _model_at(loc, root: type[BaseModel]) -> Optional[type[BaseModel]]:
     """The schema model that holds the last key of ``loc`` (None inside a plain dict)."""
-    model = root
+    model: Optional[type[BaseModel]] = root
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
@@ -363,7 +375,7 @@ def _flat_types(annotation) -> List[object]:
     return [annotation] if not args else [t for a in args for t in _flat_types(a)] + [annotation]
 
 
-def _allowed_values(loc, root: type) -> List[object]:
+def _allowed_values(loc, root: type[BaseModel]) -> List[object]:
     while loc and isinstance(loc[-1], int):  # an element of a list: the list's field
         loc = loc[:-1]
     model = _model_at(loc, root)
@@ -374,7 +386,7 @@ def _allowed_values(loc, root: type) -> List[object]:
     return list(typing.get_args(literals[0])) if literals else []
 
 
-def _preset_error(exc: ValidationError, source: str, root: Optional[type] = None) -> PresetError:
+def _preset_error(exc: ValidationError, source: str, root: Optional[type[BaseModel]] = None) -> PresetError:
     """One line naming the key (the first problem pydantic found), never pydantic's dump."""
     root = root or PresetFile
     err = exc.errors(include_url=False)[0]
@@ -403,7 +415,7 @@ class _Spec(BaseModel):
 
 
 class Instance(_Spec):
-    role: Literal["prefill", "decode", "single"]
+    role: ServerRole
     index: int
     nodes: List[NodeRank] = Field(default_factory=lambda: [0])
     dist_init_addr: Optional[str] = None
@@ -422,12 +434,12 @@ class Instance(_Spec):
 class StackSpec(_Spec):
     source: str = "<command line>"
     description: str = ""
-    mode: Literal[MODES] = "pd"
+    mode: Mode = "pd"
     model_path: Optional[str] = None
     ext: InstanceOf[ExtConfig] = Field(default_factory=ExtConfig)  # the extension's settings for every child
     hicache: bool = False
     hicache_ratio: Optional[Ratio] = None
-    hicache_roles: List[Literal[ROLES]] = Field(default_factory=lambda: ["prefill"])
+    hicache_roles: List[Role] = Field(default_factory=_prefill_only)
     transfer_backend: str = "nixl"
     nodes: List[str] = Field(default_factory=lambda: ["127.0.0.1"])
     common_args: List[str] = Field(default_factory=list)
@@ -445,7 +457,9 @@ class StackSpec(_Spec):
     metrics_for_wedge_watch: bool = False
 
     def servers(self) -> List[Instance]:
-        return [self.single] if self.mode == "single" else self.prefill + self.decode
+        if self.mode == "single":
+            return [] if self.single is None else [self.single]  # none: refused by check_spec
+        return self.prefill + self.decode
 
 
 def check_stack_fields(spec: StackSpec) -> None:
@@ -458,7 +472,7 @@ def check_stack_fields(spec: StackSpec) -> None:
 
 # ----------------------------------------------------------------------------- loading
 
-def _instance(table: ServerTable, role: str, index: int, where: str, source: str) -> Instance:
+def _instance(table: ServerTable, role: ServerRole, index: int, where: str, source: str) -> Instance:
     defaults = default_instance(role, index)
     if table.nodes is not None and table.node is not None:
         raise PresetError(f"{source}: {where}: give 'node' or 'nodes', not both")
@@ -525,7 +539,7 @@ def spec_from_dict(data: dict, source: str) -> StackSpec:
         description=preset.description,
         mode=preset.mode,
         model_path=preset.model_path,
-        ext=ExtConfig(**{s.field: getattr(ext, s.preset_key) for s in PRESET_SETTINGS}),
+        ext=ExtConfig(**{s.attribute: getattr(ext, key) for key, s in PRESET_KEYS.items()}),
         hicache=hic.enabled,
         hicache_ratio=hic.ratio,
         hicache_roles=list(hic.roles),
@@ -539,7 +553,7 @@ def spec_from_dict(data: dict, source: str) -> StackSpec:
     return spec
 
 
-def default_instance(role: str, index: int) -> Instance:
+def default_instance(role: ServerRole, index: int) -> Instance:
     """Ports used when neither the preset nor the command line gives one."""
     if role == "prefill":
         return Instance(role=role, index=index, port=30000 + index, bootstrap_port=8998 + index)
@@ -548,7 +562,7 @@ def default_instance(role: str, index: int) -> Instance:
     return Instance(role=role, index=index, port=30000)
 
 
-def default_spec(mode: str) -> StackSpec:
+def default_spec(mode: Mode) -> StackSpec:
     """A stack without a preset: one prefill + one decode (pd) or one server (single)."""
     spec = StackSpec(mode=mode)
     if mode == "pd":

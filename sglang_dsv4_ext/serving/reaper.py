@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, Iterable, List, Optional, TextIO
+from typing import IO, Dict, Iterable, List, Optional, TextIO, cast
 
 import psutil
 
@@ -45,6 +45,7 @@ class Link:
             stdout=subprocess.DEVNULL, env=env, text=True,
             start_new_session=True,  # no terminal signal reaches it; it outlives serve by design
         )
+        self._pipe = cast(IO[str], self.proc.stdin)  # stdin=PIPE: never None
         self._told: set = set()
         self.problem: Optional[str] = None  # set when the reaper cannot be reached any more
 
@@ -64,7 +65,7 @@ class Link:
         """serve stopped the stack itself: the reaper exits without touching anything."""
         self._write(DONE + "\n")
         try:
-            self.proc.stdin.close()
+            self._pipe.close()
         except OSError:
             pass
         try:
@@ -77,8 +78,8 @@ class Link:
         if not text or self.problem:
             return
         try:
-            self.proc.stdin.write(text)
-            self.proc.stdin.flush()
+            self._pipe.write(text)
+            self._pipe.flush()
         except (OSError, ValueError) as exc:  # the reaper died (or was killed): serve goes on without it
             self.problem = f"the reaper (pid {self.proc.pid}) is gone: {exc}"
 
@@ -91,7 +92,7 @@ def _log(log: TextIO, text: str) -> None:
 class _Known:
     """Processes serve reported, and the process groups they were in."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.procs: Dict[int, psutil.Process] = {}
         self.groups: Dict[int, float] = {}  # pgid -> earliest start time of a reported member
 

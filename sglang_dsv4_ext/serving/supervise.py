@@ -121,7 +121,7 @@ class Supervisor:
         poll_interval: float = 0.5,
         progress_interval: float = 10.0,
         stream_logs: bool = True,
-        out: IO[str] = None,
+        out: Optional[IO[str]] = None,
         require_activation_line: bool = False,
         wedge_seconds: Optional[float] = None,
     ):

@@ -208,7 +208,7 @@ class SGLangArgs:
         except Exception as exc:  # ServerArgs construction
             raise CommandLineError(f"{name}: SGLang's ServerArgs rejects the arguments: {exc}") from None
 
-    def check_sources(self, sources: List[Tuple[str, Sequence[str]]], name: str) -> Dict[str, object]:
+    def check_sources(self, sources: Sequence[Tuple[str, Sequence[str]]], name: str) -> Dict[str, object]:
         """Checks 1 and 2 for one server; returns the merged explicit settings."""
         seen: Dict[str, Tuple[str, object]] = {}
         for source, args in sources:

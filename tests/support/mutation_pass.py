@@ -351,7 +351,7 @@ MUTATIONS: List[Mutation] = [
              "    if False:\n        return None, f\"the server reported",
              (f"{_RUN}::test_a_counter_that_is_not_a_number_is_null_with_the_reason",)),
     Mutation("repro: no NaN reaches summary.json", "sglang_dsv4_ext/repro/runner.py",
-             "        summary, not_finite = strict_json.finite(summary)", "        not_finite = []",
+             "        cleaned, not_finite = strict_json.finite(summary)", "        cleaned, not_finite = summary, []",
              (f"{_RUN}::test_a_server_info_value_that_is_not_a_number_is_written_as_null_and_said",)),
     Mutation("repro: summary.json is read strictly", "sglang_dsv4_ext/repro/rundir.py",
              "            summary = strict_json.loads(f.read())", "            summary = json.loads(f.read())",
@@ -678,7 +678,7 @@ MUTATIONS: List[Mutation] = [
              "    if message is not None:\n        commit = stops.amend(repo, patch, message)\n    detail",
              "    if False:\n        commit = stops.amend(repo, patch, message)\n    detail", (_RECORD_REPLAY,)),
     Mutation("series: a patch stopped for --edit can be dropped", "sglang_dsv4_ext/series/rebase.py",
-             'f"{state.stop_head}^" if edit_stop else state.stop_head', "state.stop_head",
+             'f"{state.stop_head}^" if edit_stop else _stop_head(state)', "_stop_head(state)",
              ("tests/unit/series/test_series_record.py::test_a_patch_stopped_for_edit_can_still_be_dropped",)),
     Mutation("series: rebase --into leaves the old series alone", "sglang_dsv4_ext/series/rebase.py",
              "    into = Path(into).resolve() if into is not None else series_dir\n", "    into = series_dir\n",
@@ -750,8 +750,9 @@ MUTATIONS: List[Mutation] = [
              "                if dest in REFUSED_DESTS and value:", "                if False:",
              (f"{_SERVE}::test_bad_flag_is_refused_naming_it",)),
     Mutation("repro: the schedulers' records decide, not a gauge", "sglang_dsv4_ext/repro/extension_check.py",
-             "        decided = _from_records(url, live[\"records\"])",
-             "        decided = (_from_records(url, live[\"records\"]) if not entry.get(\"extension\") else "
+             "        decided = _from_records(url, cast(List[Optional[dict]], live[\"records\"]))",
+             "        decided = (_from_records(url, cast(List[Optional[dict]], live[\"records\"])) "
+             "if not entry.get(\"extension\") else "
              "_state(url, ACTIVE, \"gauge\", entry[\"extension\"]))",
              ("tests/unit/repro/test_expect_extension.py::"
               "test_a_stock_server_never_passes_whatever_its_metrics_and_logs_show",
@@ -809,6 +810,11 @@ MUTATIONS: List[Mutation] = [
              '"status": activation.DRIFTED if target.path in drifts else MATCHES',
              '"status": MATCHES',
              ("tests/unit/cli/test_doctor_plan_cli.py::test_doctor_shows_each_called_name_and_its_drift",)),
+    Mutation("serve: a single-mode stack without its server is refused", "sglang_dsv4_ext/serving/launch_plan.py",
+             '    if spec.mode == "single" and spec.single is None:\n',
+             '    if False:\n',
+             ("tests/unit/serving/test_serve_dryrun.py::"
+              "test_a_single_mode_stack_without_its_server_is_refused_by_name",)),
 ]
 
 

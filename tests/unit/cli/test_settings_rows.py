@@ -146,3 +146,19 @@ def test_the_environment_is_parsed_once_per_set_of_values(monkeypatch):
     assert load_config().index_k_dtype == "fp4"  # os.environ read at the call, never at import
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "bf16")
     assert load_config().index_k_dtype == "bf16"
+
+
+def test_the_config_dataclasses_declare_exactly_the_rows_fields_with_their_kinds_types():
+    """ExtConfig and CaptureConfig spell each field (for the type checker); the rows stay the truth: same names in
+    table order, the kind's type, the row's default."""
+    import dataclasses
+    import typing
+
+    def declared(cls, prefix=""):
+        hints = typing.get_type_hints(cls)
+        return [(prefix + f.name, hints[f.name], f.default) for f in dataclasses.fields(cls) if f.name != "capture"]
+
+    rows = [(s.field, s.kind.type, s.default) for s in config.SETTINGS if s.field]
+    fields = declared(config.ExtConfig) + declared(config.CaptureConfig, "capture.")
+    assert fields == rows
+    assert typing.get_type_hints(config.ExtConfig)["capture"] is config.CaptureConfig

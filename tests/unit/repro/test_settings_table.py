@@ -54,3 +54,15 @@ def test_run_config_built_in_code_refuses_bad_values_naming_the_flag(name, value
     flag = "--" + name.replace("_", "-")
     with pytest.raises(ValueError, match=flag):
         RunConfig(endpoint="http://127.0.0.1:8000", out="x", **{name: value})
+
+
+def test_run_config_declares_exactly_the_rows_fields_with_their_defaults():
+    """RunConfig spells each field (for the type checker); the rows stay the truth: same names in table order, the
+    row's default (a dict default fresh for each run)."""
+    import dataclasses
+
+    fields = dataclasses.fields(RunConfig)
+    assert [f.name for f in fields] == ["endpoint", "out", "label"] + [s.name for s in SETTINGS]
+    a, b = RunConfig(endpoint="http://h:1/v1/chat/completions", out="o"), RunConfig(endpoint="http://h:1", out="o")
+    assert [getattr(a, s.name) for s in SETTINGS] == [s.default for s in SETTINGS]
+    assert a.extra_body is not b.extra_body

@@ -271,3 +271,16 @@ def test_export_refuses_a_bad_wheel_and_writes_nothing(tmp_path, capsys, extra, 
     assert patches("export", "--repo", str(repo.path), "--series-dir", str(series_dir), *extra) == 2
     assert needle in _one_error_line(capsys)
     assert S.snapshot(repo, series_dir) == before
+
+
+
+def test_a_hunk_header_the_parser_cannot_read_is_a_patch_file_error():
+    """The type check (issue 22.5) showed the hunk splitter assumed its header regex matched. ``patches`` lets git
+    refuse a corrupt hunk first (``load_patch``), so this is the splitter's own contract: a PatchFileError naming
+    the file and the header, not an AttributeError."""
+    from sglang_dsv4_ext.errors import PatchFileError
+    from sglang_dsv4_ext.series.series import split_hunks
+
+    text = "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -x +y @@\n-a\n+b\n"
+    with pytest.raises(PatchFileError, match=r"x.py: hunk #1 has a malformed header '@@ -x \+y @@'"):
+        split_hunks(text)

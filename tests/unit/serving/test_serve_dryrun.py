@@ -297,3 +297,12 @@ def test_capture_in_the_shell_is_checked_against_what_the_children_see(capsys, m
     out, cmds = _dry_run(capsys, "--preset", "dsv4-flash-8gpu-pd-4p4d-bf16-hicache")
     assert "invalid" not in out and len(_servers(cmds)) == 2
     assert "-u SGLANG_DSV4_INDEX_K_CAPTURE" not in out  # the children inherit it from this shell
+
+
+def test_a_single_mode_stack_without_its_server_is_refused_by_name():
+    """Found by the type check (issue 22.5): a single-mode stack built in code with no server listed [None] as its
+    servers, and the plan died on None.name with a traceback."""
+    from sglang_dsv4_ext.serving.preset import StackSpec
+
+    with pytest.raises(PresetError, match=r"<command line>: single mode needs its \[single\] server"):
+        build_plan(StackSpec(mode="single", model_path="m"), 0, sglang_args(), validate_router=False)
