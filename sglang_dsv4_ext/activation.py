@@ -8,7 +8,8 @@ SGLang calls :func:`register` from ``load_plugins()`` in every process its entry
 1. honours the kill switch ``SGLANG_DSV4_EXT=0`` (SGLang stays untouched);
 2. validates the configuration (a bad value names the variable and the allowed values);
 3. refuses an untested SGLang version (unless explicitly allowed) and any drifted or
-   missing target of :data:`sglang_dsv4_ext.compat.TARGETS`, before patching anything;
+   missing target of :data:`sglang_dsv4_ext.compat.TARGETS` (the rows of the running release,
+   :func:`sglang_dsv4_ext.compat.table_for`), before patching anything;
 4. registers the hooks through SGLang's ``HookRegistry`` and applies them;
 5. verifies that every target now carries our wrapper, because ``HookRegistry`` logs and
    swallows failures; anything missing is an error, never a half-patched server.
@@ -67,6 +68,7 @@ SKIPPED_BY_CONFIG = "skipped-by-config"
 DRIFTED = "drifted"
 REFUSED = "refused"  # activation refused because another row drifted: nothing patched
 BLOCKED = "blocked"  # SGLANG_PLUGINS does not name us: SGLang never calls our entry point
+NOT_IN_RELEASE = "not-in-release"  # a row of another supported release: this SGLang has no such target
 
 
 
@@ -122,10 +124,15 @@ def _untested_version(cfg: ExtConfig) -> Optional[str]:
     """Why the installed SGLang may not be patched (None: tested, or explicitly allowed)."""
     found = installed_sglang_version()
     STATE.sglang_version = found
-    if found in compat.TESTED_SGLANG_VERSIONS or cfg.allow_untested_sglang:
+    if found in compat.SUPPORTED_SGLANG_VERSIONS or cfg.allow_untested_sglang:
         return None
-    return (f"SGLang {found} is not a tested version (tested: {', '.join(compat.TESTED_SGLANG_VERSIONS)}); set "
+    return (f"SGLang {found} is not a tested version (tested: {', '.join(compat.SUPPORTED_SGLANG_VERSIONS)}); set "
             f"SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=1 to try it (drifted signatures are still refused)")
+
+
+def table_in_force() -> List[compat.Target]:
+    """The table rows this process checks and patches: the running release's (or a test's table)."""
+    return _TABLE
 
 
 def _hook_type(kind: str):
@@ -166,8 +173,8 @@ def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compa
     """Eager activation (doctor, tests, benchmarks): import every target module, check, patch, verify.
 
     Raises :class:`ActivationError` with the reason on refusal, before anything is patched.
-    ``targets`` replaces the table (tests use it to present a drifted table); by default the real
-    :data:`compat.TARGETS` is used. SGLang's entry point uses :func:`register` instead, which
+    ``targets`` replaces the table (tests use it to present a drifted table); by default the rows of
+    :data:`compat.TARGETS` for the installed release are used. SGLang's entry point uses :func:`register` instead, which
     patches each module when SGLang imports it and refuses only where a DeepSeek-V4 pool is built.
     """
     global _TABLE
@@ -178,9 +185,9 @@ def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compa
         if not cfg.enabled:
             STATE.statuses = {t.path: SKIPPED_BY_CONFIG for t in compat.TARGETS}
             return STATE
-        _TABLE = compat.TARGETS if targets is None else targets
         try:
             reason = _untested_version(cfg)
+            _TABLE = compat.table_for(STATE.sglang_version) if targets is None else targets
             if reason:
                 raise ActivationError(reason)
             drifts = compat.check_targets(_TABLE)
@@ -249,7 +256,7 @@ def _collect_hooks(module_name: str) -> list:
     from sglang_dsv4_ext.hooks import HookContext, collect_hooks
 
     if _CONTEXT is None:
-        _CONTEXT = HookContext()
+        _CONTEXT = HookContext(release=compat.rows_release(STATE.sglang_version))
     _CONTEXT.wants = lambda target: target.module == module_name
     hooks = collect_hooks(_CONTEXT)
     known = {t.path for t in _TABLE}
@@ -584,6 +591,7 @@ def register() -> None:
     DeepSeek-V4 model or pool is built (:func:`complete_before_dsv4_build`); other models serve with stock
     SGLang and a warning. Any failure here stops the process (SGLang's loader would swallow it).
     """
+    global _TABLE
     if kill_switch_set():
         logger.info("sglang-dsv4-ext disabled by SGLANG_DSV4_EXT=0; SGLang left untouched")
         return
@@ -595,6 +603,7 @@ def register() -> None:
         if not cfg.enabled:
             return
         STATE.version_refusal = _untested_version(cfg)
+        _TABLE = compat.table_for(STATE.sglang_version)
         if STATE.version_refusal:
             logger.warning("sglang-dsv4-ext: %s; SGLang is left stock and a DeepSeek-V4 pool will be refused",
                            STATE.version_refusal)
@@ -647,5 +656,5 @@ def reset_for_tests() -> None:
     """Forget this process's activation state (does not un-patch)."""
     global _TABLE, _CONTEXT
     STATE.__dict__.update(ActivationState().__dict__)
-    _TABLE = compat.TARGETS
+    _TABLE = compat.table_for(compat.installed_sglang_version())
     _CONTEXT = None
