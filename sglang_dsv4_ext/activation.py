@@ -183,7 +183,7 @@ def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compa
             return STATE
         cfg = _load_config(config)
         if not cfg.enabled:
-            STATE.statuses = {t.path: SKIPPED_BY_CONFIG for t in compat.TARGETS}
+            STATE.statuses = {t.path: SKIPPED_BY_CONFIG for t in compat.installed_table()}
             return STATE
         try:
             reason = _untested_version(cfg)
@@ -656,5 +656,5 @@ def reset_for_tests() -> None:
     """Forget this process's activation state (does not un-patch)."""
     global _TABLE, _CONTEXT
     STATE.__dict__.update(ActivationState().__dict__)
-    _TABLE = compat.table_for(compat.installed_sglang_version())
+    _TABLE = compat.installed_table()
     _CONTEXT = None

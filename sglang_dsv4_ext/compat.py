@@ -358,6 +358,11 @@ def table_for(version: Optional[str], targets: Optional[Iterable[Target]] = None
     return [row for row in rows if row is not None]
 
 
+def installed_table() -> List[Target]:
+    """The rows of the installed SGLang's release (:func:`table_for`)."""
+    return table_for(installed_sglang_version())
+
+
 def _format_default(value) -> str:
     return repr(value)
 

@@ -84,7 +84,7 @@ def test_a_non_dsv4_pool_does_not_complete_activation(deferred):
 
 def test_building_a_dsv4_pool_completes_and_verifies_every_target(deferred):
     assert deferred["activated_after_dsv4_pool"] is True
-    expected = set(compat.target_modules(compat.TARGETS))
+    expected = set(compat.target_modules(compat.installed_table()))
     assert set(deferred["modules"]) == expected
     assert set(deferred["modules"].values()) == {"patched"}
     assert deferred["unhooked"] == []
@@ -165,7 +165,7 @@ def test_a_bug_in_a_post_import_hook_stops_the_process_under_sglangs_except_exce
     # The first target module importing cache_controller patches is the one whose hook failed: cache_controller
     # itself, or a target module its own imports pull in first (pool_host.group since the integrity rows).
     failed = re.search(r"a bug while patching ([\w.]+)", proc.stderr)
-    assert failed and failed.group(1) in compat.target_modules(compat.TARGETS), proc.stderr
+    assert failed and failed.group(1) in compat.target_modules(compat.installed_table()), proc.stderr
 
 
 def test_a_gauge_left_in_a_shared_metrics_dir_never_passes_a_later_stock_server(deferred, metrics_dir, capsys):

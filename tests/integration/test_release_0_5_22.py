@@ -136,3 +136,35 @@ def test_release_hook_paths_pass_on_the_real_0_5_22_classes():
                           capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=1200)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout.splitlines()[-1], proc.stdout[-500:]
+
+
+def test_parameter_difference_names_what_the_found_signature_lacks_or_adds():
+    assert compat.parameter_difference("(self, a, b=None)", "(self, a)") == "found lacks b=None"
+    assert compat.parameter_difference("(self, a)", "(self, a, c=1)") == "found adds c=1"
+    drift = compat.Drift("x.f", "(self, q=None)", "(self, q=1)", "signature differs")
+    assert drift.describe().endswith("(found lacks q=None; found adds q=1)")
+
+
+def test_doctor_says_per_row_what_the_other_release_lacks(ext_active, capsys):
+    from sglang_dsv4_ext import activation, doctor
+
+    running = compat.rows_release(compat.installed_sglang_version())
+    other = next(v for v in compat.SUPPORTED_SGLANG_VERSIONS if v != running)
+    rows = {row["target"]: row for row in doctor._target_rows(activation.STATE)}
+    assert set(rows) == {t.path for t in compat.TARGETS}  # every release's rows, one table
+    absent_here = {t.path for t in compat.TARGETS if t.row_for(running) is None}
+    assert {p for p, row in rows.items() if row["status"] == activation.NOT_IN_RELEASE} == absent_here
+    waits = rows[compat.PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS.path]
+    pd_layout = rows[compat.PD_KV_LAYOUT.path]
+    if running == "0.5.23":
+        assert waits["releases"]["0.5.22"].startswith("no _wait_for_layer_loads")
+        assert pd_layout["releases"]["0.5.22"].startswith("no pd_kv_layout")
+        assert rows[compat.PD_PREFILL_KV_MANAGER.path]["detail"].startswith("SGLang 0.5.23 has no such target")
+    else:
+        assert waits["status"] == pd_layout["status"] == activation.NOT_IN_RELEASE
+        assert waits["detail"].startswith("SGLang 0.5.22 has no such target: no _wait_for_layer_loads")
+        assert rows[compat.PD_PREFILL_KV_MANAGER.path]["releases"][other].startswith("0.5.23's pd_kv_layout")
+    doctor._print_target_row(pd_layout, 80)
+    printed = capsys.readouterr().out
+    assert ("on SGLang 0.5.22: no pd_kv_layout" if running == "0.5.23"
+            else "SGLang 0.5.22 has no such target: no pd_kv_layout") in printed
