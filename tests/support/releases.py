@@ -17,3 +17,8 @@ RUNNING = compat.installed_sglang_version()
 def only_on(release: str, instead: str):
     """Skip unless SGLang ``release`` is installed; ``instead``: what the other release does, and its test."""
     return pytest.mark.skipif(RUNNING != release, reason=f"SGLang {release} only (this is {RUNNING}): {instead}")
+
+
+# DeepSeek-V4.1 (issue 23 item 5) was built on SGLang 0.5.23's V4.1 support.
+ONLY_WITH_0_5_23_V41 = only_on("0.5.23", "DeepSeek-V4.1 is supported on SGLang 0.5.23 only: 0.5.22 has no "
+                               "_dsv4_low_ratio_regions (V4.1's low-ratio HiCache regions) and sizes V4.1 differently")

@@ -16,6 +16,9 @@ import torch
 from sglang_dsv4_ext import dsv4_model, errors
 from tests.support import gate_doubles as gd
 from tests.support.dsv4_pools import sized_pool
+from tests.support.releases import ONLY_WITH_0_5_23_V41
+
+pytestmark = ONLY_WITH_0_5_23_V41
 
 V41 = dsv4_model.load_model(bundled="v4.1-flash")
 SERVER_ARGS = dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True)

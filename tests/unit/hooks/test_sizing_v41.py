@@ -19,6 +19,9 @@ import pytest
 from sglang_dsv4_ext import dsv4_model, errors, index_k, index_k_budget
 from sglang_dsv4_ext.hooks import pool as pool_patch
 from tests.support.dsv4_pools import sized_pool
+from tests.support.releases import ONLY_WITH_0_5_23_V41
+
+pytestmark = ONLY_WITH_0_5_23_V41
 
 V41 = dsv4_model.load_model(bundled="v4.1-flash")
 PAGE = 256
