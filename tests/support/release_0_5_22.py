@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import logging
 import os
 import sys
 
@@ -24,15 +23,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 
 from sglang_dsv4_ext import activation, compat  # noqa: E402
-
-
-def _warnings() -> list:
-    warnings = []
-    handler = logging.Handler()
-    handler.emit = lambda record: warnings.append(record.getMessage())
-    handler.setLevel(logging.WARNING)
-    logging.getLogger("sglang_dsv4_ext").addHandler(handler)
-    return warnings
 
 
 def _hooked_in_refused_modules() -> list:
@@ -56,7 +46,7 @@ def real_drift() -> dict:
     compat.SUPPORTED_SGLANG_VERSIONS = ("0.5.23",)  # the table restricted to 0.5.23's rows
     import sglang.srt.plugins as plugins
 
-    from tests.support.activation_scope import build_dsv4_pool, build_mha_pool
+    from tests.support.activation_scope import _warnings, build_dsv4_pool, build_mha_pool
 
     warnings = _warnings()
     with contextlib.redirect_stderr(io.StringIO()) as printed:

@@ -24,15 +24,20 @@ def around_wait_for_layer_loads(original, self):
         note_wait(counter, 0)
 
 
+def _replay_waiting_ahead(original, runner, pool, forward_batch, kwargs):
+    """The replay, in whose scope the pool's waits look one layer ahead."""
+    token = wait_ahead_pool.set(id(pool))
+    try:
+        return original(runner, forward_batch, **kwargs)
+    finally:
+        wait_ahead_pool.reset(token)
+
+
 def around_prefill_execute(original, self, forward_batch, **kwargs):
     pool = _dsv4_pool_of(self)
     if pool is None or getattr(self, "_is_full_backend", False) or pool._dsv4_gate_mode == "off":
         return original(self, forward_batch, **kwargs)
-    token = wait_ahead_pool.set(id(pool))
-    try:
-        return original(self, forward_batch, **kwargs)
-    finally:
-        wait_ahead_pool.reset(token)
+    return _replay_waiting_ahead(original, self, pool, forward_batch, kwargs)
 
 
 def around_prefill_execute_waiting_first(original, self, forward_batch, **kwargs):
@@ -54,8 +59,4 @@ def around_prefill_execute_waiting_first(original, self, forward_batch, **kwargs
         note_wait(counter, layer)
     if full:
         return original(self, forward_batch, **kwargs)
-    token = wait_ahead_pool.set(id(pool))
-    try:
-        return original(self, forward_batch, **kwargs)
-    finally:
-        wait_ahead_pool.reset(token)
+    return _replay_waiting_ahead(original, self, pool, forward_batch, kwargs)
