@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from sglang_dsv4_ext import __version__
+from tests.support.releases import skip_unless_this_python_builds_wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK = "sglang_dsv4_ext-bootstrap.pth"
@@ -32,6 +33,7 @@ HOOK_LINE = "import sglang_dsv4_ext.bootstrap; sglang_dsv4_ext.bootstrap.install
 
 @pytest.fixture(scope="module")
 def editable_wheel(tmp_path_factory) -> Path:
+    skip_unless_this_python_builds_wheels()
     out = tmp_path_factory.mktemp("editable")
     code = f"from setuptools import build_meta; print(build_meta.build_editable({str(out)!r}))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)

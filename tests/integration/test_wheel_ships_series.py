@@ -19,6 +19,7 @@ import pytest
 
 from sglang_dsv4_ext.series.series import read_series_names
 from sglang_dsv4_ext.series.upstream_history import wheel_cache_dir
+from tests.support.releases import skip_unless_this_python_builds_wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 SERIES = read_series_names(ROOT / "patches")
@@ -34,6 +35,7 @@ def _env(extra_path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def installed_wheel(tmp_path_factory):
+    skip_unless_this_python_builds_wheels()
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(out / "dist")], check=True, capture_output=True, text=True, timeout=300)
