@@ -47,7 +47,10 @@ def fresh_venv(tmp_path_factory, editable_wheel) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
                                 "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
-    (site / "00-test-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # SGLang, torch, ...
+    # SGLang, torch, ...: this interpreter's site-packages, and those an overlay environment borrows (.ci/run's
+    # SGLang 0.5.22 run); plain path lines, so no .pth file of theirs runs in the fresh environment
+    sites = [sysconfig.get_paths()["purelib"]] + [p for p in sys.path if p.endswith("site-packages")]
+    (site / "00-test-environment.pth").write_text("".join(p + "\n" for p in dict.fromkeys(sites)))
     (site / HOOK).write_bytes(zipfile.ZipFile(editable_wheel).read(HOOK))
     return venv
 
