@@ -29,7 +29,7 @@ import importlib, json, sys, time
 from sglang_dsv4_ext.plugin import activation
 from sglang_dsv4_ext.plugin import compat
 kind = sys.argv[1]
-modules = [m for m in compat.target_modules(compat.TARGETS) if m != compat.HOOK_REGISTRY_PROPAGATE.module]
+modules = [m for m in compat.target_modules(compat.installed_table()) if m != compat.HOOK_REGISTRY_PROPAGATE.module]
 first = {"launcher": ["sglang.srt.plugins"], "detokenizer": ["sglang.srt.managers.detokenizer_manager"],
          "scheduler": ["sglang.srt.plugins"] + modules, "completion": ["sglang.srt.plugins"]}[kind]
 t0 = time.perf_counter()

@@ -189,7 +189,8 @@ SETTINGS: Tuple[Setting, ...] = (
             serve_flag="--index-k-gate", serve_help="HiCache index-K read gate mode", preset_key="index_k_gate",
             children=SET_BY_STACK, shown=True),
     Setting(ENV_ALLOW_UNTESTED, "allow_untested_sglang", SWITCH, False,
-            "allow an SGLang version other than 0.5.23; drifted signatures are still refused"),
+            "allow an SGLang release outside the supported ones (README, 'Supported SGLang releases'); drifted "
+            "signatures are still refused"),
     Setting(ENV_FP4_BUDGET, "fp4_budget", _choice(*FP4_BUDGETS), "exact",
             "SGLang's own CUDA fp4 indexer: budget the 68 B per token the pool allocates (more tokens fit; logged "
             "once at startup with both figures, shown by `plan` and `doctor`), or keep SGLang's deliberate 132-B "

@@ -102,21 +102,30 @@ def _activate_for_report(report: Dict[str, object], config) -> object:
     return error
 
 
-def _target_rows(state) -> List[Dict[str, str]]:
+def _release_row(target: compat.Target, release: str, state) -> Dict[str, object]:
+    """A row as the running release has it; a row that release lacks says so (status not-in-release)."""
     from sglang_dsv4_ext.plugin import activation
 
-    targets: List[Dict[str, str]] = []
+    here = target.row_for(release)
+    row: Dict[str, object] = {"target": target.path, "area": target.area, "feature": target.feature}
+    if here is None:
+        row.update(status=activation.NOT_IN_RELEASE, signature=None,
+                   detail=f"SGLang {release} has no such target: {target.on(release).lacks}")
+    else:
+        row.update(status=state.statuses.get(target.path, activation.REFUSED), signature=here.signature)
+    # What each other supported release lacks for this row (one table serves them all).
+    row["releases"] = {r.version: r.lacks for r in target.releases if r.version != release}
+    return row
+
+
+def _target_rows(state) -> List[Dict[str, object]]:
+    release = compat.rows_release(state.sglang_version or compat.installed_sglang_version())
+    targets: List[Dict[str, object]] = []
     for target in compat.TARGETS:
-        row = {
-            "target": target.path,
-            "status": state.statuses.get(target.path, activation.REFUSED),
-            "area": target.area,
-            "feature": target.feature,
-            "signature": target.signature,
-        }
+        row = _release_row(target, release, state)
         if target.path in state.accessor_verdicts:
             row["gate"] = state.accessor_verdicts[target.path]
-        if target.path in state.details:
+        if target.path in state.details and "detail" not in row:
             row["detail"] = state.details[target.path]
         if target is compat.INDEXER_BYTES_PER_TOKEN and state.config is not None:
             # This row also changes stock behaviour for operators who never asked for bf16.
@@ -201,7 +210,8 @@ def collect_report(model=None, model_name: str = "") -> Dict[str, object]:
 
     if model is None:
         model, model_name = dsv4_model.load_model(), capture_check.BUNDLED
-    report: Dict[str, object] = {"ext_version": __version__}
+    report: Dict[str, object] = {"ext_version": __version__,
+                                 "supported_sglang": list(compat.SUPPORTED_SGLANG_VERSIONS)}
     config = _versions_and_config(report)
     report["capture"] = _capture_report(config, model, model_name)
     error = _activate_for_report(report, config)
@@ -225,7 +235,8 @@ def collect_report(model=None, model_name: str = "") -> Dict[str, object]:
 
 def _print_human(report: Dict[str, object]) -> None:
     print(f"sglang-dsv4-ext {report['ext_version']}")
-    print(f"SGLang          {report.get('sglang_version')}  ({report.get('sglang_path', '?')})")
+    print(f"SGLang          {report.get('sglang_version')}  ({report.get('sglang_path', '?')}; supported: "
+          f"{', '.join(report['supported_sglang'])})")
     print(f"config          {report.get('config')}")
     print(f"activated       {report['activated']} ({report['activation_seconds']} s)")
     print(f"prefill graph   {report['prefill_graph']}")
@@ -239,10 +250,7 @@ def _print_human(report: Dict[str, object]) -> None:
     width = max(len(row["target"]) for row in report["targets"]) - len("sglang.srt.")
     print(f"{'target':<{width}}  {'status':<17}  gate")
     for row in report["targets"]:
-        name = row["target"].removeprefix("sglang.srt.")
-        print(f"{name:<{width}}  {row['status']:<17}  {row.get('gate', '')}")
-        if "fp4_budget" in row:
-            print(f"{'':<{width}}  fp4 budget: {row['fp4_budget']}")
+        _print_target_row(row, width)
     print()
     print(f"{'called (not wrapped)':<{width}}  status")
     for row in report["called"]:
@@ -257,6 +265,19 @@ def _print_human(report: Dict[str, object]) -> None:
         print(f"CUDA            none ({cuda.get('reason')})")
     for name, status in report["kernel_backends"].items():
         print(f"  {name:<30} {status}")
+
+
+def _print_target_row(row: Dict[str, object], width: int) -> None:
+    from sglang_dsv4_ext.plugin import activation
+
+    name = row["target"].removeprefix("sglang.srt.")
+    print(f"{name:<{width}}  {row['status']:<17}  {row.get('gate', '')}")
+    if "fp4_budget" in row:
+        print(f"{'':<{width}}  fp4 budget: {row['fp4_budget']}")
+    if row["status"] == activation.NOT_IN_RELEASE:
+        print(f"{'':<{width}}  {row['detail']}")
+    for version, lacks in row.get("releases", {}).items():
+        print(f"{'':<{width}}  on SGLang {version}: {lacks}")
 
 
 def _capture_line(row: Dict[str, object]) -> str:

@@ -19,6 +19,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sglang_dsv4_ext.plugin import compat
 from sglang_dsv4_ext.plugin.compat import Target
 
 # Order matters only for readability of doctor output; targets are disjoint per module.
@@ -46,11 +47,18 @@ class HookContext:
     # target path -> reason, for table rows that need no hook on this SGLang
     not_needed: dict[str, str] = field(default_factory=dict)
     wants: Callable[[Target], bool] = lambda target: True
+    # the supported release whose table rows are in force (compat.rows_release); a hook on a row that
+    # release does not have is left out, and a hook that works differently there reads it
+    release: str = field(default_factory=lambda: compat.SUPPORTED_SGLANG_VERSIONS[-1])
+
+    def has(self, target: Target) -> bool:
+        """The running release has ``target``."""
+        return target.row_for(self.release) is not None
 
 
 def collect_hooks(ctx: HookContext) -> list[Hook]:
     hooks: list[Hook] = []
     for name in HOOK_MODULES:
         module = importlib.import_module(f"{__name__}.{name}")
-        hooks.extend(h for h in module.hooks(ctx) if ctx.wants(h.target))
+        hooks.extend(h for h in module.hooks(ctx) if ctx.wants(h.target) and ctx.has(h.target))
     return hooks

@@ -23,7 +23,10 @@ and an AFTER hook on ``LogicalHostPool.__init__`` sets that anchor's
 linkers build their storage config with ``model_name=get_model().model_path``, bypassing
 ``storage_model_name``: bf16 and fp8 servers sharing one store would exchange 16384-B and
 8448-B page rows. An AROUND hook on ``create_unified_cache_linker`` refuses a bf16 index-K
-pool there, naming the flag, before any linker or store is built; fp8/fp4 pass untouched.
+pool there, naming the flag, before any linker or store is built; fp8/fp4 pass untouched. SGLang
+0.5.22 has no ``create_unified_cache_linker`` (``mem_cache/registry.py`` builds the linker): there the
+same refusal is an AROUND hook on ``_build_deepseek_v4_device_pool_group``, where the direct linker
+maps a DeepSeek-V4 pool, before any page is stored.
 
 Upstream status: not upstream.
 Retire when: SGLang registers the indexer region page-aligned (or fixes the token-granular kernel for
@@ -75,19 +78,28 @@ def _after_logical_host_pool_init(result, self, *args, **kwargs):
     return None
 
 
-def _around_create_external_linker(original, server_args, params, *, backend, config, components,
-                                   forward_stream=None):
-    kvcache = params.token_to_kv_pool_allocator.get_kvcache()
+def _refuse_external_linker(kvcache, backend: str) -> None:
     if _kvcache_stores_bf16_index_k(kvcache):
         raise Bf16IndexKUnsupported(
             f"SGLANG_DSV4_INDEX_K_DTYPE=bf16 cannot be combined with --enable-unified-cache-external-linker "
-            f"(backend {backend!r}): its direct linkers key L3 pages on the model path alone, so bf16 and fp8 "
+            f"(backend {backend}): its direct linkers key L3 pages on the model path alone, so bf16 and fp8 "
             f"servers sharing a store would exchange pages of different layouts. Use HiCache "
             f"(--enable-hierarchical-cache with --hicache-storage-backend), whose keys carry the index-K dtype, "
             f"or fp8 index-K"
         )
+
+
+def _around_create_external_linker(original, server_args, params, *, backend, config, components,
+                                   forward_stream=None):
+    _refuse_external_linker(params.token_to_kv_pool_allocator.get_kvcache(), repr(backend))
     return original(server_args, params, backend=backend, config=config, components=components,
                     forward_stream=forward_stream)
+
+
+def _around_dsv4_linker_pool_group(original, kvcache, page_size, *args, **kwargs):
+    # SGLang 0.5.22: the direct linker's DeepSeek-V4 pool group (mem_cache/registry.py picks the backend).
+    _refuse_external_linker(kvcache, "--unified-cache-external-linker-backend")
+    return original(kvcache, page_size, *args, **kwargs)
 
 
 def hooks(ctx):
@@ -98,4 +110,5 @@ def hooks(ctx):
         Hook(compat.HICACHE_BUILD_STACK, _around_build_stack, "around"),
         Hook(compat.LOGICAL_HOST_POOL_INIT, _after_logical_host_pool_init, "after"),
         Hook(compat.EXTERNAL_LINKER_CREATE, _around_create_external_linker, "around"),
+        Hook(compat.EXTERNAL_LINKER_DSV4_POOL_GROUP, _around_dsv4_linker_pool_group, "around"),
     ]

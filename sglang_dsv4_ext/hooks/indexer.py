@@ -143,9 +143,11 @@ def store_compressed_index_k_bf16(backend, x, forward_batch, layer_id, compresso
 
 # --- query ----------------------------------------------------------------------------------
 
-def _around_compute_q(original, self, q_lora, positions, weight, q_lora_quant=None):
+def _around_compute_q(original, self, q_lora, positions, weight, *release_args, **release_kwargs):
+    # SGLang 0.5.23 passes q_lora_quant (positionally, from _forward_prepare_normal); 0.5.22 has none.
     if self.use_fp4_indexer or not _pool_stores_bf16.get():
-        return original(self, q_lora, positions, weight, q_lora_quant)
+        return original(self, q_lora, positions, weight, *release_args, **release_kwargs)
+    q_lora_quant = release_args[0] if release_args else release_kwargs.get("q_lora_quant")
     q, _ = self.wq_b(q_lora if q_lora_quant is None else q_lora_quant)
     q = q.view(-1, self.n_local_heads, self.head_dim)
     q_out, weights = _kernels().index_q_bf16(
@@ -164,16 +166,17 @@ def _around_can_use_nonpaged(original, self, *, c4_indexer, forward_batch, index
 
 def _around_forward_c4_indexer(original, self, x, q_lora, c4_indexer, forward_batch, alt_streams=None,
                                enable_multi_stream=False, q_lora_ready=None, skip_compressor=False,
-                               q_lora_quant=None):
+                               **release_kwargs):
+    # release_kwargs: 0.5.23's q_lora_quant (SGLang passes it by name); 0.5.22 has no such parameter.
     if c4_indexer.use_fp4_indexer or not backend_stores_bf16_index_k(self):
         with index_k_pool_scope(False):
             return original(self, x, q_lora, c4_indexer, forward_batch, alt_streams=alt_streams,
                             enable_multi_stream=enable_multi_stream, q_lora_ready=q_lora_ready,
-                            skip_compressor=skip_compressor, q_lora_quant=q_lora_quant)
+                            skip_compressor=skip_compressor, **release_kwargs)
     with index_k_pool_scope(True):
         return forward_c4_indexer_bf16(self, x, q_lora, c4_indexer, forward_batch, alt_streams=alt_streams,
                                        enable_multi_stream=enable_multi_stream, q_lora_ready=q_lora_ready,
-                                       skip_compressor=skip_compressor, q_lora_quant=q_lora_quant)
+                                       skip_compressor=skip_compressor, **release_kwargs)
 
 
 def _match_rows(tensor: torch.Tensor, rows: int, value: int) -> torch.Tensor:
@@ -204,7 +207,12 @@ def _same_rows(x, q_lora, q_lora_quant, positions):
 
 def _bf16_queries(backend, x, q_lora, c4_indexer, forward_batch, positions, *, alt_streams, enable_multi_stream,
                   q_lora_ready, skip_compressor, q_lora_quant):
-    """SGLang's own query preparation (our compute_q hook makes it bf16); checked before use."""
+    """SGLang's own query preparation (our compute_q hook makes it bf16); checked before use.
+
+    ``q_lora_quant`` is passed on only where SGLang has it (0.5.23): 0.5.22's ``_forward_prepare_normal``
+    takes no such parameter (and is then never given one: ``forward_c4_indexer`` had none to pass).
+    """
+    release_kwargs = {} if q_lora_quant is None else {"q_lora_quant": q_lora_quant}
     if enable_multi_stream:
         q_indexer, weights = backend._forward_prepare_multi_stream(
             x=x, q_lora=q_lora, c4_indexer=c4_indexer, positions=positions, forward_batch=forward_batch,
@@ -214,7 +222,7 @@ def _bf16_queries(backend, x, q_lora, c4_indexer, forward_batch, positions, *, a
         assert q_lora_ready is None
         q_indexer, weights = backend._forward_prepare_normal(
             x=x, q_lora=q_lora, c4_indexer=c4_indexer, positions=positions, forward_batch=forward_batch,
-            skip_compressor=skip_compressor, q_lora_quant=q_lora_quant,
+            skip_compressor=skip_compressor, **release_kwargs,
         )
     if q_indexer.dtype != torch.bfloat16 or q_indexer.dim() != 3:
         raise Bf16IndexKUnsupported(

@@ -11,6 +11,12 @@ when the pool's c4 indexer is bf16. Both roles exchange this string and SGLang's
 layouts. fp8 pools keep the stock string, so an fp8 extension peer still pairs with a
 stock SGLang peer.
 
+SGLang 0.5.22 has no ``pd_kv_layout`` and no KV layout check between the roles. There a BEFORE
+hook on each role's ``_init_kv_manager`` (``PrefillBootstrapQueue``, ``DecodePreallocQueue``) refuses
+a bf16 index-K pool, naming the release, before any KV manager registers with a peer: the pair could
+not be told apart. fp8/fp4 pools pass untouched (the source series, ``patches/sglang-0.5.22/0004``,
+carries the dtype in ``kv_cache_dtype`` instead).
+
 Upstream status: not upstream (no bf16 index-K upstream).
 Retire when: SGLang encodes the indexer dtype in ``pd_kv_layout`` (or checks item lengths against the
 peer for DSV4 kv_data).
@@ -18,6 +24,7 @@ peer for DSV4 kv_data).
 
 from __future__ import annotations
 
+from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
 from sglang_dsv4_ext.index_k.dtype import stores_bf16_index_k
 from sglang_dsv4_ext.plugin import compat
 
@@ -33,7 +40,24 @@ def _after_pd_kv_layout(result, self):
     return None  # keep SGLang's string
 
 
+def _before_init_kv_manager(self, *args, **kwargs):
+    """SGLang 0.5.22: no channel tells a PD peer the index-K dtype, so a bf16 index-K pool is refused."""
+    index_pool = getattr(getattr(self, "token_to_kv_pool", None), "index_pools", {}).get(4)
+    if index_pool is not None and stores_bf16_index_k(index_pool):
+        raise Bf16IndexKUnsupported(
+            f"SGLANG_DSV4_INDEX_K_DTYPE=bf16 with PD disaggregation needs SGLang 0.5.23 or later: SGLang "
+            f"0.5.22 has no pd_kv_layout, so a bf16 peer and an fp8 peer could not tell each other apart and "
+            f"the transfer would corrupt decode memory ({type(self).__name__}). Use fp8 index-K, SGLang 0.5.23, "
+            f"or SGLang 0.5.22 built with patches/sglang-0.5.22"
+        )
+    return None
+
+
 def hooks(ctx):
     from sglang_dsv4_ext.hooks import Hook
 
-    return [Hook(compat.PD_KV_LAYOUT, _after_pd_kv_layout, "after")]
+    return [
+        Hook(compat.PD_KV_LAYOUT, _after_pd_kv_layout, "after"),
+        Hook(compat.PD_PREFILL_KV_MANAGER, _before_init_kv_manager, "before"),
+        Hook(compat.PD_DECODE_KV_MANAGER, _before_init_kv_manager, "before"),
+    ]

@@ -141,11 +141,12 @@ def store_rows_in_bf16_pages(
 
 
 def _around_make_indexer_pool(original, self, size, page_size, dtype, index_head_dim, layer_num, device,
-                              enable_memory_saver, force_fp4=False, global_page_size=None, index_k_page8=False):
-    # Low-ratio (V4.1) pools are always fp4; only the c4 indexer can be bf16.
+                              enable_memory_saver, force_fp4=False, global_page_size=None, **release_kwargs):
+    # Low-ratio (V4.1) pools are always fp4; only the c4 indexer can be bf16. release_kwargs: what only
+    # some releases pass (0.5.23's index_k_page8, for a low-ratio pool), handed on as given.
     if force_fp4 or effective_index_k_dtype(False) != BF16:
         return original(self, size, page_size, dtype, index_head_dim, layer_num, device, enable_memory_saver,
-                        force_fp4=force_fp4, global_page_size=global_page_size, index_k_page8=index_k_page8)
+                        force_fp4=force_fp4, global_page_size=global_page_size, **release_kwargs)
     cls = _bf16_pool_class()
     return cls(size, page_size, dtype, index_head_dim, layer_num, device, enable_memory_saver,
                use_fp4_indexer=False, global_page_size=global_page_size)

@@ -9,7 +9,8 @@ SGLang calls :func:`register` from ``load_plugins()`` in every process its entry
 2. validates the configuration (a bad value names the variable and the allowed values);
 3. refuses an untested SGLang version (unless explicitly allowed) and any drifted or
    missing target of :data:`sglang_dsv4_ext.plugin.compat.TARGETS` or name the hooks call
-   (:data:`sglang_dsv4_ext.plugin.compat.CALLED`), before a DeepSeek-V4 model or pool is built;
+   (:data:`sglang_dsv4_ext.plugin.compat.CALLED`), each as the running release has it
+   (:func:`sglang_dsv4_ext.plugin.compat.table_for`), before a DeepSeek-V4 model or pool is built;
 4. registers the hooks through SGLang's ``HookRegistry`` and applies them;
 5. verifies that every target now carries our wrapper, because ``HookRegistry`` logs and
    swallows failures; anything missing is an error, never a half-patched server.
@@ -76,6 +77,7 @@ SKIPPED_BY_CONFIG = "skipped-by-config"
 DRIFTED = "drifted"
 REFUSED = "refused"  # activation refused because another row drifted: nothing patched
 BLOCKED = "blocked"  # SGLANG_PLUGINS does not name us: SGLang never calls our entry point
+NOT_IN_RELEASE = "not-in-release"  # a row of another supported release: this SGLang has no such target
 
 
 
@@ -132,10 +134,15 @@ def _untested_version(cfg: ExtConfig) -> Optional[str]:
     """Why the installed SGLang may not be patched (None: tested, or explicitly allowed)."""
     found = installed_sglang_version()
     STATE.sglang_version = found
-    if found in compat.TESTED_SGLANG_VERSIONS or cfg.allow_untested_sglang:
+    if found in compat.SUPPORTED_SGLANG_VERSIONS or cfg.allow_untested_sglang:
         return None
-    return (f"SGLang {found} is not a tested version (tested: {', '.join(compat.TESTED_SGLANG_VERSIONS)}); set "
+    return (f"SGLang {found} is not a tested version (tested: {', '.join(compat.SUPPORTED_SGLANG_VERSIONS)}); set "
             f"SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=1 to try it (drifted signatures are still refused)")
+
+
+def table_in_force() -> List[compat.Target]:
+    """The table rows this process checks and patches: the running release's (or a test's table)."""
+    return _TABLE
 
 
 def _hook_type(kind: str):
@@ -178,9 +185,9 @@ def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compa
 
     Raises :class:`ActivationError` with the reason on refusal, before anything is patched.
     ``targets`` and ``called`` replace the table's two sections (tests use them to present a drifted
-    table); by default the real :data:`compat.TARGETS` and :data:`compat.CALLED` are used. SGLang's entry
-    point uses :func:`register` instead, which patches each module when SGLang imports it and refuses only
-    where a DeepSeek-V4 pool is built.
+    table); by default the rows of :data:`compat.TARGETS` and :data:`compat.CALLED` for the installed release
+    are used. SGLang's entry point uses :func:`register` instead, which patches each module when SGLang imports
+    it and refuses only where a DeepSeek-V4 pool is built.
     """
     global _TABLE, _CALLED
     with _LOCK:
@@ -188,12 +195,12 @@ def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compa
             return STATE
         cfg = _load_config(config)
         if not cfg.enabled:
-            STATE.statuses = {t.path: SKIPPED_BY_CONFIG for t in compat.TARGETS}
+            STATE.statuses = {t.path: SKIPPED_BY_CONFIG for t in compat.installed_table()}
             return STATE
-        _TABLE = compat.TARGETS if targets is None else targets
-        _CALLED = compat.CALLED if called is None else called
         try:
             reason = _untested_version(cfg)
+            _TABLE = compat.table_for(STATE.sglang_version) if targets is None else targets
+            _CALLED = compat.table_for(STATE.sglang_version, compat.CALLED) if called is None else called
             if reason:
                 raise ActivationError(reason)
             drifts = compat.check_targets([*_TABLE, *_CALLED])
@@ -263,7 +270,7 @@ def _collect_hooks(module_name: str) -> list:
     from sglang_dsv4_ext.hooks import HookContext, collect_hooks
 
     if _CONTEXT is None:
-        _CONTEXT = HookContext()
+        _CONTEXT = HookContext(release=compat.rows_release(STATE.sglang_version))
     _CONTEXT.wants = lambda target: target.module == module_name
     hooks = collect_hooks(_CONTEXT)
     known = {t.path for t in _TABLE}
@@ -608,6 +615,7 @@ def register() -> None:
     DeepSeek-V4 model or pool is built (:func:`complete_before_dsv4_build`); other models serve with stock
     SGLang and a warning. Any failure here stops the process (SGLang's loader would swallow it).
     """
+    global _TABLE
     if kill_switch_set():
         logger.info("sglang-dsv4-ext disabled by SGLANG_DSV4_EXT=0; SGLang left untouched")
         return
@@ -619,6 +627,8 @@ def register() -> None:
         if not cfg.enabled:
             return
         STATE.version_refusal = _untested_version(cfg)
+        _TABLE = compat.table_for(STATE.sglang_version)
+        _CALLED = compat.table_for(STATE.sglang_version, compat.CALLED)
         if STATE.version_refusal:
             logger.warning("sglang-dsv4-ext: %s; SGLang is left stock and a DeepSeek-V4 pool will be refused",
                            STATE.version_refusal)
@@ -671,6 +681,6 @@ def reset_for_tests() -> None:
     """Forget this process's activation state (does not un-patch)."""
     global _TABLE, _CALLED, _CONTEXT
     STATE.__dict__.update(ActivationState().__dict__)
-    _TABLE = compat.TARGETS
-    _CALLED = compat.CALLED
+    _TABLE = compat.installed_table()
+    _CALLED = compat.table_for(compat.installed_sglang_version(), compat.CALLED)
     _CONTEXT = None

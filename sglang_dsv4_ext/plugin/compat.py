@@ -8,18 +8,27 @@ upstream drift fails CI rather than an operator's server.
 
 Signatures are normalised to parameter names, kinds and default values (annotations are
 ignored; they change often and do not affect how we call or wrap a target).
+
+One table for every supported release (:data:`SUPPORTED_SGLANG_VERSIONS`): a row's signature is the
+newest release's; where another release differs, the row says so (:class:`OnRelease`: its signature
+there, or that the target does not exist there, and what that release lacks). :func:`table_for`
+picks the rows of the running release; an untested SGLang is judged by the newest release's rows,
+so a drift is refused there too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import pkgutil
 from dataclasses import dataclass
-from typing import Callable, Iterable, List, Optional
+from typing import Callable, Iterable, List, Optional, Tuple
 
-# SGLang releases this table was written and tested against. Another version refuses to
-# activate unless SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=1; drifted signatures never patch.
-TESTED_SGLANG_VERSIONS = ("0.5.23",)
+# SGLang releases this table was written and tested against, oldest first (spelled here only:
+# pyproject's range and the README are tested against it). Another version refuses to activate
+# unless SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=1, and is then judged by the newest release's rows:
+# drifted signatures never patch.
+SUPPORTED_SGLANG_VERSIONS = ("0.5.22", "0.5.23")
 
 _MP = "sglang.srt.mem_cache.deepseek_v4_memory_pool"
 _POOL = f"{_MP}.DeepSeekV4TokenToKVPool"
@@ -44,13 +53,40 @@ GATE = "gate"  # SGLANG_DSV4_INDEX_K_GATE=auto|strict
 INTEGRITY = "integrity"  # SGLANG_DSV4_INDEX_K_INTEGRITY=sample|full
 
 
+# OnRelease.signature for a release where the target is there with the row's own signature.
+SAME_SIGNATURE = "(same)"
+
+
+@dataclass(frozen=True)
+class OnRelease:
+    """How a row differs on one supported release from its own signature (the newest release's)."""
+
+    version: str
+    lacks: str  # what that release lacks, and what the hook does there instead (doctor says it)
+    signature: Optional[str] = SAME_SIGNATURE  # None: the target does not exist on that release
+
+
 @dataclass(frozen=True)
 class Target:
     path: str  # dotted path, as HookRegistry resolves it
-    signature: str  # normalised expected signature, see normalised_signature()
+    signature: str  # normalised expected signature (the newest release's), see normalised_signature()
     area: str  # the patch module that hooks it (sglang_dsv4_ext.hooks.<area>)
     feature: str  # ALWAYS | BF16 | GATE | INTEGRITY
     why: str
+    releases: Tuple[OnRelease, ...] = ()  # the supported releases where it differs
+
+    def on(self, version: str) -> Optional[OnRelease]:
+        """How this row differs on release ``version`` (None: not at all)."""
+        return next((r for r in self.releases if r.version == version), None)
+
+    def row_for(self, version: str) -> Optional["Target"]:
+        """This row as release ``version`` has it, or None where the target does not exist there."""
+        differs = self.on(version)
+        if differs is None or differs.signature == SAME_SIGNATURE:
+            return self
+        if differs.signature is None:
+            return None
+        return dataclasses.replace(self, signature=differs.signature)
 
     @property
     def attribute(self) -> str:
@@ -101,7 +137,10 @@ MAKE_INDEXER_POOL = Target(
     f"{_POOL}._make_indexer_pool",
     "(self, size, page_size, dtype, index_head_dim, layer_num, device, enable_memory_saver, "
     "force_fp4=False, global_page_size=None, index_k_page8=False)",
-    "pool", BF16, "return the bf16 indexer pool (one [pages, 64*256] buffer per c4 layer)")
+    "pool", BF16, "return the bf16 indexer pool (one [pages, 64*256] buffer per c4 layer)",
+    (OnRelease("0.5.22", "no index_k_page8 (0.5.23's HIP DeepSeek-V4.1 page-8 index-K); the hook passes on what "
+               "SGLang gives", "(self, size, page_size, dtype, index_head_dim, layer_num, device, enable_memory_saver, "
+               "force_fp4=False, global_page_size=None)"),))
 POOL_INIT = Target(
     f"{_POOL}.__init__",
     "(self, max_num_reqs, swa_size, c4_size, c128_size, c4_state_pool_size, c128_state_pool_size, "
@@ -114,7 +153,19 @@ POOL_INIT = Target(
 # --- PD: the handshake layout string carries the index-K dtype ---
 PD_KV_LAYOUT = Target(
     f"{_POOL}.pd_kv_layout", "(self)",
-    "pd", BF16, "append the index-K dtype so SGLang's own layout-mismatch check refuses bf16/fp8 pairs")
+    "pd", BF16, "append the index-K dtype so SGLang's own layout-mismatch check refuses bf16/fp8 pairs",
+    (OnRelease("0.5.22", "no pd_kv_layout and no KV layout check between the PD roles: bf16 index-K with PD "
+               "disaggregation is refused where each role builds its KV manager (_init_kv_manager rows); fp8/fp4 "
+               "pair as stock", None),))
+_ONLY_0_5_22_PD = (OnRelease("0.5.23", "0.5.23's pd_kv_layout carries the index-K dtype (the pd_kv_layout row)",
+                             None),)
+# On 0.5.22 (no pd_kv_layout) each PD role refuses bf16 index-K before it builds its KV manager.
+PD_PREFILL_KV_MANAGER = Target(
+    "sglang.srt.disaggregation.prefill.PrefillBootstrapQueue._init_kv_manager", "(self)",
+    "pd", BF16, "refuse bf16 index-K on a PD prefill server (no channel to tell the decode peer)", _ONLY_0_5_22_PD)
+PD_DECODE_KV_MANAGER = Target(
+    "sglang.srt.disaggregation.decode.DecodePreallocQueue._init_kv_manager", "(self)",
+    "pd", BF16, "refuse bf16 index-K on a PD decode server (no channel to tell the prefill peer)", _ONLY_0_5_22_PD)
 # --- HiCache: bf16 region page-aligned only; L3 keys carry the dtype ---
 HICACHE_INDEXER_REGIONS = Target(
     f"{_ASM}._dsv4_indexer_regions", "(kvcache, page_size)",
@@ -133,19 +184,32 @@ EXTERNAL_LINKER_CREATE = Target(
     "sglang.srt.mem_cache.unified_cache.linker_factory.create_unified_cache_linker",
     "(server_args, params, *, backend, config, components, forward_stream=None)",
     "hicache", BF16, "refuse bf16 index-K with --enable-unified-cache-external-linker (its direct linkers key "
-    "pages on the model path alone, bypassing storage_model_name)")
+    "pages on the model path alone, bypassing storage_model_name)",
+    (OnRelease("0.5.22", "no unified_cache.linker_factory (mem_cache/registry.py builds the direct linkers): the "
+               "refusal hooks the DeepSeek-V4 direct-linker pool group instead", None),))
+EXTERNAL_LINKER_DSV4_POOL_GROUP = Target(
+    "sglang.srt.mem_cache.hybrid_cache.linker_pool_assembler._build_deepseek_v4_device_pool_group",
+    "(kvcache, page_size, mtp_draft_device_pools=())",
+    "hicache", BF16, "refuse bf16 index-K with --enable-unified-cache-external-linker (0.5.22: where the direct "
+    "linker's DeepSeek-V4 pool group is built)",
+    (OnRelease("0.5.23", "refused at create_unified_cache_linker (the linker_factory row)", None),))
 # --- indexer: the bf16 data path ---
 INDEXER_COMPRESSOR_FORWARD = Target(
     f"{_CMP}.forward_indexer_compressor", "(self, x, forward_batch, layer_id, compressor)",
     "indexer", BF16, "bf16 index-K store (norm, RoPE, Hadamard, bf16 scatter) for the c4 indexer")
 C4_COMPUTE_Q = Target(
     f"{_IDX}.C4Indexer.compute_q", "(self, q_lora, positions, weight, q_lora_quant=None)",
-    "indexer", BF16, "bf16 queries (RoPE + Hadamard), weights = weight * weight_scale")
+    "indexer", BF16, "bf16 queries (RoPE + Hadamard), weights = weight * weight_scale",
+    (OnRelease("0.5.22", "no q_lora_quant (0.5.23's fp8 q_lora shared with wq_b): the bf16 query uses q_lora",
+               "(self, q_lora, positions, weight)"),))
 C4_FORWARD_INDEXER = Target(
     f"{_IDX}.C4IndexerBackendMixin.forward_c4_indexer",
     "(self, x, q_lora, c4_indexer, forward_batch, alt_streams=None, enable_multi_stream=False, "
     "q_lora_ready=None, skip_compressor=False, q_lora_quant=None)",
-    "indexer", BF16, "paged bf16 logits kernel feeding SGLang's own top-k")
+    "indexer", BF16, "paged bf16 logits kernel feeding SGLang's own top-k",
+    (OnRelease("0.5.22", "no q_lora_quant: the bf16 path passes none to SGLang's query preparation",
+               "(self, x, q_lora, c4_indexer, forward_batch, alt_streams=None, enable_multi_stream=False, "
+               "q_lora_ready=None, skip_compressor=False)"),))
 C4_CAN_USE_NONPAGED = Target(
     f"{_IDX}.C4IndexerBackendMixin._can_use_nonpaged_indexer",
     "(self, *, c4_indexer, forward_batch, indexer_metadata)",
@@ -186,10 +250,14 @@ COUNTER_WAIT_UNTIL = Target(
     f"{_CTRL}.wait_until", "(self, threshold)", "gate", GATE, "record which layers were waited for")
 PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS = Target(
     f"{_PGR}._wait_for_layer_loads", "(self)", "gate", GATE,
-    "breakable/piecewise replay: wait for the first layer before replay (R3)")
+    "breakable/piecewise replay: wait for the first layer before replay (R3)",
+    (OnRelease("0.5.22", "no _wait_for_layer_loads: 0.5.22 waits for no HiCache load around a replay; the execute "
+               "hook waits first instead", None),))
 PREFILL_GRAPH_EXECUTE = Target(
     f"{_PGR}.execute", "(self, forward_batch, **kwargs)", "gate", GATE,
-    "scope of a prefill-graph replay: pool waits one layer ahead inside it (R3)")
+    "scope of a prefill-graph replay: pool waits one layer ahead inside it (R3)",
+    (OnRelease("0.5.22", "no wait before a replay: with a load pending the hook waits for every layer (full graph) "
+               "or layer 0 (breakable / piecewise) before the replay, for a gated DeepSeek-V4 pool only"),))
 # --- integrity: per-page index-K checksums, recorded at backup, verified where read ---
 INTEGRITY_HOST_POOL_INIT = Target(
     f"{_HOST_PAGED}.__init__",
@@ -225,7 +293,10 @@ INTEGRITY_C4_INDEXER_FORWARD = Target(
     f"{_IDX}.C4Indexer.forward",
     "(self, x, q_lora, forward_batch, attn_backend, enable_multi_stream=False, q_lora_ready=None, "
     "skip_compressor=False, q_lora_quant=None)",
-    "integrity", INTEGRITY, "verify the layer's loaded pages on the reader's stream, right after the read")
+    "integrity", INTEGRITY, "verify the layer's loaded pages on the reader's stream, right after the read",
+    (OnRelease("0.5.22", "no q_lora_quant (the hook passes on what SGLang gives)",
+               "(self, x, q_lora, forward_batch, attn_backend, enable_multi_stream=False, q_lora_ready=None, "
+               "skip_compressor=False)"),))
 INTEGRITY_PD_CHECKSUM_MISMATCH = Target(
     f"{_DECODE}._handle_kv_checksum_mismatch", "(self, req, msg)",
     "integrity", INTEGRITY, "count and export SGLang's own PD KV checksum mismatches (index-K rows included)")
@@ -237,7 +308,8 @@ SCHEDULER_INTERNAL_STATE = Target(
 # Rows whose fix exists only in runtime form: the source patch series (patches/) does not carry
 # them yet, so `patches status` cannot vouch for them (tests/integration/test_series_patches.py).
 WITHOUT_SOURCE_PATCH = (
-    EXTERNAL_LINKER_CREATE,
+    EXTERNAL_LINKER_CREATE, EXTERNAL_LINKER_DSV4_POOL_GROUP,
+    PD_PREFILL_KV_MANAGER, PD_DECODE_KV_MANAGER,  # 0.5.22's runtime refusal; its series carries the dtype instead
     INTEGRITY_HOST_POOL_INIT, INTEGRITY_HOST_POOL_BACKUP, INTEGRITY_HOST_POOL_LOAD, INTEGRITY_HOST_POOL_FREE,
     INTEGRITY_HOST_POOL_CLEAR, INTEGRITY_HOST_POOL_GROUP_INIT, INTEGRITY_ANCHOR_ALLOC, INTEGRITY_ANCHOR_FREE,
     INTEGRITY_C4_INDEXER_FORWARD, INTEGRITY_PD_CHECKSUM_MISMATCH,
@@ -248,8 +320,9 @@ TARGETS: List[Target] = [
     HOOK_REGISTRY_PROPAGATE, DSV4_MODEL_INIT,
     INDEXER_BYTES_PER_TOKEN, CONFIGURATOR_INIT,
     MAKE_INDEXER_POOL, POOL_INIT,
-    PD_KV_LAYOUT,
+    PD_KV_LAYOUT, PD_PREFILL_KV_MANAGER, PD_DECODE_KV_MANAGER,
     HICACHE_INDEXER_REGIONS, HICACHE_BUILD_STACK, LOGICAL_HOST_POOL_INIT, EXTERNAL_LINKER_CREATE,
+    EXTERNAL_LINKER_DSV4_POOL_GROUP,
     INDEXER_COMPRESSOR_FORWARD, C4_COMPUTE_Q, C4_FORWARD_INDEXER, C4_CAN_USE_NONPAGED,
     POOL_WAIT_LAYER_TRANSFER, *TOPLEVEL_INDEX_K_READERS, *SUBPOOL_INDEX_K_READERS,
     COUNTER_SET_CONSUMER, COUNTER_WAIT_UNTIL, PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS, PREFILL_GRAPH_EXECUTE,
@@ -287,7 +360,9 @@ CALLED: List[Target] = [
            "indexer", BF16, "queries and weights (our compute_q hook makes them bf16), multi-stream"),
     Target(f"{_IDX}.C4IndexerBackendMixin._forward_prepare_normal",
            "(self, x, q_lora, c4_indexer, positions, forward_batch, skip_compressor=False, q_lora_quant=None)",
-           "indexer", BF16, "queries and weights (our compute_q hook makes them bf16)"),
+           "indexer", BF16, "queries and weights (our compute_q hook makes them bf16)",
+           (OnRelease("0.5.22", "no q_lora_quant: the bf16 path passes none to it",
+                      "(self, x, q_lora, c4_indexer, positions, forward_batch, skip_compressor=False)"),)),
     Target(f"{_IDX}.get_global_indexer_capturer", "()", "indexer", BF16, "refuse bf16 with the top-k capturer"),
     Target(f"{_IDX}.iter_row_chunks", "(*, num_rows, rows_per_chunk)", "indexer", BF16, "SGLang's logits row chunks"),
     Target(f"{_IDX}.DSATopKBackend.is_torch", "(self)", "indexer", BF16, "top-k branch selection"),
@@ -298,7 +373,8 @@ CALLED: List[Target] = [
     Target(f"{_IDX}.topk_transform_flashinfer_fused", _TOPK, "indexer", BF16, "top-k, flashinfer (fused)"),
     Target(f"{_IDX}.topk_transform_flashinfer_unfused", _TOPK, "indexer", BF16, "top-k, flashinfer"),
     Target(f"{_IDX}.plan_topk_v2", "(seq_lens, static_threshold=-1, *, out=None)", "indexer", BF16,
-           "top-k v2 plan of a row chunk"),
+           "top-k v2 plan of a row chunk",
+           (OnRelease("0.5.22", "no out= (the hook passes none)", "(seq_lens, static_threshold=-1)"),)),
     Target(f"{_IDX}.topk_transform_paged_v2",
            "(scores, seq_lens, page_tables, out_page_indices, page_size, metadata, out_raw_indices=None)",
            "indexer", BF16, "top-k v2"),
@@ -320,6 +396,33 @@ CALLED: List[Target] = [
 
 # Where a DeepSeek-V4 server builds its model and pools: activation's guard completes or refuses there.
 DSV4_BUILD_POINTS = (DSV4_MODEL_INIT, CONFIGURATOR_INIT, POOL_INIT)
+
+
+def installed_sglang_version() -> Optional[str]:
+    """The installed SGLang's version (None: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang")
+    except PackageNotFoundError:
+        return None
+
+
+def rows_release(version: Optional[str]) -> str:
+    """The supported release whose rows judge SGLang ``version``: itself, else the newest (an untested SGLang)."""
+    return version if version in SUPPORTED_SGLANG_VERSIONS else SUPPORTED_SGLANG_VERSIONS[-1]
+
+
+def table_for(version: Optional[str], targets: Optional[Iterable[Target]] = None) -> List[Target]:
+    """The rows of ``targets`` (default :data:`TARGETS`) as the release judging ``version`` has them."""
+    release = rows_release(version)
+    rows = (t.row_for(release) for t in (TARGETS if targets is None else targets))
+    return [row for row in rows if row is not None]
+
+
+def installed_table() -> List[Target]:
+    """The rows of the installed SGLang's release (:func:`table_for`)."""
+    return table_for(installed_sglang_version())
 
 
 def _format_default(value) -> str:
@@ -375,7 +478,22 @@ class Drift:
     def describe(self) -> str:
         if self.actual is None:
             return f"{self.target}: missing ({self.detail})"
-        return f"{self.target}: signature drifted: expected {self.expected}, found {self.actual}"
+        return (f"{self.target}: signature drifted: expected {self.expected}, found {self.actual} "
+                f"({parameter_difference(self.expected, self.actual)})")
+
+
+def _parameters(signature: str) -> List[str]:
+    return [p.strip() for p in signature.strip()[1:-1].split(",") if p.strip()]
+
+
+def parameter_difference(expected: str, actual: str) -> str:
+    """What one signature has that the other has not, in words: "found lacks q_lora_quant=None"."""
+    wanted, found = _parameters(expected), _parameters(actual)
+    lacking = [p for p in wanted if p not in found]
+    extra = [p for p in found if p not in wanted]
+    words = ([f"found lacks {', '.join(lacking)}"] if lacking else []) + (
+        [f"found adds {', '.join(extra)}"] if extra else [])
+    return "; ".join(words) or "same parameters in another order"
 
 
 def check_targets(targets: Optional[Iterable[Target]] = None) -> List[Drift]:
@@ -383,9 +501,10 @@ def check_targets(targets: Optional[Iterable[Target]] = None) -> List[Drift]:
 
     The comparison is made on the original function (through ``__wrapped__``), so a target
     that is already hooked, by us or by another plugin, is still judged by what SGLang ships.
+    By default the rows of the installed release are checked (:func:`table_for`).
     """
     drifts: List[Drift] = []
-    for target in TARGETS if targets is None else targets:
+    for target in table_for(installed_sglang_version()) if targets is None else targets:
         try:
             _, _, current = resolve(target.path)
         except (ImportError, AttributeError, ValueError) as exc:

@@ -84,7 +84,7 @@ def test_a_drifted_name_the_hooks_call_refuses_naming_it_and_patches_nothing(pha
 def test_default_activation_applies_and_verifies_every_target(phases):
     default = phases["default"]
     assert default["error"] is None and default["activated"] is True
-    assert set(default["statuses"]) == {t.path for t in compat.TARGETS}
+    assert set(default["statuses"]) == {t.path for t in compat.installed_table()}
     scoped = {compat.HOOK_REGISTRY_PROPAGATE.path}  # patched only while hooks apply
     applied = {t for t, s in default["statuses"].items()
                if s in (activation.APPLIED, activation.SKIPPED_BY_CONFIG) and t not in scoped}
@@ -110,5 +110,5 @@ def test_compat_table_matches_installed_sglang():
 
 def test_in_process_activation_reports_every_row(ext_active):
     assert ext_active.activated
-    assert set(ext_active.statuses) == {t.path for t in compat.TARGETS}
+    assert set(ext_active.statuses) == {t.path for t in compat.installed_table()}
     assert activation.DRIFTED not in ext_active.statuses.values()

@@ -2,7 +2,8 @@
 
 What is real: ``PrefillCudaGraphRunner.execute``, ``_wait_for_layer_loads``,
 ``_execute_body_capture`` (breakable) and ``_execute_tc_piecewise`` (tc-piecewise) as
-SGLang 0.5.23 ships them with the extension's hooks; the DSV4 pool and its gated getters; the
+SGLang 0.5.23 ships them with the extension's hooks (on SGLang 0.5.22, which has no
+``_wait_for_layer_loads``, 0.5.22's own runner and our hook on ``execute``); the DSV4 pool and its gated getters; the
 ``LayerDoneCounter`` whose per-layer event waits are observed (``tests.support.gate_doubles.StreamWaits``).
 
 The replay order is derived, not assumed (:func:`derive_breakable_replay_order`): from SGLang's
@@ -39,6 +40,7 @@ import torch
 
 from sglang_dsv4_ext.plugin import compat
 from tests.support import gate_doubles as gd
+from tests.support.releases import RUNNING
 
 BREAKABLE, TC_PIECEWISE, FULL = "breakable", "tc_piecewise", "full"
 NUM_TOKENS = 8
@@ -281,6 +283,8 @@ def stock_sglang(monkeypatch):
         with monkeypatch.context() as patch:
             for cls, name in ((PrefillCudaGraphRunner, "execute"), (PrefillCudaGraphRunner, "_wait_for_layer_loads"),
                               (DeepSeekV4TokenToKVPool, "wait_layer_transfer")):
+                if not hasattr(cls, name):
+                    continue  # SGLang 0.5.22 has no _wait_for_layer_loads
                 current = getattr(cls, name)
                 assert hasattr(current, "__wrapped__"), f"{cls.__name__}.{name} is not hooked"
                 patch.setattr(cls, name, compat.unwrap_to_original(current))
@@ -354,16 +358,22 @@ def test_nothing_extra_is_waited_without_a_pending_load(fp8_auto, stock_sglang, 
         assert waits.stream_waits == stock_waits.stream_waits == []
 
 
-def test_full_graph_backend_is_left_to_sglang(fp8_auto, stock_sglang):
+def test_full_graph_backend_waits_for_every_layer_before_the_replay(fp8_auto, stock_sglang):
     replay, waits = replay_once(FULL)
     with stock_sglang():
         stock, stock_waits = replay_once(FULL)
     last = replay.pool.layer_num - 1
-    # SGLang's own full-graph wait (for the last layer, hence all) is the only one, with or without us.
-    assert waits.wait_until_calls == stock_waits.wait_until_calls == [last]
-    assert replay.captured_reader_coverage == stock.captured_reader_coverage == {
-        layer: last for layer in range(last + 1)
-    }
+    # One wait, for the last layer (hence all), before any captured reader: SGLang 0.5.23's own
+    # _wait_for_layer_loads, or on 0.5.22 (which has none) our execute hook's.
+    assert waits.wait_until_calls == [last]
+    assert replay.captured_reader_coverage == {layer: last for layer in range(last + 1)}
+    if RUNNING == "0.5.22":
+        # Stock 0.5.22 waits for nothing around a full replay: every captured reader ran before its load landed.
+        assert stock_waits.wait_until_calls == []
+        assert stock.captured_reader_coverage == {layer: -1 for layer in range(last + 1)}
+    else:  # 0.5.23's own wait is the only one: left to SGLang
+        assert stock_waits.wait_until_calls == [last]
+        assert stock.captured_reader_coverage == replay.captured_reader_coverage
 
 
 @pytest.mark.parametrize("backend", [BREAKABLE, TC_PIECEWISE])

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_dsv4_ext.plugin import compat
 from sglang_dsv4_ext.cli import main as cli_main
 from sglang_dsv4_ext.series import checkrepo, rebase
 from sglang_dsv4_ext.series.classify import Kind
@@ -107,10 +108,11 @@ def test_history_matches_the_pin_and_the_installed_release():
     names = repo.out("ls-tree", "-r", "--name-only", "v0.5.23").splitlines()
     assert all(n.startswith("python/sglang/") for n in names)
     assert not [n for n in names if n.endswith(".so") or "__pycache__" in n]
-    # it is the release that is installed here
+    # the installed release's tag holds exactly what is installed here (.ci/run runs this under 0.5.22 too)
     installed = installed_sglang_dir()
+    tag = f"v{compat.installed_sglang_version()}"
     for rel in ("srt/mem_cache/deepseek_v4_memory_pool.py", "srt/model_executor/pool_configurator.py"):
-        assert show(repo, "v0.5.23", "python/sglang/" + rel).encode() == (installed / rel).read_bytes()
+        assert show(repo, tag, "python/sglang/" + rel).encode() == (installed / rel).read_bytes()
 
 
 def test_history_extends_deterministically_and_refuses_foreign_repos(tmp_path, capsys):

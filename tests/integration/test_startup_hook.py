@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from sglang_dsv4_ext import __version__
+from tests.support.releases import skip_unless_this_python_builds_wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK = "sglang_dsv4_ext-bootstrap.pth"
@@ -32,6 +33,7 @@ HOOK_LINE = "import sglang_dsv4_ext.bootstrap; sglang_dsv4_ext.bootstrap.install
 
 @pytest.fixture(scope="module")
 def editable_wheel(tmp_path_factory) -> Path:
+    skip_unless_this_python_builds_wheels()
     out = tmp_path_factory.mktemp("editable")
     code = f"from setuptools import build_meta; print(build_meta.build_editable({str(out)!r}))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -45,7 +47,10 @@ def fresh_venv(tmp_path_factory, editable_wheel) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
                                 "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
-    (site / "00-test-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # SGLang, torch, ...
+    # SGLang, torch, ...: this interpreter's site-packages, and those an overlay environment borrows (.ci/run's
+    # SGLang 0.5.22 run); plain path lines, so no .pth file of theirs runs in the fresh environment
+    sites = [sysconfig.get_paths()["purelib"]] + [p for p in sys.path if p.endswith("site-packages")]
+    (site / "00-test-environment.pth").write_text("".join(p + "\n" for p in dict.fromkeys(sites)))
     (site / HOOK).write_bytes(zipfile.ZipFile(editable_wheel).read(HOOK))
     return venv
 

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from sglang_dsv4_ext.plugin import compat
 from sglang_dsv4_ext.series.series import read_series_names
 from sglang_dsv4_ext.series.upstream_history import wheel_cache_dir
+from tests.support.releases import skip_unless_this_python_builds_wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 SERIES = read_series_names(ROOT / "patches")
@@ -34,6 +36,7 @@ def _env(extra_path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def installed_wheel(tmp_path_factory):
+    skip_unless_this_python_builds_wheels()
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(out / "dist")], check=True, capture_output=True, text=True, timeout=300)
@@ -63,19 +66,24 @@ def test_the_wheel_contains_every_patch_of_the_series(installed_wheel):
 
 def test_patches_status_runs_outside_the_checkout_on_the_shipped_series(installed_wheel, tmp_path):
     _, site = installed_wheel
+    shipped = site / "sglang_dsv4_ext" / "series" / "shipped"
+    # the installed release's series (.ci/run runs this under 0.5.22 too), then the other release's
+    installed = compat.installed_sglang_version()
+    series_of = {"0.5.23": (shipped, SERIES), "0.5.22": (shipped / OLDER, SERIES_OLDER)}
     proc = _sglang_dsv4(site, tmp_path, "patches", "status", hide_gitpython=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"{site / 'sglang_dsv4_ext' / 'series' / 'shipped'} (shipped with the package" in proc.stdout
-    for name in SERIES:
+    assert f"{series_of[installed][0]} (shipped with the package" in proc.stdout
+    for name in series_of[installed][1]:
         assert name in proc.stdout
-    assert "chosen: pinned to sglang 0.5.23, the target's version" in proc.stdout  # the installed release
+    assert f"chosen: pinned to sglang {installed}, the target's version" in proc.stdout  # the installed release
     assert "Traceback" not in proc.stderr
     # another release: its own series, shipped too
-    proc = _sglang_dsv4(site, tmp_path, "patches", "status", "--sglang-version", "0.5.22",
+    other = next(v for v in series_of if v != installed)
+    proc = _sglang_dsv4(site, tmp_path, "patches", "status", "--sglang-version", other,
                         "--wheel-cache", str(wheel_cache_dir()), hide_gitpython=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"{site / 'sglang_dsv4_ext' / 'series' / 'shipped' / OLDER} (shipped with the package" in proc.stdout
-    assert "chosen: pinned to sglang 0.5.22, the target's version" in proc.stdout
+    assert f"{series_of[other][0]} (shipped with the package" in proc.stdout
+    assert f"chosen: pinned to sglang {other}, the target's version" in proc.stdout
 
 
 def test_a_git_command_without_gitpython_names_the_extra(installed_wheel, tmp_path):

@@ -20,7 +20,7 @@ PROBE_TARGETS = [t.path for t in (compat.INDEXER_BYTES_PER_TOKEN, compat.MAKE_IN
 def wrapped_targets():
     """Table targets whose current function differs from SGLang's original (i.e. carry any wrapper)."""
     out = []
-    for target in compat.TARGETS:
+    for target in compat.installed_table():
         _, _, current = compat.resolve(target.path)
         # HookRegistry's wrappers live in hook_registry.py; SGLang's own decorators (e.g. the
         # host pools' @synchronized) also set __wrapped__ and must not count.
@@ -54,7 +54,7 @@ def main():
 
     result = {"entry_points": [f"{ep.name}={ep.value}" for ep in md.entry_points(group="sglang.srt.plugins")]}
     originals = {}
-    for target in compat.TARGETS:
+    for target in compat.installed_table():
         _, _, fn = compat.resolve(target.path)
         originals[target.path] = fn
     # Resolving the table imported SGLang's DeepSeek-V4 model module before any load_plugins(): where
@@ -73,7 +73,7 @@ def main():
     result["kill_switch"] = {
         "error": error,
         "registered": registered,
-        "identical": all(compat.resolve(t.path)[2] is originals[t.path] for t in compat.TARGETS),
+        "identical": all(compat.resolve(t.path)[2] is originals[t.path] for t in compat.installed_table()),
     }
 
     # 2. Invalid configuration values: a clear SystemExit naming the variable, nothing patched.
@@ -94,8 +94,8 @@ def main():
     # 3. A drifted table (one signature changed in a copy of the table): refused, nothing patched.
     clear_env()
     activation.reset_for_tests()
-    drifted = list(compat.TARGETS)
-    index = drifted.index(compat.MAKE_INDEXER_POOL)
+    drifted = compat.installed_table()
+    index = [t.path for t in drifted].index(compat.MAKE_INDEXER_POOL.path)
     victim = drifted[index]
     changed = victim.signature.replace("force_fp4=False", "force_fp4=True")
     assert changed != victim.signature

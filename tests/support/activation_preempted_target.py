@@ -17,7 +17,7 @@ import sys
 from sglang_dsv4_ext.errors import ActivationError
 from sglang_dsv4_ext.plugin import activation, compat
 
-VICTIM = compat.PD_KV_LAYOUT
+VICTIM = compat.LOGICAL_HOST_POOL_INIT  # a row every supported release has
 
 
 def _other_plugins_hook(result, *args, **kwargs):

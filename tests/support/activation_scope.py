@@ -43,7 +43,8 @@ sys.path.insert(0, ROOT)
 
 from sglang_dsv4_ext.plugin import activation, compat, launch_identity  # noqa: E402
 
-TARGET_MODULES = [m for m in compat.target_modules(compat.TARGETS) if m != compat.HOOK_REGISTRY_PROPAGATE.module]
+TARGET_MODULES = [m for m in compat.target_modules(compat.installed_table())
+                  if m != compat.HOOK_REGISTRY_PROPAGATE.module]
 
 
 def loaded_target_modules():
@@ -109,7 +110,7 @@ def deferred() -> dict:
     out["record"] = activation.evidence_record()
     out["activated_after_dsv4_pool"] = activation.STATE.activated
     out["modules"] = activation.STATE.modules
-    out["unhooked"] = [t.path for t in compat.TARGETS if t.area != "activation"
+    out["unhooked"] = [t.path for t in compat.installed_table() if t.area != "activation"
                        and activation.STATE.statuses.get(t.path) == activation.APPLIED and not ours_on(t)]
     out["gauge"] = gauge_samples()
     return out
@@ -190,7 +191,8 @@ def moved() -> dict:
 def drift() -> dict:
     index = compat.TARGETS.index(compat.MAKE_INDEXER_POOL)
     victim = compat.TARGETS[index]
-    compat.TARGETS[index] = compat.Target(victim.path, victim.signature.replace("force_fp4=False", "force_fp4=True"),
+    signature = victim.row_for(compat.rows_release(compat.installed_sglang_version())).signature  # this release's
+    compat.TARGETS[index] = compat.Target(victim.path, signature.replace("force_fp4=False", "force_fp4=True"),
                                           victim.area, victim.feature, victim.why)
     import sglang.srt.plugins as plugins
 

@@ -59,6 +59,8 @@ _SCOPE = "tests/integration/test_activation_scope.py"
 _ACT = "tests/integration/test_serve_activation_check.py"
 _ACT_CHECK = "sglang_dsv4_ext/serving/activation_check.py"
 _ROWS = "tests/unit/cli/test_settings_rows.py"
+_R0522 = "tests/integration/test_release_0_5_22.py::"
+_R0522_PATHS = f"{_R0522}test_release_hook_paths_pass_on_the_real_0_5_22_classes"
 _HARNESS = "tests/integration/test_repro_harness.py"
 _RUN = "tests/unit/repro/test_bad_input_run.py"
 _REPORT = "tests/unit/report/test_bad_input_report.py"
@@ -815,6 +817,43 @@ MUTATIONS: List[Mutation] = [
              '    if False:\n',
              ("tests/unit/serving/test_serve_dryrun.py::"
               "test_a_single_mode_stack_without_its_server_is_refused_by_name",)),
+    # Issue 23: one table for SGLang 0.5.22 and 0.5.23. The rows naming _R0522_PATHS drive a 0.5.22 interpreter
+    # (DSV4_TEST_SGLANG_0_5_22_PYTHON, which .ci/run sets; without it they skip, which reads as a gap here).
+    Mutation("releases: each release is checked against its own rows", "sglang_dsv4_ext/plugin/compat.py",
+             "    return version if version in SUPPORTED_SGLANG_VERSIONS else SUPPORTED_SGLANG_VERSIONS[-1]",
+             "    return SUPPORTED_SGLANG_VERSIONS[-1]",
+             (f"{_R0522}test_each_release_has_its_own_rows_and_an_untested_one_is_judged_by_the_newest",)),
+    Mutation("releases: an untested SGLang is judged by the newest release's rows", "sglang_dsv4_ext/plugin/compat.py",
+             "    return version if version in SUPPORTED_SGLANG_VERSIONS else SUPPORTED_SGLANG_VERSIONS[-1]",
+             "    return version",
+             (f"{_R0522}test_each_release_has_its_own_rows_and_an_untested_one_is_judged_by_the_newest",)),
+    Mutation("releases: a drift names what the found signature lacks", "sglang_dsv4_ext/plugin/compat.py",
+             "    lacking = [p for p in wanted if p not in found]", "    lacking = []",
+             (f"{_R0522}test_parameter_difference_names_what_the_found_signature_lacks_or_adds",)),
+    Mutation("releases: doctor says per row what the other release lacks", "sglang_dsv4_ext/doctor/cli.py",
+             '    row["releases"] = {r.version: r.lacks for r in target.releases if r.version != release}',
+             '    row["releases"] = {}',
+             (f"{_R0522}test_doctor_says_per_row_what_the_other_release_lacks",)),
+    Mutation("0.5.22 PD: bf16 index-K refused where each role builds its KV manager", "sglang_dsv4_ext/hooks/pd.py",
+             "    if index_pool is not None and stores_bf16_index_k(index_pool):\n        raise",
+             "    if False:\n        raise",
+             (_R0522_PATHS,)),
+    Mutation("0.5.22 external linker: bf16 refused at the DSV4 pool group", "sglang_dsv4_ext/hooks/hicache.py",
+             '    _refuse_external_linker(kvcache, "--unified-cache-external-linker-backend")',
+             "    pass",
+             (_R0522_PATHS,)),
+    Mutation("0.5.22 gate: a full-graph replay waits for every layer first", "sglang_dsv4_ext/hooks/gate/replay.py",
+             "        layer = counter.num_layers - 1 if full else 0", "        layer = 0",
+             (_R0522_PATHS,)),
+    Mutation("0.5.22 gate: the execute hook waits first where SGLang has no _wait_for_layer_loads",
+             "sglang_dsv4_ext/hooks/gate/__init__.py",
+             "            compat.PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS) else replay.around_prefill_execute_waiting_first,",
+             "            compat.PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS) else replay.around_prefill_execute,",
+             (_R0522_PATHS,)),
+    Mutation("0.5.22 pool: the indexer pool hook passes on only what SGLang gives", "sglang_dsv4_ext/hooks/pool.py",
+             "                        force_fp4=force_fp4, global_page_size=global_page_size, **release_kwargs)",
+             "                        force_fp4=force_fp4, global_page_size=global_page_size, index_k_page8=False)",
+             (_R0522_PATHS,)),
 ]
 
 

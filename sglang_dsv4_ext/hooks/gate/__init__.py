@@ -10,7 +10,7 @@ but (docs/patch-point-map.md, "Index-K readers"):
   R3  in a breakable / piecewise prefill CUDA-graph replay only attention runs eagerly; layer
       L's C4 indexer and compressor are captured and replay right after layer L-1's eager
       break, which waited for load L-1 only. ``_wait_for_layer_loads`` covers only the
-      full-graph backend.
+      full-graph backend (SGLang 0.5.22 has no such method: no replay waits at all).
 
 How: one module per concern.
   * :mod:`.probe`: at activation, drives each top-level index-K reader with a recording
@@ -29,7 +29,9 @@ How: one module per concern.
     load we wait for layer 0, and inside the replay every ``wait_layer_transfer(L)`` (issued at
     the eager attention break of layer L) also waits for L+1, the layer whose captured indexer
     and compressor replay next. GPU stream waits on SGLang's own events: the host never
-    synchronises, and layer-wise overlap is kept (cost: ``benchmarks/gate_replay.py``).
+    synchronises, and layer-wise overlap is kept (cost: ``benchmarks/gate_replay.py``). On
+    SGLang 0.5.22 the hook on ``execute`` also waits before the replay: every layer for a full
+    graph, layer 0 otherwise.
   * With HiCache off (no counter) every hook returns after a weakref call and one attribute
     check (``benchmarks/gate_overhead.py`` measures it; no host synchronisation).
 
@@ -95,7 +97,9 @@ def hooks(ctx):
         Hook(compat.COUNTER_SET_CONSUMER, waits.around_set_consumer, "around"),
         Hook(compat.COUNTER_WAIT_UNTIL, waits.around_wait_until, "around"),
         Hook(compat.PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS, replay.around_wait_for_layer_loads, "around"),
-        Hook(compat.PREFILL_GRAPH_EXECUTE, replay.around_prefill_execute, "around"),
+        # Where SGLang has no _wait_for_layer_loads (0.5.22), the replay's own hook waits first.
+        Hook(compat.PREFILL_GRAPH_EXECUTE, replay.around_prefill_execute if ctx.has(
+            compat.PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS) else replay.around_prefill_execute_waiting_first, "around"),
     ]
     result += _reader_hooks(ctx, compat.TOPLEVEL_INDEX_K_READERS, lambda name: gate_toplevel_reader)
     result += _reader_hooks(ctx, compat.SUBPOOL_INDEX_K_READERS, subpool.make_subpool_reader_gate)

@@ -16,6 +16,9 @@ from sglang_dsv4_ext import cli
 from sglang_dsv4_ext.plan import decode_reads
 from sglang_dsv4_ext.sglang_cpu import dsv4_model
 from tests.support.dsv4_pools import sized_pool
+from tests.support.releases import ONLY_WITH_0_5_23_V41
+
+pytestmark = ONLY_WITH_0_5_23_V41
 
 V41 = dsv4_model.load_model(bundled="v4.1-flash")
 BUDGET_GIB = 0.0625

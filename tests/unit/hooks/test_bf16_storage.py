@@ -16,7 +16,10 @@ from sglang_dsv4_ext.index_k import dtype as index_k
 from sglang_dsv4_ext.plugin import activation, compat
 from tests.support.dsv4_pools import BF16_POOL_LAYOUT_MISUSES, sized_pool
 from tests.support.pd_handshake import decode_side_check
+from tests.support.releases import only_on
 
+_NO_PD_LAYOUT_0_5_22 = ("0.5.22 has no pd_kv_layout: bf16 PD is refused there at each role's KV manager "
+                        "(tests/unit/hooks/test_release_paths.py)")
 RATIO_MODE = dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True)
 # One page row = 64 compressed slots x bytes per index-K token (the formula under test lives in index_k).
 BF16_ROW = 64 * index_k.index_k_bytes_per_token("bf16", 128)
@@ -73,6 +76,8 @@ def test_fp8_region_keeps_stock_geometry(fp8_pool):
     assert region.page_aligned_only is True  # whole pages only for every dtype (test_index_k_page_aligned.py)
 
 
+@only_on("0.5.23", "0.5.22 has no backup_tokens_from_device_all_layer; its whole-layer backup's refusal is tested in "
+         "tests/unit/hooks/test_index_k_page_aligned.py")
 def test_token_granular_index_k_transfers_refused_for_bf16(bf16_pool):
     _, host = _indexer_host_pool(bf16_pool, "layer_first")
     partial = torch.arange(100, dtype=torch.int64)  # not a multiple of the 256-token page
@@ -116,6 +121,7 @@ def _decode_side_check(prefill_layout: str, decode_layout: str):
     return decode_side_check({"kv_layout": prefill_layout}, {"kv_layout": decode_layout})
 
 
+@only_on("0.5.23", _NO_PD_LAYOUT_0_5_22)
 def test_pd_layout_carries_index_k_dtype_and_sglang_refuses_the_pair(bf16_pool, fp8_pool):
     bf16_layout, fp8_layout = bf16_pool.pd_kv_layout(), fp8_pool.pd_kv_layout()
     assert bf16_layout != fp8_layout
@@ -128,6 +134,7 @@ def test_pd_layout_carries_index_k_dtype_and_sglang_refuses_the_pair(bf16_pool, 
         _decode_side_check(prefill_layout=fp8_layout, decode_layout=bf16_layout)
 
 
+@only_on("0.5.23", _NO_PD_LAYOUT_0_5_22)
 def test_stock_pd_layout_lets_a_bf16_fp8_pair_through(bf16_pool, fp8_pool):
     """The regression the PD hook fixes: with SGLang's own pd_kv_layout the strings match, so the
     handshake accepts a bf16 prefill with an fp8 decode whose index-K items differ in size."""

@@ -51,8 +51,11 @@ def _host_pool(region):
 def _try_token_granular(host):
     """Both token-granular entry points; returns the errors SGLang raised (None: it went on to the kernel)."""
     errors = []
-    for call in (lambda: host.backup_tokens_from_device_all_layer(UNALIGNED, UNALIGNED),
-                 lambda: host.load_to_device_per_layer(None, UNALIGNED, UNALIGNED, 0, "kernel")):
+    # SGLang 0.5.23's token backup; 0.5.22 has none, its whole-layer backup takes the same token-granular branch.
+    backup = (lambda: host.backup_tokens_from_device_all_layer(UNALIGNED, UNALIGNED)) \
+        if hasattr(host, "backup_tokens_from_device_all_layer") \
+        else (lambda: host.backup_from_device_all_layer(None, UNALIGNED, UNALIGNED, "kernel"))
+    for call in (backup, lambda: host.load_to_device_per_layer(None, UNALIGNED, UNALIGNED, 0, "kernel")):
         try:
             call()
             errors.append(None)

@@ -22,6 +22,9 @@ from sglang_dsv4_ext.index_k import budget as index_k_budget
 from sglang_dsv4_ext.index_k import dtype as index_k
 from sglang_dsv4_ext.sglang_cpu import dsv4_model
 from tests.support.dsv4_pools import sized_pool
+from tests.support.releases import ONLY_WITH_0_5_23_V41
+
+pytestmark = ONLY_WITH_0_5_23_V41
 
 V41 = dsv4_model.load_model(bundled="v4.1-flash")
 PAGE = 256

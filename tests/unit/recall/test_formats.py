@@ -15,6 +15,7 @@ import torch
 
 from kernels_sm120 import reference
 from sglang_dsv4_ext.recall import formats
+from tests.support.releases import only_on
 from tests.support.triton_interpreter import interpreted_kernels
 
 
@@ -73,6 +74,8 @@ def _fp4_rows() -> torch.Tensor:
     return torch.cat([x, torch.cat([ties] * 4).view(1, 128).to(torch.bfloat16)])
 
 
+@only_on("0.5.23", "SGLang 0.5.22 has no sglang.kernels.ops.quantization.fp4_indexer_quant (the reference this "
+         "compares with)")
 def test_fp4_equals_sglangs_torch_reference_and_triton_quantizer_bit_for_bit():
     from sglang.kernels.ops.quantization import fp4_indexer_quant
     from sglang.test.kernels.deepseek_v4.common import quantize_fp4_indexer_ref
