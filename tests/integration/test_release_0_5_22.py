@@ -118,6 +118,20 @@ def test_real_0_5_22_dsv4_pool_refused_listing_every_drift(real_drift):
     assert all(any(description in w for w in real_drift["warnings"]) for description in real_drift["drifts"].values())
 
 
+# The names the hooks call that SGLang 0.5.22 has differently (the table's "called" section).
+CALLED_DRIFT_0_5_23_ON_0_5_22 = {
+    f"{_IDX}.C4IndexerBackendMixin._forward_prepare_normal": "found lacks q_lora_quant=None",
+    f"{_IDX}.plan_topk_v2": "found lacks *, out=None",
+}
+
+
+def test_real_0_5_22_called_names_drift_by_0_5_23_rows_and_the_dsv4_refusal_names_them(real_drift):
+    assert set(real_drift["called_drifts"]) == set(CALLED_DRIFT_0_5_23_ON_0_5_22)
+    for target, difference in CALLED_DRIFT_0_5_23_ON_0_5_22.items():
+        assert difference in real_drift["called_drifts"][target]
+        assert target in real_drift["dsv4_error"], target
+
+
 def test_real_0_5_22_non_dsv4_process_untouched(real_drift):
     assert real_drift["mha_pool_built"] and not real_drift["activated_before_dsv4"]
     assert not any("active:" in line for line in real_drift["lines"])

@@ -63,6 +63,9 @@ def real_drift() -> dict:
         out["hooked_in_refused_modules"] = _hooked_in_refused_modules()
         out["activated_before_dsv4"] = activation.STATE.activated
         out["drifts"] = {d.target: d.describe() for d in compat.check_targets(activation.table_in_force())}
+        # The names the hooks call (not wrapped), as the same untested release judges them.
+        out["called_drifts"] = {d.target: d.describe()
+                                for d in compat.check_targets(compat.table_for("0.5.22", compat.CALLED))}
         try:
             build_dsv4_pool()
             out["dsv4_error"] = None
