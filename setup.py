@@ -29,8 +29,10 @@ SHIPPED = Path("sglang_dsv4_ext", "series", "shipped")
 _ONE_SERIES = ("*.patch", "series", "UPSTREAM_PIN", "dropped/*.tombstone")
 SERIES_PATTERNS = ("README.md", *_ONE_SERIES, *(f"sglang-*/{pattern}" for pattern in _ONE_SERIES))
 # (file name, its one line). The name sorts after setuptools' "__editable__.*.pth", which must run first.
-STARTUP_HOOK = ("sglang_dsv4_ext-bootstrap.pth",
-                "import sglang_dsv4_ext.bootstrap; sglang_dsv4_ext.bootstrap.install()\n")
+STARTUP_HOOK = (
+    "sglang_dsv4_ext-bootstrap.pth",
+    "import sglang_dsv4_ext.bootstrap; sglang_dsv4_ext.bootstrap.install()\n",
+)
 
 
 class BuildPyWithSeries(build_py):

@@ -58,8 +58,7 @@ KINDS = ("launcher", "detokenizer", "scheduler", "completion")
 def run_once(kind: str, env_overrides=None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4")}
     env.update(env_overrides or {})
-    proc = subprocess.run([sys.executable, "-c", _CHILD, kind], capture_output=True, text=True, env=env,
-                          timeout=600)
+    proc = subprocess.run([sys.executable, "-c", _CHILD, kind], capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"{kind} child failed: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -81,23 +80,32 @@ def main(argv=None) -> int:
                 print(f"[{kind} / extension {label}] run {i + 1}/{args.runs} ...", file=sys.stderr, flush=True)
                 samples.append(run_once(kind, env))
             rows[(kind, label)] = samples
-    print(f"{'process':<13}{'SGLang imports s':>17}{'load_plugins off s':>20}{'on s':>8}{'added s':>9}"
-          f"{'target modules we imported':>28}{'verified':>10}")
+    print(
+        f"{'process':<13}{'SGLang imports s':>17}{'load_plugins off s':>20}{'on s':>8}{'added s':>9}"
+        f"{'target modules we imported':>28}{'verified':>10}"
+    )
     for kind in KINDS:
         off, on = rows[(kind, "off")], rows[(kind, "on")]
         added = _median(on, "load_plugins_s") - _median(off, "load_plugins_s")
         ours = max(len(s["imported_by_us"]) for s in on)
-        print(f"{kind:<13}{_median(on, 'import_s'):>17.2f}{_median(off, 'load_plugins_s'):>20.3f}"
-              f"{_median(on, 'load_plugins_s'):>8.3f}{added:>9.3f}{ours:>28}{str(on[0]['activated']):>10}")
+        print(
+            f"{kind:<13}{_median(on, 'import_s'):>17.2f}{_median(off, 'load_plugins_s'):>20.3f}"
+            f"{_median(on, 'load_plugins_s'):>8.3f}{added:>9.3f}{ours:>28}{str(on[0]['activated']):>10}"
+        )
         if kind == "completion":
-            print(f"{'':<13}DSV4 build: SGLang imports the remaining target modules in "
-                  f"{_median(on, 'sglang_pool_imports_s'):.2f} s, of which checking and patching each module as "
-                  f"it was imported {_median(on, 'patch_s'):.3f} s; completion (verify) "
-                  f"{_median(on, 'complete_s'):.3f} s")
-    launcher_added = _median(rows[("launcher", "on")], "load_plugins_s") - _median(rows[("launcher", "off")],
-                                                                                   "load_plugins_s")
-    print(f"added to a process that never builds a pool (launcher): {launcher_added:.3f} s -> "
-          f"{'meets' if launcher_added <= 0.3 else 'MISSES'} the 0.3 s goal")
+            print(
+                f"{'':<13}DSV4 build: SGLang imports the remaining target modules in "
+                f"{_median(on, 'sglang_pool_imports_s'):.2f} s, of which checking and patching each module as "
+                f"it was imported {_median(on, 'patch_s'):.3f} s; completion (verify) "
+                f"{_median(on, 'complete_s'):.3f} s"
+            )
+    launcher_added = _median(rows[("launcher", "on")], "load_plugins_s") - _median(
+        rows[("launcher", "off")], "load_plugins_s"
+    )
+    print(
+        f"added to a process that never builds a pool (launcher): {launcher_added:.3f} s -> "
+        f"{'meets' if launcher_added <= 0.3 else 'MISSES'} the 0.3 s goal"
+    )
     return 0
 
 

@@ -20,9 +20,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable, Dict, List
 
 
 def _median_ms(step: Callable[[], None], iters: int, sync: bool, after: Callable[[], None]) -> float:
@@ -59,7 +59,7 @@ class _Bench:
         self.capture = None
 
     def set_capture(self, on: bool) -> None:
-        self.capture = (self.ic.IndexKCapture(self.config, frozenset({0}), self.directory) if on else None)
+        self.capture = self.ic.IndexKCapture(self.config, frozenset({0}), self.directory) if on else None
         setattr(self.pool, self.ic._ATTR, self.capture)
 
     def drain(self) -> None:
@@ -80,11 +80,12 @@ class _Bench:
         if self.capture is not None:
             batch = SimpleNamespace(rids=None)
             inp = self.inp
-            self.capture.note_stored(0, batch, inp.kv, inp.norm_weight, inp.eps, inp.freqs, inp.key_positions,
-                                     inp.slots)
+            self.capture.note_stored(
+                0, batch, inp.kv, inp.norm_weight, inp.eps, inp.freqs, inp.key_positions, inp.slots
+            )
 
 
-def run(requests: int, iters: int, warmup: int) -> List[Dict[str, object]]:
+def run(requests: int, iters: int, warmup: int) -> list[dict[str, object]]:
     from sglang_dsv4_ext.plugin import activation
 
     activation.activate()
@@ -108,14 +109,21 @@ def run(requests: int, iters: int, warmup: int) -> List[Dict[str, object]]:
 
 
 def format_table(rows, requests: int, iters: int) -> str:
-    head = (f"{'step':<13} {'call off':>9} {'call on':>9} {'added':>9} {'host off':>9} {'host on':>9} {'added':>9} "
-            f"{'files':>6} {'failed':>6}")
-    lines = [f"capture cost, medians of {iters} eager calls (ms); on = {requests} requests captured per call",
-             head, "-" * len(head)]
+    head = (
+        f"{'step':<13} {'call off':>9} {'call on':>9} {'added':>9} {'host off':>9} {'host on':>9} {'added':>9} "
+        f"{'files':>6} {'failed':>6}"
+    )
+    lines = [
+        f"capture cost, medians of {iters} eager calls (ms); on = {requests} requests captured per call",
+        head,
+        "-" * len(head),
+    ]
     for r in rows:
-        lines.append(f"{r['step']:<13} {r['call_off_ms']:>9.3f} {r['call_on_ms']:>9.3f} "
-                     f"{r['call_on_ms'] - r['call_off_ms']:>+9.3f} {r['host_off_ms']:>9.3f} {r['host_on_ms']:>9.3f} "
-                     f"{r['host_on_ms'] - r['host_off_ms']:>+9.3f} {r['files']:>6} {r['failed']:>6}")
+        lines.append(
+            f"{r['step']:<13} {r['call_off_ms']:>9.3f} {r['call_on_ms']:>9.3f} "
+            f"{r['call_on_ms'] - r['call_off_ms']:>+9.3f} {r['host_off_ms']:>9.3f} {r['host_on_ms']:>9.3f} "
+            f"{r['host_on_ms'] - r['host_off_ms']:>+9.3f} {r['files']:>6} {r['failed']:>6}"
+        )
     return "\n".join(lines)
 
 

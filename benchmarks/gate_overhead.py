@@ -23,7 +23,7 @@ import argparse
 import contextlib
 import sys
 import timeit
-from typing import Callable, Dict, Iterator, List, Tuple
+from collections.abc import Callable, Iterator
 
 GOAL_NS = 1000.0
 _INHERITED = object()
@@ -44,20 +44,39 @@ def _tiny_pool():
     index_k_budget.forget_budget()  # built without the configurator: no budget to check against
     tokens, ratios = 4096, [0, 4, 128, 4]
     return DeepSeekV4TokenToKVPool(
-        max_num_reqs=4, swa_size=tokens, c4_size=tokens // 4, c128_size=tokens // 128, c4_state_pool_size=8,
-        c128_state_pool_size=8, page_size=256, swa_page_size=256, dtype=torch.float8_e4m3fn,
-        c4_state_dtype=torch.float32, c128_state_dtype=torch.float32, qk_nope_head_dim=448, qk_rope_head_dim=64,
-        indexer_head_dim=128, layer_num=len(ratios), device="cpu", enable_memory_saver=False,
-        compression_ratios=ratios, full_size=tokens,
+        max_num_reqs=4,
+        swa_size=tokens,
+        c4_size=tokens // 4,
+        c128_size=tokens // 128,
+        c4_state_pool_size=8,
+        c128_state_pool_size=8,
+        page_size=256,
+        swa_page_size=256,
+        dtype=torch.float8_e4m3fn,
+        c4_state_dtype=torch.float32,
+        c128_state_dtype=torch.float32,
+        qk_nope_head_dim=448,
+        qk_rope_head_dim=64,
+        indexer_head_dim=128,
+        layer_num=len(ratios),
+        device="cpu",
+        enable_memory_saver=False,
+        compression_ratios=ratios,
+        full_size=tokens,
     )
 
 
-def _gate_hooked_targets() -> List[Tuple[object, str]]:
+def _gate_hooked_targets() -> list[tuple[object, str]]:
     """(class, attribute) of every gate hook that an index-K read can pass through."""
     from sglang_dsv4_ext.plugin import compat
 
-    read_path = (compat.POOL_WAIT_LAYER_TRANSFER, compat.COUNTER_WAIT_UNTIL, compat.COUNTER_SET_CONSUMER,
-                 *compat.TOPLEVEL_INDEX_K_READERS, *compat.SUBPOOL_INDEX_K_READERS)
+    read_path = (
+        compat.POOL_WAIT_LAYER_TRANSFER,
+        compat.COUNTER_WAIT_UNTIL,
+        compat.COUNTER_SET_CONSUMER,
+        *compat.TOPLEVEL_INDEX_K_READERS,
+        *compat.SUBPOOL_INDEX_K_READERS,
+    )
     return [(compat.owner_of(t), t.attribute) for t in read_path]
 
 
@@ -80,7 +99,7 @@ def stock_sglang(pool) -> Iterator[None]:
         sub.index_k_with_scale_buffer = gated_list
 
 
-def _accessors(pool) -> Dict[str, Callable[[], object]]:
+def _accessors(pool) -> dict[str, Callable[[], object]]:
     # Look attributes up at call time, so the same closures measure stock and extension.
     return {
         "pool.get_index_k_with_scale_buffer(L)": lambda: pool.get_index_k_with_scale_buffer(3),
@@ -100,10 +119,16 @@ class SyncCounter:
     def __init__(self):
         import torch
 
-        self.counts: Dict[str, int] = {}
-        self._targets = [(torch.cuda, "synchronize"), (torch.cuda.Stream, "synchronize"),
-                         (torch.cuda.Event, "synchronize"), (torch.cuda.Event, "query"),
-                         (torch.Tensor, "item"), (torch.Tensor, "tolist"), (torch.Tensor, "cpu")]
+        self.counts: dict[str, int] = {}
+        self._targets = [
+            (torch.cuda, "synchronize"),
+            (torch.cuda.Stream, "synchronize"),
+            (torch.cuda.Event, "synchronize"),
+            (torch.cuda.Event, "query"),
+            (torch.Tensor, "item"),
+            (torch.Tensor, "tolist"),
+            (torch.Tensor, "cpu"),
+        ]
         self._saved = []
 
     def __enter__(self):
@@ -134,9 +159,9 @@ class SyncCounter:
         return sum(self.counts.values())
 
 
-def calls_made(fn: Callable[[], object]) -> List[str]:
+def calls_made(fn: Callable[[], object]) -> list[str]:
     """Every function (Python or C) that one call of ``fn`` enters, in order, deduplicated."""
-    seen: List[str] = []
+    seen: list[str] = []
 
     def profile(frame, event, arg):
         if event == "call":
@@ -156,7 +181,7 @@ def calls_made(fn: Callable[[], object]) -> List[str]:
     return [name for name in seen if "setprofile" not in name]
 
 
-def measure(pool, scenarios: Dict[str, object], calls: int, repeats: int) -> Dict[str, List[Tuple[str, float, float]]]:
+def measure(pool, scenarios: dict[str, object], calls: int, repeats: int) -> dict[str, list[tuple[str, float, float]]]:
     """``{scenario: [(accessor, stock ns, extension ns)]}``; ``scenarios`` maps a name to the counter to register.
 
     Round-robin over scenarios, accessors and sides within each repeat, so every figure samples
@@ -190,7 +215,7 @@ def measure(pool, scenarios: Dict[str, object], calls: int, repeats: int) -> Dic
     return result
 
 
-def hook_registry_floor() -> Tuple[Callable[[], object], Callable[[], object]]:
+def hook_registry_floor() -> tuple[Callable[[], object], Callable[[], object]]:
     """(plain call, the same call through a bare HookRegistry AROUND wrapper that only calls the original)."""
     from sglang.srt.plugins.hook_registry import HookType, _wrap_fn
 
@@ -212,8 +237,9 @@ def main(argv=None) -> int:
     # Many short samples, stock and extension interleaved: the minimum finds the quiet moments
     # of a shared machine instead of averaging other processes in.
     parser.add_argument("--calls", type=int, default=2000, help="calls per timing sample (default 2000)")
-    parser.add_argument("--repeats", type=int, default=200,
-                        help="samples per side, interleaved; the minimum is reported (default 200)")
+    parser.add_argument(
+        "--repeats", type=int, default=200, help="samples per side, interleaved; the minimum is reported (default 200)"
+    )
     args = parser.parse_args(argv)
     if args.calls < 1 or args.repeats < 1:
         parser.error("--calls and --repeats must be >= 1")
@@ -246,7 +272,7 @@ def main(argv=None) -> int:
 
     print(f"\n{'scenario':<14}{'accessor':<44}{'stock ns':>10}{'ext ns':>10}{'added ns':>10}{'goal':>8}")
     worst = 0.0
-    (_, floor_plain, floor_wrapped), = results.pop("floor")
+    ((_, floor_plain, floor_wrapped),) = results.pop("floor")
     for scenario, rows in results.items():
         for label, stock, ext in rows:
             added = ext - stock
@@ -254,12 +280,18 @@ def main(argv=None) -> int:
             if scenario == "hicache-off":
                 worst = max(worst, added)
             print(f"{scenario:<14}{label:<44}{stock:>10.0f}{ext:>10.0f}{added:>10.0f}{goal:>8}")
-    print(f"\nreference: a bare HookRegistry AROUND wrapper (its hook only calls the original) adds "
-          f"{floor_wrapped - floor_plain:.0f} ns to a method call; every hooked accessor pays it")
-    print(f"worst added cost with HiCache off: {worst:.0f} ns per call -> "
-          f"{'meets' if worst <= GOAL_NS else 'MISSES'} the {GOAL_NS:.0f} ns goal")
-    print(f"host-synchronising calls during all timed calls: {syncs.total} (counted: {', '.join(syncs.counts)}; "
-          f"self-check: one Tensor.item() call counted {control.total})")
+    print(
+        f"\nreference: a bare HookRegistry AROUND wrapper (its hook only calls the original) adds "
+        f"{floor_wrapped - floor_plain:.0f} ns to a method call; every hooked accessor pays it"
+    )
+    print(
+        f"worst added cost with HiCache off: {worst:.0f} ns per call -> "
+        f"{'meets' if worst <= GOAL_NS else 'MISSES'} the {GOAL_NS:.0f} ns goal"
+    )
+    print(
+        f"host-synchronising calls during all timed calls: {syncs.total} (counted: {', '.join(syncs.counts)}; "
+        f"self-check: one Tensor.item() call counted {control.total})"
+    )
 
     print("\nwhat the gated path calls beyond SGLang's own (HiCache off, one call each):")
     for label, fn in _accessors(pool).items():

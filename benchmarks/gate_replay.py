@@ -136,8 +136,17 @@ class ReplayConfig:
     seed: int = 0
 
     def validate(self) -> None:
-        positive = ("layers", "pages_per_layer", "page_tokens", "index_head_dim", "tokens", "hidden",
-                    "mlp_out", "small_out", "trials")
+        positive = (
+            "layers",
+            "pages_per_layer",
+            "page_tokens",
+            "index_head_dim",
+            "tokens",
+            "hidden",
+            "mlp_out",
+            "small_out",
+            "trials",
+        )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -153,7 +162,8 @@ class ReplayConfig:
         if max_sum >= 2**24:
             raise ValueError(
                 f"pages_per_layer*page_tokens*index_head_dim={self.row_elems} too large: the fp32 checksum "
-                f"({max_sum}) must stay below 2**24 to be exact")
+                f"({max_sum}) must stay below 2**24 to be exact"
+            )
 
     @property
     def row_elems(self) -> int:
@@ -186,20 +196,41 @@ class Row:
     def summary(self) -> dict:
         def pct(xs, q):
             return float(statistics.quantiles(xs, n=100)[q - 1]) if len(xs) >= 2 else (xs[0] if xs else math.nan)
+
         return {
-            "phase": self.phase, "delay_us": round(self.delay_us, 2), "schedule": self.schedule,
-            "trials": self.trials, "stale_trials": self.stale_trials, "stale_indexer_reads": self.stale_indexer,
-            "stale_attn_reads": self.stale_attn, "torn_reads": self.torn, "launch_overruns": self.overruns,
+            "phase": self.phase,
+            "delay_us": round(self.delay_us, 2),
+            "schedule": self.schedule,
+            "trials": self.trials,
+            "stale_trials": self.stale_trials,
+            "stale_indexer_reads": self.stale_indexer,
+            "stale_attn_reads": self.stale_attn,
+            "torn_reads": self.torn,
+            "launch_overruns": self.overruns,
             "median_ms": statistics.median(self.times_ms) if self.times_ms else math.nan,
-            "p10_ms": pct(self.times_ms, 10), "p90_ms": pct(self.times_ms, 90),
+            "p10_ms": pct(self.times_ms, 10),
+            "p90_ms": pct(self.times_ms, 90),
             "median_load_ms": statistics.median(self.load_ms) if self.load_ms else math.nan,
             "median_enqueue_ms": statistics.median(self.enqueue_ms) if self.enqueue_ms else math.nan,
         }
 
 
-CSV_FIELDS = ("trial", "phase", "delay_us", "schedule", "ms", "load_ms", "enqueue_ms", "launch_overrun",
-              "stale_indexer", "stale_attn", "torn", "first_stale_layer", "stale_mask_indexer_hex",
-              "stale_mask_attn_hex")
+CSV_FIELDS = (
+    "trial",
+    "phase",
+    "delay_us",
+    "schedule",
+    "ms",
+    "load_ms",
+    "enqueue_ms",
+    "launch_overrun",
+    "stale_indexer",
+    "stale_attn",
+    "torn",
+    "first_stale_layer",
+    "stale_mask_indexer_hex",
+    "stale_mask_attn_hex",
+)
 
 
 def _mask_hex(flags) -> str:
@@ -214,7 +245,8 @@ class GateReplay:
             raise RuntimeError(
                 "gate_replay needs a CUDA GPU: torch.cuda.is_available() is False "
                 f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}). "
-                "Run it on the lent H200: PYTHONUNBUFFERED=1 python -m benchmarks.gate_replay")
+                "Run it on the lent H200: PYTHONUNBUFFERED=1 python -m benchmarks.gate_replay"
+            )
         cfg.validate()
         self.cfg = cfg
         self.log = log
@@ -229,7 +261,8 @@ class GateReplay:
                 self.host_sets[s, layer].fill_(content_value(s, layer))
         assert self.host_sets.is_pinned()
         self.expected = torch.tensor(
-            [[content_value(s, layer) * e for layer in range(n)] for s in range(CONTENT_SETS)], dtype=torch.float32)
+            [[content_value(s, layer) * e for layer in range(n)] for s in range(CONTENT_SETS)], dtype=torch.float32
+        )
         # Device side: content 0 at first, afterwards whatever the previous trial loaded (stale content).
         self.kdev = torch.zeros((n, e), dtype=torch.bfloat16, device=dev)
         self.device_set = None
@@ -372,9 +405,13 @@ class GateReplay:
         torch.cuda.synchronize()
         self.device_set = warm_set
         copy_us = s.elapsed_time(e) * 1000.0 / self.cfg.layers
-        return {"sleep_cycles_per_us": self.cycles_per_us, "graph_forward_no_load_ms": compute_ms,
-                "layer_compute_us": self.layer_compute_us, "layer_copy_us": copy_us,
-                "layer_copy_gbps": self.cfg.row_elems * 2 / (copy_us * 1e3)}
+        return {
+            "sleep_cycles_per_us": self.cycles_per_us,
+            "graph_forward_no_load_ms": compute_ms,
+            "layer_compute_us": self.layer_compute_us,
+            "layer_copy_us": copy_us,
+            "layer_copy_gbps": self.cfg.row_elems * 2 / (copy_us * 1e3),
+        }
 
     # ---- one trial ----
     def run_trial(self, schedule: str, delay_cycles: int) -> dict:
@@ -419,9 +456,14 @@ class GateReplay:
         torn = stale & (res != prev)
         stale_layers = stale.any(dim=0).nonzero()
         return {
-            "trial": t, "ms": self.go.elapsed_time(self.end), "load_ms": self.go.elapsed_time(self.load_end),
-            "enqueue_ms": enqueue_ms, "launch_overrun": int(overrun),
-            "stale_indexer": int(stale[0].sum()), "stale_attn": int(stale[1].sum()), "torn": int(torn.sum()),
+            "trial": t,
+            "ms": self.go.elapsed_time(self.end),
+            "load_ms": self.go.elapsed_time(self.load_end),
+            "enqueue_ms": enqueue_ms,
+            "launch_overrun": int(overrun),
+            "stale_indexer": int(stale[0].sum()),
+            "stale_attn": int(stale[1].sum()),
+            "torn": int(torn.sum()),
             "first_stale_layer": int(stale_layers[0, 0]) if len(stale_layers) else -1,
             "stale_mask_indexer_hex": _mask_hex(stale[0].tolist()),
             "stale_mask_attn_hex": _mask_hex(stale[1].tolist()),
@@ -451,8 +493,10 @@ class GateReplay:
             done = r + 1
             if self.cfg.progress_every and (done % self.cfg.progress_every == 0 or done == trials):
                 el = time.perf_counter() - t0
-                self.log(f"  [{phase} delay={delay_us:.0f}us] round {done}/{trials}  {el:.1f}s elapsed, "
-                         f"~{el / done * (trials - done):.0f}s left")
+                self.log(
+                    f"  [{phase} delay={delay_us:.0f}us] round {done}/{trials}  {el:.1f}s elapsed, "
+                    f"~{el / done * (trials - done):.0f}s left"
+                )
         return rows
 
 
@@ -466,9 +510,14 @@ class Report:
     failures: list
 
     def to_json(self) -> dict:
-        return {"card": self.card, "calibration": self.calibration,
-                "main": [r.summary() for r in self.main_rows], "sweep": [r.summary() for r in self.sweep_rows],
-                "ratios": self.ratios, "failures": self.failures}
+        return {
+            "card": self.card,
+            "calibration": self.calibration,
+            "main": [r.summary() for r in self.main_rows],
+            "sweep": [r.summary() for r in self.sweep_rows],
+            "ratios": self.ratios,
+            "failures": self.failures,
+        }
 
 
 def card_info() -> dict:
@@ -477,8 +526,12 @@ def card_info() -> dict:
         p = torch.cuda.get_device_properties(0)
         info.update(name=p.name, sms=p.multi_processor_count, mem_gib=round(p.total_memory / 2**30, 1))
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm",
-                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         info["nvidia_smi"] = out.stdout.strip() or out.stderr.strip()
     except (OSError, subprocess.SubprocessError) as exc:
         info["nvidia_smi"] = f"unavailable: {exc}"
@@ -494,11 +547,13 @@ def check(main_rows, sweep_rows) -> list:
     for row in list(main_rows) + list(sweep_rows):
         where = f"{row.phase}/{row.schedule}@{row.delay_us:.0f}us"
         if row.schedule in MUST_BE_CLEAN and (row.stale_indexer or row.stale_attn):
-            failures.append(f"{where}: expected 0 stale reads, got {row.stale_indexer} indexer + "
-                            f"{row.stale_attn} attention")
+            failures.append(
+                f"{where}: expected 0 stale reads, got {row.stale_indexer} indexer + {row.stale_attn} attention"
+            )
         if row.schedule == GRAPH_STOCK and row.stale_attn:
-            failures.append(f"{where}: eager-break readers wait for their own layer and must be clean, "
-                            f"got {row.stale_attn} stale")
+            failures.append(
+                f"{where}: eager-break readers wait for their own layer and must be clean, got {row.stale_attn} stale"
+            )
     return failures
 
 
@@ -511,22 +566,35 @@ def ratios(rows) -> list:
         if sched == GRAPH_STOCK or not sched.startswith("graph") or base is None:
             continue
         b, f = statistics.median(base.times_ms), statistics.median(row.times_ms)
-        out.append({"phase": phase, "delay_us": round(delay, 2), "schedule": sched, "stock_median_ms": b,
-                    "median_ms": f, "ratio": f / b, "extra_pct": (f / b - 1) * 100})
+        out.append(
+            {
+                "phase": phase,
+                "delay_us": round(delay, 2),
+                "schedule": sched,
+                "stock_median_ms": b,
+                "median_ms": f,
+                "ratio": f / b,
+                "extra_pct": (f / b - 1) * 100,
+            }
+        )
     return out
 
 
 def format_table(rows) -> str:
-    head = (f"{'phase':<6} {'delay_us':>8} {'schedule':<23} {'trials':>6} {'stale_trials':>12} "
-            f"{'stale_idx':>9} {'stale_attn':>10} {'torn':>5} {'median_ms':>9} {'p90_ms':>7} {'load_ms':>7} "
-            f"{'overrun':>7}")
+    head = (
+        f"{'phase':<6} {'delay_us':>8} {'schedule':<23} {'trials':>6} {'stale_trials':>12} "
+        f"{'stale_idx':>9} {'stale_attn':>10} {'torn':>5} {'median_ms':>9} {'p90_ms':>7} {'load_ms':>7} "
+        f"{'overrun':>7}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         s = r.summary()
-        lines.append(f"{s['phase']:<6} {s['delay_us']:>8.0f} {s['schedule']:<23} {s['trials']:>6} "
-                     f"{s['stale_trials']:>12} {s['stale_indexer_reads']:>9} {s['stale_attn_reads']:>10} "
-                     f"{s['torn_reads']:>5} {s['median_ms']:>9.3f} {s['p90_ms']:>7.3f} {s['median_load_ms']:>7.3f} "
-                     f"{s['launch_overruns']:>7}")
+        lines.append(
+            f"{s['phase']:<6} {s['delay_us']:>8.0f} {s['schedule']:<23} {s['trials']:>6} "
+            f"{s['stale_trials']:>12} {s['stale_indexer_reads']:>9} {s['stale_attn_reads']:>10} "
+            f"{s['torn_reads']:>5} {s['median_ms']:>9.3f} {s['p90_ms']:>7.3f} {s['median_load_ms']:>7.3f} "
+            f"{s['launch_overruns']:>7}"
+        )
     return "\n".join(lines)
 
 
@@ -560,8 +628,10 @@ def run_replay(cfg: ReplayConfig, out_dir=None, log=print) -> Report:
             if cfg.sweep_trials == 0:
                 break
             delay_us = factor * replay.layer_compute_us
-            log(f"sweep: {cfg.sweep_trials} trials x {len(SWEEP_SCHEDULES)} graph schedules, "
-                f"delay {delay_us:.0f} us/layer ({factor:g} x layer compute)")
+            log(
+                f"sweep: {cfg.sweep_trials} trials x {len(SWEEP_SCHEDULES)} graph schedules, "
+                f"delay {delay_us:.0f} us/layer ({factor:g} x layer compute)"
+            )
             rows = replay.run_phase("sweep", delay_us, SWEEP_SCHEDULES, cfg.sweep_trials, writer)
             sweep.update({(delay_us, s): r for s, r in rows.items()})
     finally:
@@ -579,44 +649,78 @@ def parse_args(argv=None) -> argparse.Namespace:
     d = ReplayConfig()
     p = argparse.ArgumentParser(
         description="Replay HiCache's layer-wise async index-K load against eager and breakable-CUDA-graph "
-                    "readers on a GPU; count stale reads per schedule and time the wait-ahead fix. "
-                    "Exits 1 when a required stale/clean result does not hold, 2 when no CUDA GPU is present.")
+        "readers on a GPU; count stale reads per schedule and time the wait-ahead fix. "
+        "Exits 1 when a required stale/clean result does not hold, 2 when no CUDA GPU is present."
+    )
     p.add_argument("--trials", type=int, default=d.trials, help="trials per main schedule (default %(default)s)")
-    p.add_argument("--sweep-trials", type=int, default=d.sweep_trials,
-                   help="trials per graph schedule per sweep delay; 0 skips the sweep (default %(default)s)")
-    p.add_argument("--sweep-factors", type=str, default=",".join(str(f) for f in d.sweep_factors),
-                   help="comma-separated load delays per layer for the timing sweep, in units of one layer's "
-                        "measured compute time (default %(default)s)")
-    p.add_argument("--delay-factor", type=float, default=d.delay_factor,
-                   help="main phase load delay per layer, in units of one layer's compute time; > 1 makes the "
-                        "loads the bottleneck so the race window is open (default %(default)s)")
+    p.add_argument(
+        "--sweep-trials",
+        type=int,
+        default=d.sweep_trials,
+        help="trials per graph schedule per sweep delay; 0 skips the sweep (default %(default)s)",
+    )
+    p.add_argument(
+        "--sweep-factors",
+        type=str,
+        default=",".join(str(f) for f in d.sweep_factors),
+        help="comma-separated load delays per layer for the timing sweep, in units of one layer's "
+        "measured compute time (default %(default)s)",
+    )
+    p.add_argument(
+        "--delay-factor",
+        type=float,
+        default=d.delay_factor,
+        help="main phase load delay per layer, in units of one layer's compute time; > 1 makes the "
+        "loads the bottleneck so the race window is open (default %(default)s)",
+    )
     p.add_argument("--layers", type=int, default=d.layers, help="layers (default %(default)s)")
-    p.add_argument("--pages-per-layer", type=int, default=d.pages_per_layer,
-                   help="64x128 bf16 index-K pages copied per layer (default %(default)s)")
+    p.add_argument(
+        "--pages-per-layer",
+        type=int,
+        default=d.pages_per_layer,
+        help="64x128 bf16 index-K pages copied per layer (default %(default)s)",
+    )
     p.add_argument("--tokens", type=int, default=d.tokens, help="rows of the stand-in matmuls (default %(default)s)")
-    p.add_argument("--launch-window-us", type=float, default=d.launch_window_us,
-                   help="GPU-side hold at trial start while the host enqueues everything (default %(default)s)")
-    p.add_argument("--out", type=str, default=None,
-                   help="output folder for the per-trial CSV and the JSON summary "
-                        "(default: $OUT, else out/gate_replay)")
+    p.add_argument(
+        "--launch-window-us",
+        type=float,
+        default=d.launch_window_us,
+        help="GPU-side hold at trial start while the host enqueues everything (default %(default)s)",
+    )
+    p.add_argument(
+        "--out",
+        type=str,
+        default=None,
+        help="output folder for the per-trial CSV and the JSON summary (default: $OUT, else out/gate_replay)",
+    )
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not torch.cuda.is_available():
-        print(f"gate_replay.py: needs a CUDA GPU, but torch.cuda.is_available() is False (torch {torch.__version__}, "
-              f"CUDA build {torch.version.cuda}). Run it on the lent H200: "
-              "PYTHONUNBUFFERED=1 python -m benchmarks.gate_replay", file=sys.stderr)
+        print(
+            f"gate_replay.py: needs a CUDA GPU, but torch.cuda.is_available() is False (torch {torch.__version__}, "
+            f"CUDA build {torch.version.cuda}). Run it on the lent H200: "
+            "PYTHONUNBUFFERED=1 python -m benchmarks.gate_replay",
+            file=sys.stderr,
+        )
         return 2
     try:
         factors = tuple(float(f) for f in args.sweep_factors.split(",") if f.strip())
     except ValueError:
         print(f"--sweep-factors: expected comma-separated numbers, got {args.sweep_factors!r}", file=sys.stderr)
         return 2
-    cfg = ReplayConfig(trials=args.trials, sweep_trials=args.sweep_trials, sweep_factors=factors,
-                       delay_factor=args.delay_factor, layers=args.layers, pages_per_layer=args.pages_per_layer,
-                       tokens=args.tokens, launch_window_us=args.launch_window_us)
+    cfg = ReplayConfig(
+        trials=args.trials,
+        sweep_trials=args.sweep_trials,
+        sweep_factors=factors,
+        delay_factor=args.delay_factor,
+        layers=args.layers,
+        pages_per_layer=args.pages_per_layer,
+        tokens=args.tokens,
+        launch_window_us=args.launch_window_us,
+    )
     try:
         cfg.validate()
     except ValueError as exc:
@@ -629,11 +733,15 @@ def main(argv=None) -> int:
     print(format_table(report.main_rows + report.sweep_rows))
     print()
     for r in report.ratios:
-        print(f"fix cost [{r['phase']} delay={r['delay_us']:.0f}us] {r['schedule']:<23} "
-              f"{r['median_ms']:.3f} ms vs stock {r['stock_median_ms']:.3f} ms: ratio {r['ratio']:.4f} "
-              f"({r['extra_pct']:+.2f}%)")
-    print(f"\nfiles: {out_dir / 'gate_replay_trials.csv'}, {out_dir / 'gate_replay_summary.json'}; "
-          f"total {time.perf_counter() - t0:.0f}s")
+        print(
+            f"fix cost [{r['phase']} delay={r['delay_us']:.0f}us] {r['schedule']:<23} "
+            f"{r['median_ms']:.3f} ms vs stock {r['stock_median_ms']:.3f} ms: ratio {r['ratio']:.4f} "
+            f"({r['extra_pct']:+.2f}%)"
+        )
+    print(
+        f"\nfiles: {out_dir / 'gate_replay_trials.csv'}, {out_dir / 'gate_replay_summary.json'}; "
+        f"total {time.perf_counter() - t0:.0f}s"
+    )
     if report.failures:
         print("\nFAILED:\n  " + "\n  ".join(report.failures))
         return 1

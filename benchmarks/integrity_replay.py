@@ -51,7 +51,7 @@ class IntegrityReplay(gr.GateReplay):
             for s in range(gr.CONTENT_SETS):  # "backup": the host pages' checksums
                 for layer in range(n):
                     host_page = self.host_sets[s, layer].cuda().view(p, -1)
-                    self.tracker.table[layer, s * p:(s + 1) * p] = ck.page_checksums(host_page, rows)
+                    self.tracker.table[layer, s * p : (s + 1) * p] = ck.page_checksums(host_page, rows)
             self.rows = rows
             torch.cuda.synchronize()
 
@@ -80,8 +80,20 @@ def run_mode(cfg, mode, trials, log):
     rep.capture()
     cal = rep.calibrate()
     delay = int(cfg.delay_factor * rep.layer_compute_us * rep.cycles_per_us)
-    rows = {s: {"mode": mode, "schedule": s, "trials": 0, "stale": 0, "detected": 0, "false_pos": 0, "ms": [],
-                "unverified": 0, "overruns": 0} for s in SCHEDULES}
+    rows = {
+        s: {
+            "mode": mode,
+            "schedule": s,
+            "trials": 0,
+            "stale": 0,
+            "detected": 0,
+            "false_pos": 0,
+            "ms": [],
+            "unverified": 0,
+            "overruns": 0,
+        }
+        for s in SCHEDULES
+    }
     previous, last_unverified = None, 0
     for r in range(trials):
         for i in range(len(SCHEDULES)):
@@ -123,13 +135,17 @@ def main(argv=None):
         print(f"mode {mode}: done ({cal['layer_compute_us']:.1f} us/layer compute)", flush=True)
     base = {r["schedule"]: r["median_ms"] for r in results if r["mode"] == ii.OFF}
     print(f"card: {card}")
-    print(f"{'mode':<7}{'schedule':<17}{'trials':>7}{'stale':>7}{'detected':>9}{'det_%':>8}{'false+':>7}"
-          f"{'unverified':>11}{'overruns':>9}{'median_ms':>10}{'vs_off_%':>9}")
+    print(
+        f"{'mode':<7}{'schedule':<17}{'trials':>7}{'stale':>7}{'detected':>9}{'det_%':>8}{'false+':>7}"
+        f"{'unverified':>11}{'overruns':>9}{'median_ms':>10}{'vs_off_%':>9}"
+    )
     for r in results:
         r["vs_off_pct"] = (r["median_ms"] / base[r["schedule"]] - 1) * 100
-        print(f"{r['mode']:<7}{r['schedule']:<17}{r['trials']:>7}{r['stale']:>7}{r['detected']:>9}"
-              f"{r['detected_pct']:>8.2f}{r['false_pos']:>7}{r['unverified']:>11}{r['overruns']:>9}{r['median_ms']:>10.3f}"
-              f"{r['vs_off_pct']:>+9.2f}")
+        print(
+            f"{r['mode']:<7}{r['schedule']:<17}{r['trials']:>7}{r['stale']:>7}{r['detected']:>9}"
+            f"{r['detected_pct']:>8.2f}{r['false_pos']:>7}{r['unverified']:>11}{r['overruns']:>9}{r['median_ms']:>10.3f}"
+            f"{r['vs_off_pct']:>+9.2f}"
+        )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "integrity_replay.json").write_text(json.dumps({"card": card, "rows": results}, indent=2))

@@ -41,17 +41,26 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Dict, List, Optional
 
 TILELANG_ARCHIVE = "tilelang-carry.tar.xz"
 # SGLang 0.5.23 pins tilelang==0.1.12; what it needs that the GPU image lacks (the rest is there).
 TILELANG_WHEELS = ("tilelang==0.1.12", "apache-tvm-ffi==0.1.11", "torch-c-dlpack-ext==0.1.5", "z3-solver==4.15.4.0")
 # Not needed to build and run a CUDA kernel: ROCm's composable_kernel, TVM's C++ sources, CUTLASS's
 # tools, z3's command-line binary, wheel RECORD files.
-TILELANG_STRIP = ("tilelang/3rdparty/composable_kernel", "tilelang/3rdparty/tvm/src", "tilelang/3rdparty/cutlass/tools",
-                  "z3_solver-4.15.4.0.data", "build_backend.py")
-_PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_24_x86_64", "manylinux_2_27_x86_64",
-              "manylinux_2_28_x86_64")
+TILELANG_STRIP = (
+    "tilelang/3rdparty/composable_kernel",
+    "tilelang/3rdparty/tvm/src",
+    "tilelang/3rdparty/cutlass/tools",
+    "z3_solver-4.15.4.0.data",
+    "build_backend.py",
+)
+_PLATFORMS = (
+    "manylinux2014_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_28_x86_64",
+)
 
 
 def pack_tilelang(out_dir: Path) -> Path:
@@ -59,9 +68,26 @@ def pack_tilelang(out_dir: Path) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         wheels, root = Path(tmp, "wheels"), Path(tmp, "root")
         platforms = [x for p in _PLATFORMS for x in ("--platform", p)]
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                        "--python-version", "3.12", "--implementation", "cp", *platforms, "-d", str(wheels),
-                        *TILELANG_WHEELS], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.12",
+                "--implementation",
+                "cp",
+                *platforms,
+                "-d",
+                str(wheels),
+                *TILELANG_WHEELS,
+            ],
+            check=True,
+        )
         for whl in sorted(wheels.glob("*.whl")):
             shutil.unpack_archive(str(whl), str(root), "zip")
         for rel in TILELANG_STRIP:
@@ -107,23 +133,26 @@ def _use_real_tilelang(root: str) -> None:
             del sys.modules[name]
 
 
-def _fp8_case(torch, rows: int, lens: List[int], width_pages: int, dev):
+def _fp8_case(torch, rows: int, lens: list[int], width_pages: int, dev):
     """SGLang's fp8 index-K pages [num_pages, 64, 1, 132] uint8 (e4m3 values, then one fp32 scale per key)."""
     need = [-(-n // 64) for n in lens]
     num_pages = sum(need) + 3
     cache = torch.empty(num_pages, 64 * 132, dtype=torch.uint8, device=dev)
-    cache[:, :64 * 128] = torch.randn(num_pages, 64 * 128, device=dev).to(torch.float8_e4m3fn).view(torch.uint8)
-    cache[:, 64 * 128:] = (torch.rand(num_pages, 64, device=dev) * 0.01 + 0.001).view(torch.uint8)
+    cache[:, : 64 * 128] = torch.randn(num_pages, 64 * 128, device=dev).to(torch.float8_e4m3fn).view(torch.uint8)
+    cache[:, 64 * 128 :] = (torch.rand(num_pages, 64, device=dev) * 0.01 + 0.001).view(torch.uint8)
     perm = torch.randperm(num_pages, device=dev).to(torch.int32)
     table = torch.zeros(rows, width_pages, dtype=torch.int32, device=dev)
     off = 0
     for r, p in enumerate(need):
-        table[r, :p] = perm[off:off + p]
+        table[r, :p] = perm[off : off + p]
         off += p
-    return dict(kv=cache.view(num_pages, 64, 1, 132),
-                q=torch.randn(rows, 1, 64, 128, device=dev).to(torch.float8_e4m3fn),
-                w=torch.randn(rows, 64, device=dev), seq=torch.tensor(lens, dtype=torch.int32, device=dev),
-                table=table)
+    return dict(
+        kv=cache.view(num_pages, 64, 1, 132),
+        q=torch.randn(rows, 1, 64, 128, device=dev).to(torch.float8_e4m3fn),
+        w=torch.randn(rows, 64, device=dev),
+        seq=torch.tensor(lens, dtype=torch.int32, device=dev),
+        table=table,
+    )
 
 
 class Stock:
@@ -132,12 +161,14 @@ class Stock:
     def __init__(self):
         from sglang.srt.layers.attention.dsv4 import indexer
 
-        self.fns = {"sm120_torch": indexer.fp8_paged_mqa_logits_torch_sm120,
-                    "torch": indexer.fp8_paged_mqa_logits_torch}
+        self.fns = {
+            "sm120_torch": indexer.fp8_paged_mqa_logits_torch_sm120,
+            "torch": indexer.fp8_paged_mqa_logits_torch,
+        }
         self.tilelang = None
         self.tilelang_status = "not tried"
 
-    def load_tilelang(self, tilelang_root: str, wide: int, rows_list: List[int], dev) -> None:
+    def load_tilelang(self, tilelang_root: str, wide: int, rows_list: list[int], dev) -> None:
         if not tilelang_root:
             self.tilelang_status = f"not carried ({TILELANG_ARCHIVE} absent from the bundle folder)"
             return
@@ -153,12 +184,14 @@ class Stock:
         try:  # compile every split_kv the decode shapes use (one per row count), on tiny inputs
             for rows in sorted(set(rows_list)):
                 c = _fp8_case(torch, rows, [64] * rows, wide // 64, dev)
-                tilelang_fp8_paged_mqa_logits(c["q"], c["kv"], c["w"], c["seq"], c["table"], None, wide,
-                                              clean_logits=False)
+                tilelang_fp8_paged_mqa_logits(
+                    c["q"], c["kv"], c["w"], c["seq"], c["table"], None, wide, clean_logits=False
+                )
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001
-            self.tilelang_status = (f"compile/run failed after {time.perf_counter() - t0:.0f}s: "
-                                    f"{type(exc).__name__}: {str(exc)[-600:]}")
+            self.tilelang_status = (
+                f"compile/run failed after {time.perf_counter() - t0:.0f}s: {type(exc).__name__}: {str(exc)[-600:]}"
+            )
             return
         import tilelang
 
@@ -166,7 +199,7 @@ class Stock:
         self.tilelang_status = f"tilelang {tilelang.__version__}, compiled in {time.perf_counter() - t0:.0f}s"
 
 
-def time_shapes(stock: Stock, shapes, wide: int, dev, tilelang_only: bool = False) -> List[Dict[str, object]]:
+def time_shapes(stock: Stock, shapes, wide: int, dev, tilelang_only: bool = False) -> list[dict[str, object]]:
     """Both torch fallbacks (or, ``tilelang_only``, the TileLang kernel) at every decode shape."""
     import torch
 
@@ -174,7 +207,7 @@ def time_shapes(stock: Stock, shapes, wide: int, dev, tilelang_only: bool = Fals
 
     out = []
     for label, rows, lens, _goal in shapes:
-        r: Dict[str, object] = dict(shape=label, rows=rows, keys=sum(lens), fp8_key_bytes=sum(lens) * 132)
+        r: dict[str, object] = dict(shape=label, rows=rows, keys=sum(lens), fp8_key_bytes=sum(lens) * 132)
         if tilelang_only:
             fns, width, max_len = {"tilelang": stock.tilelang}, wide // 64, wide
         else:
@@ -182,10 +215,12 @@ def time_shapes(stock: Stock, shapes, wide: int, dev, tilelang_only: bool = Fals
         sets = [_fp8_case(torch, rows, lens, width, dev) for _ in range(2)]
         for name, fn in fns.items():
             try:
+
                 def call(i, fn=fn, sets=sets, max_len=max_len):
                     case = sets[i]
-                    return fn(case["q"], case["kv"], case["w"], case["seq"], case["table"], None, max_len,
-                              clean_logits=False)
+                    return fn(
+                        case["q"], case["kv"], case["w"], case["seq"], case["table"], None, max_len, clean_logits=False
+                    )
 
                 r[f"{name}_ms"] = bench(call, 2)
             except Exception as exc:  # noqa: BLE001  e.g. out of memory: recorded per shape
@@ -201,7 +236,7 @@ def compile_tilelang(out_dir: Path) -> int:
     """Child process: boot, import TileLang, compile (and run once, tiny) each split_kv of the decode
     shapes; write ``tilelang_compile.json``. A failure here (even a C++ abort) costs the timing nothing,
     and the compiled kernels stay in TileLang's disk cache for the timing process."""
-    result: Dict[str, object] = {"status": "started"}
+    result: dict[str, object] = {"status": "started"}
     try:
         import torch
 
@@ -211,8 +246,7 @@ def compile_tilelang(out_dir: Path) -> int:
         root = _unpack_tilelang(bootstrap.find_carry())
         bootstrap.prepare(device="cuda")
         stock = Stock()
-        stock.load_tilelang(root, WIDE, [rows for _, rows, _, _ in decode_shapes()],
-                            torch.device("cuda"))
+        stock.load_tilelang(root, WIDE, [rows for _, rows, _, _ in decode_shapes()], torch.device("cuda"))
         result["status"] = "ok" if stock.tilelang is not None else "failed"
         result["tilelang"] = stock.tilelang_status
     except Exception as exc:  # noqa: BLE001
@@ -223,12 +257,17 @@ def compile_tilelang(out_dir: Path) -> int:
 
 
 def _tilelang_child(out_dir: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "benchmarks.kernels_stock", "--out", str(out_dir),
-                             "--compile-tilelang"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.kernels_stock", "--out", str(out_dir), "--compile-tilelang"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
-def _tilelang_after(child: subprocess.Popen, out_dir: Path, stock: Stock, carry: Path, wide: int, dev,
-                    timeout_s: float) -> str:
+def _tilelang_after(
+    child: subprocess.Popen, out_dir: Path, stock: Stock, carry: Path, wide: int, dev, timeout_s: float
+) -> str:
     """Wait for the compile child; if it compiled, load TileLang here (cache hits) and return ''."""
     try:
         _, err = child.communicate(timeout=timeout_s)
@@ -247,7 +286,7 @@ def _tilelang_after(child: subprocess.Popen, out_dir: Path, stock: Stock, carry:
 
 def serve(out_dir: Path, wait_for_go: bool) -> int:
     """Boot SGLang (a child compiles TileLang meanwhile), say ``ready``, wait for ``go``, time, write the JSON."""
-    result: Dict[str, object] = {"status": "started"}
+    result: dict[str, object] = {"status": "started"}
     path = out_dir / "kernels_stock.json"
     child = None
     try:
@@ -293,17 +332,25 @@ def serve(out_dir: Path, wait_for_go: bool) -> int:
         path.write_text(json.dumps(result, indent=1))
 
 
-def start(out_dir: str) -> Optional[subprocess.Popen]:
+def start(out_dir: str) -> subprocess.Popen | None:
     """Parent side: start ``serve`` in a subprocess (stdout: its log lines and ``ready``)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "benchmarks.kernels_stock", "--out", out_dir, "--wait-for-go"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.kernels_stock", "--out", out_dir, "--wait-for-go"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.kernels_stock", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.kernels_stock",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", default=os.environ.get("OUT", "bench_out"), help="folder for kernels_stock.json")
     p.add_argument("--wait-for-go", action="store_true", help="after setup print 'ready' and wait for 'go' on stdin")
     p.add_argument("--pack-tilelang", metavar="DIR", help="CPU side: build tilelang-carry.tar.xz into DIR and exit")

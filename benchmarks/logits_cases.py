@@ -2,8 +2,6 @@
 (stock SGLang times the same decode shapes as ours).
 """
 
-from typing import List
-
 import torch
 import triton
 
@@ -12,7 +10,7 @@ DECODE_ROWS = (1, 8, 64, 128)
 DECODE_KEYS = (2048, 4096, 8192, 16384, 32768, 65536)
 
 
-def decode_shapes() -> List[tuple]:
+def decode_shapes() -> list[tuple]:
     """(label, rows, lens, goal): every rows x keys with >= 16 MiB of keys (goal: 85% of copy),
     plus the smallest decode (1 x 2K, goal: 10 us) and one mixed batch (no goal)."""
     shapes = [("decode 1 x 2K (wide out)", 1, [2048], "10us")]
@@ -24,7 +22,7 @@ def decode_shapes() -> List[tuple]:
     return shapes
 
 
-def timing_logits_case(rows: int, lens: List[int], max_len: int, dev, shared: bool):
+def timing_logits_case(rows: int, lens: list[int], max_len: int, dev, shared: bool):
     """bf16 inputs only (no float64 copies): SGLang's layout, page table padded with 0."""
     width = max(triton.cdiv(max_len, 64), 1)
     if shared:
@@ -38,9 +36,13 @@ def timing_logits_case(rows: int, lens: List[int], max_len: int, dev, shared: bo
         page_table = torch.zeros((rows, width), dtype=torch.int32, device=dev)
         off = 0
         for r, p in enumerate(need):
-            page_table[r, :p] = perm[off: off + p]
+            page_table[r, :p] = perm[off : off + p]
             off += p
-    return dict(cache=torch.randn(num_pages, 64 * 128, device=dev, dtype=torch.bfloat16),
-                q=torch.randn(rows, 64, 128, device=dev, dtype=torch.bfloat16),
-                w=torch.randn(rows, 64, device=dev), seq=torch.tensor(lens, dtype=torch.int32, device=dev),
-                page_table=page_table, out=torch.empty(rows, max_len, device=dev))
+    return dict(
+        cache=torch.randn(num_pages, 64 * 128, device=dev, dtype=torch.bfloat16),
+        q=torch.randn(rows, 64, 128, device=dev, dtype=torch.bfloat16),
+        w=torch.randn(rows, 64, device=dev),
+        seq=torch.tensor(lens, dtype=torch.int32, device=dev),
+        page_table=page_table,
+        out=torch.empty(rows, max_len, device=dev),
+    )

@@ -26,7 +26,6 @@ Benchmark only: not part of the package's kernels.
 """
 
 from dataclasses import dataclass
-from typing import Tuple
 
 import torch
 import triton
@@ -47,14 +46,14 @@ D = 128
 
 
 @triton.jit
-def _page_rows_tile(k_ptr, stride_page, pt_row, n0, end, D: tl.constexpr, PAGE: tl.constexpr,
-                    BLOCK_N: tl.constexpr):
+def _page_rows_tile(k_ptr, stride_page, pt_row, n0, end, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
     """Keys [n0, n0 + BLOCK_N) of one row (zero past ``end``), bf16 [BLOCK_N, D]."""
     d = tl.arange(0, D)
     t = n0 + tl.arange(0, BLOCK_N)
     page = tl.load(pt_row + t // PAGE, mask=t < end, other=0).to(tl.int64)
-    return tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
-                   mask=(t < end)[:, None], other=0.0)
+    return tl.load(
+        k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :], mask=(t < end)[:, None], other=0.0
+    )
 
 
 @triton.jit
@@ -67,8 +66,21 @@ def _count_items(seq_lens_ptr, rows, max_len, chunk):
 
 
 @triton.jit
-def page_gather_sum_kernel(k_ptr, stride_page, seq_lens_ptr, page_table_ptr, stride_pt_row, out_ptr, rows, max_len,
-                           min_chunk, busy_programs, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+def page_gather_sum_kernel(
+    k_ptr,
+    stride_page,
+    seq_lens_ptr,
+    page_table_ptr,
+    stride_pt_row,
+    out_ptr,
+    rows,
+    max_len,
+    min_chunk,
+    busy_programs,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     chunk = _batch_chunk(seq_lens_ptr, rows, max_len, busy_programs, min_chunk, BLOCK_N)
     n_items = _count_items(seq_lens_ptr, rows, max_len, chunk)
     # Each tile is summed over its 128 columns (inside a thread, then a few lane shuffles) into
@@ -92,8 +104,18 @@ def page_gather_sum_kernel(k_ptr, stride_page, seq_lens_ptr, page_table_ptr, str
 
 
 @triton.jit
-def _gather_part_dot(acc, k_ptr, stride_page, pt_row, start, end, D: tl.constexpr, PAGE: tl.constexpr,
-                     BLOCK_N: tl.constexpr, PAGE_BLOCK: tl.constexpr):
+def _gather_part_dot(
+    acc,
+    k_ptr,
+    stride_page,
+    pt_row,
+    start,
+    end,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE_BLOCK: tl.constexpr,
+):
     """acc [16, D] += the sum of key rows [start, end) (a 16-row ones matrix times each tile): the
     loads feed a tl.dot, so Triton's pipeliner gives them the logits kernel's cp.async stages; page
     ids PAGE_BLOCK at a time into registers, as in the logits kernel's _one_row."""
@@ -110,9 +132,24 @@ def _gather_part_dot(acc, k_ptr, stride_page, pt_row, start, end, D: tl.constexp
 
 
 @triton.jit
-def page_gather_dot_kernel(k_ptr, stride_page, seq_lens_ptr, page_table_ptr, stride_pt_row, out_ptr, rows, max_len,
-                           split, min_chunk, busy_programs, D: tl.constexpr, PAGE: tl.constexpr,
-                           BLOCK_N: tl.constexpr, PAGE_BLOCK: tl.constexpr, ITEM_GRID: tl.constexpr):
+def page_gather_dot_kernel(
+    k_ptr,
+    stride_page,
+    seq_lens_ptr,
+    page_table_ptr,
+    stride_pt_row,
+    out_ptr,
+    rows,
+    max_len,
+    split,
+    min_chunk,
+    busy_programs,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE_BLOCK: tl.constexpr,
+    ITEM_GRID: tl.constexpr,
+):
     """The pipelined gather, on either of the logits kernel's decode grids: the item grid (program i:
     the batch's i-th part) or (rows, split) (program (row, part))."""
     chunk = _batch_chunk(seq_lens_ptr, rows, max_len, busy_programs, min_chunk, BLOCK_N)
@@ -160,7 +197,7 @@ class GatherConfig:
 # programs_per_sm is what fits one SM's 64K registers. In the H200 call of 2026-12-01 the register
 # gather fell to 71% of the copy above ~500 MB (one tile ahead is too little in flight once TLB
 # misses lengthen each load); the pipelined one keeps the logits kernel's cp.async depth.
-GATHER_TILINGS: Tuple[GatherConfig, ...] = (
+GATHER_TILINGS: tuple[GatherConfig, ...] = (
     GatherConfig("dot", 128, 4, 2, num_stages=3),
     GatherConfig("dot", 128, 4, 4, num_stages=4),
     GatherConfig("dot", 64, 4, 2, num_stages=4),
@@ -185,8 +222,15 @@ def _split(cfg: GatherConfig, rows: int, max_seq_len: int, num_sms: int) -> int:
     return pick_split(rows, max_seq_len, cfg.block_n, 2 * num_sms, 8192)  # the logits kernel's v2.3 rule
 
 
-def page_gather_sum(index_k_pages: torch.Tensor, seq_lens: torch.Tensor, page_table: torch.Tensor, max_seq_len: int,
-                    out: torch.Tensor, cfg: GatherConfig, num_sms: int) -> torch.Tensor:
+def page_gather_sum(
+    index_k_pages: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_table: torch.Tensor,
+    max_seq_len: int,
+    out: torch.Tensor,
+    cfg: GatherConfig,
+    num_sms: int,
+) -> torch.Tensor:
     """Sum of every key row a paged logits call over (seq_lens, page_table) must read.
 
     index_k_pages: bf16 [num_pages, 64 * 128] (contiguous pages); seq_lens [R] int32; page_table
@@ -200,13 +244,43 @@ def page_gather_sum(index_k_pages: torch.Tensor, seq_lens: torch.Tensor, page_ta
     busy = cfg.busy_per_sm * num_sms
     if cfg.kind == "reg":
         page_gather_sum_kernel[(programs,)](
-            index_k_pages, index_k_pages.stride(0), seq_lens, page_table, page_table.stride(0), out, rows,
-            max_seq_len, min_chunk, busy, D=D, PAGE=PAGE, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, num_stages=1)
+            index_k_pages,
+            index_k_pages.stride(0),
+            seq_lens,
+            page_table,
+            page_table.stride(0),
+            out,
+            rows,
+            max_seq_len,
+            min_chunk,
+            busy,
+            D=D,
+            PAGE=PAGE,
+            BLOCK_N=cfg.block_n,
+            num_warps=cfg.num_warps,
+            num_stages=1,
+        )
         return out
     split = 1 if cfg.item_grid else _split(cfg, rows, max_seq_len, num_sms)
     grid = (programs, 1) if cfg.item_grid else (rows, split)
     page_gather_dot_kernel[grid](
-        index_k_pages, index_k_pages.stride(0), seq_lens, page_table, page_table.stride(0), out, rows, max_seq_len,
-        split, min_chunk, busy, D=D, PAGE=PAGE, BLOCK_N=cfg.block_n, PAGE_BLOCK=64, ITEM_GRID=cfg.item_grid,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        index_k_pages,
+        index_k_pages.stride(0),
+        seq_lens,
+        page_table,
+        page_table.stride(0),
+        out,
+        rows,
+        max_seq_len,
+        split,
+        min_chunk,
+        busy,
+        D=D,
+        PAGE=PAGE,
+        BLOCK_N=cfg.block_n,
+        PAGE_BLOCK=64,
+        ITEM_GRID=cfg.item_grid,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
     return out

@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import sys
-from typing import Dict, List
 
 import torch
 import triton
@@ -48,7 +47,7 @@ def _stream_copy(src, dst, n, BLOCK: tl.constexpr):
     tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
 
 
-def triton_copy_ms(nbytes: int, dev) -> Dict[str, float]:
+def triton_copy_ms(nbytes: int, dev) -> dict[str, float]:
     """Best graphed median (ms) of ``_stream_copy`` over ``nbytes`` (read + write), and its tiling."""
     n = max(1, nbytes // 2 // 4)
     nset = n_sets(nbytes, cap=8)
@@ -71,38 +70,64 @@ def copy_ms(nbytes: int, dev) -> float:
     return bench(lambda i: dst[i].copy_(src[i]), nset)
 
 
-def store_case(n: int, dev) -> Dict[str, object]:
+def store_case(n: int, dev) -> dict[str, object]:
     pages = triton.cdiv(n, 64) + 16
     nbytes = n * (256 + 256 + 256 + 16)  # as benchmarks.kernels.time_store counts it
     nset = n_sets(nbytes, cap=4)
     freqs = random_freqs(dev)
     w = torch.rand(128, device=dev) + 0.5
-    sets = [dict(kv=torch.randn(n, 128, device=dev).to(torch.bfloat16),
-                 pos=torch.randint(0, ROPE_POSITIONS, (n,), device=dev),
-                 loc=torch.randperm(pages * 64, device=dev)[:n],
-                 cache=torch.empty(pages, 64 * 256, dtype=torch.uint8, device=dev)) for _ in range(nset)]
-    ours = bench(lambda i: dispatch.store_index_k_bf16(sets[i]["kv"], w, 1e-6, freqs, sets[i]["pos"], sets[i]["loc"],
-                                                       sets[i]["cache"]), nset)
+    sets = [
+        dict(
+            kv=torch.randn(n, 128, device=dev).to(torch.bfloat16),
+            pos=torch.randint(0, ROPE_POSITIONS, (n,), device=dev),
+            loc=torch.randperm(pages * 64, device=dev)[:n],
+            cache=torch.empty(pages, 64 * 256, dtype=torch.uint8, device=dev),
+        )
+        for _ in range(nset)
+    ]
+    ours = bench(
+        lambda i: dispatch.store_index_k_bf16(
+            sets[i]["kv"], w, 1e-6, freqs, sets[i]["pos"], sets[i]["loc"], sets[i]["cache"]
+        ),
+        nset,
+    )
     movement = bench(lambda i: dispatch.scatter_index_k_bf16(sets[i]["kv"], sets[i]["loc"], sets[i]["cache"]), nset)
     sets.clear()
-    return {"kernel": "store", "shape": f"N={n}", "bytes": nbytes, "ours_ms": ours, "movement_ms": movement,
-            "movement_bytes": n * (256 + 256 + 8)}
+    return {
+        "kernel": "store",
+        "shape": f"N={n}",
+        "bytes": nbytes,
+        "ours_ms": ours,
+        "movement_ms": movement,
+        "movement_bytes": n * (256 + 256 + 8),
+    }
 
 
-def q_case(n: int, dev) -> Dict[str, object]:
+def q_case(n: int, dev) -> dict[str, object]:
     nbytes = n * 64 * (256 + 256 + 2 + 4) + n * (256 + 8)
     nset = n_sets(nbytes, cap=4)
     freqs = random_freqs(dev)
-    sets = [dict(q=torch.randn(n, 64 * 128, device=dev).to(torch.bfloat16),
-                 w=torch.randn(n, 64, device=dev).to(torch.bfloat16),
-                 pos=torch.randint(0, ROPE_POSITIONS, (n,), device=dev)) for _ in range(nset)]
+    sets = [
+        dict(
+            q=torch.randn(n, 64 * 128, device=dev).to(torch.bfloat16),
+            w=torch.randn(n, 64, device=dev).to(torch.bfloat16),
+            pos=torch.randint(0, ROPE_POSITIONS, (n,), device=dev),
+        )
+        for _ in range(nset)
+    ]
     ours = bench(lambda i: dispatch.index_q_bf16(sets[i]["q"], sets[i]["w"], 0.01, freqs, sets[i]["pos"]), nset)
     sets.clear()
-    return {"kernel": "index_q", "shape": f"N={n}", "bytes": nbytes, "ours_ms": ours, "movement_ms": None,
-            "movement_bytes": None}
+    return {
+        "kernel": "index_q",
+        "shape": f"N={n}",
+        "bytes": nbytes,
+        "ours_ms": ours,
+        "movement_ms": None,
+        "movement_bytes": None,
+    }
 
 
-def measure(dev) -> List[Dict[str, object]]:
+def measure(dev) -> list[dict[str, object]]:
     rows = [store_case(n, dev) for n in STORE_SIZES] + [q_case(n, dev) for n in Q_SIZES]
     for r in rows:
         torch.cuda.empty_cache()
@@ -116,24 +141,30 @@ def _pct(ms_limit: float, ms: float) -> str:
     return f"{100 * ms_limit / ms:5.1f}"
 
 
-def format_table(rows: List[Dict[str, object]]) -> str:
-    head = (f"{'kernel':<8} {'shape':<10} {'MB':>7} {'copy us':>8} {'tcopy us':>9} {'move us':>8} {'ours us':>8} "
-            f"{'tcopy %cp':>9} {'move %cp':>9} {'ours %cp':>9} {'ours %tcopy':>11}")
+def format_table(rows: list[dict[str, object]]) -> str:
+    head = (
+        f"{'kernel':<8} {'shape':<10} {'MB':>7} {'copy us':>8} {'tcopy us':>9} {'move us':>8} {'ours us':>8} "
+        f"{'tcopy %cp':>9} {'move %cp':>9} {'ours %cp':>9} {'ours %tcopy':>11}"
+    )
     out = [head]
     for r in rows:
         move = r["movement_ms"]
         # movement moves fewer bytes than the kernel counts (no RoPE table / positions): rated on its own bytes
         move_pct = _pct(copy_ms_for(r, r["movement_bytes"]), move) if move else "    -"
-        out.append(f"{r['kernel']:<8} {r['shape']:<10} {r['bytes'] / 1e6:7.1f} {r['copy_ms'] * 1e3:8.2f} "
-                   f"{r['triton_copy']['ms'] * 1e3:9.2f} {(move * 1e3 if move else float('nan')):8.2f} "
-                   f"{r['ours_ms'] * 1e3:8.2f} {_pct(r['copy_ms'], r['triton_copy']['ms']):>9} {move_pct:>9} "
-                   f"{_pct(r['copy_ms'], r['ours_ms']):>9} {_pct(r['triton_copy']['ms'], r['ours_ms']):>11}")
-    out.append("%cp: over a graphed Tensor.copy_ of the same bytes; tcopy: the best plain Triton streaming copy of "
-               "them; move: the store's data movement alone (bf16 scatter of the same rows), rated on its own bytes")
+        out.append(
+            f"{r['kernel']:<8} {r['shape']:<10} {r['bytes'] / 1e6:7.1f} {r['copy_ms'] * 1e3:8.2f} "
+            f"{r['triton_copy']['ms'] * 1e3:9.2f} {(move * 1e3 if move else float('nan')):8.2f} "
+            f"{r['ours_ms'] * 1e3:8.2f} {_pct(r['copy_ms'], r['triton_copy']['ms']):>9} {move_pct:>9} "
+            f"{_pct(r['copy_ms'], r['ours_ms']):>9} {_pct(r['triton_copy']['ms'], r['ours_ms']):>11}"
+        )
+    out.append(
+        "%cp: over a graphed Tensor.copy_ of the same bytes; tcopy: the best plain Triton streaming copy of "
+        "them; move: the store's data movement alone (bf16 scatter of the same rows), rated on its own bytes"
+    )
     return "\n".join(out)
 
 
-def copy_ms_for(r: Dict[str, object], nbytes: int) -> float:
+def copy_ms_for(r: dict[str, object], nbytes: int) -> float:
     """The copy time scaled to ``nbytes`` at the rate measured for the row's size."""
     return r["copy_ms"] * nbytes / r["bytes"]
 

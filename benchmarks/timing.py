@@ -4,7 +4,7 @@
 A module of its own so that the benchmarks that time import it, never each other.
 """
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import triton

@@ -6,7 +6,7 @@ silently. No check reads device values (no ``.item()``): the launchers stay
 CUDA-graph capturable.
 """
 
-from typing import Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -26,7 +26,7 @@ def check_tensor(
     t: object,
     *,
     dtypes: Sequence[torch.dtype],
-    ndim: Optional[Sequence[int]] = None,
+    ndim: Sequence[int] | None = None,
     last_dim_contiguous: bool = True,
 ) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
@@ -34,13 +34,9 @@ def check_tensor(
     if t.dtype not in dtypes:
         raise TypeError(f"{name} must have dtype in ({_names(dtypes)}), got {t.dtype}")
     if ndim is not None and t.dim() not in ndim:
-        raise ValueError(
-            f"{name} must have {' or '.join(map(str, ndim))} dims, got shape {tuple(t.shape)}"
-        )
+        raise ValueError(f"{name} must have {' or '.join(map(str, ndim))} dims, got shape {tuple(t.shape)}")
     if last_dim_contiguous and t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
-        raise ValueError(
-            f"{name} must be contiguous in its last dim, got strides {tuple(t.stride())}"
-        )
+        raise ValueError(f"{name} must be contiguous in its last dim, got strides {tuple(t.stride())}")
     return t
 
 
@@ -78,9 +74,7 @@ def as_rope_table(freqs_cis: object, rope_dim: int = INDEX_ROPE_DIM) -> torch.Te
         raise TypeError(f"freqs_cis must be a torch.Tensor, got {type(freqs_cis).__name__}")
     if freqs_cis.dtype == torch.complex64:
         if freqs_cis.dim() != 2 or freqs_cis.shape[1] != rope_dim // 2:
-            raise ValueError(
-                f"complex freqs_cis must be [max_pos, {rope_dim // 2}], got {tuple(freqs_cis.shape)}"
-            )
+            raise ValueError(f"complex freqs_cis must be [max_pos, {rope_dim // 2}], got {tuple(freqs_cis.shape)}")
         table = torch.view_as_real(freqs_cis).flatten(-2)
     elif freqs_cis.dtype == torch.float32:
         table = freqs_cis
@@ -135,9 +129,7 @@ def as_index_k_pages(
         # view, never reshape: a copy would make the store write into a temporary.
         pages = pages.view(pages.shape[0], page_elems)
     except RuntimeError as err:
-        raise ValueError(
-            f"each page of {name} must be contiguous, got strides {tuple(buffer.stride())}"
-        ) from err
+        raise ValueError(f"each page of {name} must be contiguous, got strides {tuple(buffer.stride())}") from err
     if page_elems > 1 and pages.stride(1) != 1:
         raise ValueError(f"each page of {name} must be contiguous, got strides {tuple(buffer.stride())}")
     return pages

@@ -19,8 +19,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -41,27 +41,35 @@ _TC_PATTERNS = {"HMMA": r"\bHMMA\b", "HGMMA": r"\bHGMMA\b", "UTCMMA": r"\bUTC\w*
 class KernelSpec:
     name: str
     fn: object  # triton JITFunction
-    signature: Dict[str, str]
-    constexprs: Callable[[ArchConfigs], Dict[str, int]]
-    options: Callable[[ArchConfigs], Dict[str, int]]
+    signature: dict[str, str]
+    constexprs: Callable[[ArchConfigs], dict[str, int]]
+    options: Callable[[ArchConfigs], dict[str, int]]
     needs_tensor_cores: bool
 
 
-def _decode_constexprs(cfg, heads: int, head_dim: int, page: int) -> Dict[str, int]:
-    return dict(H=heads, D=head_dim, PAGE=page, BLOCK_N=cfg.block_n, ROWS=cfg.rows_per_program,
-                PAGE_BLOCK=cfg.page_block, BALANCE=cfg.busy_per_sm > 0 and cfg.rows_per_program == 1,
-                ITEM_GRID=cfg.item_grid)
+def _decode_constexprs(cfg, heads: int, head_dim: int, page: int) -> dict[str, int]:
+    return dict(
+        H=heads,
+        D=head_dim,
+        PAGE=page,
+        BLOCK_N=cfg.block_n,
+        ROWS=cfg.rows_per_program,
+        PAGE_BLOCK=cfg.page_block,
+        BALANCE=cfg.busy_per_sm > 0 and cfg.rows_per_program == 1,
+        ITEM_GRID=cfg.item_grid,
+    )
 
 
-def kernel_specs() -> List[KernelSpec]:
+def kernel_specs() -> list[KernelSpec]:
     head_dim, rope_dim, page, heads = 128, 64, 64, 64
     return [
         KernelSpec(
             "index_k_norm_rope_hadamard_store_kernel",
             index_k_store.index_k_norm_rope_hadamard_store_kernel,
             index_k_store.AOT_SIGNATURES["index_k_norm_rope_hadamard_store_kernel"],
-            lambda c: dict(D=head_dim, ROPE_DIM=rope_dim, PAGE=page, BLOCK_M=c.store.block_m,
-                           PREFETCH=c.store.prefetch),
+            lambda c: dict(
+                D=head_dim, ROPE_DIM=rope_dim, PAGE=page, BLOCK_M=c.store.block_m, PREFETCH=c.store.prefetch
+            ),
             lambda c: dict(num_warps=c.store.num_warps, num_stages=c.store.num_stages),
             needs_tensor_cores=False,  # the Hadamard is an fp32 butterfly (v4)
         ),
@@ -77,8 +85,15 @@ def kernel_specs() -> List[KernelSpec]:
             "index_q_rope_hadamard_kernel",
             index_q.index_q_rope_hadamard_kernel,
             index_q.AOT_SIGNATURES["index_q_rope_hadamard_kernel"],
-            lambda c: dict(H=heads, D=head_dim, ROPE_DIM=rope_dim, BLOCK_M=c.q.block_m, PREFETCH=c.q.prefetch,
-                           ONE_TOKEN=c.q.one_token_tiles and heads % c.q.block_m == 0, STREAM=c.q.streaming),
+            lambda c: dict(
+                H=heads,
+                D=head_dim,
+                ROPE_DIM=rope_dim,
+                BLOCK_M=c.q.block_m,
+                PREFETCH=c.q.prefetch,
+                ONE_TOKEN=c.q.one_token_tiles and heads % c.q.block_m == 0,
+                STREAM=c.q.streaming,
+            ),
             lambda c: dict(num_warps=c.q.num_warps, num_stages=c.q.num_stages),
             needs_tensor_cores=False,  # fp32 butterfly Hadamard (v4)
         ),
@@ -104,8 +119,14 @@ def kernel_specs() -> List[KernelSpec]:
             "paged_mqa_logits_kernel[prefill]",
             paged_mqa_logits.paged_mqa_logits_kernel,
             paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel"],
-            lambda c: dict(H=heads, D=head_dim, PAGE=page, BLOCK_N=c.logits_prefill.block_n,
-                           ROWS=c.logits_prefill.rows_per_program, PAGE_BLOCK=c.logits_prefill.page_block),
+            lambda c: dict(
+                H=heads,
+                D=head_dim,
+                PAGE=page,
+                BLOCK_N=c.logits_prefill.block_n,
+                ROWS=c.logits_prefill.rows_per_program,
+                PAGE_BLOCK=c.logits_prefill.page_block,
+            ),
             lambda c: dict(num_warps=c.logits_prefill.num_warps, num_stages=c.logits_prefill.num_stages),
             needs_tensor_cores=True,
         ),
@@ -122,7 +143,7 @@ class AotResult:
     num_warps: int
     num_stages: int
     ptx_target: str
-    tensor_core_ops: Dict[str, int]
+    tensor_core_ops: dict[str, int]
     sass: str
 
     @property
@@ -130,7 +151,7 @@ class AotResult:
         return self.shared <= self.max_shared
 
 
-def compile_kernel(spec: KernelSpec, arch: int, configs: Optional[ArchConfigs] = None):
+def compile_kernel(spec: KernelSpec, arch: int, configs: ArchConfigs | None = None):
     """Compile ``spec`` for ``arch`` (90, 100, 120) with ``configs`` (default: the arch's own)."""
     configs = configs or CONFIGS[arch_key((arch // 10, arch % 10))]
     constexprs = spec.constexprs(configs)
@@ -157,7 +178,7 @@ def compile_kernel(spec: KernelSpec, arch: int, configs: Optional[ArchConfigs] =
     return compiled, configs, options
 
 
-def cuobjdump_path() -> Optional[str]:
+def cuobjdump_path() -> str | None:
     bundled = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     if os.path.exists(bundled):
         return bundled
@@ -178,12 +199,13 @@ def disassemble(cubin: bytes) -> str:
     return proc.stdout
 
 
-def count_tensor_core_ops(sass: str) -> Dict[str, int]:
+def count_tensor_core_ops(sass: str) -> dict[str, int]:
     return {name: len(re.findall(pat, sass)) for name, pat in _TC_PATTERNS.items()}
 
 
-def run_aot(archs: Sequence[int] = ARCHS, kernels: Optional[Sequence[str]] = None,
-            progress: Optional[Callable[[str], None]] = None) -> List[AotResult]:
+def run_aot(
+    archs: Sequence[int] = ARCHS, kernels: Sequence[str] | None = None, progress: Callable[[str], None] | None = None
+) -> list[AotResult]:
     results = []
     for spec in kernel_specs():
         if kernels and spec.name not in kernels:
@@ -196,19 +218,26 @@ def run_aot(archs: Sequence[int] = ARCHS, kernels: Optional[Sequence[str]] = Non
             target = re.search(r"\.target\s+(\S+)", compiled.asm["ptx"])
             results.append(
                 AotResult(
-                    kernel=spec.name, arch=arch, config=configs.name,
-                    shared=compiled.metadata.shared, max_shared=MAX_SHARED_BYTES[arch],
-                    num_warps=options["num_warps"], num_stages=options["num_stages"],
+                    kernel=spec.name,
+                    arch=arch,
+                    config=configs.name,
+                    shared=compiled.metadata.shared,
+                    max_shared=MAX_SHARED_BYTES[arch],
+                    num_warps=options["num_warps"],
+                    num_stages=options["num_stages"],
                     ptx_target=target.group(1) if target else "?",
-                    tensor_core_ops=count_tensor_core_ops(sass), sass=sass,
+                    tensor_core_ops=count_tensor_core_ops(sass),
+                    sass=sass,
                 )
             )
     return results
 
 
 def format_table(results: Sequence[AotResult]) -> str:
-    head = (f"{'kernel':42s} {'arch':8s} {'config':7s} {'warps':>5s} {'stages':>6s} {'shared B':>9s} {'limit B':>8s} "
-            f"{'fits':4s} {'HMMA':>5s} {'HGMMA':>5s} {'UTCMMA':>6s}")
+    head = (
+        f"{'kernel':42s} {'arch':8s} {'config':7s} {'warps':>5s} {'stages':>6s} {'shared B':>9s} {'limit B':>8s} "
+        f"{'fits':4s} {'HMMA':>5s} {'HGMMA':>5s} {'UTCMMA':>6s}"
+    )
     lines = [head, "-" * len(head)]
     for r in results:
         tc = r.tensor_core_ops
@@ -220,21 +249,29 @@ def format_table(results: Sequence[AotResult]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kernels_sm120.aot",
         description="Compile the bf16 index-K Triton kernels ahead of time for sm_120a, "
         "sm_100a and sm_90a (no GPU needed); print shared memory per block against each "
         "arch's limit and the tensor-core instructions found in the SASS.",
     )
-    parser.add_argument("--arch", type=int, action="append", choices=ARCHS,
-                        help="compute capability x10 to compile for (repeatable; default: all)")
-    parser.add_argument("--kernel", action="append", choices=[s.name for s in kernel_specs()],
-                        help="kernel to compile (repeatable; default: all)")
+    parser.add_argument(
+        "--arch",
+        type=int,
+        action="append",
+        choices=ARCHS,
+        help="compute capability x10 to compile for (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--kernel",
+        action="append",
+        choices=[s.name for s in kernel_specs()],
+        help="kernel to compile (repeatable; default: all)",
+    )
     parser.add_argument("--dump-sass", metavar="DIR", help="write <kernel>.sm_<arch>.sass files here")
     args = parser.parse_args(argv)
-    results = run_aot(args.arch or ARCHS, args.kernel,
-                      progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    results = run_aot(args.arch or ARCHS, args.kernel, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     if args.dump_sass:
         os.makedirs(args.dump_sass, exist_ok=True)
         for r in results:
@@ -242,8 +279,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 f.write(r.sass)
     print(format_table(results))
     bad = [r for r in results if not r.fits]
-    no_tc = [r for r in results if r.arch == 120 and r.kernel.startswith("paged_mqa_logits_kernel")
-             and (r.tensor_core_ops["HMMA"] == 0 or r.tensor_core_ops["HGMMA"] or r.tensor_core_ops["UTCMMA"])]
+    no_tc = [
+        r
+        for r in results
+        if r.arch == 120
+        and r.kernel.startswith("paged_mqa_logits_kernel")
+        and (r.tensor_core_ops["HMMA"] == 0 or r.tensor_core_ops["HGMMA"] or r.tensor_core_ops["UTCMMA"])
+    ]
     for r in bad:
         print(f"FAIL: {r.kernel} sm_{r.arch}a needs {r.shared} B shared memory > {r.max_shared} B")
     for r in no_tc:

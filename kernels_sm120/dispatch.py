@@ -12,7 +12,6 @@ for sm_120a / sm_100a / sm_90a and prints the shared memory it needs.
 
 import functools
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -98,7 +97,7 @@ class ArchConfigs:
     prefill_min_rows: int = 512
     # decode with at most few_rows_max rows (a few long rows: no empty programs in a (rows, split)
     # grid, smaller tiles spread them further); None: ``logits`` for every decode batch
-    logits_few_rows: Optional[LogitsConfig] = None
+    logits_few_rows: LogitsConfig | None = None
     few_rows_max: int = 8
 
     def logits_for(self, rows: int) -> LogitsConfig:
@@ -127,22 +126,49 @@ _HOPPER_CLASS_Q = QConfig(block_m=16, num_warps=2, programs_per_sm=12, prefetch=
 # rows: the (rows, split) grid (no program without work there) with 64-key tiles, 4 stages. Prefill:
 # four rows per program share each key tile (64-key tiles, q^T of 4 rows = 64 KiB). All picked by
 # the sweeps in benchmarks/kernels.py (NOTES.md, logits v2 and v3).
-_HOPPER_CLASS_LOGITS = LogitsConfig(block_n=128, num_warps=4, num_stages=3, programs_per_sm=2, max_chunk=8192,
-                                    min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True)
-_HOPPER_CLASS_FEW_ROWS = LogitsConfig(block_n=64, num_warps=4, num_stages=4, programs_per_sm=2, max_chunk=8192,
-                                      min_chunk=256, page_block=64, busy_per_sm=2)
+_HOPPER_CLASS_LOGITS = LogitsConfig(
+    block_n=128,
+    num_warps=4,
+    num_stages=3,
+    programs_per_sm=2,
+    max_chunk=8192,
+    min_chunk=256,
+    page_block=64,
+    busy_per_sm=2,
+    item_grid=True,
+)
+_HOPPER_CLASS_FEW_ROWS = LogitsConfig(
+    block_n=64,
+    num_warps=4,
+    num_stages=4,
+    programs_per_sm=2,
+    max_chunk=8192,
+    min_chunk=256,
+    page_block=64,
+    busy_per_sm=2,
+)
 _HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 
-CONFIGS: Dict[str, ArchConfigs] = {
+CONFIGS: dict[str, ArchConfigs] = {
     "sm90": ArchConfigs(
-        name="sm90", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_HOPPER_CLASS_Q, logits=_HOPPER_CLASS_LOGITS,
-        logits_prefill=_HOPPER_CLASS_PREFILL, logits_few_rows=_HOPPER_CLASS_FEW_ROWS,
+        name="sm90",
+        store=_PERSISTENT_STORE,
+        scatter=_SCATTER,
+        q=_HOPPER_CLASS_Q,
+        logits=_HOPPER_CLASS_LOGITS,
+        logits_prefill=_HOPPER_CLASS_PREFILL,
+        logits_few_rows=_HOPPER_CLASS_FEW_ROWS,
     ),
     # B200/GB200 (sm_100a): 228 KiB per SM like Hopper; Triton lowers tl.dot to tcgen05.
     # Not measured here: same tiling as sm90.
     "sm100": ArchConfigs(
-        name="sm100", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_HOPPER_CLASS_Q, logits=_HOPPER_CLASS_LOGITS,
-        logits_prefill=_HOPPER_CLASS_PREFILL, logits_few_rows=_HOPPER_CLASS_FEW_ROWS,
+        name="sm100",
+        store=_PERSISTENT_STORE,
+        scatter=_SCATTER,
+        q=_HOPPER_CLASS_Q,
+        logits=_HOPPER_CLASS_LOGITS,
+        logits_prefill=_HOPPER_CLASS_PREFILL,
+        logits_few_rows=_HOPPER_CLASS_FEW_ROWS,
     ),
     # RTX PRO 6000 / RTX 50xx (sm_120a): 99 KiB per block, ~100 KiB per SM, mma.sync only.
     # Logits: 3 stages of 16 KiB key tiles with q (48.5 KiB) fit twice per SM; ~1.8 TB/s over
@@ -150,9 +176,20 @@ CONFIGS: Dict[str, ArchConfigs] = {
     # 32 KiB). Store / q: the H200's tiling (1 KiB shared memory per program on sm_120a).
     # Executed on the H200 by the GPU tests and the benchmark (forced), not on an SM120 card.
     "sm120": ArchConfigs(
-        name="sm120", store=_PERSISTENT_STORE, scatter=_SCATTER, q=_PERSISTENT_Q,
-        logits=LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=2, max_chunk=8192,
-                            min_chunk=256, page_block=64, busy_per_sm=4),
+        name="sm120",
+        store=_PERSISTENT_STORE,
+        scatter=_SCATTER,
+        q=_PERSISTENT_Q,
+        logits=LogitsConfig(
+            block_n=64,
+            num_warps=4,
+            num_stages=3,
+            programs_per_sm=2,
+            max_chunk=8192,
+            min_chunk=256,
+            page_block=64,
+            busy_per_sm=4,
+        ),
         logits_prefill=LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=2),
     ),
     # Anything else (sm80/sm86/sm89, sm110, the CPU interpreter): small, safe tiles.
@@ -167,7 +204,7 @@ CONFIGS: Dict[str, ArchConfigs] = {
 }
 
 
-def arch_key(capability: Optional[Tuple[int, int]]) -> str:
+def arch_key(capability: tuple[int, int] | None) -> str:
     """(major, minor) -> a CONFIGS key. None (no CUDA device) -> "default"."""
     if capability is None:
         return "default"
@@ -181,8 +218,8 @@ def arch_key(capability: Optional[Tuple[int, int]]) -> str:
     return "default"
 
 
-@functools.lru_cache(maxsize=None)
-def _cuda_props(index: int) -> Tuple[Tuple[int, int], int]:
+@functools.cache
+def _cuda_props(index: int) -> tuple[tuple[int, int], int]:
     props = torch.cuda.get_device_properties(index)
     return (props.major, props.minor), props.multi_processor_count
 
@@ -212,15 +249,25 @@ def store_index_k_bf16(
     index_k_cache: torch.Tensor,
     *,
     page_size: int = 64,
-    config: Optional[StoreConfig] = None,
+    config: StoreConfig | None = None,
 ) -> None:
     """Fused RMSNorm + RoPE + Hadamard + bf16 scatter into one layer's index-K cache.
     Shapes: see ``kernels_sm120`` (package docstring)."""
     cfg = config or configs_for(kv.device).store
     index_k_store.store_index_k_norm_rope_hadamard(
-        kv, norm_weight, norm_eps, freqs_cis, positions, out_loc, index_k_cache,
-        page_size=page_size, block_m=cfg.block_m, max_programs=cfg.programs_per_sm * num_sms(kv.device),
-        prefetch=cfg.prefetch, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        kv,
+        norm_weight,
+        norm_eps,
+        freqs_cis,
+        positions,
+        out_loc,
+        index_k_cache,
+        page_size=page_size,
+        block_m=cfg.block_m,
+        max_programs=cfg.programs_per_sm * num_sms(kv.device),
+        prefetch=cfg.prefetch,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
 
 
@@ -230,13 +277,18 @@ def scatter_index_k_bf16(
     index_k_cache: torch.Tensor,
     *,
     page_size: int = 64,
-    config: Optional[ScatterConfig] = None,
+    config: ScatterConfig | None = None,
 ) -> None:
     """Scatter already-transformed bf16 rows into one layer's index-K cache."""
     cfg = config or configs_for(rows_bf16.device).scatter
     index_k_store.scatter_index_k_rows(
-        rows_bf16, out_loc, index_k_cache,
-        page_size=page_size, block_m=cfg.block_m, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        rows_bf16,
+        out_loc,
+        index_k_cache,
+        page_size=page_size,
+        block_m=cfg.block_m,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
 
 
@@ -248,17 +300,27 @@ def index_q_bf16(
     positions: torch.Tensor,
     *,
     num_heads: int = 64,
-    q_out: Optional[torch.Tensor] = None,
-    weights_out: Optional[torch.Tensor] = None,
-    config: Optional[QConfig] = None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+    q_out: torch.Tensor | None = None,
+    weights_out: torch.Tensor | None = None,
+    config: QConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """bf16 indexer q (RoPE + Hadamard) and fp32 head weights (weight * weight_scale)."""
     cfg = config or configs_for(q.device).q
     return index_q.index_q_rope_hadamard(
-        q, weight, weight_scale, freqs_cis, positions,
-        num_heads=num_heads, q_out=q_out, weights_out=weights_out,
-        block_m=cfg.block_m, max_programs=cfg.programs_per_sm * num_sms(q.device),
-        prefetch=cfg.prefetch, one_token_tiles=cfg.one_token_tiles, streaming=cfg.streaming, num_warps=cfg.num_warps,
+        q,
+        weight,
+        weight_scale,
+        freqs_cis,
+        positions,
+        num_heads=num_heads,
+        q_out=q_out,
+        weights_out=weights_out,
+        block_m=cfg.block_m,
+        max_programs=cfg.programs_per_sm * num_sms(q.device),
+        prefetch=cfg.prefetch,
+        one_token_tiles=cfg.one_token_tiles,
+        streaming=cfg.streaming,
+        num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
 
@@ -271,8 +333,8 @@ def paged_mqa_logits_bf16(
     page_table: torch.Tensor,
     max_seq_len: int,
     *,
-    out: Optional[torch.Tensor] = None,
-    config: Optional[LogitsConfig] = None,
+    out: torch.Tensor | None = None,
+    config: LogitsConfig | None = None,
 ) -> torch.Tensor:
     """fp32 [rows, max_seq_len] logits over bf16 paged index-K. Writes columns below
     min(seq_lens[r], max_seq_len) only (what SGLang's top-k transforms read; see
@@ -281,10 +343,21 @@ def paged_mqa_logits_bf16(
     if config is None:
         config = configs_for(q.device).logits_for(q.shape[0])
     return logits_mod.paged_mqa_logits(
-        q, index_k_cache, weights, seq_lens, page_table, max_seq_len,
-        out=out, block_n=config.block_n, target_programs=config.programs_per_sm * num_sms(q.device),
-        max_chunk=config.max_chunk, min_chunk=config.min_chunk, page_block=config.page_block,
+        q,
+        index_k_cache,
+        weights,
+        seq_lens,
+        page_table,
+        max_seq_len,
+        out=out,
+        block_n=config.block_n,
+        target_programs=config.programs_per_sm * num_sms(q.device),
+        max_chunk=config.max_chunk,
+        min_chunk=config.min_chunk,
+        page_block=config.page_block,
         busy_programs=config.busy_per_sm * num_sms(q.device),
-        rows_per_program=config.rows_per_program, item_grid=config.item_grid,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        rows_per_program=config.rows_per_program,
+        item_grid=config.item_grid,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )

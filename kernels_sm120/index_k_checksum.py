@@ -118,8 +118,18 @@ def page_checksum_kernel(words_ptr, stride_row, rows_ptr, out_ptr, W, BLOCK: tl.
 
 
 @triton.jit
-def verify_checksum_kernel(words_ptr, stride_row, rows_ptr, expected_ptr, state_ptr, code_base, W,
-                           NO_MISMATCH: tl.constexpr, SKIP_UNKNOWN: tl.constexpr, BLOCK: tl.constexpr):
+def verify_checksum_kernel(
+    words_ptr,
+    stride_row,
+    rows_ptr,
+    expected_ptr,
+    state_ptr,
+    code_base,
+    W,
+    NO_MISMATCH: tl.constexpr,
+    SKIP_UNKNOWN: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     i = tl.program_id(0)
     row = tl.load(rows_ptr + i)
     got = _row_checksum(words_ptr, stride_row, row, W, BLOCK)
@@ -149,8 +159,16 @@ def page_checksums(page_rows: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def verify_page_checksums(page_rows: torch.Tensor, rows: torch.Tensor, expected: torch.Tensor, state: torch.Tensor,
-                          *, layer: int, seq: int, skip_unknown: bool = False) -> None:
+def verify_page_checksums(
+    page_rows: torch.Tensor,
+    rows: torch.Tensor,
+    expected: torch.Tensor,
+    state: torch.Tensor,
+    *,
+    layer: int,
+    seq: int,
+    skip_unknown: bool = False,
+) -> None:
     """Add each page of ``rows`` whose checksum differs from ``expected`` to ``state`` (no host sync).
 
     ``skip_unknown``: rows whose expected value is ``NO_MISMATCH`` (no checksum recorded) pass and are not
@@ -159,8 +177,9 @@ def verify_page_checksums(page_rows: torch.Tensor, rows: torch.Tensor, expected:
     words = _words(page_rows)
     rows = _check_rows("rows", rows, words.device)
     if expected.shape != rows.shape or expected.dtype != torch.int64:
-        raise ValueError(f"expected must be int64 of shape {tuple(rows.shape)}, got {expected.dtype} "
-                         f"{tuple(expected.shape)}")
+        raise ValueError(
+            f"expected must be int64 of shape {tuple(rows.shape)}, got {expected.dtype} {tuple(expected.shape)}"
+        )
     if state.shape != (3,) or state.dtype != torch.int64 or state.device != words.device:
         raise ValueError("state must be new_state(device) on the page rows' device")
     if words.shape[0] > 1 << _POS_BITS or not 0 <= layer < 1 << _LAYER_BITS:
@@ -169,9 +188,18 @@ def verify_page_checksums(page_rows: torch.Tensor, rows: torch.Tensor, expected:
         _verify_reference(words, rows, expected, state, layer, seq, skip_unknown)
         return
     if rows.numel():
-        verify_checksum_kernel[(rows.numel(),)](words, words.stride(0), rows, expected, state,
-                                                mismatch_code(seq, layer, 0), words.shape[1], NO_MISMATCH=NO_MISMATCH,
-                                                SKIP_UNKNOWN=int(skip_unknown), BLOCK=_block(words))
+        verify_checksum_kernel[(rows.numel(),)](
+            words,
+            words.stride(0),
+            rows,
+            expected,
+            state,
+            mismatch_code(seq, layer, 0),
+            words.shape[1],
+            NO_MISMATCH=NO_MISMATCH,
+            SKIP_UNKNOWN=int(skip_unknown),
+            BLOCK=_block(words),
+        )
 
 
 def _interpreting() -> bool:

@@ -38,8 +38,19 @@ FLOAT_INPUTS = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @triton.jit
-def _load_k_tile(tile, kv_ptr, stride_kv, freqs_ptr, stride_freq, pos_ptr, loc_ptr, n_rows,
-                 HALF: tl.constexpr, BLOCK_M: tl.constexpr, WITH_ROPE_TABLE: tl.constexpr):
+def _load_k_tile(
+    tile,
+    kv_ptr,
+    stride_kv,
+    freqs_ptr,
+    stride_freq,
+    pos_ptr,
+    loc_ptr,
+    n_rows,
+    HALF: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    WITH_ROPE_TABLE: tl.constexpr,
+):
     """One tile's inputs as [BLOCK_M, 64] halves; rows past n_rows (or a tile past the end) load nothing."""
     rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
     j = tl.arange(0, HALF)
@@ -95,17 +106,39 @@ def index_k_norm_rope_hadamard_store_kernel(
     step = tl.num_programs(0)
     first = tl.program_id(0)
     if PREFETCH:
-        loc, x0, x1, f = _load_k_tile(first, kv_ptr, stride_kv, freqs_ptr, stride_freq, pos_ptr, loc_ptr,
-                                      n_rows, HALF, BLOCK_M, WITH_ROPE_TABLE)
+        loc, x0, x1, f = _load_k_tile(
+            first, kv_ptr, stride_kv, freqs_ptr, stride_freq, pos_ptr, loc_ptr, n_rows, HALF, BLOCK_M, WITH_ROPE_TABLE
+        )
     for tile in range(first, n_tiles, step):
         if PREFETCH:
             cur_loc, cur_x0, cur_x1, cur_f = loc, x0, x1, f
-            loc, x0, x1, f = _load_k_tile(tile + step, kv_ptr, stride_kv, freqs_ptr, stride_freq, pos_ptr,
-                                          loc_ptr, n_rows, HALF, BLOCK_M, WITH_ROPE_TABLE)
+            loc, x0, x1, f = _load_k_tile(
+                tile + step,
+                kv_ptr,
+                stride_kv,
+                freqs_ptr,
+                stride_freq,
+                pos_ptr,
+                loc_ptr,
+                n_rows,
+                HALF,
+                BLOCK_M,
+                WITH_ROPE_TABLE,
+            )
         else:
-            cur_loc, cur_x0, cur_x1, cur_f = _load_k_tile(tile, kv_ptr, stride_kv, freqs_ptr, stride_freq,
-                                                          pos_ptr, loc_ptr, n_rows, HALF, BLOCK_M,
-                                                          WITH_ROPE_TABLE)
+            cur_loc, cur_x0, cur_x1, cur_f = _load_k_tile(
+                tile,
+                kv_ptr,
+                stride_kv,
+                freqs_ptr,
+                stride_freq,
+                pos_ptr,
+                loc_ptr,
+                n_rows,
+                HALF,
+                BLOCK_M,
+                WITH_ROPE_TABLE,
+            )
         a = cur_x0.to(tl.float32)
         b = cur_x1.to(tl.float32)
         sum_sq = tl.sum(a * a + b * b, axis=1)
@@ -224,17 +257,35 @@ def store_index_k_norm_rope_hadamard(
     out_loc = _check_slots(out_loc, rows)
     pages = as_index_k_pages("index_k_cache", index_k_cache, page_size=page_size)
     check_same_device(
-        kv=kv, norm_weight=norm_weight, freqs_cis=table, positions=positions,
-        out_loc=out_loc, index_k_cache=pages,
+        kv=kv,
+        norm_weight=norm_weight,
+        freqs_cis=table,
+        positions=positions,
+        out_loc=out_loc,
+        index_k_cache=pages,
     )
     if rows == 0:
         return
     grid = (max(1, min(triton.cdiv(rows, block_m), max_programs)),)
     index_k_norm_rope_hadamard_store_kernel[grid](
-        kv, kv.stride(0), norm_weight, table, table.stride(0), positions, out_loc,
-        pages, pages.stride(0), rows, float(norm_eps),
-        D=INDEX_HEAD_DIM, ROPE_DIM=INDEX_ROPE_DIM, PAGE=page_size, BLOCK_M=block_m, PREFETCH=prefetch,
-        num_warps=num_warps, num_stages=num_stages,
+        kv,
+        kv.stride(0),
+        norm_weight,
+        table,
+        table.stride(0),
+        positions,
+        out_loc,
+        pages,
+        pages.stride(0),
+        rows,
+        float(norm_eps),
+        D=INDEX_HEAD_DIM,
+        ROPE_DIM=INDEX_ROPE_DIM,
+        PAGE=page_size,
+        BLOCK_M=block_m,
+        PREFETCH=prefetch,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
 
 
@@ -260,7 +311,15 @@ def scatter_index_k_rows(
         return
     grid = (triton.cdiv(rows, block_m),)
     index_k_scatter_rows_kernel[grid](
-        rows_bf16, rows_bf16.stride(0), out_loc, pages, pages.stride(0), rows,
-        D=INDEX_HEAD_DIM, PAGE=page_size, BLOCK_M=block_m,
-        num_warps=num_warps, num_stages=num_stages,
+        rows_bf16,
+        rows_bf16.stride(0),
+        out_loc,
+        pages,
+        pages.stride(0),
+        rows,
+        D=INDEX_HEAD_DIM,
+        PAGE=page_size,
+        BLOCK_M=block_m,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )

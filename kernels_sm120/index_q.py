@@ -13,8 +13,6 @@ Numerics (fp32 until the single bf16 rounding of q):
   weights_out[t, h] = fp32(weight[t, h]) * weight_scale
 """
 
-from typing import Optional, Tuple
-
 import torch
 import triton
 import triton.language as tl
@@ -32,9 +30,22 @@ from ._validate import (
 
 
 @triton.jit
-def _load_q_tile(tile, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr, stride_freq, pos_ptr, n_work,
-                 H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, ONE_TOKEN: tl.constexpr,
-                 STREAM: tl.constexpr = False):
+def _load_q_tile(
+    tile,
+    q_ptr,
+    stride_q_tok,
+    w_ptr,
+    stride_w_tok,
+    freqs_ptr,
+    stride_freq,
+    pos_ptr,
+    n_work,
+    H: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    ONE_TOKEN: tl.constexpr,
+    STREAM: tl.constexpr = False,
+):
     """One tile of (token, head) rows as [BLOCK_M, 64] halves; items past n_work load nothing.
     ONE_TOKEN (BLOCK_M divides H): the tile is BLOCK_M heads of one token, so its position
     and RoPE row are loaded once and broadcast instead of once per row."""
@@ -96,16 +107,58 @@ def index_q_rope_hadamard_kernel(
     step = tl.num_programs(0)
     first = tl.program_id(0)
     if PREFETCH:
-        x0, x1, f, w = _load_q_tile(first, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr, stride_freq,
-                                    pos_ptr, n_work, H, D, BLOCK_M, ONE_TOKEN, STREAM)
+        x0, x1, f, w = _load_q_tile(
+            first,
+            q_ptr,
+            stride_q_tok,
+            w_ptr,
+            stride_w_tok,
+            freqs_ptr,
+            stride_freq,
+            pos_ptr,
+            n_work,
+            H,
+            D,
+            BLOCK_M,
+            ONE_TOKEN,
+            STREAM,
+        )
     for tile in range(first, n_tiles, step):
         if PREFETCH:
             cur_x0, cur_x1, cur_f, cur_w = x0, x1, f, w
-            x0, x1, f, w = _load_q_tile(tile + step, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr,
-                                        stride_freq, pos_ptr, n_work, H, D, BLOCK_M, ONE_TOKEN, STREAM)
+            x0, x1, f, w = _load_q_tile(
+                tile + step,
+                q_ptr,
+                stride_q_tok,
+                w_ptr,
+                stride_w_tok,
+                freqs_ptr,
+                stride_freq,
+                pos_ptr,
+                n_work,
+                H,
+                D,
+                BLOCK_M,
+                ONE_TOKEN,
+                STREAM,
+            )
         else:
-            cur_x0, cur_x1, cur_f, cur_w = _load_q_tile(tile, q_ptr, stride_q_tok, w_ptr, stride_w_tok, freqs_ptr,
-                                                        stride_freq, pos_ptr, n_work, H, D, BLOCK_M, ONE_TOKEN, STREAM)
+            cur_x0, cur_x1, cur_f, cur_w = _load_q_tile(
+                tile,
+                q_ptr,
+                stride_q_tok,
+                w_ptr,
+                stride_w_tok,
+                freqs_ptr,
+                stride_freq,
+                pos_ptr,
+                n_work,
+                H,
+                D,
+                BLOCK_M,
+                ONE_TOKEN,
+                STREAM,
+            )
         a = cur_x0.to(tl.float32)
         b = rope_interleaved(cur_x1.to(tl.float32), cur_f, BLOCK_M)
         out0, out1 = hadamard128(a, b, BLOCK_M)
@@ -137,8 +190,9 @@ AOT_SIGNATURES = {
 
 def _checked_weight(weight, tokens, num_heads):
     """weight as [N, H] (bf16/fp16/fp32) with unit head stride."""
-    check_tensor("weight", weight, dtypes=(torch.bfloat16, torch.float16, torch.float32), ndim=(2, 3),
-                 last_dim_contiguous=False)
+    check_tensor(
+        "weight", weight, dtypes=(torch.bfloat16, torch.float16, torch.float32), ndim=(2, 3), last_dim_contiguous=False
+    )
     if weight.dim() == 3:
         if weight.shape[2] != 1:
             raise ValueError(f"weight must be [N, {num_heads}] or [N, {num_heads}, 1], got {tuple(weight.shape)}")
@@ -157,15 +211,17 @@ def _outputs(q, tokens, num_heads, q_out, weights_out):
     else:
         check_tensor("q_out", q_out, dtypes=(torch.bfloat16,), ndim=(3,))
         if tuple(q_out.shape) != (tokens, num_heads, INDEX_HEAD_DIM) or not q_out.is_contiguous():
-            raise ValueError(f"q_out must be contiguous [{tokens}, {num_heads}, {INDEX_HEAD_DIM}], "
-                             f"got {tuple(q_out.shape)}")
+            raise ValueError(
+                f"q_out must be contiguous [{tokens}, {num_heads}, {INDEX_HEAD_DIM}], got {tuple(q_out.shape)}"
+            )
     if weights_out is None:
         weights_out = torch.empty((tokens, num_heads), dtype=torch.float32, device=q.device)
     else:
         check_tensor("weights_out", weights_out, dtypes=(torch.float32,), ndim=(2,))
         if tuple(weights_out.shape) != (tokens, num_heads) or not weights_out.is_contiguous():
-            raise ValueError(f"weights_out must be contiguous [{tokens}, {num_heads}] fp32, "
-                             f"got {tuple(weights_out.shape)}")
+            raise ValueError(
+                f"weights_out must be contiguous [{tokens}, {num_heads}] fp32, got {tuple(weights_out.shape)}"
+            )
     return q_out, weights_out
 
 
@@ -177,8 +233,8 @@ def index_q_rope_hadamard(
     positions: torch.Tensor,
     *,
     num_heads: int = 64,
-    q_out: Optional[torch.Tensor] = None,
-    weights_out: Optional[torch.Tensor] = None,
+    q_out: torch.Tensor | None = None,
+    weights_out: torch.Tensor | None = None,
     block_m: int,
     max_programs: int,
     prefetch: bool,
@@ -186,7 +242,7 @@ def index_q_rope_hadamard(
     streaming: bool = False,
     num_warps: int,
     num_stages: int,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Launcher; see the module docstring.
 
     q: [N, H*128] or [N, H, 128] bf16 (each token's H*128 values contiguous, any token
@@ -230,10 +286,25 @@ def index_q_rope_hadamard(
         return q_out, weights_out
     grid = (max(1, min(triton.cdiv(n_work, block_m), max_programs)),)
     index_q_rope_hadamard_kernel[grid](
-        q, q.stride(0), weight, weight.stride(0), table, table.stride(0), positions,
-        q_out, weights_out, n_work, float(weight_scale),
-        H=num_heads, D=INDEX_HEAD_DIM, ROPE_DIM=INDEX_ROPE_DIM, BLOCK_M=block_m, PREFETCH=prefetch,
-        ONE_TOKEN=one_token_tiles and num_heads % block_m == 0, STREAM=streaming,
-        num_warps=num_warps, num_stages=num_stages,
+        q,
+        q.stride(0),
+        weight,
+        weight.stride(0),
+        table,
+        table.stride(0),
+        positions,
+        q_out,
+        weights_out,
+        n_work,
+        float(weight_scale),
+        H=num_heads,
+        D=INDEX_HEAD_DIM,
+        ROPE_DIM=INDEX_ROPE_DIM,
+        BLOCK_M=block_m,
+        PREFETCH=prefetch,
+        ONE_TOKEN=one_token_tiles and num_heads % block_m == 0,
+        STREAM=streaming,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     return q_out, weights_out

@@ -52,8 +52,6 @@ prefill. Otherwise the rows are done one after the other. Groups run longest-fir
 (reverse row order: causal prefill rows grow with the row index).
 """
 
-from typing import Optional
-
 import torch
 import triton
 import triton.language as tl
@@ -139,8 +137,20 @@ def _logits_tile(k, q_t, w, out_row, t, valid, end):
 
 
 @triton.jit
-def _one_row_tiles(q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, compute_end,
-                   D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+def _one_row_tiles(
+    q_t,
+    w,
+    k_ptr,
+    stride_page,
+    pt_row,
+    out_row,
+    start,
+    end,
+    compute_end,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """The v1 loop: page ids loaded one tile ahead and carried (with the id load in the same
     iteration as the key load, Triton's pipeliner treats the key load as indirect and keeps a
     single key buffer; carried, it still issues each cp.async right after its id load)."""
@@ -151,8 +161,9 @@ def _one_row_tiles(q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, comp
     for i in range(0, tl.cdiv(compute_end - start, BLOCK_N)):  # from 0: see _one_row
         t = start + i * BLOCK_N + offs_n
         valid = t < compute_end
-        k = tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
-                    mask=valid[:, None], other=0.0)
+        k = tl.load(
+            k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :], mask=valid[:, None], other=0.0
+        )
         t_next = t + BLOCK_N
         page = tl.load(pt_row + t_next // PAGE, mask=t_next < compute_end, other=0).to(tl.int64)
         _logits_tile(k, q_t, w, out_row, t, valid, end)
@@ -169,19 +180,35 @@ def page_id_block(pt_row, p_first, pb_i, n_pages, start, end, PAGE: tl.constexpr
 
 
 @triton.jit
-def key_tile(k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.constexpr,
-             PAGE_BLOCK: tl.constexpr):
+def key_tile(k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.constexpr, PAGE_BLOCK: tl.constexpr):
     """Key rows t [BLOCK_N] (zero where not ``valid``), their pages gathered from the block's ids."""
     page = tl.gather(ids, tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1), 0).to(tl.int64)
     d = tl.arange(0, D)
-    return tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
-                   mask=valid[:, None], other=0.0)
+    return tl.load(
+        k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :], mask=valid[:, None], other=0.0
+    )
 
 
 @triton.jit
-def _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row, row, start, end,
-             n_keys, H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
-             PAGE_BLOCK: tl.constexpr):
+def _one_row(
+    q,
+    w,
+    k_ptr,
+    stride_page,
+    page_table_ptr,
+    stride_pt_row,
+    out_ptr,
+    stride_out_row,
+    row,
+    start,
+    end,
+    n_keys,
+    H: tl.constexpr,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE_BLOCK: tl.constexpr,
+):
     """Logits of one row (q [H, D], w [H]) over [start, end): keys below n_keys, -inf from n_keys on."""
     row64 = row.to(tl.int64)
     out_row = out_ptr + row64 * stride_out_row
@@ -192,8 +219,7 @@ def _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, s
         q_t = tl.trans(q)  # [D, H]
         pt_row = page_table_ptr + row64 * stride_pt_row
         if PAGE_BLOCK == 0:
-            _one_row_tiles(q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, compute_end,
-                           D, PAGE, BLOCK_N)
+            _one_row_tiles(q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, compute_end, D, PAGE, BLOCK_N)
         else:
             # Page ids PAGE_BLOCK at a time into registers; each tile gathers its ids from
             # them, so no key load waits on a page-id load inside the pipelined loop. The loops
@@ -202,8 +228,9 @@ def _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, s
             n_pages = tl.cdiv(compute_end, PAGE)
             p_first = start // PAGE
             for pb_i in range(0, tl.cdiv(n_pages - p_first, PAGE_BLOCK)):
-                pb, ids, lo, blk_end = page_id_block(pt_row, p_first, pb_i, n_pages, start, compute_end,
-                                                     PAGE, PAGE_BLOCK)
+                pb, ids, lo, blk_end = page_id_block(
+                    pt_row, p_first, pb_i, n_pages, start, compute_end, PAGE, PAGE_BLOCK
+                )
                 for i in range(0, tl.cdiv(blk_end - lo, BLOCK_N)):
                     t = lo + i * BLOCK_N + offs_n
                     valid = t < compute_end
@@ -217,8 +244,9 @@ def _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, s
 
 
 @triton.jit
-def _rows_share_pages(page_table_ptr, stride_pt_row, row0, start, ends, rows_r,
-                      ROWS: tl.constexpr, PAGE: tl.constexpr, PBLK: tl.constexpr):
+def _rows_share_pages(
+    page_table_ptr, stride_pt_row, row0, start, ends, rows_r, ROWS: tl.constexpr, PAGE: tl.constexpr, PBLK: tl.constexpr
+):
     """1 if every row's page ids over its part [start, ends[i]) equal row0's, else 0."""
     i = tl.arange(0, ROWS)
     p_lo = start // PAGE
@@ -227,17 +255,37 @@ def _rows_share_pages(page_table_ptr, stride_pt_row, row0, start, ends, rows_r,
     for p0 in range(p_lo, p_hi, PBLK):
         p = p0 + tl.arange(0, PBLK)
         need = (p[None, :] * PAGE < ends[:, None]) & (i[:, None] < rows_r)
-        ids = tl.load(page_table_ptr + (row0 + i).to(tl.int64)[:, None] * stride_pt_row + p[None, :],
-                      mask=need, other=0)
+        ids = tl.load(
+            page_table_ptr + (row0 + i).to(tl.int64)[:, None] * stride_pt_row + p[None, :], mask=need, other=0
+        )
         ids0 = tl.load(page_table_ptr + row0.to(tl.int64) * stride_pt_row + p, mask=p < p_hi, other=0)
         mismatch += tl.sum((need & (ids != ids0[None, :])).to(tl.int32))
     return mismatch == 0
 
 
 @triton.jit
-def _shared_rows(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, page_table_ptr, stride_pt_row,
-                 out_ptr, stride_out_row, row0, rows_r, start, ends, n_keys,
-                 H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+def _shared_rows(
+    q_ptr,
+    stride_q_row,
+    k_ptr,
+    stride_page,
+    w_ptr,
+    stride_w_row,
+    page_table_ptr,
+    stride_pt_row,
+    out_ptr,
+    stride_out_row,
+    row0,
+    rows_r,
+    start,
+    ends,
+    n_keys,
+    H: tl.constexpr,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+):
     """ROWS rows with the same pages over [start, max(ends)): one key load per tile for all rows."""
     RH: tl.constexpr = ROWS * H
     offs_n = tl.arange(0, BLOCK_N)
@@ -254,8 +302,9 @@ def _shared_rows(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, p
         d = tl.arange(0, D)
         crow = (row0 + c // H).to(tl.int64)
         clive = (c // H) < rows_r
-        q = tl.load(q_ptr + crow[:, None] * stride_q_row + (c % H)[:, None] * D + d[None, :],
-                    mask=clive[:, None], other=0.0)
+        q = tl.load(
+            q_ptr + crow[:, None] * stride_q_row + (c % H)[:, None] * D + d[None, :], mask=clive[:, None], other=0.0
+        )
         q_t = tl.trans(q)  # [D, ROWS * H]
         w = tl.load(w_ptr + crow * stride_w_row + c % H, mask=clive, other=0.0)
         pt_row = page_table_ptr + row0.to(tl.int64) * stride_pt_row
@@ -263,8 +312,11 @@ def _shared_rows(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, p
         page = tl.load(pt_row + t // PAGE, mask=t < compute_end, other=0).to(tl.int64)
         for n0 in range(start, compute_end, BLOCK_N):
             t = n0 + offs_n
-            k = tl.load(k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
-                        mask=(t < compute_end)[:, None], other=0.0)
+            k = tl.load(
+                k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
+                mask=(t < compute_end)[:, None],
+                other=0.0,
+            )
             t_next = t + BLOCK_N
             page = tl.load(pt_row + t_next // PAGE, mask=t_next < compute_end, other=0).to(tl.int64)
             s = tl.dot(k, q_t)  # [BLOCK_N, ROWS * H] fp32
@@ -275,15 +327,37 @@ def _shared_rows(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, p
         fill_start = start + tl.cdiv(compute_end - start, BLOCK_N) * BLOCK_N
     for n0 in range(fill_start, end_max, BLOCK_N):
         t = n0 + offs_n
-        tl.store(out_rows[None, :] + t[:, None], tl.full([BLOCK_N, ROWS], float("-inf"), tl.float32),
-                 mask=t[:, None] < ends[None, :])
+        tl.store(
+            out_rows[None, :] + t[:, None],
+            tl.full([BLOCK_N, ROWS], float("-inf"), tl.float32),
+            mask=t[:, None] < ends[None, :],
+        )
 
 
 @triton.jit
-def _item_program(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, seq_lens_ptr, page_table_ptr,
-                  stride_pt_row, reach, out_ptr, stride_out_row, rows, max_len, min_chunk, busy_programs,
-                  H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
-                  PAGE_BLOCK: tl.constexpr):
+def _item_program(
+    q_ptr,
+    stride_q_row,
+    k_ptr,
+    stride_page,
+    w_ptr,
+    stride_w_row,
+    seq_lens_ptr,
+    page_table_ptr,
+    stride_pt_row,
+    reach,
+    out_ptr,
+    stride_out_row,
+    rows,
+    max_len,
+    min_chunk,
+    busy_programs,
+    H: tl.constexpr,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE_BLOCK: tl.constexpr,
+):
     """Decode, item grid: program i takes the batch's i-th work item (the rows' parts of one
     batch-wide chunk size, in row order); programs past the last item return at once. The grid
     (busy programs + rows, see the launcher) bounds the items, so at most ``rows`` programs are
@@ -296,15 +370,55 @@ def _item_program(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, 
         start = part * chunk
         end = tl.minimum(start + chunk, n_write)
         q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row, H, D)
-        _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row, row,
-                 start, end, tl.minimum(n_write, reach), H, D, PAGE, BLOCK_N, PAGE_BLOCK)
+        _one_row(
+            q,
+            w,
+            k_ptr,
+            stride_page,
+            page_table_ptr,
+            stride_pt_row,
+            out_ptr,
+            stride_out_row,
+            row,
+            start,
+            end,
+            tl.minimum(n_write, reach),
+            H,
+            D,
+            PAGE,
+            BLOCK_N,
+            PAGE_BLOCK,
+        )
 
 
 @triton.jit
-def _grid_one_row(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, seq_lens_ptr, page_table_ptr,
-                  stride_pt_row, reach, out_ptr, stride_out_row, rows, max_len, split, min_chunk, busy_programs,
-                  group, part, H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
-                  PAGE_BLOCK: tl.constexpr, BALANCE: tl.constexpr):
+def _grid_one_row(
+    q_ptr,
+    stride_q_row,
+    k_ptr,
+    stride_page,
+    w_ptr,
+    stride_w_row,
+    seq_lens_ptr,
+    page_table_ptr,
+    stride_pt_row,
+    reach,
+    out_ptr,
+    stride_out_row,
+    rows,
+    max_len,
+    split,
+    min_chunk,
+    busy_programs,
+    group,
+    part,
+    H: tl.constexpr,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE_BLOCK: tl.constexpr,
+    BALANCE: tl.constexpr,
+):
     """Program (row ``group``, ``part``) of the (rows, split) grid."""
     n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + group), 0), max_len)
     if BALANCE:
@@ -315,15 +429,54 @@ def _grid_one_row(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, 
     start, end = _part_bounds(n_write, split, part, min_chunk, BLOCK_N)
     if start < end:
         q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, group, H, D)
-        _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row, group,
-                 start, end, tl.minimum(n_write, reach), H, D, PAGE, BLOCK_N, PAGE_BLOCK)
+        _one_row(
+            q,
+            w,
+            k_ptr,
+            stride_page,
+            page_table_ptr,
+            stride_pt_row,
+            out_ptr,
+            stride_out_row,
+            group,
+            start,
+            end,
+            tl.minimum(n_write, reach),
+            H,
+            D,
+            PAGE,
+            BLOCK_N,
+            PAGE_BLOCK,
+        )
 
 
 @triton.jit
-def _grid_row_group(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, seq_lens_ptr, page_table_ptr,
-                    stride_pt_row, reach, out_ptr, stride_out_row, rows, max_len, split, min_chunk, group, part,
-                    H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
-                    ROWS: tl.constexpr, PAGE_BLOCK: tl.constexpr):
+def _grid_row_group(
+    q_ptr,
+    stride_q_row,
+    k_ptr,
+    stride_page,
+    w_ptr,
+    stride_w_row,
+    seq_lens_ptr,
+    page_table_ptr,
+    stride_pt_row,
+    reach,
+    out_ptr,
+    stride_out_row,
+    rows,
+    max_len,
+    split,
+    min_chunk,
+    group,
+    part,
+    H: tl.constexpr,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    PAGE_BLOCK: tl.constexpr,
+):
     """Program (row group ``group`` of ROWS rows, ``part``): shared key tiles when the rows'
     page tables agree over the part, else one row after the other."""
     row0 = group * ROWS
@@ -335,19 +488,55 @@ def _grid_row_group(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row
     if start < end_max:
         ends = tl.minimum(n_write, end_max)  # each row's end inside this part
         n_keys = tl.minimum(n_write, reach)
-        if _rows_share_pages(page_table_ptr, stride_pt_row, row0, start, tl.minimum(ends, reach), rows_r,
-                             ROWS, PAGE, 64):
-            _shared_rows(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, page_table_ptr,
-                         stride_pt_row, out_ptr, stride_out_row, row0, rows_r, start, ends, n_keys,
-                         H, D, PAGE, BLOCK_N, ROWS)
+        if _rows_share_pages(
+            page_table_ptr, stride_pt_row, row0, start, tl.minimum(ends, reach), rows_r, ROWS, PAGE, 64
+        ):
+            _shared_rows(
+                q_ptr,
+                stride_q_row,
+                k_ptr,
+                stride_page,
+                w_ptr,
+                stride_w_row,
+                page_table_ptr,
+                stride_pt_row,
+                out_ptr,
+                stride_out_row,
+                row0,
+                rows_r,
+                start,
+                ends,
+                n_keys,
+                H,
+                D,
+                PAGE,
+                BLOCK_N,
+                ROWS,
+            )
         else:
             for j in tl.static_range(ROWS):
                 if j < rows_r:
                     nw = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row0 + j), 0), max_len)
                     q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row0 + j, H, D)
-                    _one_row(q, w, k_ptr, stride_page, page_table_ptr, stride_pt_row, out_ptr, stride_out_row,
-                             row0 + j, start, tl.minimum(nw, end_max), tl.minimum(nw, reach), H, D, PAGE, BLOCK_N,
-                             PAGE_BLOCK)
+                    _one_row(
+                        q,
+                        w,
+                        k_ptr,
+                        stride_page,
+                        page_table_ptr,
+                        stride_pt_row,
+                        out_ptr,
+                        stride_out_row,
+                        row0 + j,
+                        start,
+                        tl.minimum(nw, end_max),
+                        tl.minimum(nw, reach),
+                        H,
+                        D,
+                        PAGE,
+                        BLOCK_N,
+                        PAGE_BLOCK,
+                    )
 
 
 @triton.jit
@@ -380,20 +569,86 @@ def paged_mqa_logits_kernel(
 ):
     reach = pt_width * PAGE
     if ITEM_GRID:
-        _item_program(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, seq_lens_ptr, page_table_ptr,
-                      stride_pt_row, reach, out_ptr, stride_out_row, rows, max_len, min_chunk, busy_programs,
-                      H, D, PAGE, BLOCK_N, PAGE_BLOCK)
+        _item_program(
+            q_ptr,
+            stride_q_row,
+            k_ptr,
+            stride_page,
+            w_ptr,
+            stride_w_row,
+            seq_lens_ptr,
+            page_table_ptr,
+            stride_pt_row,
+            reach,
+            out_ptr,
+            stride_out_row,
+            rows,
+            max_len,
+            min_chunk,
+            busy_programs,
+            H,
+            D,
+            PAGE,
+            BLOCK_N,
+            PAGE_BLOCK,
+        )
     elif ROWS == 1:
-        _grid_one_row(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, seq_lens_ptr, page_table_ptr,
-                      stride_pt_row, reach, out_ptr, stride_out_row, rows, max_len, split, min_chunk, busy_programs,
-                      tl.num_programs(0) - 1 - tl.program_id(0), tl.program_id(1), H, D, PAGE, BLOCK_N, PAGE_BLOCK,
-                      BALANCE)
+        _grid_one_row(
+            q_ptr,
+            stride_q_row,
+            k_ptr,
+            stride_page,
+            w_ptr,
+            stride_w_row,
+            seq_lens_ptr,
+            page_table_ptr,
+            stride_pt_row,
+            reach,
+            out_ptr,
+            stride_out_row,
+            rows,
+            max_len,
+            split,
+            min_chunk,
+            busy_programs,
+            tl.num_programs(0) - 1 - tl.program_id(0),
+            tl.program_id(1),
+            H,
+            D,
+            PAGE,
+            BLOCK_N,
+            PAGE_BLOCK,
+            BALANCE,
+        )
     else:
         # longest-first in causal prefill: groups in reverse row order
-        _grid_row_group(q_ptr, stride_q_row, k_ptr, stride_page, w_ptr, stride_w_row, seq_lens_ptr, page_table_ptr,
-                        stride_pt_row, reach, out_ptr, stride_out_row, rows, max_len, split, min_chunk,
-                        tl.num_programs(0) - 1 - tl.program_id(0), tl.program_id(1), H, D, PAGE, BLOCK_N, ROWS,
-                        PAGE_BLOCK)
+        _grid_row_group(
+            q_ptr,
+            stride_q_row,
+            k_ptr,
+            stride_page,
+            w_ptr,
+            stride_w_row,
+            seq_lens_ptr,
+            page_table_ptr,
+            stride_pt_row,
+            reach,
+            out_ptr,
+            stride_out_row,
+            rows,
+            max_len,
+            split,
+            min_chunk,
+            tl.num_programs(0) - 1 - tl.program_id(0),
+            tl.program_id(1),
+            H,
+            D,
+            PAGE,
+            BLOCK_N,
+            ROWS,
+            PAGE_BLOCK,
+        )
+
 
 AOT_SIGNATURES = {
     "paged_mqa_logits_kernel": {
@@ -493,7 +748,7 @@ def paged_mqa_logits(
     page_table: torch.Tensor,
     max_seq_len: int,
     *,
-    out: Optional[torch.Tensor] = None,
+    out: torch.Tensor | None = None,
     block_n: int,
     target_programs: int,
     max_chunk: int = 16384,
@@ -518,27 +773,51 @@ def paged_mqa_logits(
     (total keys / ``busy_programs``, at least ``min_chunk``), ``busy_programs + rows`` programs,
     instead of the (rows, split) grid.
     """
-    q, pages, weights, seq_lens, out = _checked_args(q, index_k_cache, weights, seq_lens, page_table, max_seq_len,
-                                                     out, rows_per_program)
+    q, pages, weights, seq_lens, out = _checked_args(
+        q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program
+    )
     rows, num_heads, head_dim = q.shape
     if rows == 0 or max_seq_len == 0:
         return out
     if page_block and (page_block & (page_block - 1) or page_block * INDEX_PAGE_SIZE % block_n):
         raise ValueError(f"page_block must be a power of two covering whole {block_n}-key tiles, got {page_block}")
     if item_grid and (rows_per_program != 1 or busy_programs < 1):
-        raise ValueError(f"the item grid takes one row per program and needs busy_programs >= 1, got "
-                         f"rows_per_program={rows_per_program}, busy_programs={busy_programs}")
+        raise ValueError(
+            f"the item grid takes one row per program and needs busy_programs >= 1, got "
+            f"rows_per_program={rows_per_program}, busy_programs={busy_programs}"
+        )
     min_chunk = triton.cdiv(max(min_chunk, 0), block_n) * block_n  # parts start on tile boundaries
     groups = triton.cdiv(rows, rows_per_program)
     split = pick_split(groups, max_seq_len, block_n, target_programs, max_chunk)
     # item grid: the parts number at most busy_programs + rows (each row's last part may be short)
     grid = (busy_programs + rows, 1) if item_grid else (groups, split)
     paged_mqa_logits_kernel[grid](
-        q, q.stride(0), pages, pages.stride(0), weights, weights.stride(0), seq_lens,
-        page_table, page_table.stride(0), page_table.shape[1], out, out.stride(0),
-        rows, max_seq_len, split, min_chunk, max(busy_programs, 1),
-        H=num_heads, D=head_dim, PAGE=INDEX_PAGE_SIZE, BLOCK_N=block_n, ROWS=rows_per_program, PAGE_BLOCK=page_block,
-        BALANCE=busy_programs > 0 and rows_per_program == 1, ITEM_GRID=item_grid,
-        num_warps=num_warps, num_stages=num_stages,
+        q,
+        q.stride(0),
+        pages,
+        pages.stride(0),
+        weights,
+        weights.stride(0),
+        seq_lens,
+        page_table,
+        page_table.stride(0),
+        page_table.shape[1],
+        out,
+        out.stride(0),
+        rows,
+        max_seq_len,
+        split,
+        min_chunk,
+        max(busy_programs, 1),
+        H=num_heads,
+        D=head_dim,
+        PAGE=INDEX_PAGE_SIZE,
+        BLOCK_N=block_n,
+        ROWS=rows_per_program,
+        PAGE_BLOCK=page_block,
+        BALANCE=busy_programs > 0 and rows_per_program == 1,
+        ITEM_GRID=item_grid,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     return out

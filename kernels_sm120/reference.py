@@ -12,8 +12,6 @@ Plus the fp8 recall study: SGLang's index-K fp8 format quantize -> dequantize
 Nothing here needs a GPU or SGLang.
 """
 
-from typing import Optional, Tuple
-
 import torch
 
 FP8_E4M3_MAX = 448.0
@@ -86,7 +84,7 @@ def index_q_reference(
     freqs_cis: torch.Tensor,
     positions: torch.Tensor,
     num_heads: int = 64,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """float64 (q [N, H, 128] after RoPE(last 64) + Hadamard, weights [N, H] * weight_scale)."""
     x = q.reshape(q.shape[0], num_heads, -1).to(torch.float64)
     x = rope_tail_reference(x, freqs_cis, positions)
@@ -137,7 +135,7 @@ def topk_set_recall(
     logits: torch.Tensor,
     ref: torch.Tensor,
     k: int = 512,
-    seq_lens: Optional[torch.Tensor] = None,
+    seq_lens: torch.Tensor | None = None,
 ) -> float:
     """Mean over rows of |topk(logits) & topk(ref)| / k_r, k_r = min(k, valid columns).
 
@@ -149,8 +147,10 @@ def topk_set_recall(
         raise ValueError(f"logits {tuple(logits.shape)} and ref {tuple(ref.shape)} differ in shape")
     recalls = []
     for r in range(ref.shape[0]):
-        valid = torch.isfinite(ref[r]) if seq_lens is None else (
-            torch.arange(ref.shape[1], device=ref.device) < int(seq_lens.reshape(-1)[r])
+        valid = (
+            torch.isfinite(ref[r])
+            if seq_lens is None
+            else (torch.arange(ref.shape[1], device=ref.device) < int(seq_lens.reshape(-1)[r]))
         )
         n = int(valid.sum())
         if n <= k:
@@ -186,8 +186,12 @@ def paged_mqa_logits_torch(
         return torch.cat(
             [
                 paged_mqa_logits_torch(
-                    q[s : s + query_chunk], index_k_cache, weights[s : s + query_chunk],
-                    seq_lens[s : s + query_chunk], page_table[s : s + query_chunk], max_seq_len,
+                    q[s : s + query_chunk],
+                    index_k_cache,
+                    weights[s : s + query_chunk],
+                    seq_lens[s : s + query_chunk],
+                    page_table[s : s + query_chunk],
+                    max_seq_len,
                     query_chunk,
                 )
                 for s in range(0, rows, query_chunk)
@@ -211,8 +215,10 @@ def _rope_tail_fp32(x: torch.Tensor, freqs_cis: torch.Tensor, positions: torch.T
     """The torch baselines' fp32 RoPE on the last 64 dims of ``x`` [N, 128] or [N, H, 128]
     (``rope_tail_reference`` is the float64 reference; this one stays in fp32 for timing)."""
     n = x.shape[0]
-    f = torch.view_as_real(freqs_cis[positions.long()]) if freqs_cis.is_complex() else (
-        freqs_cis[positions.long()].view(n, -1, 2)
+    f = (
+        torch.view_as_real(freqs_cis[positions.long()])
+        if freqs_cis.is_complex()
+        else (freqs_cis[positions.long()].view(n, -1, 2))
     )
     f = f.view(n, *([1] * (x.dim() - 2)), 32, 2)  # broadcast over heads
     tail = x[..., 64:].reshape(*x.shape[:-1], 32, 2)
@@ -229,7 +235,7 @@ def store_index_k_torch(
     positions: torch.Tensor,
     out_loc: torch.Tensor,
     index_k_cache: torch.Tensor,
-    hadamard: Optional[torch.Tensor] = None,
+    hadamard: torch.Tensor | None = None,
 ) -> None:
     """fp32 torch: RMSNorm, RoPE, Hadamard (matmul), then a bf16 index scatter."""
     x = kv.float()
@@ -247,8 +253,8 @@ def index_q_torch(
     freqs_cis: torch.Tensor,
     positions: torch.Tensor,
     num_heads: int = 64,
-    hadamard: Optional[torch.Tensor] = None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+    hadamard: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """fp32 torch: RoPE on the last 64, Hadamard (matmul), bf16 q; weights * scale."""
     x = _rope_tail_fp32(q.reshape(q.shape[0], num_heads, 128).float(), freqs_cis, positions)
     h = hadamard if hadamard is not None else hadamard_matrix(128, torch.float32, q.device)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import List, Optional
 
 from sglang_dsv4_ext import __version__, exit_codes
 
@@ -37,7 +36,7 @@ _SUMMARIES = {
 }
 
 
-def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sglang-dsv4",
         description="DeepSeek-V4 extension layer over stock SGLang (bf16 index-K, HiCache "
@@ -64,7 +63,7 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)

@@ -27,8 +27,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any
 
 from sglang_dsv4_ext.errors import ConfigError
 
@@ -72,7 +73,7 @@ def _is_whole_number(text: str) -> bool:
 class Kind:
     parse: Callable[[str, str], Any]  # (variable, its text) -> value; ConfigError naming the variable
     type: type = str  # the field's type (and the preset key's, where the choices do not say more)
-    choices: Tuple[str, ...] = ()  # the texts allowed, where they are few
+    choices: tuple[str, ...] = ()  # the texts allowed, where they are few
     render: Callable[[Any], str] = str  # value -> the variable's text
 
 
@@ -104,7 +105,7 @@ def _parse_capture_layers(name: str, raw: str) -> str:
     """The layer rule, normalised (``all``, ``every:N``, ``2,4,10``); membership is checked against the
     model's c4 layers where the pool is known (:mod:`sglang_dsv4_ext.index_k.capture`)."""
     value = raw.strip().lower().replace(" ", "")
-    every = value[len("every:"):] if value.startswith("every:") else None
+    every = value[len("every:") :] if value.startswith("every:") else None
     if value == "all" or (every is not None and _is_whole_number(every) and int(every) >= 1):
         return value if every is None else f"every:{int(every)}"
     ids = value.split(",")
@@ -112,8 +113,7 @@ def _parse_capture_layers(name: str, raw: str) -> str:
         numbers = [int(i) for i in ids]
         repeated = sorted({n for n in numbers if numbers.count(n) > 1})
         if repeated:
-            raise ConfigError(f"{name}={raw!r} lists layer {repeated[0]} more than once; "
-                              "give each c4 layer id once")
+            raise ConfigError(f"{name}={raw!r} lists layer {repeated[0]} more than once; give each c4 layer id once")
         return ",".join(map(str, numbers))
     raise ConfigError(f"{name}={raw!r} is not valid; allowed values: {', '.join(CAPTURE_LAYER_FORMS)}")
 
@@ -134,19 +134,19 @@ class Setting:
     """One variable: where its value lives, how it is read, and where serve and the evidence show it."""
 
     env: str
-    field: Optional[str]  # the ExtConfig field ("capture.rows": a CaptureConfig field); None: an alias
+    field: str | None  # the ExtConfig field ("capture.rows": a CaptureConfig field); None: an alias
     kind: Kind
     default: Any
     meaning: str  # what it does (the README's meaning column)
     values: str = ""  # the README's values column, where the choices and default do not say it
-    serve_flag: Optional[str] = None  # `sglang-dsv4 serve`'s flag (a switch where the kind is one)
+    serve_flag: str | None = None  # `sglang-dsv4 serve`'s flag (a switch where the kind is one)
     serve_help: str = ""
-    preset_key: Optional[str] = None  # the key in a preset's [extension] table
+    preset_key: str | None = None  # the key in a preset's [extension] table
     children: str = INHERITED  # what serve does with it in every child: SET_BY_STACK, UNSET_IN_CHILD or INHERITED
     shown: bool = False  # a field of the activation line, the activation gauge's labels and /server_info
 
     @property
-    def choices(self) -> Tuple[str, ...]:
+    def choices(self) -> tuple[str, ...]:
         return self.kind.choices
 
     @property
@@ -169,68 +169,146 @@ class Setting:
         return self.kind.render(value)
 
 
-SETTINGS: Tuple[Setting, ...] = (
-    Setting(ENV_KILL_SWITCH, "enabled", SWITCH, True, "kill switch: `0` leaves SGLang untouched",
-            serve_flag="--no-extension", serve_help="kill switch: SGLANG_DSV4_EXT=0 (stock SGLang behaviour)",
-            preset_key="enabled", children=SET_BY_STACK),
-    Setting(ENV_INDEX_K_DTYPE, "index_k_dtype", _choice(*INDEX_K_DTYPES), "fp8",
-            "index-K storage. `fp4` is SGLang's own fp4 indexer and also needs `--enable-deepseek-v4-fp4-indexer`.",
-            serve_flag="--index-k-dtype",
-            serve_help="index-K cache dtype; fp4 also passes --enable-deepseek-v4-fp4-indexer",
-            preset_key="index_k_dtype", children=SET_BY_STACK, shown=True),
-    Setting(ENV_BF16_ALIAS, None, SWITCH, None,
-            "the seed fork's switch, accepted as an alias for `bf16`; contradicting the variable above is an error. "
-            "`sglang-dsv4 serve` never passes it on to its children (they get `SGLANG_DSV4_INDEX_K_DTYPE` from the "
-            "stack)",
-            values="`0`, `1` (empty = unset)", children=UNSET_IN_CHILD),
-    Setting(ENV_GATE, "gate", _choice(*GATE_MODES), "auto",
-            "index-K read gate. `auto` waits and logs once per call site; `strict` raises, naming the caller, when "
-            "index-K is read through the sub-pool while a load is pending and not waited for",
-            serve_flag="--index-k-gate", serve_help="HiCache index-K read gate mode", preset_key="index_k_gate",
-            children=SET_BY_STACK, shown=True),
-    Setting(ENV_ALLOW_UNTESTED, "allow_untested_sglang", SWITCH, False,
-            "allow an SGLang release outside the supported ones (README, 'Supported SGLang releases'); drifted "
-            "signatures are still refused"),
-    Setting(ENV_FP4_BUDGET, "fp4_budget", _choice(*FP4_BUDGETS), "exact",
-            "SGLang's own CUDA fp4 indexer: budget the 68 B per token the pool allocates (more tokens fit; logged "
-            "once at startup with both figures, shown by `plan` and `doctor`), or keep SGLang's deliberate 132-B "
-            "estimate",
-            serve_flag="--fp4-budget", serve_help="KV budget of SGLang's CUDA fp4 indexer: exact (the 68 B per token "
-            "it allocates) or stock (SGLang's 132-B estimate)",
-            preset_key="fp4_budget", children=SET_BY_STACK, shown=True),
-    Setting(ENV_INTEGRITY, "integrity", _choice(*INTEGRITY_MODES), "off",
-            "exact per-page index-K checksums recorded at HiCache backup and verified on the reader's stream after "
-            "each layer load (sample: 8 pages of one c4 layer in four); mismatches logged once and counted in "
-            "`sglang:dsv4_index_k_integrity_mismatches_total`, beside `..._pages_checked_total` and "
-            "`..._pages_unchecked_total{reason}` (all exported at 0 from pool creation)",
-            serve_flag="--index-k-integrity", serve_help="index-K integrity checks (sample|full); in pd mode also "
-            "SGLang's PD KV checksum (--disaggregation-enable-kv-checksum)",
-            preset_key="index_k_integrity", children=SET_BY_STACK, shown=True),
-    Setting(ENV_CAPTURE, "capture.directory", DIRECTORY, "",
-            "capture what the bf16 c4 indexer reads, for `sglang-dsv4 recall` (see \"Proving it on your cluster\"). "
-            "Needs `SGLANG_DSV4_INDEX_K_DTYPE=bf16`", values="a directory (empty = off, the default)"),
-    Setting(ENV_CAPTURE_REQUESTS, "capture.requests", WHOLE_NUMBER, 8, "distinct requests captured per process",
-            values="whole number >= 1 (default 8)"),
-    Setting(ENV_CAPTURE_LAYERS, "capture.layers", LAYER_RULE, "all",
-            "c4 layers captured, each id once; ids are checked against the model's c4 layers by `doctor` and "
-            "`serve` before anything starts, and when the pool is built",
-            values="`all` (default), `every:N`, or c4 layer ids `2,10,22`"),
-    Setting(ENV_CAPTURE_ROWS, "capture.rows", WHOLE_NUMBER, 16,
-            "query rows kept per request and layer (evenly spaced, the last one always)",
-            values="whole number >= 1 (default 16)"),
-    Setting(ENV_CAPTURE_MAX_MB, "capture.max_mb", WHOLE_NUMBER, 512, "capture stops once this many MiB are queued",
-            values="whole number >= 1 (default 512)"),
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        ENV_KILL_SWITCH,
+        "enabled",
+        SWITCH,
+        True,
+        "kill switch: `0` leaves SGLang untouched",
+        serve_flag="--no-extension",
+        serve_help="kill switch: SGLANG_DSV4_EXT=0 (stock SGLang behaviour)",
+        preset_key="enabled",
+        children=SET_BY_STACK,
+    ),
+    Setting(
+        ENV_INDEX_K_DTYPE,
+        "index_k_dtype",
+        _choice(*INDEX_K_DTYPES),
+        "fp8",
+        "index-K storage. `fp4` is SGLang's own fp4 indexer and also needs `--enable-deepseek-v4-fp4-indexer`.",
+        serve_flag="--index-k-dtype",
+        serve_help="index-K cache dtype; fp4 also passes --enable-deepseek-v4-fp4-indexer",
+        preset_key="index_k_dtype",
+        children=SET_BY_STACK,
+        shown=True,
+    ),
+    Setting(
+        ENV_BF16_ALIAS,
+        None,
+        SWITCH,
+        None,
+        "the seed fork's switch, accepted as an alias for `bf16`; contradicting the variable above is an error. "
+        "`sglang-dsv4 serve` never passes it on to its children (they get `SGLANG_DSV4_INDEX_K_DTYPE` from the "
+        "stack)",
+        values="`0`, `1` (empty = unset)",
+        children=UNSET_IN_CHILD,
+    ),
+    Setting(
+        ENV_GATE,
+        "gate",
+        _choice(*GATE_MODES),
+        "auto",
+        "index-K read gate. `auto` waits and logs once per call site; `strict` raises, naming the caller, when "
+        "index-K is read through the sub-pool while a load is pending and not waited for",
+        serve_flag="--index-k-gate",
+        serve_help="HiCache index-K read gate mode",
+        preset_key="index_k_gate",
+        children=SET_BY_STACK,
+        shown=True,
+    ),
+    Setting(
+        ENV_ALLOW_UNTESTED,
+        "allow_untested_sglang",
+        SWITCH,
+        False,
+        "allow an SGLang release outside the supported ones (README, 'Supported SGLang releases'); drifted "
+        "signatures are still refused",
+    ),
+    Setting(
+        ENV_FP4_BUDGET,
+        "fp4_budget",
+        _choice(*FP4_BUDGETS),
+        "exact",
+        "SGLang's own CUDA fp4 indexer: budget the 68 B per token the pool allocates (more tokens fit; logged "
+        "once at startup with both figures, shown by `plan` and `doctor`), or keep SGLang's deliberate 132-B "
+        "estimate",
+        serve_flag="--fp4-budget",
+        serve_help="KV budget of SGLang's CUDA fp4 indexer: exact (the 68 B per token "
+        "it allocates) or stock (SGLang's 132-B estimate)",
+        preset_key="fp4_budget",
+        children=SET_BY_STACK,
+        shown=True,
+    ),
+    Setting(
+        ENV_INTEGRITY,
+        "integrity",
+        _choice(*INTEGRITY_MODES),
+        "off",
+        "exact per-page index-K checksums recorded at HiCache backup and verified on the reader's stream after "
+        "each layer load (sample: 8 pages of one c4 layer in four); mismatches logged once and counted in "
+        "`sglang:dsv4_index_k_integrity_mismatches_total`, beside `..._pages_checked_total` and "
+        "`..._pages_unchecked_total{reason}` (all exported at 0 from pool creation)",
+        serve_flag="--index-k-integrity",
+        serve_help="index-K integrity checks (sample|full); in pd mode also "
+        "SGLang's PD KV checksum (--disaggregation-enable-kv-checksum)",
+        preset_key="index_k_integrity",
+        children=SET_BY_STACK,
+        shown=True,
+    ),
+    Setting(
+        ENV_CAPTURE,
+        "capture.directory",
+        DIRECTORY,
+        "",
+        'capture what the bf16 c4 indexer reads, for `sglang-dsv4 recall` (see "Proving it on your cluster"). '
+        "Needs `SGLANG_DSV4_INDEX_K_DTYPE=bf16`",
+        values="a directory (empty = off, the default)",
+    ),
+    Setting(
+        ENV_CAPTURE_REQUESTS,
+        "capture.requests",
+        WHOLE_NUMBER,
+        8,
+        "distinct requests captured per process",
+        values="whole number >= 1 (default 8)",
+    ),
+    Setting(
+        ENV_CAPTURE_LAYERS,
+        "capture.layers",
+        LAYER_RULE,
+        "all",
+        "c4 layers captured, each id once; ids are checked against the model's c4 layers by `doctor` and "
+        "`serve` before anything starts, and when the pool is built",
+        values="`all` (default), `every:N`, or c4 layer ids `2,10,22`",
+    ),
+    Setting(
+        ENV_CAPTURE_ROWS,
+        "capture.rows",
+        WHOLE_NUMBER,
+        16,
+        "query rows kept per request and layer (evenly spaced, the last one always)",
+        values="whole number >= 1 (default 16)",
+    ),
+    Setting(
+        ENV_CAPTURE_MAX_MB,
+        "capture.max_mb",
+        WHOLE_NUMBER,
+        512,
+        "capture stops once this many MiB are queued",
+        values="whole number >= 1 (default 512)",
+    ),
 )
-SETTINGS_BY_ENV: Dict[str, Setting] = {s.env: s for s in SETTINGS}
-SETTINGS_BY_FIELD: Dict[str, Setting] = {s.field: s for s in SETTINGS if s.field}
-ENV_NAMES: Tuple[str, ...] = tuple(SETTINGS_BY_ENV)
+SETTINGS_BY_ENV: dict[str, Setting] = {s.env: s for s in SETTINGS}
+SETTINGS_BY_FIELD: dict[str, Setting] = {s.field: s for s in SETTINGS if s.field}
+ENV_NAMES: tuple[str, ...] = tuple(SETTINGS_BY_ENV)
 # The settings serve gives every child (its flags, the preset's [extension] keys), in table order.
-STACK_SETTINGS: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.children == SET_BY_STACK)
-UNSET_IN_CHILDREN: Tuple[str, ...] = tuple(s.env for s in SETTINGS if s.children == UNSET_IN_CHILD)
+STACK_SETTINGS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.children == SET_BY_STACK)
+UNSET_IN_CHILDREN: tuple[str, ...] = tuple(s.env for s in SETTINGS if s.children == UNSET_IN_CHILD)
 # The variables a preset's env tables may not set: serve sets or removes them in every child.
-STACK_OWNED_ENV: Tuple[str, ...] = tuple(s.env for s in SETTINGS if s.children != INHERITED)
+STACK_OWNED_ENV: tuple[str, ...] = tuple(s.env for s in SETTINGS if s.children != INHERITED)
 # The configuration fields of the activation line, the activation gauge's labels and /server_info, in order.
-SHOWN_FIELDS: Tuple[str, ...] = tuple(s.attribute for s in SETTINGS if s.shown)
+SHOWN_FIELDS: tuple[str, ...] = tuple(s.attribute for s in SETTINGS if s.shown)
 
 
 def values_text(setting: Setting) -> str:
@@ -297,11 +375,11 @@ class ExtConfig:
     def gate_enabled(self) -> bool:
         return self.enabled and self.gate != "off"
 
-    def to_env(self) -> Dict[str, str]:
+    def to_env(self) -> dict[str, str]:
         """The variables that reproduce this configuration's stack settings in a child process."""
         return {s.env: s.text(getattr(self, s.attribute)) for s in STACK_SETTINGS}
 
-    def as_dict(self) -> Dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -332,8 +410,9 @@ def _check_capture(cfg: ExtConfig) -> None:
 def _parse(env: Mapping[str, str]) -> ExtConfig:
     """Read and check every variable of :data:`SETTINGS` (the parse :func:`load_config` makes once per values)."""
     # In table order, so of several invalid variables the first row's is named.
-    values: Dict[str, Any] = {s.attribute: _index_k_dtype(env) if s.field == "index_k_dtype" else s.read(env)
-                              for s in SETTINGS if s.field}
+    values: dict[str, Any] = {
+        s.attribute: _index_k_dtype(env) if s.field == "index_k_dtype" else s.read(env) for s in SETTINGS if s.field
+    }
     capture = CaptureConfig(**{f.split(".", 1)[1]: v for f, v in values.items() if f.startswith("capture.")})
     cfg = ExtConfig(capture=capture, **{f: v for f, v in values.items() if not f.startswith("capture.")})
     _check_capture(cfg)
@@ -341,37 +420,37 @@ def _parse(env: Mapping[str, str]) -> ExtConfig:
 
 
 @functools.lru_cache(maxsize=64)
-def _config_of(values: Tuple[Optional[str], ...]) -> ExtConfig:
+def _config_of(values: tuple[str | None, ...]) -> ExtConfig:
     """One parse per distinct set of values; an invalid one raises again on every call (nothing is cached)."""
     return _parse({name: value for name, value in zip(ENV_NAMES, values) if value is not None})
 
 
-def load_config(environ: Optional[Mapping[str, str]] = None) -> ExtConfig:
+def load_config(environ: Mapping[str, str] | None = None) -> ExtConfig:
     """Read and validate the configuration; raise :class:`ConfigError` naming the variable."""
     env = os.environ if environ is None else environ
     return _config_of(tuple(env.get(name) for name in ENV_NAMES))
 
 
-def kill_switch_set(environ: Optional[Mapping[str, str]] = None) -> bool:
+def kill_switch_set(environ: Mapping[str, str] | None = None) -> bool:
     """True when the operator turned the extension off; tolerant of other invalid values."""
     env = os.environ if environ is None else environ
     return (env.get(ENV_KILL_SWITCH) or "").strip() == "0"
 
 
 # ----- SGLANG_PLUGINS, read as SGLang reads it -----
-def sglang_plugins(environ: Optional[Mapping[str, str]] = None) -> Tuple[str, ...]:
+def sglang_plugins(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """The names in ``SGLANG_PLUGINS`` as SGLang's ``load_plugins_by_group`` reads them: split on commas,
     stripped, empty ones dropped. None named (unset or blank): SGLang loads every plugin."""
     env = os.environ if environ is None else environ
     return tuple(x.strip() for x in (env.get(ENV_SGLANG_PLUGINS) or "").split(",") if x.strip())
 
 
-def plugin_allowed(environ: Optional[Mapping[str, str]] = None) -> bool:
+def plugin_allowed(environ: Mapping[str, str] | None = None) -> bool:
     """Whether SGLang will run our entry point in a process with this environment."""
     names = sglang_plugins(environ)
     return not names or PLUGIN_NAME in names
 
 
-def plugins_with_ours(environ: Mapping[str, str]) -> Optional[str]:
+def plugins_with_ours(environ: Mapping[str, str]) -> str | None:
     """The ``SGLANG_PLUGINS`` value that also names us, or None where SGLang already loads us."""
     return None if plugin_allowed(environ) else ",".join(sglang_plugins(environ) + (PLUGIN_NAME,))

@@ -8,7 +8,8 @@ each describes, and ``tests/unit/hooks/test_sglang_types.py`` checks every liste
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -30,17 +31,17 @@ class IndexerSubPool(Protocol):
     page_size: int
     index_head_dim: int
     layer_num: int
-    index_k_with_scale_buffer: List[torch.Tensor]
+    index_k_with_scale_buffer: list[torch.Tensor]
 
-    def contiguous_page_row_buffers(self) -> List[torch.Tensor]: ...
+    def contiguous_page_row_buffers(self) -> list[torch.Tensor]: ...
 
 
 class DSV4TokenToKVPool(Protocol):
     """``DeepSeekV4TokenToKVPool``: the DSV4 KV pool whose index-K the hooks store, gate and check."""
 
     start_layer: int
-    layer_transfer_counter: Optional[LayerDoneCounter]
-    index_pools: Dict[int, IndexerSubPool]
+    layer_transfer_counter: LayerDoneCounter | None
+    index_pools: dict[int, IndexerSubPool]
     c4_indexer_kv_pool: IndexerSubPool
     layer_mapping: Sequence[Any]
 
@@ -83,7 +84,7 @@ class DSV4AttentionBackend(Protocol):
 
 # Protocol -> the SGLang class (dotted path) it describes; checked by tests/unit/hooks/test_sglang_types.py.
 _MP = "sglang.srt.mem_cache.deepseek_v4_memory_pool"
-IMPLEMENTED_BY: Dict[type, str] = {
+IMPLEMENTED_BY: dict[type, str] = {
     LayerDoneCounter: "sglang.srt.managers.cache_controller.LayerDoneCounter",
     IndexerSubPool: f"{_MP}.DeepSeekV4IndexerPool",
     DSV4TokenToKVPool: f"{_MP}.DeepSeekV4TokenToKVPool",

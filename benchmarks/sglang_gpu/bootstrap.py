@@ -26,7 +26,6 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = "MANIFEST.json"
@@ -56,15 +55,17 @@ class BootReport:
     seconds: float = 0.0
     sglang_version: str = ""
     torch_version: str = ""
-    stubbed_roots: List[str] = field(default_factory=list)
-    import_time_stub_calls: List[str] = field(default_factory=list)
-    standins: List[str] = field(default_factory=list)
-    bridges: List[str] = field(default_factory=list)
+    stubbed_roots: list[str] = field(default_factory=list)
+    import_time_stub_calls: list[str] = field(default_factory=list)
+    standins: list[str] = field(default_factory=list)
+    bridges: list[str] = field(default_factory=list)
     imports: dict = field(default_factory=dict)  # module -> seconds, or "FAIL: ..."
 
-    def lines(self) -> List[str]:
-        out = [f"bootstrap: mode={self.mode} sglang={self.sglang_version} torch={self.torch_version} "
-               f"({self.seconds:.1f}s) carry={self.carry}"]
+    def lines(self) -> list[str]:
+        out = [
+            f"bootstrap: mode={self.mode} sglang={self.sglang_version} torch={self.torch_version} "
+            f"({self.seconds:.1f}s) carry={self.carry}"
+        ]
         for name, what in self.imports.items():
             out.append(f"  import {name}: {what}")
         out.append(f"  stubbed roots ({len(self.stubbed_roots)}): {' '.join(self.stubbed_roots)}")
@@ -79,7 +80,7 @@ REPORT = BootReport()
 _server_args_override = None
 
 
-def find_carry(carry: Optional[str] = None) -> Path:
+def find_carry(carry: str | None = None) -> Path:
     """The bundle folder: ``carry``, ``$SGLANG_GPU_CARRY``, or ``.gpu_carry`` in the repository or a folder above it."""
     candidates = [carry, os.environ.get("SGLANG_GPU_CARRY")]
     # On the device the worktree travels as <root>/.wt/13 next to <root>/.gpu_carry.
@@ -91,7 +92,8 @@ def find_carry(carry: Optional[str] = None) -> Path:
     raise BundleError(
         "no GPU bundle found (looked for .gpu_carry/MANIFEST.json in: "
         + ", ".join(str(c) for c in candidates if c)
-        + "); build it on a CPU machine with: python -m benchmarks.sglang_gpu.bundle")
+        + "); build it on a CPU machine with: python -m benchmarks.sglang_gpu.bundle"
+    )
 
 
 def _unpack(carry: Path, manifest: dict) -> Path:
@@ -105,8 +107,22 @@ def _unpack(carry: Path, manifest: dict) -> Path:
         zf.extractall(root / "sglang")
     wheels = [str(carry / "wheels" / w["file"]) for w in manifest["wheels"]]
     if wheels:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                        "--disable-pip-version-check", "--target", str(root / "deps"), *wheels], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "--target",
+                str(root / "deps"),
+                *wheels,
+            ],
+            check=True,
+        )
     done.write_text(key)
     return root
 
@@ -117,7 +133,7 @@ def _sglang_importable_natively() -> bool:
     return importlib.util.find_spec("sglang") is not None and importlib.util.find_spec("sgl_kernel") is not None
 
 
-def prepare(*, device: str = "cuda", carry: Optional[str] = None, force_bundle: bool = False) -> BootReport:
+def prepare(*, device: str = "cuda", carry: str | None = None, force_bundle: bool = False) -> BootReport:
     """Steps 1-5 of the module docstring; returns (and keeps in :data:`REPORT`) what was done."""
     global _server_args_override
     if REPORT.mode:

@@ -28,7 +28,6 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import List, Optional
 
 SGLANG_VERSION = "0.5.23"
 DEVICE_PYTHON = "3.12"
@@ -36,11 +35,20 @@ DEVICE_PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_
 # Pure-Python or small binary packages SGLang's tested import chain needs and the GPU image lacks
 # (measured there on 2026-11-30, see ../shared/reference/environment-notes.md).
 EXTRA_WHEELS = (
-    "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0", "typing-inspection==0.4.5",
-    "orjson==3.13.0", "msgspec==0.23.0", "pyzmq==27.3.0", "pybase64==1.5.1", "zstandard==0.25.0",
-    "dill==0.4.1", "starlette==1.10.0",
+    "pydantic==2.14.4",
+    "pydantic-core==2.50.5",
+    "annotated-types==0.8.0",
+    "typing-inspection==0.4.5",
+    "orjson==3.13.0",
+    "msgspec==0.23.0",
+    "pyzmq==27.3.0",
+    "pybase64==1.5.1",
+    "zstandard==0.25.0",
+    "dill==0.4.1",
+    "starlette==1.10.0",
     # the extension's own: activation's post-import hooks and the gauge it exports before a DSV4 pool is built
-    "wrapt==2.5.2", "prometheus-client==0.26.0",
+    "wrapt==2.5.2",
+    "prometheus-client==0.26.0",
 )
 PRUNED_DIRS = ("sglang/multimodal_gen/", "sglang/test/")
 CARRY_LIMIT_BYTES = 64 << 20
@@ -66,7 +74,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _pip_download(args: List[str], dest: Path, what: str) -> None:
+def _pip_download(args: list[str], dest: Path, what: str) -> None:
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest), *args]
     print(f"  pip download {what} ...", flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -99,12 +107,15 @@ def prune_wheel(wheel: Path, out_zip: Path) -> dict:
     return {"files_kept": kept, "files_dropped": dropped, "unpacked_bytes": kept_bytes}
 
 
-def fetch_extra_wheels(dest: Path) -> List[Path]:
+def fetch_extra_wheels(dest: Path) -> list[Path]:
     platform_args = [arg for p in DEVICE_PLATFORMS for arg in ("--platform", p)]
     missing = [spec for spec in EXTRA_WHEELS if not _find_wheel(dest, spec)]
     if missing:
-        _pip_download(["--only-binary=:all:", "--python-version", DEVICE_PYTHON, *platform_args, *missing], dest,
-                      f"{len(missing)} wheels for CPython {DEVICE_PYTHON}")
+        _pip_download(
+            ["--only-binary=:all:", "--python-version", DEVICE_PYTHON, *platform_args, *missing],
+            dest,
+            f"{len(missing)} wheels for CPython {DEVICE_PYTHON}",
+        )
     wheels = []
     for spec in EXTRA_WHEELS:
         path = _find_wheel(dest, spec)
@@ -114,7 +125,7 @@ def fetch_extra_wheels(dest: Path) -> List[Path]:
     return wheels
 
 
-def _find_wheel(dest: Path, spec: str) -> Optional[Path]:
+def _find_wheel(dest: Path, spec: str) -> Path | None:
     name, ver = spec.split("==")
     stem = name.replace("-", "_").lower()
     for path in dest.glob("*.whl"):
@@ -124,7 +135,7 @@ def _find_wheel(dest: Path, spec: str) -> Optional[Path]:
     return None
 
 
-def build(out: Path, sglang_wheel: Optional[Path] = None, cache: Optional[Path] = None) -> dict:
+def build(out: Path, sglang_wheel: Path | None = None, cache: Path | None = None) -> dict:
     from benchmarks.sglang_gpu import stubs
 
     out.mkdir(parents=True, exist_ok=True)
@@ -167,8 +178,10 @@ def build(out: Path, sglang_wheel: Optional[Path] = None, cache: Optional[Path] 
     total = sum(sizes.values())
     manifest["bytes"] = total
     if total > BUNDLE_BUDGET_BYTES:
-        raise BuildError(f"bundle is {total / 2**20:.1f} MiB, over its {BUNDLE_BUDGET_BYTES >> 20} MiB share of the "
-                         f"{CARRY_LIMIT_BYTES >> 20} MiB a device call carries")
+        raise BuildError(
+            f"bundle is {total / 2**20:.1f} MiB, over its {BUNDLE_BUDGET_BYTES >> 20} MiB share of the "
+            f"{CARRY_LIMIT_BYTES >> 20} MiB a device call carries"
+        )
     return {"manifest": manifest, "sizes": sizes, "total": total}
 
 
@@ -177,8 +190,10 @@ def format_sizes(result: dict) -> str:
     width = max(len(name) for name, _ in rows)
     lines = [f"{'file':<{width}}  {'MiB':>7}", "-" * (width + 9)]
     lines += [f"{name:<{width}}  {size / 2**20:>7.2f}" for name, size in rows]
-    lines.append(f"{'total':<{width}}  {result['total'] / 2**20:>7.2f}  (limit per device call "
-                 f"{CARRY_LIMIT_BYTES >> 20} MiB with everything else that travels)")
+    lines.append(
+        f"{'total':<{width}}  {result['total'] / 2**20:>7.2f}  (limit per device call "
+        f"{CARRY_LIMIT_BYTES >> 20} MiB with everything else that travels)"
+    )
     return "\n".join(lines)
 
 
@@ -186,12 +201,17 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.sglang_gpu.bundle",
         description="Build the folder that travels to the GPU machine (pruned sglang wheel, extra CPython "
-                    f"{DEVICE_PYTHON} wheels, manifest). Carry it as '.gpu_carry' and run "
-                    "'bash tests/run_gpu_tests.sh' there.")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parents[2] / ".gpu_carry"),
-                   help="output folder; keep it git-ignored (default %(default)s)")
-    p.add_argument("--sglang-wheel", type=Path, default=None,
-                   help=f"a local sglang-{SGLANG_VERSION} wheel instead of pip download")
+        f"{DEVICE_PYTHON} wheels, manifest). Carry it as '.gpu_carry' and run "
+        "'bash tests/run_gpu_tests.sh' there.",
+    )
+    p.add_argument(
+        "--out",
+        default=str(Path(__file__).resolve().parents[2] / ".gpu_carry"),
+        help="output folder; keep it git-ignored (default %(default)s)",
+    )
+    p.add_argument(
+        "--sglang-wheel", type=Path, default=None, help=f"a local sglang-{SGLANG_VERSION} wheel instead of pip download"
+    )
     p.add_argument("--cache", type=Path, default=None, help="download cache (default: a temp folder)")
     args = p.parse_args(argv)
     try:

@@ -28,7 +28,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Dict, List, NamedTuple
+from typing import NamedTuple
 
 N_HEADS = 64  # DeepSeek-V4-Flash index_n_heads
 HEAD_DIM = 128
@@ -60,14 +60,18 @@ class FP8StandIn(NamedTuple):
 
 
 FP8_PATH_STANDINS = [
-    FP8StandIn("SGLang JIT fused_q_indexer_rope_hadamard_quant (kernels/jit/csrc/deepseek_v4/main_norm_rope.cuh)",
-               "C4Indexer.compute_q (layers/attention/dsv4/indexer.py), fp8 index-K",
-               "RoPE on the last 64 dims and Hadamard/sqrt(128) in float64, then per (token, head) fp32 scale "
-               "max(1e-4, amax)/448, e4m3 values; weights_out = weight * weight_scale * scale (the kernel's rule)"),
-    FP8StandIn("SGLang JIT fused norm+RoPE+indexer store (fused_norm_rope_v2.cuh, kIsIndexer)",
-               "the compressor's index-K store, fp8 pool",
-               "RMSNorm, RoPE, Hadamard in float64; per-token fp32 scale max(1e-4, amax)/448, e4m3 values; "
-               "written by SGLang's own DeepSeekV4TokenToKVPool.set_index_k_scale_buffer (its Triton kernel)"),
+    FP8StandIn(
+        "SGLang JIT fused_q_indexer_rope_hadamard_quant (kernels/jit/csrc/deepseek_v4/main_norm_rope.cuh)",
+        "C4Indexer.compute_q (layers/attention/dsv4/indexer.py), fp8 index-K",
+        "RoPE on the last 64 dims and Hadamard/sqrt(128) in float64, then per (token, head) fp32 scale "
+        "max(1e-4, amax)/448, e4m3 values; weights_out = weight * weight_scale * scale (the kernel's rule)",
+    ),
+    FP8StandIn(
+        "SGLang JIT fused norm+RoPE+indexer store (fused_norm_rope_v2.cuh, kIsIndexer)",
+        "the compressor's index-K store, fp8 pool",
+        "RMSNorm, RoPE, Hadamard in float64; per-token fp32 scale max(1e-4, amax)/448, e4m3 values; "
+        "written by SGLang's own DeepSeekV4TokenToKVPool.set_index_k_scale_buffer (its Triton kernel)",
+    ),
 ]
 
 
@@ -125,11 +129,21 @@ def make_indexer(layer_id: int, q_lora_rank: int, freqs_cis, gen, device):
 
     ix = object.__new__(C4Indexer)
     ix.__dict__.update(
-        layer_id=layer_id, n_heads=N_HEADS, n_local_heads=N_HEADS, head_dim=HEAD_DIM, index_topk=TOPK,
-        use_fp4_indexer=False, weight_scale=HEAD_DIM**-0.5 * N_HEADS**-0.5, freqs_cis=freqs_cis, alt_streams=None,
+        layer_id=layer_id,
+        n_heads=N_HEADS,
+        n_local_heads=N_HEADS,
+        head_dim=HEAD_DIM,
+        index_topk=TOPK,
+        use_fp4_indexer=False,
+        weight_scale=HEAD_DIM**-0.5 * N_HEADS**-0.5,
+        freqs_cis=freqs_cis,
+        alt_streams=None,
         compressor=None,
-        wq_b=Projection((torch.randn(N_HEADS * HEAD_DIM, q_lora_rank, generator=gen) / math.sqrt(q_lora_rank))
-                        .to(torch.bfloat16).to(device)),
+        wq_b=Projection(
+            (torch.randn(N_HEADS * HEAD_DIM, q_lora_rank, generator=gen) / math.sqrt(q_lora_rank))
+            .to(torch.bfloat16)
+            .to(device)
+        ),
         weights_proj=Projection(torch.randn(N_HEADS, q_lora_rank, generator=gen).to(torch.bfloat16).to(device)),
     )
     return ix
@@ -161,11 +175,26 @@ def build_pool(dtype: str, pages: int, device: str):
     tokens = (pages + 1) * FULL_PAGE
     with env(**{DTYPE_ENV: dtype}):  # the index-K dtype is decided at pool creation
         return DeepSeekV4TokenToKVPool(
-            max_num_reqs=4, swa_size=tokens, c4_size=tokens // 4, c128_size=tokens // 128, c4_state_pool_size=8,
-            c128_state_pool_size=8, page_size=FULL_PAGE, swa_page_size=FULL_PAGE, dtype=torch.float8_e4m3fn,
-            c4_state_dtype=torch.float32, c128_state_dtype=torch.float32, qk_nope_head_dim=448, qk_rope_head_dim=64,
-            indexer_head_dim=HEAD_DIM, layer_num=1, device=device, enable_memory_saver=False, compression_ratios=[4],
-            full_size=tokens)
+            max_num_reqs=4,
+            swa_size=tokens,
+            c4_size=tokens // 4,
+            c128_size=tokens // 128,
+            c4_state_pool_size=8,
+            c128_state_pool_size=8,
+            page_size=FULL_PAGE,
+            swa_page_size=FULL_PAGE,
+            dtype=torch.float8_e4m3fn,
+            c4_state_dtype=torch.float32,
+            c128_state_dtype=torch.float32,
+            qk_nope_head_dim=448,
+            qk_rope_head_dim=64,
+            indexer_head_dim=HEAD_DIM,
+            layer_num=1,
+            device=device,
+            enable_memory_saver=False,
+            compression_ratios=[4],
+            full_size=tokens,
+        )
 
 
 @dataclass
@@ -208,10 +237,20 @@ def make_inputs(shape: Shape, seed: int, device: str, q_lora_rank: int = 256) ->
     ix = make_indexer(0, q_lora_rank, freqs, gen, device)
     x = torch.randn(rows, q_lora_rank, generator=gen).to(torch.bfloat16)
     q_lora = torch.randn(rows, q_lora_rank, generator=gen).to(torch.bfloat16)
-    return Inputs(kv=kv.to(device), key_positions=key_positions.to(device), slots=slots.to(device),
-                  norm_weight=(1 + 0.1 * torch.randn(HEAD_DIM, generator=gen)).to(device), eps=1e-6, freqs=freqs,
-                  x=x.to(device), q_lora=q_lora.to(device), positions=positions.to(device),
-                  seq_lens=seq_lens.to(torch.int32).to(device), page_table=page_table.to(device), indexer=ix)
+    return Inputs(
+        kv=kv.to(device),
+        key_positions=key_positions.to(device),
+        slots=slots.to(device),
+        norm_weight=(1 + 0.1 * torch.randn(HEAD_DIM, generator=gen)).to(device),
+        eps=1e-6,
+        freqs=freqs,
+        x=x.to(device),
+        q_lora=q_lora.to(device),
+        positions=positions.to(device),
+        seq_lens=seq_lens.to(torch.int32).to(device),
+        page_table=page_table.to(device),
+        indexer=ix,
+    )
 
 
 def run_indexer(pool, inp: Inputs, shape: Shape, dtype: str):
@@ -231,22 +270,40 @@ def launch_indexer(pool, inp: Inputs, shape: Shape, dtype: str):
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     with env(**{TORCH_LOGITS_ENV: "1", DTYPE_ENV: dtype}):
-        md = sg_metadata.PagedIndexerMetadata(page_size=FULL_PAGE, compressed_page_size=C4_PAGE,
-                                              page_table=inp.page_table, compressed_seq_lens=inp.seq_lens,
-                                              use_topk_v2=False)
-        core = SimpleNamespace(positions=inp.positions, c4_out_loc=None, c4_sparse_raw_indices=None,
-                               c4_sparse_page_indices=torch.full((shape.rows, TOPK), -7, dtype=torch.int32,
-                                                                 device=inp.x.device))
-        backend = backend_class()(pool, SimpleNamespace(indexer_metadata=md, core_metadata=core,
-                                                        c4_compress_metadata=None))
+        md = sg_metadata.PagedIndexerMetadata(
+            page_size=FULL_PAGE,
+            compressed_page_size=C4_PAGE,
+            page_table=inp.page_table,
+            compressed_seq_lens=inp.seq_lens,
+            use_topk_v2=False,
+        )
+        core = SimpleNamespace(
+            positions=inp.positions,
+            c4_out_loc=None,
+            c4_sparse_raw_indices=None,
+            c4_sparse_page_indices=torch.full((shape.rows, TOPK), -7, dtype=torch.int32, device=inp.x.device),
+        )
+        backend = backend_class()(
+            pool, SimpleNamespace(indexer_metadata=md, core_metadata=core, c4_compress_metadata=None)
+        )
         mode = ForwardMode.DECODE if shape.mode == "decode" else ForwardMode.EXTEND
-        batch = SimpleNamespace(forward_mode=mode, _original_forward_mode=None, tbo_parent_token_range=None,
-                                batch_size=shape.rows, attn_cp_metadata=None, seq_lens=None, seq_lens_cpu=None,
-                                extend_seq_lens_cpu=None, extend_seq_lens=None, extend_start_loc=None,
-                                extend_num_tokens=None, req_pool_indices=None)
-        sg_indexer.C4IndexerBackendMixin.forward_c4_indexer(backend, x=inp.x, q_lora=inp.q_lora,
-                                                            c4_indexer=inp.indexer, forward_batch=batch,
-                                                            skip_compressor=True)
+        batch = SimpleNamespace(
+            forward_mode=mode,
+            _original_forward_mode=None,
+            tbo_parent_token_range=None,
+            batch_size=shape.rows,
+            attn_cp_metadata=None,
+            seq_lens=None,
+            seq_lens_cpu=None,
+            extend_seq_lens_cpu=None,
+            extend_seq_lens=None,
+            extend_start_loc=None,
+            extend_num_tokens=None,
+            req_pool_indices=None,
+        )
+        sg_indexer.C4IndexerBackendMixin.forward_c4_indexer(
+            backend, x=inp.x, q_lora=inp.q_lora, c4_indexer=inp.indexer, forward_batch=batch, skip_compressor=True
+        )
     return core.c4_sparse_page_indices
 
 
@@ -254,8 +311,7 @@ def store_bf16(pool, inp: Inputs) -> None:
     import kernels_sm120
 
     cache = pool.get_index_k_with_scale_buffer(0)
-    kernels_sm120.store_index_k_bf16(inp.kv, inp.norm_weight, inp.eps, inp.freqs, inp.key_positions, inp.slots,
-                                     cache)
+    kernels_sm120.store_index_k_bf16(inp.kv, inp.norm_weight, inp.eps, inp.freqs, inp.key_positions, inp.slots, cache)
 
 
 def store_fp8(pool, inp: Inputs) -> None:
@@ -289,7 +345,7 @@ def reference_slots(inp: Inputs, shape: Shape):
     return out
 
 
-def agreement(selected, ref_sets, seq_lens) -> List[float]:
+def agreement(selected, ref_sets, seq_lens) -> list[float]:
     values = []
     for r, ref in enumerate(ref_sets):
         got = {s for s in selected[r].tolist() if s >= 0}
@@ -312,7 +368,7 @@ def run(seeds=(0, 1, 2), device: str = "cuda", log=print) -> dict:
         for shape in SHAPES:
             pools = {"bf16": build_pool("bf16", shape.pages, device), "fp8": build_pool("fp8", shape.pages, device)}
             kinds = {d: type(p.c4_indexer_kv_pool).__name__ for d, p in pools.items()}
-            per: Dict[str, List[float]] = {"bf16": [], "fp8": []}
+            per: dict[str, list[float]] = {"bf16": [], "fp8": []}
             both_same = []
             for seed in seeds:
                 inp = make_inputs(shape, seed, device)
@@ -322,26 +378,43 @@ def run(seeds=(0, 1, 2), device: str = "cuda", log=print) -> dict:
                 sel = {d: run_indexer(pools[d], inp, shape, d).cpu() for d in ("bf16", "fp8")}
                 for d in per:
                     per[d] += agreement(sel[d], ref, inp.seq_lens.cpu())
-                both_same += [float(torch.equal(sel["bf16"][r].sort().values, sel["fp8"][r].sort().values))
-                              for r in range(shape.rows)]
+                both_same += [
+                    float(torch.equal(sel["bf16"][r].sort().values, sel["fp8"][r].sort().values))
+                    for r in range(shape.rows)
+                ]
             for d, vals in per.items():
-                rows.append({"shape": shape.name, "rows": shape.rows * len(seeds), "pages": shape.pages,
-                             "index_k": d, "pool": kinds[d], "mean": statistics.mean(vals), "min": min(vals),
-                             "p10": statistics.quantiles(vals, n=10)[0] if len(vals) > 1 else vals[0]})
-            log(f"  {shape.name}: bf16 mean {statistics.mean(per['bf16']):.4f}, fp8 mean "
-                f"{statistics.mean(per['fp8']):.4f}; identical selections {sum(both_same):.0f}/{len(both_same)}")
+                rows.append(
+                    {
+                        "shape": shape.name,
+                        "rows": shape.rows * len(seeds),
+                        "pages": shape.pages,
+                        "index_k": d,
+                        "pool": kinds[d],
+                        "mean": statistics.mean(vals),
+                        "min": min(vals),
+                        "p10": statistics.quantiles(vals, n=10)[0] if len(vals) > 1 else vals[0],
+                    }
+                )
+            log(
+                f"  {shape.name}: bf16 mean {statistics.mean(per['bf16']):.4f}, fp8 mean "
+                f"{statistics.mean(per['fp8']):.4f}; identical selections {sum(both_same):.0f}/{len(both_same)}"
+            )
     finally:
         sg_indexer.fused_q_indexer_rope_hadamard_quant = original_q
     return {"rows": rows, "standins": [s._asdict() for s in FP8_PATH_STANDINS]}
 
 
 def format_table(rows) -> str:
-    head = (f"{'shape':<8} {'rows':>5} {'keys/row<=':>10} {'index-K':<7} {'pool class':<28} "
-            f"{'mean':>7} {'p10':>7} {'min':>7}")
+    head = (
+        f"{'shape':<8} {'rows':>5} {'keys/row<=':>10} {'index-K':<7} {'pool class':<28} "
+        f"{'mean':>7} {'p10':>7} {'min':>7}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['shape']:<8} {r['rows']:>5} {r['pages'] * C4_PAGE:>10} {r['index_k']:<7} {r['pool']:<28} "
-                     f"{r['mean']:>7.4f} {r['p10']:>7.4f} {r['min']:>7.4f}")
+        lines.append(
+            f"{r['shape']:<8} {r['rows']:>5} {r['pages'] * C4_PAGE:>10} {r['index_k']:<7} {r['pool']:<28} "
+            f"{r['mean']:>7.4f} {r['p10']:>7.4f} {r['min']:>7.4f}"
+        )
     return "\n".join(lines)
 
 
@@ -349,7 +422,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.sglang_gpu.indexer_topk",
         description="Top-512 agreement with a float64 reference of SGLang's C4 indexer over bf16 (ours) and fp8 "
-                    "(SGLang's torch fallback) index-K, per layer shape, on a GPU.")
+        "(SGLang's torch fallback) index-K, per layer shape, on a GPU.",
+    )
     p.add_argument("--seeds", type=int, default=3, help="input draws per shape (default %(default)s)")
     p.add_argument("--out", default=os.environ.get("OUT"), help="folder for the JSON result (default $OUT)")
     args = p.parse_args(argv)

@@ -26,14 +26,22 @@ def prefill_runner_without_init(pool, *, backend, replay, tokens: int, device_mo
     from sglang.srt.model_executor.runner.prefill_cuda_graph_runner import PrefillCudaGraphRunner
 
     runner = object.__new__(PrefillCudaGraphRunner)
-    static_batch = SimpleNamespace(input_ids=torch.zeros(tokens, dtype=torch.long), positions=torch.arange(tokens),
-                                   attn_tp_sequence_sharded=False, mm_input_embeds=None, input_embeds=None)
+    static_batch = SimpleNamespace(
+        input_ids=torch.zeros(tokens, dtype=torch.long),
+        positions=torch.arange(tokens),
+        attn_tp_sequence_sharded=False,
+        mm_input_embeds=None,
+        input_embeds=None,
+    )
 
     def model_forward(input_ids, positions, forward_batch, **kwargs):
         return runner.layer_model.forward(input_ids, positions, forward_batch)
 
-    runner.model_runner = SimpleNamespace(token_to_kv_pool=pool, model=SimpleNamespace(forward=model_forward),
-                                          pp_group=SimpleNamespace(is_first_rank=False))
+    runner.model_runner = SimpleNamespace(
+        token_to_kv_pool=pool,
+        model=SimpleNamespace(forward=model_forward),
+        pp_group=SimpleNamespace(is_first_rank=False),
+    )
     runner._is_full_backend = backend == Backend.FULL
     runner.prefill_backend_name = backend
     runner.capture_hidden_mode = CaptureHiddenMode.NULL

@@ -41,7 +41,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Dict, List, Optional
 
 GATE_MODES = ("off", "auto", "strict")
 CONTENT_SETS = 7
@@ -83,17 +82,24 @@ class Row:
     gate: str
     trials: int = 0
     stale_trials: int = 0
-    stale: Dict[str, int] = field(default_factory=dict)  # reader kind -> stale layer reads
+    stale: dict[str, int] = field(default_factory=dict)  # reader kind -> stale layer reads
     torn: int = 0
     refused: int = 0  # strict: sub-pool reads refused with DSV4IndexKGateError
     overruns: int = 0  # trials whose GPU hold ended before the host had enqueued the whole trial
-    ms: List[float] = field(default_factory=list)
+    ms: list[float] = field(default_factory=list)
 
     def summary(self) -> dict:
-        return {"phase": self.phase, "gate": self.gate, "trials": self.trials, "stale_trials": self.stale_trials,
-                "stale_reads": dict(self.stale), "torn_reads": self.torn, "refused_reads": self.refused,
-                "launch_overruns": self.overruns,
-                "median_ms": statistics.median(self.ms) if self.ms else math.nan}
+        return {
+            "phase": self.phase,
+            "gate": self.gate,
+            "trials": self.trials,
+            "stale_trials": self.stale_trials,
+            "stale_reads": dict(self.stale),
+            "torn_reads": self.torn,
+            "refused_reads": self.refused,
+            "launch_overruns": self.overruns,
+            "median_ms": statistics.median(self.ms) if self.ms else math.nan,
+        }
 
 
 def content_value(content_set: int, layer: int) -> int:
@@ -131,7 +137,7 @@ def _single_rank_group():
 
 
 @contextlib.contextmanager
-def env(name: str, value: Optional[str]):
+def env(name: str, value: str | None):
     old = os.environ.get(name)
     if value is None:
         os.environ.pop(name, None)
@@ -160,17 +166,38 @@ class Stack:
         tokens = (cfg.pages + 1) * FULL_PAGE  # page 0 stays the null page
         with env(GATE_ENV, gate):  # the gate mode is decided at pool creation
             self.pool = DeepSeekV4TokenToKVPool(
-                max_num_reqs=4, swa_size=tokens, c4_size=tokens // 4, c128_size=tokens // 128,
-                c4_state_pool_size=8, c128_state_pool_size=8, page_size=FULL_PAGE, swa_page_size=FULL_PAGE,
-                dtype=torch.float8_e4m3fn, c4_state_dtype=torch.float32, c128_state_dtype=torch.float32,
-                qk_nope_head_dim=448, qk_rope_head_dim=64, indexer_head_dim=128, layer_num=cfg.layers,
-                device=device, enable_memory_saver=False, compression_ratios=[4] * cfg.layers, full_size=tokens)
+                max_num_reqs=4,
+                swa_size=tokens,
+                c4_size=tokens // 4,
+                c128_size=tokens // 128,
+                c4_state_pool_size=8,
+                c128_state_pool_size=8,
+                page_size=FULL_PAGE,
+                swa_page_size=FULL_PAGE,
+                dtype=torch.float8_e4m3fn,
+                c4_state_dtype=torch.float32,
+                c128_state_dtype=torch.float32,
+                qk_nope_head_dim=448,
+                qk_rope_head_dim=64,
+                indexer_head_dim=128,
+                layer_num=cfg.layers,
+                device=device,
+                enable_memory_saver=False,
+                compression_ratios=[4] * cfg.layers,
+                full_size=tokens,
+            )
         (region,) = _dsv4_indexer_regions(self.pool, FULL_PAGE)
         pin = self.device.type == "cuda"
         self.host = DeepSeekV4PagedHostPool(
-            pool_name=str(region.name), device_buffers=region.device_buffers, item_bytes=region.item_bytes,
-            num_host_pages=CONTENT_SETS * cfg.pages, slot_page_size=region.slot_page_size, layout="layer_first",
-            pin_memory=pin, page_aligned_only=region.page_aligned_only)
+            pool_name=str(region.name),
+            device_buffers=region.device_buffers,
+            item_bytes=region.item_bytes,
+            num_host_pages=CONTENT_SETS * cfg.pages,
+            slot_page_size=region.slot_page_size,
+            layout="layer_first",
+            pin_memory=pin,
+            page_aligned_only=region.page_aligned_only,
+        )
         self.host_pinned = bool(self.host.kv_buffer[0].is_pinned())  # cudaHostRegister'ed by SGLang
         # Host content: set s, layer l -> every byte is content_value(s, l).
         for layer in range(cfg.layers):
@@ -183,17 +210,27 @@ class Stack:
         device_slots = (self.device_pages[:, None] * FULL_PAGE + torch.arange(FULL_PAGE)).flatten()
         self.host_slots = [
             ((s * cfg.pages + torch.arange(cfg.pages))[:, None] * FULL_PAGE + torch.arange(FULL_PAGE)).flatten()
-            for s in range(CONTENT_SETS)]
+            for s in range(CONTENT_SETS)
+        ]
         self.controller = HiCacheController(
-            token_to_kv_pool_allocator=DuckAllocator(self.pool, device_slots), mem_pool_host=self.host,
-            page_size=FULL_PAGE, tp_group=_single_rank_group(), load_cache_event=threading.Event(),
-            write_policy="write_through", io_backend="direct")
+            token_to_kv_pool_allocator=DuckAllocator(self.pool, device_slots),
+            mem_pool_host=self.host,
+            page_size=FULL_PAGE,
+            tp_group=_single_rank_group(),
+            load_cache_event=threading.Event(),
+            write_policy="write_through",
+            io_backend="direct",
+        )
         self.counter = self.controller.layer_done_counter
         assert self.pool.layer_transfer_counter is self.counter
         self.expected = torch.tensor(
-            [[content_value(s, layer) * cfg.pages * self.row_bytes for layer in range(cfg.layers)]
-             for s in range(CONTENT_SETS)], dtype=torch.int64)
-        self.device_set: Optional[int] = None
+            [
+                [content_value(s, layer) * cfg.pages * self.row_bytes for layer in range(cfg.layers)]
+                for s in range(CONTENT_SETS)
+            ],
+            dtype=torch.int64,
+        )
+        self.device_set: int | None = None
         self.trials_run = 0  # content set = trials_run % CONTENT_SETS: always differs from the last one loaded
         self.res = torch.zeros((2, cfg.layers), dtype=torch.int64, device=self.device)
         self.refused = [False] * cfg.layers
@@ -204,7 +241,7 @@ class Stack:
     def _checksum(self, buf, layer: int, slot: int) -> None:
         import torch
 
-        rows = buf[self.page_lo:self.page_hi]  # a view: the read happens in the sum kernel itself
+        rows = buf[self.page_lo : self.page_hi]  # a view: the read happens in the sum kernel itself
         torch.sum(rows, dim=(0, 1), dtype=torch.int64, out=self.res[slot, layer])
 
     def read_subpool(self, layer: int) -> None:
@@ -244,6 +281,7 @@ def sleep_rate_cycles_per_us(rounds: int = 3) -> float:
 
 
 # --- R3: SGLang's breakable graph, replayed through PrefillCudaGraphRunner.execute ----------------
+
 
 def capture_breakable(stack: Stack, stream) -> object:
     """Segment L: captured reader of layer L + matmul; eager break L: reader of L through the getter."""
@@ -291,15 +329,21 @@ def stand_in_runner(stack: Stack, graph, device_module):
         graph.replay()
         return None
 
-    runner, static_batch = prefill_runner_without_init(stack.pool, backend=Backend.BREAKABLE, replay=replay, tokens=8,
-                                                       device_module=device_module)
-    batch = SimpleNamespace(capture_hidden_mode=CaptureHiddenMode.NULL, mm_input_embeds=None,
-                            attn_tp_sequence_sharded=False, input_ids=static_batch.input_ids,
-                            positions=static_batch.positions)
+    runner, static_batch = prefill_runner_without_init(
+        stack.pool, backend=Backend.BREAKABLE, replay=replay, tokens=8, device_module=device_module
+    )
+    batch = SimpleNamespace(
+        capture_hidden_mode=CaptureHiddenMode.NULL,
+        mm_input_embeds=None,
+        attn_tp_sequence_sharded=False,
+        input_ids=static_batch.input_ids,
+        positions=static_batch.positions,
+    )
     return runner, batch
 
 
 # --- trials ------------------------------------------------------------------------------------
+
 
 class Race:
     def __init__(self, cfg: RaceConfig, log=print):
@@ -356,10 +400,15 @@ class Race:
             raise RuntimeError(f"{phase}/{stack.gate}: a reader did not run (result still -1)")
         stale = (res != want) & ~unread
         torn = stale & (res != prev)
-        return {"ms": self.go.elapsed_time(self.end), "stale": stale, "torn": int(torn.sum()),
-                "refused": int(refused.sum()), "overrun": overrun}
+        return {
+            "ms": self.go.elapsed_time(self.end),
+            "stale": stale,
+            "torn": int(torn.sum()),
+            "refused": int(refused.sum()),
+            "overrun": overrun,
+        }
 
-    def run_phase(self, phase: str) -> List[Row]:
+    def run_phase(self, phase: str) -> list[Row]:
         """Round-robin over the gate modes until each has ``trials`` trials that started only after the
         host had enqueued them (trials that overran the hold are counted too, and reported)."""
         kinds = ("subpool", "toplevel") if phase == "eager" else ("captured", "break")
@@ -384,12 +433,14 @@ class Race:
                 done = r
                 if self.cfg.progress_every and done % self.cfg.progress_every == 0:
                     el = time.perf_counter() - t0
-                    self.log(f"  [{phase}] {done}/{self.cfg.trials} rounds, {el:.1f}s, "
-                             f"~{max(0.0, el / done * (self.cfg.trials - done)):.0f}s left")
+                    self.log(
+                        f"  [{phase}] {done}/{self.cfg.trials} rounds, {el:.1f}s, "
+                        f"~{max(0.0, el / done * (self.cfg.trials - done)):.0f}s left"
+                    )
         return [rows[g] for g in GATE_MODES]
 
 
-def check(rows: List[Row]) -> List[str]:
+def check(rows: list[Row]) -> list[str]:
     """Gate off must read stale (else the detector is blind); auto and strict never; failures as text."""
     failures = []
     for row in rows:
@@ -405,22 +456,28 @@ def check(rows: List[Row]) -> List[str]:
         if row.phase == "r3" and row.stale.get("break"):
             failures.append(f"{where}: eager-break readers wait for their layer and must be clean: {row.stale}")
         if row.overruns > 0.01 * row.trials:
-            failures.append(f"{where}: {row.overruns} of {row.trials} trials started before the host had "
-                            f"enqueued them (raise launch_hold_us)")
+            failures.append(
+                f"{where}: {row.overruns} of {row.trials} trials started before the host had "
+                f"enqueued them (raise launch_hold_us)"
+            )
         if row.trials < 1:
             failures.append(f"{where}: no trials ran")
     return failures
 
 
-def format_table(rows: List[Row]) -> str:
-    head = f"{'phase':<6} {'gate':<7} {'trials':>6} {'stale_trials':>12} {'stale reads (by reader)':<36} " \
-           f"{'torn':>5} {'refused':>8} {'overrun':>7} {'median_ms':>9}"
+def format_table(rows: list[Row]) -> str:
+    head = (
+        f"{'phase':<6} {'gate':<7} {'trials':>6} {'stale_trials':>12} {'stale reads (by reader)':<36} "
+        f"{'torn':>5} {'refused':>8} {'overrun':>7} {'median_ms':>9}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         s = r.summary()
         reads = ", ".join(f"{k}={v}" for k, v in s["stale_reads"].items())
-        lines.append(f"{s['phase']:<6} {s['gate']:<7} {s['trials']:>6} {s['stale_trials']:>12} {reads:<36} "
-                     f"{s['torn_reads']:>5} {s['refused_reads']:>8} {s['launch_overruns']:>7} {s['median_ms']:>9.3f}")
+        lines.append(
+            f"{s['phase']:<6} {s['gate']:<7} {s['trials']:>6} {s['stale_trials']:>12} {reads:<36} "
+            f"{s['torn_reads']:>5} {s['refused_reads']:>8} {s['launch_overruns']:>7} {s['median_ms']:>9.3f}"
+        )
     return "\n".join(lines)
 
 
@@ -429,16 +486,23 @@ def run(cfg: RaceConfig, out_dir=None, log=print) -> dict:
 
     state = activation.activate()
     race = Race(cfg, log=log)
-    log(f"race: {cfg}; _sleep {race.rate:.0f} cycles/us; delay {race.delay_cycles} cycles/layer "
-        f"({DELAY_ENV}); activation {state.seconds:.2f}s")
-    rows: List[Row] = []
+    log(
+        f"race: {cfg}; _sleep {race.rate:.0f} cycles/us; delay {race.delay_cycles} cycles/layer "
+        f"({DELAY_ENV}); activation {state.seconds:.2f}s"
+    )
+    rows: list[Row] = []
     if "r3" in cfg.phases:
         race.prepare_r3()
     for phase in cfg.phases:
         rows += race.run_phase(phase)
-    result = {"config": cfg.__dict__, "sleep_cycles_per_us": race.rate, "delay_cycles": race.delay_cycles,
-              "host_pool_pinned": {g: s.host_pinned for g, s in race.stacks.items()},
-              "rows": [r.summary() for r in rows], "failures": check(rows)}
+    result = {
+        "config": cfg.__dict__,
+        "sleep_cycles_per_us": race.rate,
+        "delay_cycles": race.delay_cycles,
+        "host_pool_pinned": {g: s.host_pinned for g, s in race.stacks.items()},
+        "rows": [r.summary() for r in rows],
+        "failures": check(rows),
+    }
     if out_dir is not None:
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, "sglang_race_summary.json"), "w") as fh:
@@ -452,18 +516,28 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.sglang_gpu.race",
         description="Replay the HiCache index-K load race in SGLang's own pool, host pool, HiCacheController "
-                    "and breakable CUDA graph on a GPU, for gate modes off/auto/strict. Exits 1 when a required "
-                    "result does not hold, 2 on bad options or without a GPU.")
+        "and breakable CUDA graph on a GPU, for gate modes off/auto/strict. Exits 1 when a required "
+        "result does not hold, 2 on bad options or without a GPU.",
+    )
     p.add_argument("--trials", type=int, default=d.trials, help="trials per gate mode and phase (default %(default)s)")
     p.add_argument("--layers", type=int, default=d.layers, help="c4 layers (default %(default)s)")
     p.add_argument("--pages", type=int, default=d.pages, help="index-K page rows per layer (default %(default)s)")
-    p.add_argument("--delay-us", type=float, default=d.delay_us,
-                   help=f"{DELAY_ENV} per layer, in microseconds (default %(default)s)")
+    p.add_argument(
+        "--delay-us",
+        type=float,
+        default=d.delay_us,
+        help=f"{DELAY_ENV} per layer, in microseconds (default %(default)s)",
+    )
     p.add_argument("--phases", default=",".join(d.phases), help="eager,r3 (default %(default)s)")
     p.add_argument("--out", default=os.environ.get("OUT"), help="folder for the JSON summary (default $OUT)")
     args = p.parse_args(argv)
-    cfg = RaceConfig(trials=args.trials, layers=args.layers, pages=args.pages, delay_us=args.delay_us,
-                     phases=tuple(x for x in args.phases.split(",") if x))
+    cfg = RaceConfig(
+        trials=args.trials,
+        layers=args.layers,
+        pages=args.pages,
+        delay_us=args.delay_us,
+        phases=tuple(x for x in args.phases.split(",") if x),
+    )
     try:
         cfg.validate()
     except ValueError as exc:

@@ -14,8 +14,11 @@ def main(argv=None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("run_tests: no CUDA device (torch.cuda.is_available() is False): the GPU tests need one; "
-              "on the CPU box the same tests are collected and skipped by the normal suite", file=sys.stderr)
+        print(
+            "run_tests: no CUDA device (torch.cuda.is_available() is False): the GPU tests need one; "
+            "on the CPU box the same tests are collected and skipped by the normal suite",
+            file=sys.stderr,
+        )
         return 2
     from benchmarks.sglang_gpu import bootstrap
 

@@ -12,7 +12,7 @@ comparison module itself, where they are listed too (:data:`FP8_PATH_STANDINS`).
 
 from __future__ import annotations
 
-from typing import List, NamedTuple
+from typing import NamedTuple
 
 import torch
 
@@ -24,7 +24,7 @@ class StandIn(NamedTuple):
     bound_at: str  # module attribute the stand-in replaces
 
 
-STANDINS: List[StandIn] = [
+STANDINS: list[StandIn] = [
     StandIn(
         "sgl_kernel.kvcacheio.transfer_kv_direct",
         "DeepSeekV4PagedHostPool.load_to_device_per_layer (memory_pool_host.py), io backend 'direct', "
@@ -36,8 +36,7 @@ STANDINS: List[StandIn] = [
     ),
     StandIn(
         "sgl_kernel.weak_ref_tensor",
-        "breakable_cuda_graph._weak_ref_if_tensor (eager_on_graph, at capture, for tensor arguments of "
-        "an eager break)",
+        "breakable_cuda_graph._weak_ref_if_tensor (eager_on_graph, at capture, for tensor arguments of an eager break)",
         "returns the tensor itself (a strong reference): the break's arguments stay alive as long as "
         "the graph, which the native weak view only assumes",
         "sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor.weak_ref_tensor",
@@ -55,7 +54,7 @@ def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_si
         raise ValueError(f"transfer_kv_direct: {src_idx.numel()} source vs {dst_idx.numel()} destination indices")
     for src, dst in zip(src_layers, dst_layers):
         for s, d, n in contiguous_runs(src_idx, dst_idx, page_size):
-            dst[d:d + n].copy_(src[s:s + n], non_blocking=True)
+            dst[d : d + n].copy_(src[s : s + n], non_blocking=True)
 
 
 def contiguous_runs(src_idx: torch.Tensor, dst_idx: torch.Tensor, page_size: int = 1):
@@ -78,7 +77,7 @@ def weak_ref_tensor(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def install(ops=None) -> List[str]:
+def install(ops=None) -> list[str]:
     """Bind the stand-ins (all, or those whose ``op`` is in ``ops``) where SGLang looks them up.
 
     Returns the bound attribute paths. ``weak_ref_tensor``'s module refuses to import without a GPU,
@@ -99,16 +98,17 @@ def install(ops=None) -> List[str]:
 
 # --- torch 2.14-only calls on the tested paths, bridged for the GPU image's torch 2.11 ----------------
 
+
 class Bridge(NamedTuple):
     call: str
     called_from: str
     bridge: str
 
 
-BRIDGES: List[Bridge] = []  # filled by bridge_torch() with what this torch actually lacked
+BRIDGES: list[Bridge] = []  # filled by bridge_torch() with what this torch actually lacked
 
 
-def bridge_torch() -> List[Bridge]:
+def bridge_torch() -> list[Bridge]:
     """Add what SGLang 0.5.23's tested paths call but this torch lacks; record each bridge."""
     BRIDGES.clear()
     if not hasattr(torch.cpu, "Stream"):  # pragma: no cover - every torch >= 2.1 has it

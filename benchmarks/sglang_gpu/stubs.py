@@ -19,21 +19,22 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
-from typing import List, Set
 
 # Top-level packages the GPU image lacks that SGLang 0.5.23's DSV4 pool, HiCache and indexer import
 # chain reaches (measured: ../shared/tools/sglang_on_gpu_feasibility.py). Not torchcodec or soundfile:
 # transformers finds a stub importable and then asks importlib.metadata for its version, which fails.
-STUB_ROOTS = frozenset("""
+STUB_ROOTS = frozenset(
+    """
 sgl_kernel flashinfer flash_attn deep_ep xgrammar tvm_ffi cutlass cudnn torch_memory_saver triton_kernels
 pydantic_extra_types openai python_multipart pycountry loguru distro gguf mistral_common compressed_tensors
 partial_json_parser jsonschema referencing rpds opentelemetry IPython traitlets fastapi uvicorn uvloop outlines
 outlines_core llguidance interegular sgl_deep_gemm deep_gemm tilelang cuda_python nvshmem quack humming_kernels
 flash_mla sgl_flash_mla setproctitle blobfile modelscope datasets torchao kernels cutile_cache
-""".split())
+""".split()
+)
 
-IMPORT_TIME_CALLS: List[str] = []  # "sgl_kernel.foo" called by module top-level code during an import
-STUBBED_MODULES: Set[str] = set()
+IMPORT_TIME_CALLS: list[str] = []  # "sgl_kernel.foo" called by module top-level code during an import
+STUBBED_MODULES: set[str] = set()
 
 
 class NativeOpUnavailable(RuntimeError):
@@ -74,7 +75,8 @@ class StubObject:
         raise NativeOpUnavailable(
             f"{self._stub_name} was called, but {root} is only an import stub on this machine "
             f"(benchmarks/sglang_gpu/stubs.py); give this op a plain-torch stand-in in "
-            f"benchmarks/sglang_gpu/standins.py or keep the tested path off it")
+            f"benchmarks/sglang_gpu/standins.py or keep the tested path off it"
+        )
 
     # typing and class-building uses at import time
     def __getitem__(self, item):
@@ -181,5 +183,5 @@ def install(*, roots=STUB_ROOTS, force: bool = False) -> StubFinder:
     return finder
 
 
-def stubbed_roots() -> List[str]:
+def stubbed_roots() -> list[str]:
     return sorted({name.split(".")[0] for name in STUBBED_MODULES})

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Dict, List
 
 from sglang_dsv4_ext import __version__, exit_codes
 from sglang_dsv4_ext.config import ConfigError, kill_switch_set, load_config
@@ -19,7 +18,7 @@ from sglang_dsv4_ext.doctor import sglang_entry_points
 from sglang_dsv4_ext.plugin import compat
 
 
-def _cuda_report() -> Dict[str, object]:
+def _cuda_report() -> dict[str, object]:
     try:
         import torch
     except ImportError:
@@ -35,8 +34,8 @@ def _cuda_report() -> Dict[str, object]:
     }
 
 
-def _kernel_backends(cuda: Dict[str, object]) -> Dict[str, str]:
-    backends: Dict[str, str] = {}
+def _kernel_backends(cuda: dict[str, object]) -> dict[str, str]:
+    backends: dict[str, str] = {}
     try:
         import triton
 
@@ -60,7 +59,7 @@ def _kernel_backends(cuda: Dict[str, object]) -> Dict[str, str]:
     return backends
 
 
-def _versions_and_config(report: Dict[str, object]):
+def _versions_and_config(report: dict[str, object]):
     from sglang_dsv4_ext.plugin import activation
 
     try:
@@ -81,7 +80,7 @@ def _versions_and_config(report: Dict[str, object]):
     return config
 
 
-def _activate_for_report(report: Dict[str, object], config) -> object:
+def _activate_for_report(report: dict[str, object], config) -> object:
     """Activate as the entry point would; the error (if any) goes into the report, never raised."""
     from sglang_dsv4_ext.plugin import activation
 
@@ -102,15 +101,18 @@ def _activate_for_report(report: Dict[str, object], config) -> object:
     return error
 
 
-def _release_row(target: compat.Target, release: str, state) -> Dict[str, object]:
+def _release_row(target: compat.Target, release: str, state) -> dict[str, object]:
     """A row as the running release has it; a row that release lacks says so (status not-in-release)."""
     from sglang_dsv4_ext.plugin import activation
 
     here = target.row_for(release)
-    row: Dict[str, object] = {"target": target.path, "area": target.area, "feature": target.feature}
+    row: dict[str, object] = {"target": target.path, "area": target.area, "feature": target.feature}
     if here is None:
-        row.update(status=activation.NOT_IN_RELEASE, signature=None,
-                   detail=f"SGLang {release} has no such target: {target.on(release).lacks}")
+        row.update(
+            status=activation.NOT_IN_RELEASE,
+            signature=None,
+            detail=f"SGLang {release} has no such target: {target.on(release).lacks}",
+        )
     else:
         row.update(status=state.statuses.get(target.path, activation.REFUSED), signature=here.signature)
     # What each other supported release lacks for this row (one table serves them all).
@@ -118,9 +120,9 @@ def _release_row(target: compat.Target, release: str, state) -> Dict[str, object
     return row
 
 
-def _target_rows(state) -> List[Dict[str, object]]:
+def _target_rows(state) -> list[dict[str, object]]:
     release = compat.rows_release(state.sglang_version or compat.installed_sglang_version())
-    targets: List[Dict[str, object]] = []
+    targets: list[dict[str, object]] = []
     for target in compat.TARGETS:
         row = _release_row(target, release, state)
         if target.path in state.accessor_verdicts:
@@ -129,9 +131,11 @@ def _target_rows(state) -> List[Dict[str, object]]:
             row["detail"] = state.details[target.path]
         if target is compat.INDEXER_BYTES_PER_TOKEN and state.config is not None:
             # This row also changes stock behaviour for operators who never asked for bf16.
-            row["fp4_budget"] = (f"{state.config.fp4_budget}: SGLang's CUDA fp4 indexer is budgeted at "
-                                 + ("its stock 132-B estimate" if state.config.fp4_budget == "stock"
-                                    else "the 68 B it allocates (stock: 132 B; SGLANG_DSV4_FP4_BUDGET=stock)"))
+            row["fp4_budget"] = f"{state.config.fp4_budget}: SGLang's CUDA fp4 indexer is budgeted at " + (
+                "its stock 132-B estimate"
+                if state.config.fp4_budget == "stock"
+                else "the 68 B it allocates (stock: 132 B; SGLANG_DSV4_FP4_BUDGET=stock)"
+            )
         targets.append(row)
     return targets
 
@@ -139,22 +143,26 @@ def _target_rows(state) -> List[Dict[str, object]]:
 MATCHES = "matches"  # a called name as the table expects it
 
 
-def _called_rows() -> List[Dict[str, str]]:
+def _called_rows() -> list[dict[str, str]]:
     """Each SGLang name the hooks call (compat.CALLED), checked against the installed SGLang as activation checks it."""
     from sglang_dsv4_ext.plugin import activation
 
     drifts = {d.target: d for d in compat.check_targets(compat.CALLED)}
     rows = []
     for target in compat.CALLED:
-        row = {"called": target.path, "status": activation.DRIFTED if target.path in drifts else MATCHES,
-               "area": target.area, "signature": target.signature}
+        row = {
+            "called": target.path,
+            "status": activation.DRIFTED if target.path in drifts else MATCHES,
+            "area": target.area,
+            "signature": target.signature,
+        }
         if target.path in drifts:
             row["detail"] = drifts[target.path].describe()
         rows.append(row)
     return rows
 
 
-def _mark_fixed_in_source(report: Dict[str, object], targets: List[Dict[str, str]]) -> None:
+def _mark_fixed_in_source(report: dict[str, object], targets: list[dict[str, str]]) -> None:
     """Fixes the installed SGLang already carries in its source (patches/): the same verdict
     `sglang-dsv4 patches status` gives, so both commands agree on what is upstream."""
     from sglang_dsv4_ext.plugin import activation
@@ -182,7 +190,7 @@ def _prefill_graph_report() -> str:
     return answer.sentence() if answer else "no server args in this process"
 
 
-def _capture_report(config, model, model_name: str) -> Dict[str, object]:
+def _capture_report(config, model, model_name: str) -> dict[str, object]:
     """The capture this configuration would run, checked as the pool build will check it (layer ids
     against ``model``, the directory on this machine's filesystem)."""
     from sglang_dsv4_ext.index_k import capture_check
@@ -191,7 +199,7 @@ def _capture_report(config, model, model_name: str) -> Dict[str, object]:
         return {"enabled": None}  # the configuration itself is refused (the report's error says why)
     if not (config.enabled and config.capture.enabled):
         return {"enabled": False}
-    row: Dict[str, object] = {"enabled": True, "directory": config.capture.directory, "model_config": model_name}
+    row: dict[str, object] = {"enabled": True, "directory": config.capture.directory, "model_config": model_name}
     try:
         captured = capture_check.check_capture(config.capture, model, model_name)
     except ConfigError as exc:
@@ -202,7 +210,7 @@ def _capture_report(config, model, model_name: str) -> Dict[str, object]:
     return row
 
 
-def collect_report(model=None, model_name: str = "") -> Dict[str, object]:
+def collect_report(model=None, model_name: str = "") -> dict[str, object]:
     """Everything doctor says; capture layer ids are checked against ``model`` (default: the bundled config)."""
     from sglang_dsv4_ext.index_k import capture_check
     from sglang_dsv4_ext.plugin import activation
@@ -210,8 +218,7 @@ def collect_report(model=None, model_name: str = "") -> Dict[str, object]:
 
     if model is None:
         model, model_name = dsv4_model.load_model(), capture_check.BUNDLED
-    report: Dict[str, object] = {"ext_version": __version__,
-                                 "supported_sglang": list(compat.SUPPORTED_SGLANG_VERSIONS)}
+    report: dict[str, object] = {"ext_version": __version__, "supported_sglang": list(compat.SUPPORTED_SGLANG_VERSIONS)}
     config = _versions_and_config(report)
     report["capture"] = _capture_report(config, model, model_name)
     error = _activate_for_report(report, config)
@@ -225,18 +232,23 @@ def collect_report(model=None, model_name: str = "") -> Dict[str, object]:
     report["targets"] = targets
     report["called"] = _called_rows()
     drifted_calls = [row["detail"] for row in report["called"] if "detail" in row]
-    report["error"] = error or report["capture"].get("problem") or (
-        "SGLang names the hooks call drifted: " + "; ".join(drifted_calls) if drifted_calls else None)
+    report["error"] = (
+        error
+        or report["capture"].get("problem")
+        or ("SGLang names the hooks call drifted: " + "; ".join(drifted_calls) if drifted_calls else None)
+    )
     cuda = _cuda_report()
     report["cuda"] = cuda
     report["kernel_backends"] = _kernel_backends(cuda)
     return report
 
 
-def _print_human(report: Dict[str, object]) -> None:
+def _print_human(report: dict[str, object]) -> None:
     print(f"sglang-dsv4-ext {report['ext_version']}")
-    print(f"SGLang          {report.get('sglang_version')}  ({report.get('sglang_path', '?')}; supported: "
-          f"{', '.join(report['supported_sglang'])})")
+    print(
+        f"SGLang          {report.get('sglang_version')}  ({report.get('sglang_path', '?')}; supported: "
+        f"{', '.join(report['supported_sglang'])})"
+    )
     print(f"config          {report.get('config')}")
     print(f"activated       {report['activated']} ({report['activation_seconds']} s)")
     print(f"prefill graph   {report['prefill_graph']}")
@@ -267,7 +279,7 @@ def _print_human(report: Dict[str, object]) -> None:
         print(f"  {name:<30} {status}")
 
 
-def _print_target_row(row: Dict[str, object], width: int) -> None:
+def _print_target_row(row: dict[str, object], width: int) -> None:
     from sglang_dsv4_ext.plugin import activation
 
     name = row["target"].removeprefix("sglang.srt.")
@@ -280,7 +292,7 @@ def _print_target_row(row: Dict[str, object], width: int) -> None:
         print(f"{'':<{width}}  on SGLang {version}: {lacks}")
 
 
-def _capture_line(row: Dict[str, object]) -> str:
+def _capture_line(row: dict[str, object]) -> str:
     if row["enabled"] is None:
         return "not checked: the configuration is invalid (see error)"
     if not row["enabled"]:
@@ -288,8 +300,10 @@ def _capture_line(row: Dict[str, object]) -> str:
     if "problem" in row:
         return f"REFUSED at pool build: {row['problem']}"
     layers = ",".join(map(str, row["layers"]))
-    return (f"{row['directory']}: c4 layers {layers} ({len(row['layers'])} of {row['c4_layers']}; ids checked "
-            f"against {row['model_config']})")
+    return (
+        f"{row['directory']}: c4 layers {layers} ({len(row['layers'])} of {row['c4_layers']}; ids checked "
+        f"against {row['model_config']})"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -328,7 +342,10 @@ def add_subparser(subparsers) -> None:
         "Exit code 1 if activation or the pool build would refuse.",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--model-config", metavar="PATH",
-                        help="the model's config.json (or its directory) to check capture layer ids against "
-                        "(default: the bundled DeepSeek-V4-Flash config)")
+    parser.add_argument(
+        "--model-config",
+        metavar="PATH",
+        help="the model's config.json (or its directory) to check capture layer ids against "
+        "(default: the bundled DeepSeek-V4-Flash config)",
+    )
     parser.set_defaults(func=run)

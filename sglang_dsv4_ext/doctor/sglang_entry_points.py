@@ -8,8 +8,6 @@ it against the installed SGLang's source (every file that calls ``load_plugins()
 
 from __future__ import annotations
 
-from typing import Dict, List
-
 # (what an operator starts, the SGLang file that calls load_plugins() in it)
 LOAD_PLUGINS = (
     ("python -m sglang.launch_server", "launch_server.py"),
@@ -22,29 +20,37 @@ LOAD_PLUGINS = (
 # (what an operator starts, the SGLang file it runs, which never calls load_plugins())
 NEVER_LOAD_PLUGINS = (
     ("python -m sglang.benchmark.one_batch", "benchmark/one_batch.py"),
-    ("--use-ray: the Ray scheduler actors (the driver loads plugins, the actors build the model)",
-     "srt/ray/scheduler_actor.py"),
+    (
+        "--use-ray: the Ray scheduler actors (the driver loads plugins, the actors build the model)",
+        "srt/ray/scheduler_actor.py",
+    ),
 )
 
 
-def report() -> Dict[str, object]:
+def report() -> dict[str, object]:
     """doctor's ``entry_points``: both lists and whether the startup hook runs in this interpreter."""
     from sglang_dsv4_ext import bootstrap
 
-    hook = ("installed: in those entry points the DeepSeek-V4 model build calls load_plugins() first"
-            if bootstrap.installed() else
-            "NOT running in this interpreter (sglang_dsv4_ext-bootstrap.pth is not in its site-packages: a --target "
-            "install, or the checkout on PYTHONPATH?): those entry points build DeepSeek-V4 with stock SGLang")
-    return {"load_plugins": [name for name, _ in LOAD_PLUGINS],
-            "never_load_plugins": [name for name, _ in NEVER_LOAD_PLUGINS],
-            "startup_hook": hook,
-            "use_ray": "refused by `sglang-dsv4 serve`: the actors' output goes to Ray's logs, where serve cannot "
-                       "check the activation line"}
+    hook = (
+        "installed: in those entry points the DeepSeek-V4 model build calls load_plugins() first"
+        if bootstrap.installed()
+        else "NOT running in this interpreter (sglang_dsv4_ext-bootstrap.pth is not in its site-packages: a --target "
+        "install, or the checkout on PYTHONPATH?): those entry points build DeepSeek-V4 with stock SGLang"
+    )
+    return {
+        "load_plugins": [name for name, _ in LOAD_PLUGINS],
+        "never_load_plugins": [name for name, _ in NEVER_LOAD_PLUGINS],
+        "startup_hook": hook,
+        "use_ray": "refused by `sglang-dsv4 serve`: the actors' output goes to Ray's logs, where serve cannot "
+        "check the activation line",
+    }
 
 
-def lines(entry_points: Dict[str, object]) -> List[str]:
+def lines(entry_points: dict[str, object]) -> list[str]:
     """The report as doctor prints it."""
-    return [f"entry points    load plugins: {', '.join(entry_points['load_plugins'])}",
-            f"                never load plugins: {'; '.join(entry_points['never_load_plugins'])}",
-            f"                startup hook: {entry_points['startup_hook']}",
-            f"                --use-ray: {entry_points['use_ray']}"]
+    return [
+        f"entry points    load plugins: {', '.join(entry_points['load_plugins'])}",
+        f"                never load plugins: {'; '.join(entry_points['never_load_plugins'])}",
+        f"                startup hook: {entry_points['startup_hook']}",
+        f"                --use-ray: {entry_points['use_ray']}",
+    ]

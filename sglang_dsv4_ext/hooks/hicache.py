@@ -89,11 +89,11 @@ def _refuse_external_linker(kvcache, backend: str) -> None:
         )
 
 
-def _around_create_external_linker(original, server_args, params, *, backend, config, components,
-                                   forward_stream=None):
+def _around_create_external_linker(original, server_args, params, *, backend, config, components, forward_stream=None):
     _refuse_external_linker(params.token_to_kv_pool_allocator.get_kvcache(), repr(backend))
-    return original(server_args, params, backend=backend, config=config, components=components,
-                    forward_stream=forward_stream)
+    return original(
+        server_args, params, backend=backend, config=config, components=components, forward_stream=forward_stream
+    )
 
 
 def _around_dsv4_linker_pool_group(original, kvcache, page_size, *args, **kwargs):

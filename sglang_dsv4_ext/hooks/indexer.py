@@ -38,7 +38,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-from typing import TYPE_CHECKING, Iterator, Optional
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -83,6 +84,7 @@ def index_k_pool_scope(bf16: bool) -> Iterator[None]:
 
 # --- store: the compressor's indexer branch ----------------------------------------------
 
+
 def _around_forward_unified(original, self, x, forward_batch, layer_id, compressor):
     # Only the c4 indexer's keys live in the bf16 pool (V4.1's low-ratio pools stay fp4).
     if not compressor.is_in_indexer or compressor.ratio != 4 or not backend_stores_bf16_index_k(self):
@@ -110,8 +112,13 @@ def store_compressed_index_k_bf16(backend, x, forward_batch, layer_id, compresso
     coff = 2 if compressor_v2.is_overlap_compress(ratio) else 1
     kv_score_buffer = state_pool.kv_score_buffer.kv_score.view(-1, ratio, 2 * head_dim * coff)
     kv_compressed = compress_forward(
-        kv_score_buffer=kv_score_buffer, kv_score_input=kv_score_input, ape=compressor.ape.view(-1, head_dim),
-        plan=plan, compress_ratio=ratio, head_dim=head_dim, is_online=False,
+        kv_score_buffer=kv_score_buffer,
+        kv_score_input=kv_score_input,
+        ape=compressor.ape.view(-1, head_dim),
+        plan=plan,
+        compress_ratio=ratio,
+        head_dim=head_dim,
+        is_online=False,
     )
     if kv_compressed.shape[0] == 0:
         return
@@ -131,17 +138,31 @@ def store_compressed_index_k_bf16(backend, x, forward_batch, layer_id, compresso
     # SGLang's JIT store casts the norm weight to the activation dtype first; match it bit for bit.
     norm_weight = compressor.norm.weight.to(kv_compressed.dtype)
     _kernels().store_index_k_bf16(
-        kv_compressed, norm_weight, compressor.norm.variance_epsilon, compressor.freqs_cis,
-        positions, out_loc_rows, cache,
+        kv_compressed,
+        norm_weight,
+        compressor.norm.variance_epsilon,
+        compressor.freqs_cis,
+        positions,
+        out_loc_rows,
+        cache,
     )
     # SGLANG_DSV4_INDEX_K_CAPTURE: what this store rounded to bf16 is recall's reference (sampled layers only).
     capture = index_k_capture.capture_for(token_to_kv_pool)
     if capture is not None:
-        capture.note_stored(layer_id, forward_batch, kv_compressed, norm_weight, compressor.norm.variance_epsilon,
-                            compressor.freqs_cis, positions, out_loc_rows)
+        capture.note_stored(
+            layer_id,
+            forward_batch,
+            kv_compressed,
+            norm_weight,
+            compressor.norm.variance_epsilon,
+            compressor.freqs_cis,
+            positions,
+            out_loc_rows,
+        )
 
 
 # --- query ----------------------------------------------------------------------------------
+
 
 def _around_compute_q(original, self, q_lora, positions, weight, *release_args, **release_kwargs):
     # SGLang 0.5.23 passes q_lora_quant (positionally, from _forward_prepare_normal); 0.5.22 has none.
@@ -158,25 +179,54 @@ def _around_compute_q(original, self, q_lora, positions, weight, *release_args, 
 
 # --- logits + SGLang's top-k -----------------------------------------------------------------
 
+
 def _around_can_use_nonpaged(original, self, *, c4_indexer, forward_batch, indexer_metadata):
     if backend_stores_bf16_index_k(self):
         return False  # the non-paged path gathers fp8 rows for DeepGEMM
     return original(self, c4_indexer=c4_indexer, forward_batch=forward_batch, indexer_metadata=indexer_metadata)
 
 
-def _around_forward_c4_indexer(original, self, x, q_lora, c4_indexer, forward_batch, alt_streams=None,
-                               enable_multi_stream=False, q_lora_ready=None, skip_compressor=False,
-                               **release_kwargs):
+def _around_forward_c4_indexer(
+    original,
+    self,
+    x,
+    q_lora,
+    c4_indexer,
+    forward_batch,
+    alt_streams=None,
+    enable_multi_stream=False,
+    q_lora_ready=None,
+    skip_compressor=False,
+    **release_kwargs,
+):
     # release_kwargs: 0.5.23's q_lora_quant (SGLang passes it by name); 0.5.22 has no such parameter.
     if c4_indexer.use_fp4_indexer or not backend_stores_bf16_index_k(self):
         with index_k_pool_scope(False):
-            return original(self, x, q_lora, c4_indexer, forward_batch, alt_streams=alt_streams,
-                            enable_multi_stream=enable_multi_stream, q_lora_ready=q_lora_ready,
-                            skip_compressor=skip_compressor, **release_kwargs)
+            return original(
+                self,
+                x,
+                q_lora,
+                c4_indexer,
+                forward_batch,
+                alt_streams=alt_streams,
+                enable_multi_stream=enable_multi_stream,
+                q_lora_ready=q_lora_ready,
+                skip_compressor=skip_compressor,
+                **release_kwargs,
+            )
     with index_k_pool_scope(True):
-        return forward_c4_indexer_bf16(self, x, q_lora, c4_indexer, forward_batch, alt_streams=alt_streams,
-                                       enable_multi_stream=enable_multi_stream, q_lora_ready=q_lora_ready,
-                                       skip_compressor=skip_compressor, **release_kwargs)
+        return forward_c4_indexer_bf16(
+            self,
+            x,
+            q_lora,
+            c4_indexer,
+            forward_batch,
+            alt_streams=alt_streams,
+            enable_multi_stream=enable_multi_stream,
+            q_lora_ready=q_lora_ready,
+            skip_compressor=skip_compressor,
+            **release_kwargs,
+        )
 
 
 def _match_rows(tensor: torch.Tensor, rows: int, value: int) -> torch.Tensor:
@@ -205,8 +255,20 @@ def _same_rows(x, q_lora, q_lora_quant, positions):
     return x[:num_queries], q_lora, q_lora_quant, positions[:num_queries]
 
 
-def _bf16_queries(backend, x, q_lora, c4_indexer, forward_batch, positions, *, alt_streams, enable_multi_stream,
-                  q_lora_ready, skip_compressor, q_lora_quant):
+def _bf16_queries(
+    backend,
+    x,
+    q_lora,
+    c4_indexer,
+    forward_batch,
+    positions,
+    *,
+    alt_streams,
+    enable_multi_stream,
+    q_lora_ready,
+    skip_compressor,
+    q_lora_quant,
+):
     """SGLang's own query preparation (our compute_q hook makes it bf16); checked before use.
 
     ``q_lora_quant`` is passed on only where SGLang has it (0.5.23): 0.5.22's ``_forward_prepare_normal``
@@ -215,14 +277,24 @@ def _bf16_queries(backend, x, q_lora, c4_indexer, forward_batch, positions, *, a
     release_kwargs = {} if q_lora_quant is None else {"q_lora_quant": q_lora_quant}
     if enable_multi_stream:
         q_indexer, weights = backend._forward_prepare_multi_stream(
-            x=x, q_lora=q_lora, c4_indexer=c4_indexer, positions=positions, forward_batch=forward_batch,
-            alt_streams=alt_streams, q_lora_ready=q_lora_ready,
+            x=x,
+            q_lora=q_lora,
+            c4_indexer=c4_indexer,
+            positions=positions,
+            forward_batch=forward_batch,
+            alt_streams=alt_streams,
+            q_lora_ready=q_lora_ready,
         )
     else:
         assert q_lora_ready is None
         q_indexer, weights = backend._forward_prepare_normal(
-            x=x, q_lora=q_lora, c4_indexer=c4_indexer, positions=positions, forward_batch=forward_batch,
-            skip_compressor=skip_compressor, **release_kwargs,
+            x=x,
+            q_lora=q_lora,
+            c4_indexer=c4_indexer,
+            positions=positions,
+            forward_batch=forward_batch,
+            skip_compressor=skip_compressor,
+            **release_kwargs,
         )
     if q_indexer.dtype != torch.bfloat16 or q_indexer.dim() != 3:
         raise Bf16IndexKUnsupported(
@@ -232,9 +304,19 @@ def _bf16_queries(backend, x, q_lora, c4_indexer, forward_batch, positions, *, a
     return q_indexer, weights
 
 
-def forward_c4_indexer_bf16(backend, x, q_lora, c4_indexer, forward_batch, *, alt_streams=None,
-                            enable_multi_stream=False, q_lora_ready=None, skip_compressor=False,
-                            q_lora_quant=None) -> None:
+def forward_c4_indexer_bf16(
+    backend,
+    x,
+    q_lora,
+    c4_indexer,
+    forward_batch,
+    *,
+    alt_streams=None,
+    enable_multi_stream=False,
+    q_lora_ready=None,
+    skip_compressor=False,
+    q_lora_quant=None,
+) -> None:
     """SGLang's ``forward_c4_indexer`` for a bf16 index-K pool (paged branch only)."""
     from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
 
@@ -247,8 +329,16 @@ def forward_c4_indexer_bf16(backend, x, q_lora, c4_indexer, forward_batch, *, al
     _refuse_unsupported(backend)
     x, q_lora, q_lora_quant, positions = _same_rows(x, q_lora, q_lora_quant, core_metadata.positions)
     q_indexer, weights = _bf16_queries(
-        backend, x, q_lora, c4_indexer, forward_batch, positions, alt_streams=alt_streams,
-        enable_multi_stream=enable_multi_stream, q_lora_ready=q_lora_ready, skip_compressor=skip_compressor,
+        backend,
+        x,
+        q_lora,
+        c4_indexer,
+        forward_batch,
+        positions,
+        alt_streams=alt_streams,
+        enable_multi_stream=enable_multi_stream,
+        q_lora_ready=q_lora_ready,
+        skip_compressor=skip_compressor,
         q_lora_quant=q_lora_quant,
     )
     weights = weights.squeeze(2).float()
@@ -269,11 +359,27 @@ def forward_c4_indexer_bf16(backend, x, q_lora, c4_indexer, forward_batch, *, al
     logits_fn = _kernels().paged_mqa_logits_bf16
     all_rows = slice(0, query_rows)
 
-    def run_rows(rows: slice, topk_plan: Optional[torch.Tensor]) -> None:
-        logits = logits_fn(q_indexer[rows], cache, weights[rows], c4_seq_lens[rows], page_table[rows],
-                           indexer_metadata.max_compressed_seq_len)
-        _run_topk_transform(backend, indexer_metadata, logits, rows, all_rows, c4_seq_lens, page_table,
-                            c4_sparse_page_indices, raw_indices, topk_plan)
+    def run_rows(rows: slice, topk_plan: torch.Tensor | None) -> None:
+        logits = logits_fn(
+            q_indexer[rows],
+            cache,
+            weights[rows],
+            c4_seq_lens[rows],
+            page_table[rows],
+            indexer_metadata.max_compressed_seq_len,
+        )
+        _run_topk_transform(
+            backend,
+            indexer_metadata,
+            logits,
+            rows,
+            all_rows,
+            c4_seq_lens,
+            page_table,
+            c4_sparse_page_indices,
+            raw_indices,
+            topk_plan,
+        )
 
     if isinstance(indexer_metadata.deep_gemm_metadata, list):
         topk_plans = indexer_metadata.topk_metadata_chunks
@@ -285,14 +391,29 @@ def forward_c4_indexer_bf16(backend, x, q_lora, c4_indexer, forward_batch, *, al
         run_rows(all_rows, None)
 
 
-def _run_topk_transform(backend: DSV4AttentionBackend, indexer_metadata, logits, rows, all_rows, c4_seq_lens,
-                        page_table, c4_sparse_page_indices, raw_indices, topk_plan) -> None:
+def _run_topk_transform(
+    backend: DSV4AttentionBackend,
+    indexer_metadata,
+    logits,
+    rows,
+    all_rows,
+    c4_seq_lens,
+    page_table,
+    c4_sparse_page_indices,
+    raw_indices,
+    topk_plan,
+) -> None:
     """SGLang's own top-k transforms on fp32 logits, chosen exactly as ``forward_c4_indexer`` does."""
     from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
 
     row_raw = raw_indices[rows] if raw_indices is not None else None
-    args = (logits, c4_seq_lens[rows], page_table[rows], c4_sparse_page_indices[rows],
-            indexer_metadata.compressed_page_size)
+    args = (
+        logits,
+        c4_seq_lens[rows],
+        page_table[rows],
+        c4_sparse_page_indices[rows],
+        indexer_metadata.compressed_page_size,
+    )
     topk_backend = backend.dsa_topk_backend
     if topk_backend.is_torch():
         sg_indexer.topk_transform_pytorch_vectorized(*args, row_raw)
@@ -301,8 +422,9 @@ def _run_topk_transform(backend: DSV4AttentionBackend, indexer_metadata, logits,
         backend.flashinfer_topk_transform(*args, row_raw)
     elif topk_backend.should_use_topk_v2():
         if topk_plan is None:
-            topk_plan = (indexer_metadata.topk_metadata if rows == all_rows
-                         else sg_indexer.plan_topk_v2(c4_seq_lens[rows]))
+            topk_plan = (
+                indexer_metadata.topk_metadata if rows == all_rows else sg_indexer.plan_topk_v2(c4_seq_lens[rows])
+            )
         sg_indexer.topk_transform_paged_v2(*args, topk_plan, row_raw)
     else:
         sg_indexer.topk_transform_paged(*args, row_raw)

@@ -88,10 +88,14 @@ def _after_host_pool_init(result, self, pool_name, device_buffers, item_bytes, n
     if mode == index_k_integrity.OFF or str(getattr(pool_name, "value", pool_name)) != _c4_indexer_pool_name():
         return None
     series = index_k_integrity.Series(index_k_integrity.WHERE_LOAD)  # exported at zero from here on
-    setattr(self, _TRACKER, index_k_integrity.IntegrityTracker(mode, list(device_buffers), int(num_host_pages),
-                                                                series=series))
-    logger.info("index-K integrity %s: checksums for %d layers x %d host pages", mode, len(device_buffers),
-                num_host_pages)
+    setattr(
+        self,
+        _TRACKER,
+        index_k_integrity.IntegrityTracker(mode, list(device_buffers), int(num_host_pages), series=series),
+    )
+    logger.info(
+        "index-K integrity %s: checksums for %d layers x %d host pages", mode, len(device_buffers), num_host_pages
+    )
     return None
 
 
@@ -122,8 +126,7 @@ def _after_backup(result, self, device_pool, host_indices, device_indices, io_ba
     return None
 
 
-def _after_load_layer(result, self, device_pool, host_indices, device_indices, layer_id, io_backend, *,
-                      is_draft=False):
+def _after_load_layer(result, self, device_pool, host_indices, device_indices, layer_id, io_backend, *, is_draft=False):
     tracker = _tracker_for_transfer(self, device_pool, host_indices, device_indices)
     if tracker is None:
         return None
@@ -155,8 +158,11 @@ def _after_group_init(result, self, entries):
     if not borrowers:
         return None
     if self.anchor_entry.name != _pool_names().KV:
-        logger.warning("index-K integrity: host pool group anchored on %s, not KV: pages reused through it are not "
-                       "forgotten by the c4 indexer mirror", self.anchor_entry.name)
+        logger.warning(
+            "index-K integrity: host pool group anchored on %s, not KV: pages reused through it are not "
+            "forgotten by the c4 indexer mirror",
+            self.anchor_entry.name,
+        )
         return None
     setattr(self.anchor_entry.host_pool, _BORROWERS, borrowers)
     return None

@@ -28,7 +28,7 @@ from __future__ import annotations
 import inspect
 import logging
 from fractions import Fraction
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -105,8 +105,11 @@ def _bf16_pool_class():
     if _BF16_POOL_CLASS is None:
         from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4IndexerPool
 
-        _BF16_POOL_CLASS = type("DeepSeekV4Bf16IndexerPool", (_Bf16IndexKPoolMethods, DeepSeekV4IndexerPool),
-                                {"__doc__": "c4 indexer pool storing index-K as bf16 (sglang-dsv4-ext)."})
+        _BF16_POOL_CLASS = type(
+            "DeepSeekV4Bf16IndexerPool",
+            (_Bf16IndexKPoolMethods, DeepSeekV4IndexerPool),
+            {"__doc__": "c4 indexer pool storing index-K as bf16 (sglang-dsv4-ext)."},
+        )
     return _BF16_POOL_CLASS
 
 
@@ -140,19 +143,52 @@ def store_rows_in_bf16_pages(
     flat.index_copy_(0, loc[keep], rows[keep].to(torch.bfloat16))
 
 
-def _around_make_indexer_pool(original, self, size, page_size, dtype, index_head_dim, layer_num, device,
-                              enable_memory_saver, force_fp4=False, global_page_size=None, **release_kwargs):
+def _around_make_indexer_pool(
+    original,
+    self,
+    size,
+    page_size,
+    dtype,
+    index_head_dim,
+    layer_num,
+    device,
+    enable_memory_saver,
+    force_fp4=False,
+    global_page_size=None,
+    **release_kwargs,
+):
     # Low-ratio (V4.1) pools are always fp4; only the c4 indexer can be bf16. release_kwargs: what only
     # some releases pass (0.5.23's index_k_page8, for a low-ratio pool), handed on as given.
     if force_fp4 or effective_index_k_dtype(False) != BF16:
-        return original(self, size, page_size, dtype, index_head_dim, layer_num, device, enable_memory_saver,
-                        force_fp4=force_fp4, global_page_size=global_page_size, **release_kwargs)
+        return original(
+            self,
+            size,
+            page_size,
+            dtype,
+            index_head_dim,
+            layer_num,
+            device,
+            enable_memory_saver,
+            force_fp4=force_fp4,
+            global_page_size=global_page_size,
+            **release_kwargs,
+        )
     cls = _bf16_pool_class()
-    return cls(size, page_size, dtype, index_head_dim, layer_num, device, enable_memory_saver,
-               use_fp4_indexer=False, global_page_size=global_page_size)
+    return cls(
+        size,
+        page_size,
+        dtype,
+        index_head_dim,
+        layer_num,
+        device,
+        enable_memory_saver,
+        use_fp4_indexer=False,
+        global_page_size=global_page_size,
+    )
 
 
 # --- startup self-check ------------------------------------------------------------------
+
 
 def index_k_allocated_bytes_per_full_token(kv_pool: DSV4TokenToKVPool) -> Fraction:
     """Index-K bytes the c4 indexer pool allocated per full token (page rounding accounted).
@@ -167,7 +203,7 @@ def index_k_allocated_bytes_per_full_token(kv_pool: DSV4TokenToKVPool) -> Fracti
     return Fraction(row_bytes, index_pool.global_page_size)
 
 
-def check_index_k_budget(kv_pool: DSV4TokenToKVPool, *, is_draft_worker: bool = False) -> Optional[str]:
+def check_index_k_budget(kv_pool: DSV4TokenToKVPool, *, is_draft_worker: bool = False) -> str | None:
     """Raise :class:`IndexKSizingError` if allocation != budget; return a short report."""
     budget = index_k_budget.last_budget()
     allocated = index_k_allocated_bytes_per_full_token(kv_pool)
@@ -195,8 +231,10 @@ def check_index_k_budget(kv_pool: DSV4TokenToKVPool, *, is_draft_worker: bool = 
     budgeted = budget.bytes_per_full_token
     low_ratio = _check_low_ratio_index_k(kv_pool, budget)
     if allocated < budgeted and _stock_fp4_estimate_in_force(kv_pool):
-        return (f"{float(allocated):.2f} B per full token ({layers} c4 layers) < budget {float(budgeted):.2f} B: "
-                f"SGLang's stock fp4 estimate kept ({ENV_FP4_BUDGET}=stock)" + low_ratio)
+        return (
+            f"{float(allocated):.2f} B per full token ({layers} c4 layers) < budget {float(budgeted):.2f} B: "
+            f"SGLang's stock fp4 estimate kept ({ENV_FP4_BUDGET}=stock)" + low_ratio
+        )
     if allocated != budgeted:
         gap = allocated - budgeted
         raise IndexKSizingError(

@@ -58,12 +58,20 @@ def _log_fp4_budget_once(index_head_dim: int, stock: bool) -> None:
     _fp4_budget_logged.set()
     exact, estimate = index_k_bytes_per_token("fp4", index_head_dim), index_k_bytes_per_token("fp8", index_head_dim)
     if stock:
-        logger.warning("fp4 index-K: budgeting SGLang's stock %d B per token while the pool allocates %d B "
-                       "(%s=stock)", estimate, exact, ENV_FP4_BUDGET)
+        logger.warning(
+            "fp4 index-K: budgeting SGLang's stock %d B per token while the pool allocates %d B (%s=stock)",
+            estimate,
+            exact,
+            ENV_FP4_BUDGET,
+        )
     else:
-        logger.warning("fp4 index-K: budgeting the %d B per token the pool allocates instead of SGLang's stock "
-                       "estimate of %d B, so more tokens fit; %s=stock keeps the stock estimate",
-                       exact, estimate, ENV_FP4_BUDGET)
+        logger.warning(
+            "fp4 index-K: budgeting the %d B per token the pool allocates instead of SGLang's stock "
+            "estimate of %d B, so more tokens fit; %s=stock keeps the stock estimate",
+            exact,
+            estimate,
+            ENV_FP4_BUDGET,
+        )
 
 
 def _after_configurator_init(result, self, kvc):
@@ -72,8 +80,9 @@ def _after_configurator_init(result, self, kvc):
         c4_index_layers=len(self.stage_owner_layers.get(4, ())),
         spec_inflation=float(getattr(self, "_spec_infl", 1.0)),
         low_ratio_index_bytes=int(getattr(self, "low_ratio_index_bytes", 0)),
-        low_ratio_index_layers=tuple((ratio, len(self.stage_owner_layers[ratio]))
-                                     for ratio in (1, 2) if self.stage_owner_layers.get(ratio)),
+        low_ratio_index_layers=tuple(
+            (ratio, len(self.stage_owner_layers[ratio])) for ratio in (1, 2) if self.stage_owner_layers.get(ratio)
+        ),
     )
     index_k_budget.record(budget)
     return None

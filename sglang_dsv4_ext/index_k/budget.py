@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Dict, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -22,7 +21,7 @@ class IndexKBudget:
     spec_inflation: float
     # DeepSeek-V4.1's ratio-1/2 index-K (always fp4): bytes per slot and (ratio, kv_source layers) of this stage.
     low_ratio_index_bytes: int = 0
-    low_ratio_index_layers: Tuple[Tuple[int, int], ...] = ()
+    low_ratio_index_layers: tuple[tuple[int, int], ...] = ()
 
     @property
     def bytes_per_full_token(self) -> Fraction:
@@ -30,11 +29,11 @@ class IndexKBudget:
         return Fraction(self.indexer_bytes_per_token * self.c4_index_layers, 4)
 
 
-_BUDGETS: Dict[str, IndexKBudget] = {}
+_BUDGETS: dict[str, IndexKBudget] = {}
 _BUDGET_LOCK = threading.Lock()
 
 
-def last_budget() -> Optional[IndexKBudget]:
+def last_budget() -> IndexKBudget | None:
     with _BUDGET_LOCK:
         return _BUDGETS.get("last")
 

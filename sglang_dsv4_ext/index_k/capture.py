@@ -46,8 +46,9 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple
 
 import torch
 
@@ -73,21 +74,22 @@ MIB = 1 << 20
 
 # --- which layers, which rows -------------------------------------------------------------------
 
-def model_c4_layers(pool) -> List[int]:
+
+def model_c4_layers(pool) -> list[int]:
     return c4_layer_ids(pool.compression_ratios)
 
 
-def c4_layer_ids(compression_ratios: Sequence[int]) -> List[int]:
+def c4_layer_ids(compression_ratios: Sequence[int]) -> list[int]:
     """Layer ids (model numbering) whose compressor ratio is 4: the layers with a c4 indexer."""
     return [layer for layer, ratio in enumerate(compression_ratios) if ratio == 4]
 
 
-def selected_layers(spec: str, c4_layers: Sequence[int], stage: Optional[range] = None) -> FrozenSet[int]:
+def selected_layers(spec: str, c4_layers: Sequence[int], stage: range | None = None) -> frozenset[int]:
     """The c4 layers ``spec`` (``all`` | ``every:N`` | ``2,4,10``) selects on this pipeline stage."""
     if spec == "all":
         chosen = list(c4_layers)
     elif spec.startswith("every:"):
-        chosen = list(c4_layers)[::int(spec.split(":", 1)[1])]
+        chosen = list(c4_layers)[:: int(spec.split(":", 1)[1])]
     else:
         chosen = [int(i) for i in spec.split(",")]
         unknown = sorted(set(chosen) - set(c4_layers))
@@ -101,11 +103,11 @@ def selected_layers(spec: str, c4_layers: Sequence[int], stage: Optional[range] 
 
 class RequestRows(NamedTuple):
     rid: str
-    rows: List[int]  # query rows of the forward call
+    rows: list[int]  # query rows of the forward call
     key_bound: int  # host-side upper bound of the keys its rows read (0: none yet)
 
 
-def request_row_groups(forward_batch, num_rows: int, width: int) -> List[RequestRows]:
+def request_row_groups(forward_batch, num_rows: int, width: int) -> list[RequestRows]:
     """The query rows of each request of the batch: extend lengths when SGLang gives them (prefill, mixed), else
     an equal split over the batch (decode, target verify). ``width``: the most keys a page-table row can address."""
     lengths = _rows_per_request(forward_batch, num_rows)
@@ -120,7 +122,7 @@ def request_row_groups(forward_batch, num_rows: int, width: int) -> List[Request
     return [group for group in groups if group.rows]
 
 
-def _rows_per_request(forward_batch, num_rows: int) -> List[int]:
+def _rows_per_request(forward_batch, num_rows: int) -> list[int]:
     extend = getattr(forward_batch, "extend_seq_lens_cpu", None)
     if extend is not None and 0 < sum(extend) <= num_rows:
         return [int(n) for n in extend]
@@ -130,7 +132,7 @@ def _rows_per_request(forward_batch, num_rows: int) -> List[int]:
     return [num_rows]
 
 
-def _key_bounds(forward_batch, requests: int, width: int) -> List[int]:
+def _key_bounds(forward_batch, requests: int, width: int) -> list[int]:
     """Per request, at most ``seq_lens_cpu // 4`` keys (host data, no device read), never past the page table."""
     seq_lens_cpu = getattr(forward_batch, "seq_lens_cpu", None)
     if seq_lens_cpu is None or len(seq_lens_cpu) != requests:
@@ -138,7 +140,7 @@ def _key_bounds(forward_batch, requests: int, width: int) -> List[int]:
     return [min(width, int(n) // COMPRESS_RATIO) for n in seq_lens_cpu]
 
 
-def sample_rows(rows: Sequence[int], limit: int) -> List[int]:
+def sample_rows(rows: Sequence[int], limit: int) -> list[int]:
     """At most ``limit`` evenly spaced rows, the last (longest context) always among them."""
     if len(rows) <= limit:
         return list(rows)
@@ -147,6 +149,7 @@ def sample_rows(rows: Sequence[int], limit: int) -> List[int]:
 
 
 # --- the key rows a request read (on the device: nothing here waits for it) -----------------------
+
 
 def read_slots(table_row: torch.Tensor, length: torch.Tensor, bound: int, page_size: int) -> torch.Tensor:
     """Pool slot of key t < ``bound`` of one page-table row ``[W]``, -1 from ``length`` (a 0-d device tensor) on.
@@ -172,11 +175,12 @@ def gather_keys(cache: torch.Tensor, slots: torch.Tensor, head_dim: int) -> torc
 
 class StoredKeys(NamedTuple):
     """What one forward pass's bf16 store of a layer received, as fp32 values before bf16 rounding."""
+
     forward_batch: object  # the forward pass they belong to (identity)
     slots: torch.Tensor  # [N] int64, -1: a row the store skipped
     rows: torch.Tensor  # [N, D] fp32
 
-    def lookup(self, slots: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def lookup(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """fp32 rows at ``slots`` ``[T]`` (zeros where not stored) and whether each was stored in this pass."""
         order = self.slots.argsort()
         stored = self.slots[order]
@@ -229,11 +233,12 @@ def _graph_capturing() -> bool:
 
 # --- what the writer thread makes of the copies ----------------------------------------------------
 
+
 class CaptureRefusedError(Exception):
     """What arrived on the host is not a consistent capture; the file is not written."""
 
 
-def finish_record(meta: dict, host: Dict[str, torch.Tensor], page_size: int) -> dict:
+def finish_record(meta: dict, host: dict[str, torch.Tensor], page_size: int) -> dict:
     """The file's dict, once the copies have landed: checked, trimmed to the keys read, checksummed."""
     lens, slots = host["seq_lens"], host["slots"]
     n = int(lens.max())
@@ -243,12 +248,19 @@ def finish_record(meta: dict, host: Dict[str, torch.Tensor], page_size: int) -> 
         raise CaptureRefusedError(f"a row reads {n} keys, more than the {slots.numel()} gathered (bound from the host)")
     for r, length in enumerate(lens.tolist()):
         if not torch.equal(table_slots(host["tables"][r], length, page_size), slots[:length]):
-            raise CaptureRefusedError(f"query row {meta['query_rows'][r]} reads other pool slots than the request's "
-                                 f"last row (one request's rows share its page table)")
+            raise CaptureRefusedError(
+                f"query row {meta['query_rows'][r]} reads other pool slots than the request's "
+                f"last row (one request's rows share its page table)"
+            )
     record = {name: meta[name] for name in capture_format.META_FIELDS}
-    record.update(q=host["q"], weights=host["weights"], seq_lens=lens,
-                  query_rows=torch.tensor(meta["query_rows"], dtype=torch.int64),
-                  k=host["k"][:n].clone(), slots=slots[:n].clone())  # clone: save the rows read, not the buffer
+    record.update(
+        q=host["q"],
+        weights=host["weights"],
+        seq_lens=lens,
+        query_rows=torch.tensor(meta["query_rows"], dtype=torch.int64),
+        k=host["k"][:n].clone(),
+        slots=slots[:n].clone(),
+    )  # clone: save the rows read, not the buffer
     if capture_format.PREROUNDING in host and bool(host["k_fp32_found"][:n].all()):
         record[capture_format.PREROUNDING] = host[capture_format.PREROUNDING][:n].clone()
     record[capture_format.CHECKSUM] = capture_format.content_checksum(record)
@@ -257,15 +269,16 @@ def finish_record(meta: dict, host: Dict[str, torch.Tensor], page_size: int) -> 
 
 # --- writing --------------------------------------------------------------------------------------
 
+
 class _Writer:
     """One daemon thread writing queued records; counts what it wrote."""
 
     def __init__(self):
-        self.queue: "queue.Queue" = queue.Queue()
+        self.queue: queue.Queue = queue.Queue()
         self.files = 0
         self.bytes = 0
         self.failed = 0
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     def submit(self, path: Path, make_record: Callable[[], dict], ready, nbytes: int) -> None:
         """``make_record`` runs on the writer thread after ``ready`` (a CUDA event, or None) has completed."""
@@ -334,14 +347,16 @@ def new_run_directory(root: str) -> Path:
 
 # --- the capture ----------------------------------------------------------------------------------
 
+
 class _Call(NamedTuple):
     """One indexer call's device tensors."""
+
     q: torch.Tensor  # bf16 [N, H, D]
     weights: torch.Tensor  # [N, H]
     lens: torch.Tensor  # [N] c4 lengths
     table: torch.Tensor  # [N, W] page table
     cache: torch.Tensor  # the layer's bf16 index-K pages
-    stored: Optional[StoredKeys]  # this pass's store of the layer, if capture kept it
+    stored: StoredKeys | None  # this pass's store of the layer, if capture kept it
 
 
 def _queued_bytes(rows: int, heads: int, head_dim: int, keys: int, width: int, prerounding: bool) -> int:
@@ -353,19 +368,25 @@ def _queued_bytes(rows: int, heads: int, head_dim: int, keys: int, width: int, p
 class IndexKCapture:
     """What one process captures; see the module docstring."""
 
-    def __init__(self, config: CaptureConfig, layers: FrozenSet[int], run_dir: Path):
+    def __init__(self, config: CaptureConfig, layers: frozenset[int], run_dir: Path):
         self.config, self.layers, self.run_dir = config, layers, run_dir
         self.max_bytes = config.max_mb * MIB
-        self.admitted: Dict[str, int] = {}  # request id -> request_index
+        self.admitted: dict[str, int] = {}  # request id -> request_index
         self.done: set = set()  # (request id, layer)
         self.queued_bytes = 0
-        self.stopped: Optional[str] = None  # why capture stopped
+        self.stopped: str | None = None  # why capture stopped
         self._request_bound_logged = False
-        self._stored: Dict[int, StoredKeys] = {}  # layer -> this forward pass's store, until its indexer reads it
+        self._stored: dict[int, StoredKeys] = {}  # layer -> this forward pass's store, until its indexer reads it
         self.writer = _Writer()
         atexit.register(self.writer.drain)
-        logger.info("index-K capture on: %s (requests <= %d, layers %s, rows <= %d per request and layer, "
-                    "<= %d MiB)", run_dir, config.requests, sorted(layers), config.rows, config.max_mb)
+        logger.info(
+            "index-K capture on: %s (requests <= %d, layers %s, rows <= %d per request and layer, <= %d MiB)",
+            run_dir,
+            config.requests,
+            sorted(layers),
+            config.rows,
+            config.max_mb,
+        )
 
     def _layer_open(self, layer: int) -> bool:
         return not self.stopped and layer in self.layers and not _graph_capturing()
@@ -390,9 +411,11 @@ class IndexKCapture:
         if stored is not None and stored.forward_batch is not forward_batch:
             stored = None  # kept from another forward pass: its slots may hold other rows by now
         page_size = cache.shape[1] // (2 * q.shape[-1])
-        groups = [group._replace(rows=sample_rows(group.rows, self.config.rows))
-                  for group in request_row_groups(forward_batch, q.shape[0], page_table.shape[1] * page_size)
-                  if self._wants(group.rid, layer)]
+        groups = [
+            group._replace(rows=sample_rows(group.rows, self.config.rows))
+            for group in request_row_groups(forward_batch, q.shape[0], page_table.shape[1] * page_size)
+            if self._wants(group.rid, layer)
+        ]
         call = _Call(q, weights, c4_seq_lens, page_table, cache, stored)
         topk = int(getattr(c4_indexer, "index_topk", 0) or 0)
         for group in groups:
@@ -415,48 +438,71 @@ class IndexKCapture:
         if not self._wants(group.rid, layer):  # several new requests in one call: the bound counts admissions
             return
         _, heads, head_dim = call.q.shape
-        nbytes = _queued_bytes(len(group.rows), heads, head_dim, group.key_bound, call.table.shape[1],
-                               call.stored is not None)
+        nbytes = _queued_bytes(
+            len(group.rows), heads, head_dim, group.key_bound, call.table.shape[1], call.stored is not None
+        )
         if self.queued_bytes + nbytes > self.max_bytes:
             self._stop(f"size cap reached ({ENV_CAPTURE_MAX_MB}={self.config.max_mb})")
             return
         request_index = self.admitted.setdefault(group.rid, len(self.admitted))
         host = self._copy_to_host(group, page_size, call)
-        meta = {"format_version": FORMAT_VERSION, "layer": layer, "request_id": group.rid,
-                "request_index": request_index, "index_topk": topk, "dtype": capture_format.STORED_DTYPE,
-                "page_size": page_size, "query_rows": list(group.rows)}
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "layer": layer,
+            "request_id": group.rid,
+            "request_index": request_index,
+            "index_topk": topk,
+            "dtype": capture_format.STORED_DTYPE,
+            "page_size": page_size,
+            "query_rows": list(group.rows),
+        }
         ready = _ready_event(call.q.device)
         self.queued_bytes += nbytes
         self.done.add((group.rid, layer))
-        self.writer.submit(self.run_dir / f"L{layer:03d}-req{request_index:04d}.pt",
-                           lambda: finish_record(meta, host, page_size), ready, nbytes)
+        self.writer.submit(
+            self.run_dir / f"L{layer:03d}-req{request_index:04d}.pt",
+            lambda: finish_record(meta, host, page_size),
+            ready,
+            nbytes,
+        )
         self._check_complete()
 
     @staticmethod
-    def _copy_to_host(group: RequestRows, page_size: int, call: _Call) -> Dict[str, torch.Tensor]:
+    def _copy_to_host(group: RequestRows, page_size: int, call: _Call) -> dict[str, torch.Tensor]:
         """Gather on the device and queue the copies; nothing here reads a device value."""
         index = _to_device(group.rows, call.q.device)
         lens = call.lens.index_select(0, index).long()
         tables = call.table.index_select(0, index)
         # Keys through the last sampled row's page table (the longest context); the writer checks the other rows.
         slots = read_slots(tables[-1], lens[-1], group.key_bound, page_size)
-        device = {"q": call.q.index_select(0, index), "weights": call.weights.index_select(0, index).float(),
-                  "seq_lens": lens, "tables": tables, "slots": slots,
-                  "k": gather_keys(call.cache, slots, call.q.shape[-1])}
+        device = {
+            "q": call.q.index_select(0, index),
+            "weights": call.weights.index_select(0, index).float(),
+            "seq_lens": lens,
+            "tables": tables,
+            "slots": slots,
+            "k": gather_keys(call.cache, slots, call.q.shape[-1]),
+        }
         if call.stored is not None:
             device[capture_format.PREROUNDING], device["k_fp32_found"] = call.stored.lookup(slots)
         return {name: _to_host(t) for name, t in device.items()}
 
     def _check_complete(self) -> None:
         if len(self.admitted) >= self.config.requests and len(self.done) >= len(self.admitted) * len(self.layers):
-            self._stop(f"every sampled layer of {len(self.admitted)} requests captured ({ENV_CAPTURE_REQUESTS}="
-                       f"{self.config.requests})")
+            self._stop(
+                f"every sampled layer of {len(self.admitted)} requests captured ({ENV_CAPTURE_REQUESTS}="
+                f"{self.config.requests})"
+            )
 
     def _log_request_bound(self) -> None:
         if not self._request_bound_logged:
             self._request_bound_logged = True
-            logger.info("index-K capture: request bound reached (%s=%d): no new requests; %s",
-                        ENV_CAPTURE_REQUESTS, self.config.requests, self.summary())
+            logger.info(
+                "index-K capture: request bound reached (%s=%d): no new requests; %s",
+                ENV_CAPTURE_REQUESTS,
+                self.config.requests,
+                self.summary(),
+            )
 
     def _stop(self, why: str) -> None:
         self.stopped = why
@@ -464,8 +510,10 @@ class IndexKCapture:
         logger.info("index-K capture stopped: %s; %s", why, self.summary())
 
     def summary(self) -> str:
-        return (f"{len(self.done)} files ({self.queued_bytes / MIB:.1f} MiB) queued for {len(self.admitted)} "
-                f"requests, {self.writer.files} written, {self.writer.failed} failed, under {self.run_dir}")
+        return (
+            f"{len(self.done)} files ({self.queued_bytes / MIB:.1f} MiB) queued for {len(self.admitted)} "
+            f"requests, {self.writer.files} written, {self.writer.failed} failed, under {self.run_dir}"
+        )
 
     def flush(self) -> None:
         """Wait until every queued file is written."""
@@ -474,7 +522,8 @@ class IndexKCapture:
 
 # --- the decision, once per pool ---------------------------------------------------------------
 
-def capture_for(pool) -> Optional[IndexKCapture]:
+
+def capture_for(pool) -> IndexKCapture | None:
     """This pool's capture (None: capture off here), decided when the pool is built (the pool hook announces
     it, so a bad layer id or directory stops start-up, not a forward pass) or else at its first indexer call."""
     decided = getattr(pool, _ATTR, _UNDECIDED)
@@ -484,7 +533,7 @@ def capture_for(pool) -> Optional[IndexKCapture]:
     return decided
 
 
-def _decide(pool) -> Optional[IndexKCapture]:
+def _decide(pool) -> IndexKCapture | None:
     config = load_config()
     if not (config.enabled and config.capture.enabled) or not _is_capture_rank():
         return None

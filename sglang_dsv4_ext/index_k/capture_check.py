@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
 
 from sglang_dsv4_ext.config import ENV_CAPTURE, CaptureConfig
 from sglang_dsv4_ext.errors import ConfigError, PlanInputError
@@ -31,16 +30,18 @@ class CapturePlan:
     """What a process with this capture configuration will capture."""
 
     directory: str
-    layers: List[int]  # c4 layer ids captured (all pipeline stages)
+    layers: list[int]  # c4 layer ids captured (all pipeline stages)
     c4_layers: int  # c4 layers of the model
     model: str  # which model config the ids were checked against
 
     def sentence(self) -> str:
-        return (f"index-K capture into {self.directory}: c4 layers {','.join(map(str, self.layers))} "
-                f"({len(self.layers)} of {self.c4_layers}; ids checked against {self.model})")
+        return (
+            f"index-K capture into {self.directory}: c4 layers {','.join(map(str, self.layers))} "
+            f"({len(self.layers)} of {self.c4_layers}; ids checked against {self.model})"
+        )
 
 
-def model_for_path(model_path: Optional[str]) -> Tuple[Optional[Dsv4Model], str]:
+def model_for_path(model_path: str | None) -> tuple[Dsv4Model | None, str]:
     """(model, which config) for a server's ``--model-path``; (None, why) when its config.json is not a
     DeepSeek-V4 config this tool can read (no verdict on layer ids then)."""
     config = Path(model_path) / "config.json" if model_path else None
@@ -53,7 +54,7 @@ def model_for_path(model_path: Optional[str]) -> Tuple[Optional[Dsv4Model], str]
         return None, str(exc)
 
 
-def directory_problem(root: str) -> Optional[str]:
+def directory_problem(root: str) -> str | None:
     """Why the pool build could not create a capture run directory under ``root``, or None."""
     path = Path(root)
     if path.exists():
@@ -72,16 +73,19 @@ def directory_problem(root: str) -> Optional[str]:
     return None
 
 
-def check_capture(capture: CaptureConfig, model: Optional[Dsv4Model], model_name: str,
-                  check_directory: bool = True) -> Optional[CapturePlan]:
+def check_capture(
+    capture: CaptureConfig, model: Dsv4Model | None, model_name: str, check_directory: bool = True
+) -> CapturePlan | None:
     """The capture a process with ``capture`` will run (None: layer ids not checked, ``model`` is None);
     :class:`ConfigError` naming the variable for what would stop its pool build."""
     from sglang_dsv4_ext.index_k import capture as index_k_capture  # imports torch: only when capture is on
 
     problem = directory_problem(capture.directory) if check_directory else None
     if problem:
-        raise ConfigError(f"{ENV_CAPTURE}={capture.directory!r}: {problem}; allowed: a directory this user can "
-                          "write to, or a path where one can be created (each process writes a new subdirectory)")
+        raise ConfigError(
+            f"{ENV_CAPTURE}={capture.directory!r}: {problem}; allowed: a directory this user can "
+            "write to, or a path where one can be created (each process writes a new subdirectory)"
+        )
     if model is None:
         return None
     c4 = index_k_capture.c4_layer_ids(model.compress_ratios)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Dict, Mapping
+from collections.abc import Mapping
 
 import torch
 
@@ -29,16 +29,25 @@ CHECKSUM = "checksum"
 PREROUNDING = "k_fp32"
 
 # name -> the Python type it must have (bool is refused where int is asked for)
-META_FIELDS: Dict[str, type] = {
-    "format_version": int, "layer": int, "request_id": str, "request_index": int, "index_topk": int, "dtype": str,
+META_FIELDS: dict[str, type] = {
+    "format_version": int,
+    "layer": int,
+    "request_id": str,
+    "request_index": int,
+    "index_topk": int,
+    "dtype": str,
     "page_size": int,
 }
 # name -> the dtype it must have
-TENSOR_FIELDS: Dict[str, torch.dtype] = {
-    "q": torch.bfloat16, "weights": torch.float32, "seq_lens": torch.int64, "query_rows": torch.int64,
-    "k": torch.bfloat16, "slots": torch.int64,
+TENSOR_FIELDS: dict[str, torch.dtype] = {
+    "q": torch.bfloat16,
+    "weights": torch.float32,
+    "seq_lens": torch.int64,
+    "query_rows": torch.int64,
+    "k": torch.bfloat16,
+    "slots": torch.int64,
 }
-OPTIONAL_TENSOR_FIELDS: Dict[str, torch.dtype] = {PREROUNDING: torch.float32}
+OPTIONAL_TENSOR_FIELDS: dict[str, torch.dtype] = {PREROUNDING: torch.float32}
 
 
 def content_checksum(record: Mapping[str, object]) -> str:

@@ -6,8 +6,6 @@ or inspects the pool it is given.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from sglang_dsv4_ext.config import ENV_INDEX_K_DTYPE, load_config
 from sglang_dsv4_ext.errors import ConfigError
 
@@ -30,7 +28,7 @@ def index_k_bytes_per_token(dtype: str, index_head_dim: int) -> int:
     raise ValueError(f"index-K dtype {dtype!r} is not one of 'fp8', 'bf16', 'fp4'")
 
 
-def sglang_fp4_indexer_enabled() -> Optional[bool]:
+def sglang_fp4_indexer_enabled() -> bool | None:
     """``--enable-deepseek-v4-fp4-indexer`` in this process, or None if no server args are published."""
     try:
         from sglang.srt.runtime_context import get_exec

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -65,14 +65,16 @@ class Mismatch:
     count: int  # new mismatching pages since the previous report
     layer: int  # first bad page: layer (tracker numbering)
     page: int  # first bad page: device page row (-1: unknown)
-    requests: Tuple[str, ...]  # requests of the verify call that found it (may be empty)
+    requests: tuple[str, ...]  # requests of the verify call that found it (may be empty)
 
     def describe(self) -> str:
         page = "unknown" if self.page < 0 else str(self.page)
         layer = "unknown" if self.layer < 0 else str(self.layer)
         reqs = ",".join(self.requests[:8]) or "unknown"
-        return (f"index-K integrity mismatch ({self.where}): {self.count} page(s); first at layer {layer}, "
-                f"page {page}, request(s) {reqs}")
+        return (
+            f"index-K integrity mismatch ({self.where}): {self.count} page(s); first at layer {layer}, "
+            f"page {page}, request(s) {reqs}"
+        )
 
 
 def indices_on(device: torch.device, indices: torch.Tensor) -> torch.Tensor:
@@ -127,8 +129,17 @@ class _Pending:
 class IntegrityTracker:
     """Checksums of one index-K host mirror; see the module docstring."""
 
-    def __init__(self, mode: str, buffers: Sequence[torch.Tensor], num_keys: int, *, where: str = WHERE_LOAD,
-                 sample_pages: int = 8, sample_layer_stride: int = 4, series: Optional[Series] = None):
+    def __init__(
+        self,
+        mode: str,
+        buffers: Sequence[torch.Tensor],
+        num_keys: int,
+        *,
+        where: str = WHERE_LOAD,
+        sample_pages: int = 8,
+        sample_layer_stride: int = 4,
+        series: Series | None = None,
+    ):
         if mode not in (SAMPLE, FULL):
             raise ValueError(f"integrity mode must be 'sample' or 'full' for a tracker, got {mode!r}")
         self.mode, self.where = mode, where
@@ -137,10 +148,10 @@ class IntegrityTracker:
         self.table = torch.full((len(self.buffers), num_keys), ck.NO_MISMATCH, dtype=torch.int64, device=self.device)
         self.state = ck.new_state(self.device)
         self.sample_pages, self.sample_layer_stride = sample_pages, sample_layer_stride
-        self.pending: Dict[int, _Pending] = {}
+        self.pending: dict[int, _Pending] = {}
         self.loads = 0
         self.seq = 0
-        self.requests: "OrderedDict[int, Tuple[str, ...]]" = OrderedDict()
+        self.requests: OrderedDict[int, tuple[str, ...]] = OrderedDict()
         cuda = self.device.type == "cuda"
         self._snapshots = [_Snapshot(cuda) for _ in range(_SNAPSHOTS)]
         self._taken = self._read = 0  # snapshots taken / read so far (ring positions)
@@ -200,7 +211,7 @@ class IntegrityTracker:
         """Every host page freed at once (the host pool was cleared)."""
         self._forgetting(lambda: self.table.fill_(ck.NO_MISMATCH))
 
-    def _forgetting(self, fill, keys: Optional[torch.Tensor] = None) -> None:
+    def _forgetting(self, fill, keys: torch.Tensor | None = None) -> None:
         """Run ``fill`` (a table write) on the side stream and note it for the table's readers and writers.
 
         Host keys (what every host pool's free and alloc hand over) need nothing from any stream, so the
@@ -251,7 +262,7 @@ class IntegrityTracker:
         self._note_unverified(layer, self.pending.get(layer))
         self.pending[layer] = _Pending(dst_rows, expected, tuple(requests))
 
-    def _note_unverified(self, layer: int, previous: Optional[_Pending]) -> None:
+    def _note_unverified(self, layer: int, previous: _Pending | None) -> None:
         """A load replaces pages no reader verified: say so once (never a silent gap in the evidence)."""
         if previous is None:
             return
@@ -260,7 +271,12 @@ class IntegrityTracker:
                 "index-K integrity: %d loaded page(s) of c4 layer %d were never verified before the next load: "
                 "their reader ran no Python hook (a CUDA-graph replay, e.g. --cuda-graph-backend-prefill "
                 "breakable) or did not run; integrity counts cover eagerly run readers only (logged once; "
-                "counted in %s{reason=%r})", previous.rows.numel(), layer, UNCHECKED_METRIC_NAME, NO_EAGER_READER)
+                "counted in %s{reason=%r})",
+                previous.rows.numel(),
+                layer,
+                UNCHECKED_METRIC_NAME,
+                NO_EAGER_READER,
+            )
         self._count_unchecked(NO_EAGER_READER, previous.rows.numel())
 
     def has_pending(self, layer: int) -> bool:
@@ -275,8 +291,15 @@ class IntegrityTracker:
         self.requests[self.seq] = tuple(requests) or pending.requests
         while len(self.requests) > _REQUEST_HISTORY:
             self.requests.popitem(last=False)
-        ck.verify_page_checksums(self.buffers[layer], pending.rows, pending.expected, self.state,
-                                 layer=layer, seq=self.seq, skip_unknown=True)
+        ck.verify_page_checksums(
+            self.buffers[layer],
+            pending.rows,
+            pending.expected,
+            self.state,
+            layer=layer,
+            seq=self.seq,
+            skip_unknown=True,
+        )
         self.rows_verified += pending.rows.numel()
         self._take_snapshot()
         return True
@@ -290,14 +313,14 @@ class IntegrityTracker:
         self._taken += 1
         self._read = max(self._read, self._taken - _SNAPSHOTS)  # older ones were overwritten: the record is cumulative
 
-    def _latest_completed(self) -> Optional[_Snapshot]:
+    def _latest_completed(self) -> _Snapshot | None:
         latest = None
         while self._read < self._taken and self._snapshots[self._read % _SNAPSHOTS].done():
             latest = self._snapshots[self._read % _SNAPSHOTS]
             self._read += 1
         return latest
 
-    def poll(self) -> Optional[Mismatch]:
+    def poll(self) -> Mismatch | None:
         """Counts and new mismatches of the newest completed verification (never blocks); None if no new mismatch."""
         snapshot = self._latest_completed()
         if snapshot is None:
@@ -315,7 +338,7 @@ class IntegrityTracker:
         seq, layer, page = ck.decode_mismatch_code(code)
         return Mismatch(self.where, new, layer, page, self.requests.get(seq, ()))
 
-    def drain(self) -> Optional[Mismatch]:
+    def drain(self) -> Mismatch | None:
         """Wait for the last snapshot and report (tests, benchmarks, shutdown; synchronises)."""
         if self._taken:
             last = self._snapshots[(self._taken - 1) % _SNAPSHOTS]
@@ -325,7 +348,7 @@ class IntegrityTracker:
 
 
 # ---------------------------------------------------------------------------------------- reporting
-_METRICS: Dict[str, object] = {}
+_METRICS: dict[str, object] = {}
 
 
 def _counter(name: str, documentation: str, labelnames: Sequence[str]):
@@ -339,19 +362,28 @@ def _counter(name: str, documentation: str, labelnames: Sequence[str]):
 
 
 def mismatch_metric():
-    return _counter(METRIC_NAME, "Index-K pages whose checksum differed where they were read "
-                    "(sglang-dsv4-ext integrity mode).", ["where"])
+    return _counter(
+        METRIC_NAME,
+        "Index-K pages whose checksum differed where they were read (sglang-dsv4-ext integrity mode).",
+        ["where"],
+    )
 
 
 def checked_metric():
-    return _counter(CHECKED_METRIC_NAME, "Index-K pages whose checksum was compared where they were read "
-                    "(sglang-dsv4-ext integrity mode).", ["where"])
+    return _counter(
+        CHECKED_METRIC_NAME,
+        "Index-K pages whose checksum was compared where they were read (sglang-dsv4-ext integrity mode).",
+        ["where"],
+    )
 
 
 def unchecked_metric():
-    return _counter(UNCHECKED_METRIC_NAME, "Index-K pages loaded but not compared, by reason: sampling, "
-                    "no_eager_reader (CUDA-graph replay), no_checksum (sglang-dsv4-ext integrity mode).",
-                    ["where", "reason"])
+    return _counter(
+        UNCHECKED_METRIC_NAME,
+        "Index-K pages loaded but not compared, by reason: sampling, "
+        "no_eager_reader (CUDA-graph replay), no_checksum (sglang-dsv4-ext integrity mode).",
+        ["where", "reason"],
+    )
 
 
 def export_at_zero(where: str) -> None:
@@ -363,7 +395,7 @@ def export_at_zero(where: str) -> None:
     mismatch_metric().labels(where=where).inc(0)
 
 
-def report(mismatch: Optional[Mismatch], seen: Optional[List[Mismatch]] = None) -> None:
+def report(mismatch: Mismatch | None, seen: list[Mismatch] | None = None) -> None:
     """Log a mismatch once and count it in the metric."""
     if mismatch is None:
         return

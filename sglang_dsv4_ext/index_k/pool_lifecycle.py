@@ -8,11 +8,11 @@ the pool hook announces each new pool here and the gate subscribes at activation
 from __future__ import annotations
 
 import logging
-from typing import Callable, Dict
+from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
-_POOL_CREATED: Dict[str, Callable] = {}
+_POOL_CREATED: dict[str, Callable] = {}
 
 
 def subscribe_pool_created(name: str, callback: Callable) -> None:

@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import sys
-from typing import Dict, List, Optional
 
 from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.cli import _SUMMARIES
@@ -55,9 +54,18 @@ def _env(name: str, value: str):
             os.environ[name] = previous
 
 
-def plan_one(model: dsv4_model.Dsv4Model, dtype: str, *, kv_budget_bytes: int, max_running_requests: int,
-             swa_full_tokens_ratio: Optional[float], chunked_prefill_size: int, mtp: bool,
-             start_layer: int, end_layer: int) -> Dict[str, object]:
+def plan_one(
+    model: dsv4_model.Dsv4Model,
+    dtype: str,
+    *,
+    kv_budget_bytes: int,
+    max_running_requests: int,
+    swa_full_tokens_ratio: float | None,
+    chunked_prefill_size: int,
+    mtp: bool,
+    start_layer: int,
+    end_layer: int,
+) -> dict[str, object]:
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import _num_dsv4_physical_kv_pages
 
     fields = dict(max_running_requests=max_running_requests, chunked_prefill_size=chunked_prefill_size)
@@ -69,11 +77,16 @@ def plan_one(model: dsv4_model.Dsv4Model, dtype: str, *, kv_budget_bytes: int, m
     speculative = None
     if mtp:
         speculative = "EAGLE"
-        fields.update(speculative_algorithm="EAGLE", speculative_num_draft_tokens=2, speculative_num_steps=1,
-                      speculative_eagle_topk=1)
+        fields.update(
+            speculative_algorithm="EAGLE",
+            speculative_num_draft_tokens=2,
+            speculative_num_steps=1,
+            speculative_eagle_topk=1,
+        )
     with _index_k_dtype_env(dtype), dsv4_model.cpu_server_args(**fields):
-        kvc = dsv4_model.kv_cache_configurator_stub(model, start_layer=start_layer, end_layer=end_layer,
-                                                    speculative=speculative)
+        kvc = dsv4_model.kv_cache_configurator_stub(
+            model, start_layer=start_layer, end_layer=end_layer, speculative=speculative
+        )
         configurator = dsv4_model.make_configurator(kvc)
         try:
             pool = configurator.calculate_pool_sizes(kv_budget_bytes, dsv4_model.PAGE_SIZE)
@@ -111,7 +124,7 @@ def _load_model(args: argparse.Namespace) -> dsv4_model.Dsv4Model:
     return dsv4_model.load_model(args.model_config, bundled=args.model or "v4-flash")
 
 
-def build_pool_plan(args: argparse.Namespace) -> Dict[str, object]:
+def build_pool_plan(args: argparse.Namespace) -> dict[str, object]:
     from sglang_dsv4_ext.plugin import activation
 
     model = _load_model(args)
@@ -125,10 +138,15 @@ def build_pool_plan(args: argparse.Namespace) -> Dict[str, object]:
     activation.activate()
     budget = int(args.kv_budget_gib * GIB)
     results = {}
-    sizing = dict(kv_budget_bytes=budget, max_running_requests=args.max_running_requests,
-                  swa_full_tokens_ratio=None if args.cap_mode else args.swa_full_tokens_ratio,
-                  chunked_prefill_size=args.chunked_prefill_size, mtp=args.mtp,
-                  start_layer=args.start_layer, end_layer=end_layer)
+    sizing = dict(
+        kv_budget_bytes=budget,
+        max_running_requests=args.max_running_requests,
+        swa_full_tokens_ratio=None if args.cap_mode else args.swa_full_tokens_ratio,
+        chunked_prefill_size=args.chunked_prefill_size,
+        mtp=args.mtp,
+        start_layer=args.start_layer,
+        end_layer=end_layer,
+    )
     for dtype in args.dtypes:
         results[dtype] = plan_one(model, dtype, **sizing)
     if "fp4" in results:
@@ -147,13 +165,14 @@ def build_pool_plan(args: argparse.Namespace) -> Dict[str, object]:
         "mtp": args.mtp,
         "dtypes": results,
         # added in round 21 (after the 0.3.0 fields, which keep their order and values)
-        "decode_reads": decode_reads.decode_reads_table(model, args.context, args.dtypes,
-                                                        start_layer=args.start_layer, end_layer=end_layer),
+        "decode_reads": decode_reads.decode_reads_table(
+            model, args.context, args.dtypes, start_layer=args.start_layer, end_layer=end_layer
+        ),
         "recall": recall_by_format(args.recall_json, model.index_topk, args.dtypes),
     }
 
 
-def recall_by_format(path: Optional[str], k: int, dtypes: List[str]) -> Dict[str, object]:
+def recall_by_format(path: str | None, k: int, dtypes: list[str]) -> dict[str, object]:
     """Mean top-``k`` recall per format (rows-weighted over layers) from ``sglang-dsv4 recall --json``
     output; ``None`` for a format with no measured rows. Without ``path``: not measured."""
     if path is None:
@@ -161,18 +180,28 @@ def recall_by_format(path: Optional[str], k: int, dtypes: List[str]) -> Dict[str
     try:
         with open(path) as fh:
             rows = json.load(fh)["rows"]
-        measured = {d: [(r["rows"], r["recall"]) for r in rows
-                        if r["format"] == d and r["k"] == k and r["recall"] is not None and r["rows"]]
-                    for d in dtypes}
+        measured = {
+            d: [
+                (r["rows"], r["recall"])
+                for r in rows
+                if r["format"] == d and r["k"] == k and r["recall"] is not None and r["rows"]
+            ]
+            for d in dtypes
+        }
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise PlanInputError(f"--recall-json {path!r}: not the output of `sglang-dsv4 recall DIR --json` "
-                             f"({type(exc).__name__}: {exc})") from None
+        raise PlanInputError(
+            f"--recall-json {path!r}: not the output of `sglang-dsv4 recall DIR --json` ({type(exc).__name__}: {exc})"
+        ) from None
     by_format = {d: (sum(n * r for n, r in m) / sum(n for n, _ in m) if m else None) for d, m in measured.items()}
-    return {"source": path, "k": k, "by_format": by_format,
-            "rows": {d: sum(n for n, _ in m) for d, m in measured.items()}}
+    return {
+        "source": path,
+        "k": k,
+        "by_format": by_format,
+        "rows": {d: sum(n for n, _ in m) for d, m in measured.items()},
+    }
 
 
-def _print_table(plan: Dict[str, object]) -> None:
+def _print_table(plan: dict[str, object]) -> None:
     dtypes = list(plan["dtypes"])
     rows = [
         ("index-K B/token/layer", "indexer_bytes_per_token", "{:d}"),
@@ -187,8 +216,10 @@ def _print_table(plan: Dict[str, object]) -> None:
     ]
     layers = ", ".join(f"{count} x r{ratio}" for ratio, count in plan["layers"].items())
     print(f"{plan['model']}: layers [{plan['stage'][0]}, {plan['stage'][1]}) = {layers}")
-    print(f"KV budget {plan['kv_budget_bytes'] / GIB:.2f} GiB per rank, max running requests "
-          f"{plan['max_running_requests']}, SWA {plan['swa_mode']}, MTP {'on' if plan['mtp'] else 'off'}")
+    print(
+        f"KV budget {plan['kv_budget_bytes'] / GIB:.2f} GiB per rank, max running requests "
+        f"{plan['max_running_requests']}, SWA {plan['swa_mode']}, MTP {'on' if plan['mtp'] else 'off'}"
+    )
     print()
     print(f"{'':<24}" + "".join(f"{d:>16}" for d in dtypes))
     for label, key, fmt in rows:
@@ -199,19 +230,20 @@ def _print_table(plan: Dict[str, object]) -> None:
         print(f"{label:<24}" + "".join(f"{c:>16}" for c in cells))
     stock = plan["dtypes"].get("fp4", {}).get("stock_estimate")
     if stock:
-        print(f"fp4: budgeted at {plan['dtypes']['fp4']['indexer_bytes_per_token']} B per index-K token (what the pool "
-              f"allocates); SGLang's stock estimate of {stock['indexer_bytes_per_token']} B gives "
-              f"{stock['full_tokens']:,} full tokens ({ENV_FP4_BUDGET}=stock keeps it)")
+        print(
+            f"fp4: budgeted at {plan['dtypes']['fp4']['indexer_bytes_per_token']} B per index-K token (what the pool "
+            f"allocates); SGLang's stock estimate of {stock['indexer_bytes_per_token']} B gives "
+            f"{stock['full_tokens']:,} full tokens ({ENV_FP4_BUDGET}=stock keeps it)"
+        )
     if "fp8" in plan["dtypes"] and len(dtypes) > 1:
         base = plan["dtypes"]["fp8"]["full_tokens"]
-        print(f"{'tokens vs fp8':<24}" + "".join(
-            f"{plan['dtypes'][d]['full_tokens'] / base:>16.4f}" for d in dtypes))
+        print(f"{'tokens vs fp8':<24}" + "".join(f"{plan['dtypes'][d]['full_tokens'] / base:>16.4f}" for d in dtypes))
     plan_low_ratio.print_low_ratio(plan)
     _print_decode_reads(plan, dtypes)
     _print_recall(plan["recall"], dtypes)
 
 
-def _print_decode_reads(plan: Dict[str, object], dtypes: List[str]) -> None:
+def _print_decode_reads(plan: dict[str, object], dtypes: list[str]) -> None:
     print()
     if "not_modelled" in plan["decode_reads"]:
         print(f"decode: KV bytes one step reads per request: not modelled ({plan['decode_reads']['not_modelled']})")
@@ -219,19 +251,26 @@ def _print_decode_reads(plan: Dict[str, object], dtypes: List[str]) -> None:
     print("decode: KV bytes one step reads per request, MB (indexer share; vs fp8)")
     print(f"{'':<24}" + "".join(f"{d:>24}" for d in dtypes))
     for context, per in plan["decode_reads"].items():
-        cells = [f"{per[d]['total'] / 1e6:.1f} ({100 * per[d]['indexer_share']:.0f}%; {per[d]['vs_fp8']:.3f})"
-                 for d in dtypes]
+        cells = [
+            f"{per[d]['total'] / 1e6:.1f} ({100 * per[d]['indexer_share']:.0f}%; {per[d]['vs_fp8']:.3f})"
+            for d in dtypes
+        ]
         print(f"{'context ' + f'{int(context):,}':<24}" + "".join(f"{c:>24}" for c in cells))
 
 
-def _print_recall(recall: Dict[str, object], dtypes: List[str]) -> None:
+def _print_recall(recall: dict[str, object], dtypes: list[str]) -> None:
     if recall["source"] is None:
-        print(f"top-{recall['k']} recall: not measured (the config cannot tell it): run `sglang-dsv4 recall DIR "
-              f"--json > recall.json` on a capture and pass --recall-json recall.json")
+        print(
+            f"top-{recall['k']} recall: not measured (the config cannot tell it): run `sglang-dsv4 recall DIR "
+            f"--json > recall.json` on a capture and pass --recall-json recall.json"
+        )
         return
     cells = ["n/a" if recall["by_format"][d] is None else f"{recall['by_format'][d]:.4f}" for d in dtypes]
-    print(f"{'top-' + str(recall['k']) + ' recall':<24}" + "".join(f"{c:>16}" for c in cells)
-          + f"   ({recall['source']}; n/a: no captured row with more than {recall['k']} keys)")
+    print(
+        f"{'top-' + str(recall['k']) + ' recall':<24}"
+        + "".join(f"{c:>16}" for c in cells)
+        + f"   ({recall['source']}; n/a: no captured row with more than {recall['k']} keys)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -250,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
     return exit_codes.OK
 
 
-def _context_list(text: str) -> List[int]:
+def _context_list(text: str) -> list[int]:
     """Comma-separated token counts, each a positive integer, optionally with K (x1024) or M (x1024^2)."""
     values = []
     for item in (v.strip() for v in text.split(",")):
@@ -258,7 +297,8 @@ def _context_list(text: str) -> List[int]:
         digits = item[:-1] if scale > 1 else item
         if not digits.isdigit() or int(digits) * scale < 1:
             raise argparse.ArgumentTypeError(
-                f"{text!r}: allowed: comma-separated context lengths in tokens >= 1, e.g. 8192,128K,1M")
+                f"{text!r}: allowed: comma-separated context lengths in tokens >= 1, e.g. 8192,128K,1M"
+            )
         values.append(int(digits) * scale)
     return values
 
@@ -286,32 +326,68 @@ def add_subparser(subparsers) -> None:
         description="Size DeepSeek-V4 KV pools with SGLang's own DSV4PoolConfigurator (CPU only, nothing "
         "allocated) for each index-K dtype and print tokens, pool sizes and bytes per token.",
     )
-    parser.add_argument("--model-config", default=None, metavar="PATH",
-                        help="a DeepSeek-V4 or V4.1 config.json (or its directory); default: bundled DeepSeek-V4-Flash")
-    parser.add_argument("--model", default=None, choices=list(dsv4_model.BUNDLED_MODELS),
-                        help="a bundled architecture config instead of --model-config (default v4-flash)")
-    parser.add_argument("--kv-budget-gib", type=_positive_float, default=12.0,
-                        help="KV-cache bytes available per rank, GiB (default 12)")
-    parser.add_argument("--max-running-requests", type=_positive_int, default=256,
-                        help="per rank; sizes the request-scoped c128 state (default 256)")
-    parser.add_argument("--swa-full-tokens-ratio", type=_positive_float, default=0.1,
-                        help="SWA tokens per full token (SGLang's --swa-full-tokens-ratio, default 0.1)")
-    parser.add_argument("--cap-mode", action="store_true",
-                        help="size SWA by SGLang's cap mode (ratio not given) instead of the ratio")
-    parser.add_argument("--chunked-prefill-size", type=_chunk_size, default=8192,
-                        help="SGLang's --chunked-prefill-size; -1 turns chunking off (default 8192)")
+    parser.add_argument(
+        "--model-config",
+        default=None,
+        metavar="PATH",
+        help="a DeepSeek-V4 or V4.1 config.json (or its directory); default: bundled DeepSeek-V4-Flash",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        choices=list(dsv4_model.BUNDLED_MODELS),
+        help="a bundled architecture config instead of --model-config (default v4-flash)",
+    )
+    parser.add_argument(
+        "--kv-budget-gib",
+        type=_positive_float,
+        default=12.0,
+        help="KV-cache bytes available per rank, GiB (default 12)",
+    )
+    parser.add_argument(
+        "--max-running-requests",
+        type=_positive_int,
+        default=256,
+        help="per rank; sizes the request-scoped c128 state (default 256)",
+    )
+    parser.add_argument(
+        "--swa-full-tokens-ratio",
+        type=_positive_float,
+        default=0.1,
+        help="SWA tokens per full token (SGLang's --swa-full-tokens-ratio, default 0.1)",
+    )
+    parser.add_argument(
+        "--cap-mode", action="store_true", help="size SWA by SGLang's cap mode (ratio not given) instead of the ratio"
+    )
+    parser.add_argument(
+        "--chunked-prefill-size",
+        type=_chunk_size,
+        default=8192,
+        help="SGLang's --chunked-prefill-size; -1 turns chunking off (default 8192)",
+    )
     parser.add_argument("--mtp", action="store_true", help="MTP speculative decoding on (EAGLE, 2 draft tokens)")
-    parser.add_argument("--start-layer", type=_non_negative_int, default=0,
-                        help="pipeline stage start layer (default 0)")
-    parser.add_argument("--end-layer", type=_positive_int, default=None,
-                        help="pipeline stage end layer (default: all)")
-    parser.add_argument("--dtypes", type=_dtype_list, default=list(INDEX_K_DTYPES),
-                        help="comma-separated index-K dtypes to compare (default fp8,bf16,fp4)")
-    parser.add_argument("--context", type=_context_list, default=list(decode_reads.DEFAULT_CONTEXTS),
-                        help="context lengths (tokens; K/M suffixes) for the decode bytes per request "
-                        "(default 8K,32K,128K,1M)")
-    parser.add_argument("--recall-json", metavar="PATH", default=None,
-                        help="output of `sglang-dsv4 recall DIR --json` on a capture: show each format's top-k "
-                        "recall beside tokens and decode bytes")
+    parser.add_argument(
+        "--start-layer", type=_non_negative_int, default=0, help="pipeline stage start layer (default 0)"
+    )
+    parser.add_argument("--end-layer", type=_positive_int, default=None, help="pipeline stage end layer (default: all)")
+    parser.add_argument(
+        "--dtypes",
+        type=_dtype_list,
+        default=list(INDEX_K_DTYPES),
+        help="comma-separated index-K dtypes to compare (default fp8,bf16,fp4)",
+    )
+    parser.add_argument(
+        "--context",
+        type=_context_list,
+        default=list(decode_reads.DEFAULT_CONTEXTS),
+        help="context lengths (tokens; K/M suffixes) for the decode bytes per request (default 8K,32K,128K,1M)",
+    )
+    parser.add_argument(
+        "--recall-json",
+        metavar="PATH",
+        default=None,
+        help="output of `sglang-dsv4 recall DIR --json` on a capture: show each format's top-k "
+        "recall beside tokens and decode bytes",
+    )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(func=run)

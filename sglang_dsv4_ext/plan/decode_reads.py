@@ -21,7 +21,7 @@ No SGLang import: ``benchmarks/kernels.py`` uses it on the GPU machine beside th
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence
+from collections.abc import Sequence
 
 from sglang_dsv4_ext.index_k.dtype import index_k_bytes_per_token
 
@@ -32,7 +32,7 @@ DEFAULT_CONTEXTS = (8192, 32768, 131072, 1048576)
 MODELLED_RATIOS = (0, 4, 128)
 
 
-def unmodelled_ratios(model, start_layer: int = 0, end_layer: Optional[int] = None):
+def unmodelled_ratios(model, start_layer: int = 0, end_layer: int | None = None):
     """The compression ratios of the stage that :func:`decode_read_bytes` does not describe (sorted)."""
     end = model.num_hidden_layers if end_layer is None else end_layer
     return sorted({r for r in model.compress_ratios[start_layer:end] if r not in MODELLED_RATIOS})
@@ -43,8 +43,9 @@ def kv_row_bytes(model) -> int:
     return model.qk_nope_head_dim + 2 * model.qk_rope_head_dim + 8
 
 
-def decode_read_bytes(model, context: int, dtype: str, *, start_layer: int = 0,
-                      end_layer: Optional[int] = None) -> Dict[str, int]:
+def decode_read_bytes(
+    model, context: int, dtype: str, *, start_layer: int = 0, end_layer: int | None = None
+) -> dict[str, int]:
     """Per-request bytes of one decode step at ``context`` tokens, split by reader (see module docstring)."""
     if not isinstance(context, int) or context < 1:
         raise ValueError(f"context must be a positive number of tokens, got {context!r}")
@@ -65,19 +66,22 @@ def decode_read_bytes(model, context: int, dtype: str, *, start_layer: int = 0,
     return reads
 
 
-def decode_reads_table(model, contexts: Sequence[int], dtypes: Sequence[str], **stage) -> Dict[str, object]:
+def decode_reads_table(model, contexts: Sequence[int], dtypes: Sequence[str], **stage) -> dict[str, object]:
     """For each context: each dtype's bytes, the indexer's share and the ratio to fp8's total.
 
     ``{"not_modelled": reason}`` when the stage has layers the formula does not describe (V4.1's ratio 1/2).
     """
     unmodelled = unmodelled_ratios(model, **stage)
     if unmodelled:
-        return {"not_modelled": f"the stage has ratio-{'/'.join(map(str, unmodelled))} layers (DeepSeek-V4.1's "
-                                "shared low-ratio indexer), whose decode reads this formula does not describe"}
+        return {
+            "not_modelled": f"the stage has ratio-{'/'.join(map(str, unmodelled))} layers (DeepSeek-V4.1's "
+            "shared low-ratio indexer), whose decode reads this formula does not describe"
+        }
     out = {}
     for n in contexts:
         per = {d: decode_read_bytes(model, n, d, **stage) for d in dtypes}
         fp8 = decode_read_bytes(model, n, "fp8", **stage)["total"]
-        out[str(n)] = {d: {**r, "indexer_share": r["indexer"] / r["total"], "vs_fp8": r["total"] / fp8}
-                       for d, r in per.items()}
+        out[str(n)] = {
+            d: {**r, "indexer_share": r["indexer"] / r["total"], "vs_fp8": r["total"] / fp8} for d, r in per.items()
+        }
     return out

@@ -20,7 +20,6 @@ Models without ratio-1/2 layers get nothing from this module: their plan output 
 from __future__ import annotations
 
 import types
-from typing import Dict
 
 from sglang_dsv4_ext.errors import PlanInputError
 from sglang_dsv4_ext.sglang_cpu import dsv4_model
@@ -53,7 +52,7 @@ def _kv_page_bytes(ratio: int) -> int:
     return resolve_compressed_kv_layout(layout, ratio, option).page_bytes(dsv4_model.PAGE_SIZE // ratio)
 
 
-def low_ratio_sizing(model, configurator, pool_config, *, start: int, end: int) -> Dict[int, dict]:
+def low_ratio_sizing(model, configurator, pool_config, *, start: int, end: int) -> dict[int, dict]:
     """``{ratio: sizes}`` of the ratio-1/2 pools for the configurator's full tokens; ``{}`` without such layers."""
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DSV41_INDEX_PAGE_SIZE, _num_dsv4_physical_kv_pages
 
@@ -81,8 +80,11 @@ def _probe_pool(kvc, configurator):
     page = dsv4_model.PAGE_SIZE
     full, swa = 16 * page, 4 * page
     sizes = types.SimpleNamespace(
-        full_max_total_num_tokens=full, swa_max_total_num_tokens=swa, c4_max_total_num_tokens=full // 4,
-        c128_max_total_num_tokens=full // 128, c128_state_pool_size=0,
+        full_max_total_num_tokens=full,
+        swa_max_total_num_tokens=swa,
+        c4_max_total_num_tokens=full // 4,
+        c128_max_total_num_tokens=full // 128,
+        c128_state_pool_size=0,
         c4_state_pool_size=swa // page * configurator.ring_sizes.get(4, 0),
     )
     return dsv4_model.build_pool(kvc, sizes, max_running_requests=1)
@@ -95,7 +97,7 @@ def wire_facts(kvc, configurator) -> dict:
     pool = _probe_pool(kvc, configurator)
     ptrs, _, items = pool.get_contiguous_buf_infos()
     pd_item = dict(zip(ptrs, items))
-    per_ratio: Dict[int, dict] = {}
+    per_ratio: dict[int, dict] = {}
     for ratio in dsv4_model.LOW_RATIOS:
         if ratio not in pool.index_pools:
             continue
@@ -148,8 +150,10 @@ def print_low_ratio(plan: dict) -> None:
         print(f"pd_kv_layout (every dtype): {layouts[dtypes[0]]}")
     else:
         print("pd_kv_layout: " + "; ".join(f"{d} {v}" for d, v in layouts.items()))
-    print("sized for the KV layouts above (SGLang's choice on this machine); on SM100/SM103 SGLang can select the "
-          "V4.1 KV layouts (SGLANG_DSV4_KV_LAYOUT), whose KV bytes differ")
+    print(
+        "sized for the KV layouts above (SGLang's choice on this machine); on SM100/SM103 SGLang can select the "
+        "V4.1 KV layouts (SGLANG_DSV4_KV_LAYOUT), whose KV bytes differ"
+    )
     absent = "/".join(f"c{r}" for r in (4, 128) if not plan["layers"].get(r))
     if absent:
         print(f"no {absent} layers: the {absent} token rows are SGLang's pool-config fields; no pool is built for them")
@@ -157,5 +161,7 @@ def print_low_ratio(plan: dict) -> None:
     index_bytes = next(iter(first["low_ratio"].values()))["index_k_bytes_per_token"]
     c4_layers = first["c4_index_layers"]
     same = ": every column sizes the same pools" if c4_layers == 0 else ""
-    print(f"index-K dtype applies to the c4 indexer only ({c4_layers} c4 layers here{same}); the ratio-1/2 "
-          f"index-K of the kv_source layers ({sources}) is fp4, {index_bytes} B per token, whatever the dtype")
+    print(
+        f"index-K dtype applies to the c4 indexer only ({c4_layers} c4 layers here{same}); the ratio-1/2 "
+        f"index-K of the kv_source layers ({sources}) is fp4, {index_bytes} B per token, whatever the dtype"
+    )

@@ -43,7 +43,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
 
 from sglang_dsv4_ext.config import (
     ENV_SGLANG_PLUGINS,
@@ -80,25 +79,24 @@ BLOCKED = "blocked"  # SGLANG_PLUGINS does not name us: SGLang never calls our e
 NOT_IN_RELEASE = "not-in-release"  # a row of another supported release: this SGLang has no such target
 
 
-
 @dataclass
 class ActivationState:
     loaded: bool = False  # register() ran with a valid configuration: hooks follow SGLang's imports
     activated: bool = False  # every table target checked, patched and verified in this process
-    config: Optional[ExtConfig] = None
-    sglang_version: Optional[str] = None
-    statuses: Dict[str, str] = field(default_factory=dict)  # target path -> status
-    accessor_verdicts: Dict[str, str] = field(default_factory=dict)
-    details: Dict[str, str] = field(default_factory=dict)  # target path -> human note
+    config: ExtConfig | None = None
+    sglang_version: str | None = None
+    statuses: dict[str, str] = field(default_factory=dict)  # target path -> status
+    accessor_verdicts: dict[str, str] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)  # target path -> human note
     seconds: float = 0.0
-    error: Optional[str] = None
+    error: str | None = None
     # module -> "patched" | "refused" (drift or untested SGLang: left stock, DSV4 pools refused)
-    modules: Dict[str, str] = field(default_factory=dict)
-    version_refusal: Optional[str] = None  # an untested SGLang: nothing patched, DeepSeek-V4 pools refused
-    refusals: List[str] = field(default_factory=list)  # why a DeepSeek-V4 pool would be refused here
-    hooks: List = field(default_factory=list)  # every Hook installed in this process
+    modules: dict[str, str] = field(default_factory=dict)
+    version_refusal: str | None = None  # an untested SGLang: nothing patched, DeepSeek-V4 pools refused
+    refusals: list[str] = field(default_factory=list)  # why a DeepSeek-V4 pool would be refused here
+    hooks: list = field(default_factory=list)  # every Hook installed in this process
     patch_seconds: float = 0.0  # time spent checking and patching modules as SGLang imported them
-    launch: Optional[str] = None  # the identity of the launch this process belongs to (launch_identity)
+    launch: str | None = None  # the identity of the launch this process belongs to (launch_identity)
     build_checked: bool = False  # passed complete_before_dsv4_build: the only state that may say "active"
     announced: bool = False  # the activation line was printed
 
@@ -106,8 +104,8 @@ class ActivationState:
 STATE = ActivationState()
 # Re-entrant: completing activation imports modules whose post-import hooks take it again.
 _LOCK = threading.RLock()
-_TABLE: List[compat.Target] = compat.TARGETS
-_CALLED: List[compat.Target] = compat.CALLED  # the SGLang names our hooks call, checked with the table
+_TABLE: list[compat.Target] = compat.TARGETS
+_CALLED: list[compat.Target] = compat.CALLED  # the SGLang names our hooks call, checked with the table
 _CONTEXT = None  # the HookContext shared by every module's hook collection (gate probe verdicts)
 
 
@@ -130,17 +128,19 @@ def _feature_enabled(feature: str, cfg: ExtConfig) -> bool:
     return cfg.enabled
 
 
-def _untested_version(cfg: ExtConfig) -> Optional[str]:
+def _untested_version(cfg: ExtConfig) -> str | None:
     """Why the installed SGLang may not be patched (None: tested, or explicitly allowed)."""
     found = installed_sglang_version()
     STATE.sglang_version = found
     if found in compat.SUPPORTED_SGLANG_VERSIONS or cfg.allow_untested_sglang:
         return None
-    return (f"SGLang {found} is not a tested version (tested: {', '.join(compat.SUPPORTED_SGLANG_VERSIONS)}); set "
-            f"SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=1 to try it (drifted signatures are still refused)")
+    return (
+        f"SGLang {found} is not a tested version (tested: {', '.join(compat.SUPPORTED_SGLANG_VERSIONS)}); set "
+        f"SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=1 to try it (drifted signatures are still refused)"
+    )
 
 
-def table_in_force() -> List[compat.Target]:
+def table_in_force() -> list[compat.Target]:
     """The table rows this process checks and patches: the running release's (or a test's table)."""
     return _TABLE
 
@@ -169,7 +169,7 @@ def carries_hook(current, hook_fn) -> bool:
     return False
 
 
-def _load_config(config: Optional[ExtConfig]) -> ExtConfig:
+def _load_config(config: ExtConfig | None) -> ExtConfig:
     try:
         cfg = load_config() if config is None else config
     except ConfigError as exc:
@@ -179,8 +179,12 @@ def _load_config(config: Optional[ExtConfig]) -> ExtConfig:
     return cfg
 
 
-def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compat.Target]] = None,
-             called: Optional[List[compat.Target]] = None) -> ActivationState:
+def activate(
+    *,
+    config: ExtConfig | None = None,
+    targets: list[compat.Target] | None = None,
+    called: list[compat.Target] | None = None,
+) -> ActivationState:
     """Eager activation (doctor, tests, benchmarks): import every target module, check, patch, verify.
 
     Raises :class:`ActivationError` with the reason on refusal, before anything is patched.
@@ -216,8 +220,9 @@ def activate(*, config: Optional[ExtConfig] = None, targets: Optional[List[compa
             STATE.error = str(exc)
             raise
         STATE.seconds = time.perf_counter() - started
-        logger.info("sglang-dsv4-ext: every target patched and verified in this process (%.3f s): %s", STATE.seconds,
-                    cfg)
+        logger.info(
+            "sglang-dsv4-ext: every target patched and verified in this process (%.3f s): %s", STATE.seconds, cfg
+        )
         return STATE
 
 
@@ -229,7 +234,7 @@ def _record_drifts(drifts) -> None:
         STATE.details[d.target] = d.describe()
 
 
-def _targets_in(module_name: str) -> List[compat.Target]:
+def _targets_in(module_name: str) -> list[compat.Target]:
     return [t for t in _TABLE if t.module == module_name and t.area != "activation"]
 
 
@@ -256,8 +261,12 @@ def patch_module(module_name: str) -> None:
             STATE.refusals.extend(r for r in reasons if r not in STATE.refusals)
             # An untested SGLang was warned about once at the entry point; a drift is news per module.
             log = logger.warning if drifts else logger.debug
-            log("sglang-dsv4-ext left %s stock: %s. Other models are unaffected; a DeepSeek-V4 model or pool "
-                "built in this process will be refused.", module_name, "; ".join(reasons))
+            log(
+                "sglang-dsv4-ext left %s stock: %s. Other models are unaffected; a DeepSeek-V4 model or pool "
+                "built in this process will be refused.",
+                module_name,
+                "; ".join(reasons),
+            )
             _install_guards_only(guards)
         else:
             _install(_collect_hooks(module_name) + guards)
@@ -336,14 +345,18 @@ def _load_plugins_where_sglang_did_not() -> None:
         return
     from sglang.srt.plugins import load_plugins
 
-    logger.warning("sglang-dsv4-ext: %s builds a DeepSeek-V4 model but never called SGLang's load_plugins(); "
-                   "calling it now, before the model is built", _entry_point())
+    logger.warning(
+        "sglang-dsv4-ext: %s builds a DeepSeek-V4 model but never called SGLang's load_plugins(); "
+        "calling it now, before the model is built",
+        _entry_point(),
+    )
     load_plugins()
     if STATE.config is None:
         raise ActivationError(
             f"refusing to build a DeepSeek-V4 model: SGLang's load_plugins() did not run sglang-dsv4-ext's entry "
             f"point in this process ({_entry_point()}; see SGLang's 'Failed to load plugin' log line), so the "
-            f"SGLANG_DSV4_* configuration would be ignored (set SGLANG_DSV4_EXT=0 to run stock SGLang)")
+            f"SGLANG_DSV4_* configuration would be ignored (set SGLANG_DSV4_EXT=0 to run stock SGLang)"
+        )
 
 
 def on_dsv4_model_module_imported(module) -> None:
@@ -390,9 +403,12 @@ def _complete() -> None:
         patch_module(module_name)
     _check_called()
     if STATE.refusals:
-        message = ("refusing to build a DeepSeek-V4 model or pool: this SGLang does not match what sglang-dsv4-ext "
-                   "was written against, so its fixes are not in place:\n  " + "\n  ".join(STATE.refusals)
-                   + "\n(set SGLANG_DSV4_EXT=0 to serve with stock SGLang)")
+        message = (
+            "refusing to build a DeepSeek-V4 model or pool: this SGLang does not match what sglang-dsv4-ext "
+            "was written against, so its fixes are not in place:\n  "
+            + "\n  ".join(STATE.refusals)
+            + "\n(set SGLANG_DSV4_EXT=0 to serve with stock SGLang)"
+        )
         STATE.error = message
         raise ActivationError(message)
     _verify_installed(STATE.hooks)
@@ -438,12 +454,13 @@ def _verify_installed(hooks) -> None:
     missing = sorted({h.target.path for h in hooks if not _carries(h)})
     if missing:
         raise ActivationError(
-            "HookRegistry did not install our wrapper on: " + ", ".join(missing)
+            "HookRegistry did not install our wrapper on: "
+            + ", ".join(missing)
             + " (see the 'Failed to apply hooks' log lines above); refusing to serve half-patched"
         )
 
 
-def _record_statuses(cfg: ExtConfig, table: List[compat.Target], ctx, hooked) -> None:
+def _record_statuses(cfg: ExtConfig, table: list[compat.Target], ctx, hooked) -> None:
     not_needed = ctx.not_needed if ctx is not None else {}
     STATE.accessor_verdicts = dict(ctx.accessor_verdicts) if ctx is not None else {}
     for target in table:
@@ -501,7 +518,7 @@ def _scoped_alias_propagation(our_targets):
         setattr(hook_registry, attribute, stock)
 
 
-def plugin_allowlist_block(environ=None) -> Optional[str]:
+def plugin_allowlist_block(environ=None) -> str | None:
     """Why SGLang will not load us in this environment, or None.
 
     A non-empty ``SGLANG_PLUGINS`` without our name makes SGLang skip our entry point, silently for
@@ -510,12 +527,14 @@ def plugin_allowlist_block(environ=None) -> Optional[str]:
     env = os.environ if environ is None else environ
     if plugin_allowed(env):
         return None
-    return (f"blocked by {ENV_SGLANG_PLUGINS}={env[ENV_SGLANG_PLUGINS]!r}: SGLang loads only the plugins named there, "
-            f"so sglang-dsv4-ext never activates and every SGLANG_DSV4_* setting is ignored; add {PLUGIN_NAME} "
-            f"to {ENV_SGLANG_PLUGINS} (or unset it)")
+    return (
+        f"blocked by {ENV_SGLANG_PLUGINS}={env[ENV_SGLANG_PLUGINS]!r}: SGLang loads only the plugins named there, "
+        f"so sglang-dsv4-ext never activates and every SGLANG_DSV4_* setting is ignored; add {PLUGIN_NAME} "
+        f"to {ENV_SGLANG_PLUGINS} (or unset it)"
+    )
 
 
-def evidence_fields(cfg: ExtConfig) -> Dict[str, str]:
+def evidence_fields(cfg: ExtConfig) -> dict[str, str]:
     """:data:`EVIDENCE_FIELDS` of this process: the configuration in force, its launch, itself (pid@start time).
 
     One spelling for the activation line, the gauge's labels and the ``/server_info`` record.
@@ -523,9 +542,13 @@ def evidence_fields(cfg: ExtConfig) -> Dict[str, str]:
     from sglang_dsv4_ext import __version__
 
     identity = launch_identity.of_process()
-    return {"version": __version__, "sglang": STATE.sglang_version or "unknown",
-            **{name: getattr(cfg, name) for name in SHOWN_FIELDS},
-            "launch": STATE.launch or os.environ.get(launch_identity.ENV_LAUNCH) or identity, "process": identity}
+    return {
+        "version": __version__,
+        "sglang": STATE.sglang_version or "unknown",
+        **{name: getattr(cfg, name) for name in SHOWN_FIELDS},
+        "launch": STATE.launch or os.environ.get(launch_identity.ENV_LAUNCH) or identity,
+        "process": identity,
+    }
 
 
 def _line(prefix: str, cfg: ExtConfig) -> str:
@@ -546,7 +569,7 @@ def launcher_line(cfg: ExtConfig) -> str:
 EVIDENCE_RECORD_KEY = "sglang_dsv4_ext"
 
 
-def evidence_record() -> Dict[str, object]:
+def evidence_record() -> dict[str, object]:
     """This process's answer in ``/server_info`` (``internal_states[i]["sglang_dsv4_ext"]``, hooks/evidence.py).
 
     Computed when SGLang asks (a request to ``/server_info``), from this process's own state: it cannot
@@ -554,8 +577,11 @@ def evidence_record() -> Dict[str, object]:
     """
     if STATE.config is not None and STATE.build_checked:
         return {"active": True, **evidence_fields(STATE.config)}
-    reason = STATE.error or ("; ".join(STATE.refusals) if STATE.refusals else
-                             "no DeepSeek-V4 model or pool was built with the extension verified in this process")
+    reason = STATE.error or (
+        "; ".join(STATE.refusals)
+        if STATE.refusals
+        else "no DeepSeek-V4 model or pool was built with the extension verified in this process"
+    )
     return {"active": False, "reason": reason}
 
 
@@ -575,9 +601,13 @@ def _export_active_gauge(cfg: ExtConfig) -> None:
     if _GAUGE is None:
         from prometheus_client import Gauge
 
-        _GAUGE = Gauge(ACTIVE_GAUGE, "sglang-dsv4-ext patched and verified every target before this DeepSeek-V4 "
-                       "model or pool was built (labels: the configuration in force, the process and its launch)",
-                       list(EVIDENCE_FIELDS), multiprocess_mode="mostrecent")
+        _GAUGE = Gauge(
+            ACTIVE_GAUGE,
+            "sglang-dsv4-ext patched and verified every target before this DeepSeek-V4 "
+            "model or pool was built (labels: the configuration in force, the process and its launch)",
+            list(EVIDENCE_FIELDS),
+            multiprocess_mode="mostrecent",
+        )
     _GAUGE.labels(**evidence_fields(cfg)).set(1)
 
 
@@ -591,8 +621,12 @@ def _announce_active() -> None:
 def _announce_configuration() -> None:
     # Once per server: the launcher (the process SGLang's children are spawned from). Not on an
     # untested SGLang: nothing will be patched there, so not even the configuration is in force.
-    if STATE.loaded and not STATE.version_refusal and STATE.config is not None \
-            and multiprocessing.parent_process() is None:
+    if (
+        STATE.loaded
+        and not STATE.version_refusal
+        and STATE.config is not None
+        and multiprocessing.parent_process() is None
+    ):
         print(launcher_line(STATE.config), file=sys.stderr, flush=True)
 
 
@@ -630,8 +664,10 @@ def register() -> None:
         _TABLE = compat.table_for(STATE.sglang_version)
         _CALLED = compat.table_for(STATE.sglang_version, compat.CALLED)
         if STATE.version_refusal:
-            logger.warning("sglang-dsv4-ext: %s; SGLang is left stock and a DeepSeek-V4 pool will be refused",
-                           STATE.version_refusal)
+            logger.warning(
+                "sglang-dsv4-ext: %s; SGLang is left stock and a DeepSeek-V4 pool will be refused",
+                STATE.version_refusal,
+            )
         _join_launch()
         STATE.loaded = True
         _follow_sglang_imports()

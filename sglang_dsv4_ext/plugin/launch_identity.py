@@ -14,13 +14,12 @@ and computes the same identity to tell this launch's evidence from an earlier on
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 # The launcher's identity, inherited by the processes of its launch (set by activation, never by hand).
 ENV_LAUNCH = "SGLANG_DSV4_EXT_LAUNCH"
 
 
-def of_process(pid: Optional[int] = None) -> str:
+def of_process(pid: int | None = None) -> str:
     """``<pid>@<start time, seconds since the epoch, 2 decimals>`` of a running process (this one by default).
 
     Raises ``psutil.NoSuchProcess`` when the process is gone.

@@ -13,7 +13,6 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import torch
 
@@ -35,7 +34,7 @@ class Capture:
     weights: torch.Tensor  # fp32 [R, H]
     seq_lens: torch.Tensor  # int64 [R]
     k: torch.Tensor  # bf16 [T, D] (shared) or [R, T, D]
-    k_fp32: Optional[torch.Tensor]  # fp32, k's shape: the values k was rounded from, when captured
+    k_fp32: torch.Tensor | None  # fp32, k's shape: the values k was rounded from, when captured
 
     def keys_of(self, row: int, keys: torch.Tensor) -> torch.Tensor:
         """The ``seq_lens[row]`` key rows query row ``row`` read, from ``keys`` (``k`` or ``k_fp32``)."""
@@ -45,14 +44,17 @@ class Capture:
 
 # --- finding ------------------------------------------------------------------------------------
 
-def find_files(directory: Path) -> List[Path]:
+
+def find_files(directory: Path) -> list[Path]:
     """Every ``*.pt`` under ``directory`` (symlinks followed, each real file and directory once), sorted."""
-    found: Dict[str, Path] = {}
+    found: dict[str, Path] = {}
     seen_dirs = set()
 
     def refuse(exc: OSError) -> None:
-        raise CaptureFileError(f"{exc.filename}: cannot list this directory ({exc.strerror or exc}); "
-                               f"recall reads every subdirectory or none")
+        raise CaptureFileError(
+            f"{exc.filename}: cannot list this directory ({exc.strerror or exc}); "
+            f"recall reads every subdirectory or none"
+        )
 
     for top, dirs, files in os.walk(directory, onerror=refuse, followlinks=True):
         real = os.path.realpath(top)
@@ -79,6 +81,7 @@ def _check_regular(path: Path) -> None:
 
 # --- loading and checking -----------------------------------------------------------------------
 
+
 def load(path: Path) -> Capture:
     """The checked capture in ``path``; :class:`CaptureFileError` naming the field on any inconsistency."""
     _check_regular(path)
@@ -97,9 +100,17 @@ def load(path: Path) -> Capture:
     _check_slots(where, rec)
     if fmt.PREROUNDING in rec:
         _check_prerounding(where, rec)
-    return Capture(path=path, layer=rec["layer"], index_topk=rec["index_topk"], checksum=rec[fmt.CHECKSUM],
-                   q=rec["q"], weights=rec["weights"], seq_lens=rec["seq_lens"], k=rec["k"],
-                   k_fp32=rec.get(fmt.PREROUNDING))
+    return Capture(
+        path=path,
+        layer=rec["layer"],
+        index_topk=rec["index_topk"],
+        checksum=rec[fmt.CHECKSUM],
+        q=rec["q"],
+        weights=rec["weights"],
+        seq_lens=rec["seq_lens"],
+        k=rec["k"],
+        k_fp32=rec.get(fmt.PREROUNDING),
+    )
 
 
 def _fail(where: str, field: str, problem: str):
@@ -109,16 +120,22 @@ def _fail(where: str, field: str, problem: str):
 def _check_fields(where: str, rec) -> None:
     required = [*fmt.META_FIELDS, *fmt.TENSOR_FIELDS, fmt.CHECKSUM]
     if not isinstance(rec, dict):
-        raise CaptureFileError(f"{where}not a capture file: holds a {type(rec).__name__}, not a dict of "
-                               f"{', '.join(required)}")
+        raise CaptureFileError(
+            f"{where}not a capture file: holds a {type(rec).__name__}, not a dict of {', '.join(required)}"
+        )
     version = rec.get("format_version", "missing")
     if version != fmt.FORMAT_VERSION or type(version) is not int:
-        _fail(where, "format_version", f"{version!r} is not supported; allowed: {fmt.FORMAT_VERSION} (files of "
-              f"earlier versions carry no checksum: capture again with this version)")
+        _fail(
+            where,
+            "format_version",
+            f"{version!r} is not supported; allowed: {fmt.FORMAT_VERSION} (files of "
+            f"earlier versions carry no checksum: capture again with this version)",
+        )
     missing = [name for name in required if name not in rec]
     if missing:
-        raise CaptureFileError(f"{where}not a capture file: lacks {', '.join(missing)} "
-                               f"(a capture file holds {', '.join(required)})")
+        raise CaptureFileError(
+            f"{where}not a capture file: lacks {', '.join(missing)} (a capture file holds {', '.join(required)})"
+        )
     unknown = sorted(set(rec) - set(required) - set(fmt.OPTIONAL_TENSOR_FIELDS))
     if unknown:
         _fail(where, unknown[0], "not a field of a capture file (format 3)")
@@ -140,8 +157,12 @@ def _check_types(where: str, rec) -> None:
 
 def _check_meta(where: str, rec) -> None:
     if rec["dtype"] != fmt.STORED_DTYPE:
-        _fail(where, "dtype", f"{rec['dtype']!r}: recall compares formats against what bf16 index-K stored; "
-              f"allowed: {fmt.STORED_DTYPE!r}")
+        _fail(
+            where,
+            "dtype",
+            f"{rec['dtype']!r}: recall compares formats against what bf16 index-K stored; "
+            f"allowed: {fmt.STORED_DTYPE!r}",
+        )
     for name, low in (("layer", 0), ("request_index", 0), ("index_topk", 0), ("page_size", 1)):
         if rec[name] < low:
             _fail(where, name, f"{rec[name]}, expected >= {low}")
@@ -204,13 +225,18 @@ def _check_prerounding(where: str, rec) -> None:
     near = (rounded.float() - k.float()).abs() <= step + row_scale
     if not bool((same | near).all()):
         bad = int((~(same | near)).sum())
-        _fail(where, fmt.PREROUNDING, f"{bad} values are not what k was rounded from (more than one bf16 step "
-                                      "plus 2**-14 of their row's largest value)")
+        _fail(
+            where,
+            fmt.PREROUNDING,
+            f"{bad} values are not what k was rounded from (more than one bf16 step "
+            "plus 2**-14 of their row's largest value)",
+        )
 
 
 # --- rows with nothing to rank ------------------------------------------------------------------
 
-def degenerate_reason(capture: Capture, row: int) -> Optional[str]:
+
+def degenerate_reason(capture: Capture, row: int) -> str | None:
     """Why query row ``row`` cannot be ranked (None: it can)."""
     if int(capture.seq_lens[row]) == 0:
         return "no keys (seq_lens 0)"

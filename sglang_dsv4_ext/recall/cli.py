@@ -28,7 +28,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Tuple, TypedDict
+from typing import Any, TypedDict
 
 import torch
 
@@ -61,16 +61,17 @@ def logits(q: torch.Tensor, weights: torch.Tensor, k: torch.Tensor) -> torch.Ten
 
 # --- scoring ------------------------------------------------------------------------------------
 
+
 @dataclass
 class _Cell:
     """One (layer, k, reference): recall per format over the rows scored, and the rows not scored."""
 
-    recalls: Dict[str, List[float]] = field(default_factory=dict)
+    recalls: dict[str, list[float]] = field(default_factory=dict)
     at_most_k_keys: int = 0
     tied_at_k: int = 0
 
 
-def _format_logits(capture: capture_files.Capture, rows: List[int]) -> Dict[str, torch.Tensor]:
+def _format_logits(capture: capture_files.Capture, rows: list[int]) -> dict[str, torch.Tensor]:
     """float64 logits ``[len(rows), T]`` of the reference and of each format scored against it."""
     q, weights = capture.q[rows], capture.weights[rows]
 
@@ -86,7 +87,7 @@ def _format_logits(capture: capture_files.Capture, rows: List[int]) -> Dict[str,
     return out
 
 
-def _score_row(cell: _Cell, got: Dict[str, torch.Tensor], i: int, n: int, k: int) -> bool:
+def _score_row(cell: _Cell, got: dict[str, torch.Tensor], i: int, n: int, k: int) -> bool:
     if n <= k:
         cell.at_most_k_keys += 1
         return False
@@ -103,7 +104,7 @@ def _score_row(cell: _Cell, got: Dict[str, torch.Tensor], i: int, n: int, k: int
     return True
 
 
-def score_capture(capture: capture_files.Capture, ks: List[int], cells: Dict[tuple, _Cell]) -> Tuple[Counter, int]:
+def score_capture(capture: capture_files.Capture, ks: list[int], cells: dict[tuple, _Cell]) -> tuple[Counter, int]:
     """Add one file's rows to ``cells``; returns its degenerate rows by reason (never scored) and how many of
     its query rows were scored (at some k)."""
     reasons = [capture_files.degenerate_reason(capture, r) for r in range(capture.q.shape[0])]
@@ -123,12 +124,12 @@ def score_capture(capture: capture_files.Capture, ks: List[int], cells: Dict[tup
 
 class Degenerate(TypedDict):
     file: str
-    rows: Dict[str, int]  # why not scored -> rows
+    rows: dict[str, int]  # why not scored -> rows
 
 
 class NotScored(TypedDict):
-    degenerate: List[Degenerate]
-    by_layer: List[Dict[str, Any]]  # _not_scored's rows
+    degenerate: list[Degenerate]
+    by_layer: list[dict[str, Any]]  # _not_scored's rows
 
 
 class RecallResult(TypedDict):
@@ -136,27 +137,28 @@ class RecallResult(TypedDict):
 
     directory: str
     files: int
-    files_by_reference: Dict[str, int]
-    rows: List[Dict[str, Any]]  # _result_rows's rows
+    files_by_reference: dict[str, int]
+    rows: list[dict[str, Any]]  # _result_rows's rows
     not_scored: NotScored
     scored_rows: int
     verdict: str
 
 
-def analyse(directory: Path, ks: List[int]) -> RecallResult:
+def analyse(directory: Path, ks: list[int]) -> RecallResult:
     paths = capture_files.find_files(directory)
     if not paths:
         raise FileNotFoundError(f"{directory}: no capture files (*.pt)")
-    cells: Dict[tuple, _Cell] = {}
-    degenerate: List[Degenerate] = []
+    cells: dict[tuple, _Cell] = {}
+    degenerate: list[Degenerate] = []
     references: Counter[str] = Counter()
-    first_of: Dict[str, Path] = {}
+    first_of: dict[str, Path] = {}
     scored = 0
     for path in paths:
         capture = capture_files.load(path)
         if capture.checksum in first_of:
-            raise CaptureFileError(f"{path}: checksum: same content as {first_of[capture.checksum]} (a copy; "
-                                   f"each capture is read once)")
+            raise CaptureFileError(
+                f"{path}: checksum: same content as {first_of[capture.checksum]} (a copy; each capture is read once)"
+            )
         first_of[capture.checksum] = path
         references[REFERENCE_BF16 if capture.k_fp32 is None else REFERENCE_FP32] += 1
         counts, file_scored = score_capture(capture, ks, cells)
@@ -165,15 +167,19 @@ def analyse(directory: Path, ks: List[int]) -> RecallResult:
             degenerate.append({"file": str(path), "rows": dict(sorted(counts.items()))})
     rows = _result_rows(cells)
     result: RecallResult = {
-        "directory": str(directory), "files": len(paths), "files_by_reference": dict(references), "rows": rows,
-        "not_scored": {"degenerate": degenerate, "by_layer": _not_scored(cells)}, "scored_rows": scored,
+        "directory": str(directory),
+        "files": len(paths),
+        "files_by_reference": dict(references),
+        "rows": rows,
+        "not_scored": {"degenerate": degenerate, "by_layer": _not_scored(cells)},
+        "scored_rows": scored,
         "verdict": "",  # decided from the rest, below
     }
     result["verdict"] = verdict(result)
     return result
 
 
-def _result_rows(cells: Dict[tuple, _Cell]) -> List[dict]:
+def _result_rows(cells: dict[tuple, _Cell]) -> list[dict]:
     out = []
     for (layer, k, reference), cell in sorted(cells.items()):
         for fmt in FORMATS:
@@ -182,31 +188,42 @@ def _result_rows(cells: Dict[tuple, _Cell]) -> List[dict]:
                 row.update(rows=0, recall=None, min_recall=None, is_reference=True)
             else:
                 v = cell.recalls.get(fmt, [])
-                row.update(rows=len(v), recall=(sum(v) / len(v)) if v else None, min_recall=min(v) if v else None,
-                           is_reference=False)
+                row.update(
+                    rows=len(v),
+                    recall=(sum(v) / len(v)) if v else None,
+                    min_recall=min(v) if v else None,
+                    is_reference=False,
+                )
             out.append(row)
     return out
 
 
-def _not_scored(cells: Dict[tuple, _Cell]) -> List[dict]:
-    return [{"layer": layer, "k": k, "reference": reference, "at_most_k_keys": c.at_most_k_keys,
-             "tied_at_k": c.tied_at_k}
-            for (layer, k, reference), c in sorted(cells.items()) if c.at_most_k_keys or c.tied_at_k]
+def _not_scored(cells: dict[tuple, _Cell]) -> list[dict]:
+    return [
+        {"layer": layer, "k": k, "reference": reference, "at_most_k_keys": c.at_most_k_keys, "tied_at_k": c.tied_at_k}
+        for (layer, k, reference), c in sorted(cells.items())
+        if c.at_most_k_keys or c.tied_at_k
+    ]
 
 
 def verdict(result: RecallResult) -> str:
     by_reference = result["files_by_reference"]
     degenerate = sum(sum(d["rows"].values()) for d in result["not_scored"]["degenerate"])
     if not result["scored_rows"]:
-        return (f"cannot tell: no query row could be scored ({degenerate} degenerate rows; rows with at most k keys "
-                f"or a tie at the k-th reference logit are listed above)")
+        return (
+            f"cannot tell: no query row could be scored ({degenerate} degenerate rows; rows with at most k keys "
+            f"or a tie at the k-th reference logit are listed above)"
+        )
     parts = []
     if by_reference.get(REFERENCE_FP32):
-        parts.append(f"{by_reference[REFERENCE_FP32]} files: bf16, fp8 and fp4 against the fp32 keys before bf16 "
-                     f"rounding")
+        parts.append(
+            f"{by_reference[REFERENCE_FP32]} files: bf16, fp8 and fp4 against the fp32 keys before bf16 rounding"
+        )
     if by_reference.get(REFERENCE_BF16):
-        parts.append(f"{by_reference[REFERENCE_BF16]} files: no fp32 keys (stored before capture saw them), bf16 is "
-                     f"the reference, only fp8 and fp4 scored")
+        parts.append(
+            f"{by_reference[REFERENCE_BF16]} files: no fp32 keys (stored before capture saw them), bf16 is "
+            f"the reference, only fp8 and fp4 scored"
+        )
     tail = f"; {degenerate} degenerate rows not scored" if degenerate else ""
     return f"scored {result['scored_rows']} query rows: " + "; ".join(parts) + tail
 
@@ -222,8 +239,10 @@ def format_table(result: RecallResult) -> str:
             figures = f"{r['rows']:>6} {rec:>8} {mn:>8}"
         lines.append(f"{r['layer']:>5} {r['format']:<6} {r['k']:>5} {r['reference']:<9} {figures}")
     for c in result["not_scored"]["by_layer"]:
-        lines.append(f"not scored, layer {c['layer']} k={c['k']} ({c['reference']} reference): "
-                     f"{c['at_most_k_keys']} rows with at most k keys, {c['tied_at_k']} with a tie at the k-th logit")
+        lines.append(
+            f"not scored, layer {c['layer']} k={c['k']} ({c['reference']} reference): "
+            f"{c['at_most_k_keys']} rows with at most k keys, {c['tied_at_k']} with a tie at the k-th logit"
+        )
     for d in result["not_scored"]["degenerate"]:
         lines.append(f"not scored, {d['file']}: " + ", ".join(f"{n} rows {why}" for why, n in d["rows"].items()))
     lines.append(f"verdict: {result['verdict']}")
@@ -264,8 +283,10 @@ def run(args) -> int:
 
 def add_subparser(subparsers) -> None:
     p = subparsers.add_parser(
-        "recall", help="top-k set recall of fp8, fp4 and bf16 index-K against the fp32 keys before bf16 rounding",
-        description=__doc__)
+        "recall",
+        help="top-k set recall of fp8, fp4 and bf16 index-K against the fp32 keys before bf16 rounding",
+        description=__doc__,
+    )
     p.add_argument("directory", help="capture directory (*.pt files in it or its subdirectories, see above)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.set_defaults(func=run)

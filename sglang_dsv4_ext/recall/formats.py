@@ -33,8 +33,6 @@ ROCm Triton fp8 store clamps ``amax`` at 1e-8; neither changes a row with ``amax
 
 from __future__ import annotations
 
-from typing import Tuple
-
 import torch
 
 FP8_E4M3_MAX = 448.0
@@ -54,7 +52,7 @@ def fp8_values(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (x.to(torch.float32) * (1.0 / scale)).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
 
 
-def fp8_quantize(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def fp8_quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """e4m3 values ``[..., D]`` and the fp32 scale ``[..., 1]`` of each row (last dim)."""
     scale = fp8_scale(x)
     return fp8_values(x, scale), scale
@@ -71,7 +69,7 @@ def ue8m0_ceil(x: torch.Tensor) -> torch.Tensor:
     return ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0).to(torch.int32)
 
 
-def fp4_quantize(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def fp4_quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """e2m1 codes ``[..., D]`` (uint8, sign in bit 3) and biased ue8m0 exponents ``[..., D/32]`` (int32)."""
     groups = x.to(torch.float32).reshape(*x.shape[:-1], -1, FP4_GROUP)
     exponent = ue8m0_ceil(groups.abs().amax(-1).clamp(min=AMAX_FLOOR) / 6.0)

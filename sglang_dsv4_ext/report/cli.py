@@ -25,7 +25,6 @@ import math
 import os
 import sys
 from collections import Counter
-from typing import Dict, List
 
 from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.errors import PairingError, ReproInputError
@@ -42,9 +41,9 @@ def _esc(x) -> str:
     return html.escape(str(x))
 
 
-def level_rates(records: List[dict]) -> List[dict]:
+def level_rates(records: list[dict]) -> list[dict]:
     """Per concurrency level and corruption class: count, n, rate and Wilson 95% interval."""
-    by_level: Dict[int, List[dict]] = {}
+    by_level: dict[int, list[dict]] = {}
     for r in records:
         by_level.setdefault(int(r["concurrency"]), []).append(r)
     rows = []
@@ -54,31 +53,44 @@ def level_rates(records: List[dict]) -> List[dict]:
         for cls in ("corruption",) + tuple(CORRUPTION_CLASSES):
             c = sum(counts[x] for x in CORRUPTION_CLASSES) if cls == "corruption" else counts[cls]
             lo, hi = wilson_interval(c, len(recs))
-            rows.append({"concurrency": conc, "class": cls, "count": c, "n": len(recs),
-                         "rate": c / len(recs) if recs else 0.0, "lo": lo, "hi": hi})
+            rows.append(
+                {
+                    "concurrency": conc,
+                    "class": cls,
+                    "count": c,
+                    "n": len(recs),
+                    "rate": c / len(recs) if recs else 0.0,
+                    "lo": lo,
+                    "hi": hi,
+                }
+            )
     return rows
 
 
-def _rate_svg(rows: List[dict]) -> str:
+def _rate_svg(rows: list[dict]) -> str:
     pts = [r for r in rows if r["class"] == "corruption"]
     if not pts:
         return "<p>no records</p>"
     top = max(max(r["hi"] for r in pts), 0.01)
     step = _W / (len(pts) + 1)
-    parts = [f'<svg width="{_W}" height="{_H + 30}" role="img" aria-label="corruption rate per concurrency">',
-             f'<line x1="0" y1="{_H}" x2="{_W}" y2="{_H}" stroke="#888"/>']
+    parts = [
+        f'<svg width="{_W}" height="{_H + 30}" role="img" aria-label="corruption rate per concurrency">',
+        f'<line x1="0" y1="{_H}" x2="{_W}" y2="{_H}" stroke="#888"/>',
+    ]
     for i, r in enumerate(pts, start=1):
         x = i * step
         y, ylo, yhi = (_H - _H * v / top for v in (r["rate"], r["lo"], r["hi"]))
-        parts += [f'<line x1="{x:.1f}" y1="{ylo:.1f}" x2="{x:.1f}" y2="{yhi:.1f}" stroke="#c33"/>',
-                  f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="#c33"><title>c={r["concurrency"]}: '
-                  f'{r["rate"]:.4f} [{r["lo"]:.4f}, {r["hi"]:.4f}]</title></circle>',
-                  f'<text x="{x:.1f}" y="{_H + 20}" text-anchor="middle" font-size="12">c={r["concurrency"]}</text>']
+        parts += [
+            f'<line x1="{x:.1f}" y1="{ylo:.1f}" x2="{x:.1f}" y2="{yhi:.1f}" stroke="#c33"/>',
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="#c33"><title>c={r["concurrency"]}: '
+            f"{r['rate']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}]</title></circle>",
+            f'<text x="{x:.1f}" y="{_H + 20}" text-anchor="middle" font-size="12">c={r["concurrency"]}</text>',
+        ]
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _latency_svg(latencies: List[float]) -> str:
+def _latency_svg(latencies: list[float]) -> str:
     if not latencies:
         return "<p>no latencies</p>"
     lo, hi = min(latencies), max(latencies)
@@ -89,15 +101,20 @@ def _latency_svg(latencies: List[float]) -> str:
         counts[min(bins - 1, int((v - lo) / width))] += 1
     peak = max(counts)
     bw = _W / bins
-    bars = "".join(f'<rect x="{i * bw:.1f}" y="{_H - _H * c / peak:.1f}" width="{bw - 1:.1f}" '
-                   f'height="{_H * c / peak:.1f}" fill="#37a"><title>{lo + i * width:.2f}-{lo + (i + 1) * width:.2f}'
-                   f' s: {c}</title></rect>' for i, c in enumerate(counts))
-    return (f'<svg width="{_W}" height="{_H + 20}" role="img" aria-label="latency histogram">{bars}'
-            f'<text x="0" y="{_H + 15}" font-size="12">{lo:.2f} s</text>'
-            f'<text x="{_W}" y="{_H + 15}" font-size="12" text-anchor="end">{hi:.2f} s</text></svg>')
+    bars = "".join(
+        f'<rect x="{i * bw:.1f}" y="{_H - _H * c / peak:.1f}" width="{bw - 1:.1f}" '
+        f'height="{_H * c / peak:.1f}" fill="#37a"><title>{lo + i * width:.2f}-{lo + (i + 1) * width:.2f}'
+        f" s: {c}</title></rect>"
+        for i, c in enumerate(counts)
+    )
+    return (
+        f'<svg width="{_W}" height="{_H + 20}" role="img" aria-label="latency histogram">{bars}'
+        f'<text x="0" y="{_H + 15}" font-size="12">{lo:.2f} s</text>'
+        f'<text x="{_W}" y="{_H + 15}" font-size="12" text-anchor="end">{hi:.2f} s</text></svg>'
+    )
 
 
-def _table(rows: List[dict], cols: List[str]) -> str:
+def _table(rows: list[dict], cols: list[str]) -> str:
     head = "".join(f"<th>{_esc(c)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{_esc(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
@@ -109,18 +126,22 @@ def _fmt(v) -> str:
     return "n/a" if v is None else str(v)
 
 
-def run_section(run_dir: str, summary: dict, records: Dict[str, dict]) -> str:
+def run_section(run_dir: str, summary: dict, records: dict[str, dict]) -> str:
     recs = list(records.values())
     rates = level_rates(recs)
     lat = sorted(float(r["latency_s"]) for r in recs if r.get("latency_s") is not None)
     planned = summary.get("requests_planned")
     of_planned = f" of {planned} planned" if isinstance(planned, int) else ""
     unfinished = pairing.incomplete(summary)
-    parts = [f'<section class="run"><h2>{_esc(summary.get("label") or os.path.basename(run_dir.rstrip("/")))}</h2>',
-             f"<p>{_esc(run_dir)}: {len(recs)} requests{_esc(of_planned)}</p>",
-             f'<p class="incomplete">did not finish: {_esc(unfinished)}</p>' if unfinished else "", _rate_svg(rates),
-             _table(rates, ["concurrency", "class", "count", "n", "rate", "lo", "hi"]),
-             "<h3>latency</h3>", _latency_svg(lat)]
+    parts = [
+        f'<section class="run"><h2>{_esc(summary.get("label") or os.path.basename(run_dir.rstrip("/")))}</h2>',
+        f"<p>{_esc(run_dir)}: {len(recs)} requests{_esc(of_planned)}</p>",
+        f'<p class="incomplete">did not finish: {_esc(unfinished)}</p>' if unfinished else "",
+        _rate_svg(rates),
+        _table(rates, ["concurrency", "class", "count", "n", "rate", "lo", "hi"]),
+        "<h3>latency</h3>",
+        _latency_svg(lat),
+    ]
     if lat:
         parts.append(f"<p>median {lat[len(lat) // 2]:.3f} s, p90 {lat[int(0.9 * (len(lat) - 1))]:.3f} s</p>")
     evidence = [server_evidence.shown(row) for row in summary.get("server_evidence") or []]
@@ -133,11 +154,13 @@ def run_section(run_dir: str, summary: dict, records: Dict[str, dict]) -> str:
 
 def ab_section(ab: dict) -> str:
     primary = ab["corruption"]
-    return (f'<section class="ab"><h2>A/B</h2><p>{_esc(pairing_line(ab))}</p><p>{_esc(ab["verdict"])}</p>'
-            f'<p>p-value {_esc(_fmt(primary.get("p_value")))}, pairs {_esc(ab.get("pairs"))}</p></section>')
+    return (
+        f'<section class="ab"><h2>A/B</h2><p>{_esc(pairing_line(ab))}</p><p>{_esc(ab["verdict"])}</p>'
+        f"<p>p-value {_esc(_fmt(primary.get('p_value')))}, pairs {_esc(ab.get('pairs'))}</p></section>"
+    )
 
 
-def warnings_block(lines: List[str]) -> str:
+def warnings_block(lines: list[str]) -> str:
     items = "".join(f"<li>{_esc(w)}</li>" for w in lines)
     return f'<div class="warnings"><h2>Read this first</h2><ul>{items}</ul></div>' if lines else ""
 
@@ -163,11 +186,14 @@ def check_summary(run_dir: str, summary: dict) -> None:
     evidence = summary.get("server_evidence")
     if evidence is None:
         return
-    if not isinstance(evidence, list) or not all(isinstance(r, dict) and isinstance(r.get("url"), str)
-                                                  for r in evidence):
+    if not isinstance(evidence, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("url"), str) for r in evidence
+    ):
         shown = type(evidence).__name__ if not isinstance(evidence, list) else "a list holding other things"
-        raise ReproInputError(f"{os.path.join(run_dir, rundir.SUMMARY)}: server_evidence: expected a list of "
-                              f"objects, one per server with its url (as `repro run` writes it), got {shown}")
+        raise ReproInputError(
+            f"{os.path.join(run_dir, rundir.SUMMARY)}: server_evidence: expected a list of "
+            f"objects, one per server with its url (as `repro run` writes it), got {shown}"
+        )
 
 
 def _load(run_dir: str) -> pairing.LoadedRun:
@@ -176,11 +202,12 @@ def _load(run_dir: str) -> pairing.LoadedRun:
     return run
 
 
-def check_output(path: str, run_dirs: List[str], force: bool) -> None:
+def check_output(path: str, run_dirs: list[str], force: bool) -> None:
     """Refuse an ``-o`` the page must not be written to (see the module doc)."""
     if os.path.isdir(path):
-        raise ReproInputError(f"-o {path}: is a directory; give the HTML file to write, e.g. "
-                              f"{os.path.join(path, 'report.html')}")
+        raise ReproInputError(
+            f"-o {path}: is a directory; give the HTML file to write, e.g. {os.path.join(path, 'report.html')}"
+        )
     parent = os.path.dirname(path) or "."
     if not os.path.isdir(parent):
         raise ReproInputError(f"-o {path}: directory {parent} does not exist")
@@ -188,26 +215,32 @@ def check_output(path: str, run_dirs: List[str], force: bool) -> None:
         return
     home = rundir.evidence_home(path, run_dirs)
     if home is not None:
-        raise ReproInputError(f"-o {path}: a file of the run directory {home}; a run's files are never written "
-                              "over, --force or not (choose a new file name)")
+        raise ReproInputError(
+            f"-o {path}: a file of the run directory {home}; a run's files are never written "
+            "over, --force or not (choose a new file name)"
+        )
     if not os.path.isfile(path):
         raise ReproInputError(f"-o {path}: exists and is not a regular file")
     if not force:
         raise ReproInputError(f"-o {path}: exists; pass --force to overwrite it")
 
 
-def build_page(run_dirs: List[str], allow_different_settings: bool = False) -> str:
+def build_page(run_dirs: list[str], allow_different_settings: bool = False) -> str:
     runs = [_load(d) for d in run_dirs]
     sections = [run_section(r.path, r.summary, r.records) for r in runs]
     if len(runs) == 2:
         ab = compare_loaded(runs[0], runs[1], allow_different_settings=allow_different_settings)
         sections.insert(0, ab_section(ab))
         sections.insert(0, warnings_block(ab["warnings"]))
-    style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}"
-             ".warnings,.incomplete{background:#fee;border:2px solid #c33;padding:0.5em}")
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>sglang-dsv4 report</title>"
-            f"<style>{style}</style></head><body><h1>sglang-dsv4 repro report</h1>{''.join(sections)}</body></html>")
+    style = (
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}"
+        ".warnings,.incomplete{background:#fee;border:2px solid #c33;padding:0.5em}"
+    )
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>sglang-dsv4 report</title>"
+        f"<style>{style}</style></head><body><h1>sglang-dsv4 repro report</h1>{''.join(sections)}</body></html>"
+    )
 
 
 def _write(path: str, page: str, force: bool) -> None:

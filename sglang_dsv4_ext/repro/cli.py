@@ -77,8 +77,9 @@ def _error(action: str, exc: object) -> int:
     return exit_codes.USAGE
 
 
-def _stopped_before_start(action: str, stop: stop_signals.Stopped,
-                          what: str = "before the first request: nothing was sent or written") -> int:
+def _stopped_before_start(
+    action: str, stop: stop_signals.Stopped, what: str = "before the first request: nothing was sent or written"
+) -> int:
     print(f"sglang-dsv4 repro {action}: stopped by {stop} {what}", file=sys.stderr)
     return exit_codes.for_signal(stop.signum)
 
@@ -112,8 +113,10 @@ def _ab_preflight(args) -> None:
 
     for flag in ("--server-metrics", "--serve-logs"):
         if getattr(args, flag[2:].replace("-", "_")) is not None:
-            raise ReproInputError(f"{flag} names one stack's servers, and `repro ab` runs two: run each stack with "
-                                  f"`repro run ... {flag} ...` and compare the two runs with `repro compare`")
+            raise ReproInputError(
+                f"{flag} names one stack's servers, and `repro ab` runs two: run each stack with "
+                f"`repro run ... {flag} ...` and compare the two runs with `repro compare`"
+            )
     for endpoint in (args.endpoint_a, args.endpoint_b):
         preflight([base_url(endpoint)], None, args.expect_extension)
 
@@ -134,9 +137,11 @@ def _ab_kept(out: str, done: list) -> str:
     if not done:
         return f"nothing was sent to either stack; {out} holds nothing"
     cfg, summary = done[0]
-    return (f"side A's run is kept in {cfg.out} ({summary['requests_done']} of {summary['requests_planned']} "
-            f"requests, its summary written); nothing was sent to B and no comparison was written (run B with "
-            f"`repro run` and compare the two with `sglang-dsv4 repro compare {cfg.out} B_DIR`)")
+    return (
+        f"side A's run is kept in {cfg.out} ({summary['requests_done']} of {summary['requests_planned']} "
+        f"requests, its summary written); nothing was sent to B and no comparison was written (run B with "
+        f"`repro run` and compare the two with `sglang-dsv4 repro compare {cfg.out} B_DIR`)"
+    )
 
 
 def _do_ab(args) -> int:
@@ -234,34 +239,51 @@ def add_allow_different_settings(p: argparse.ArgumentParser) -> None:
     """The one override of the settings check (``repro compare`` and ``report``)."""
     from sglang_dsv4_ext.repro.pairing import ALLOW_FLAG
 
-    p.add_argument(ALLOW_FLAG, dest="allow_different_settings", action="store_true",
-                   help="compare runs whose settings differ (sessions, rounds, seed, concurrency, max tokens, "
-                   "temperature, stream, ...): refused by default; the output then says so at the top")
+    p.add_argument(
+        ALLOW_FLAG,
+        dest="allow_different_settings",
+        action="store_true",
+        help="compare runs whose settings differ (sessions, rounds, seed, concurrency, max tokens, "
+        "temperature, stream, ...): refused by default; the output then says so at the top",
+    )
 
 
 def _add_significance_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=_arg_type(_alpha), default=0.05, help="significance level in (0, 1) (default 0.05)")
-    p.add_argument("--fail-if-significant", action="store_true",
-                   help=f"exit {exit_codes.FINDING} on a significant difference")
+    p.add_argument(
+        "--fail-if-significant", action="store_true", help=f"exit {exit_codes.FINDING} on a significant difference"
+    )
 
 
 def _add_run(sub) -> None:
-    run = sub.add_parser("run", help="run the sessions against one endpoint",
-                         description="Run N sessions x R rounds at each concurrency level against one endpoint.")
-    run.add_argument("--endpoint", required=True, type=_arg_type(_url),
-                     help="base URL, e.g. http://127.0.0.1:8000 (the router, or a server)")
-    run.add_argument("--out", default=None,
-                     help="output directory; must be new or empty (default repro-runs/run-<time>)")
+    run = sub.add_parser(
+        "run",
+        help="run the sessions against one endpoint",
+        description="Run N sessions x R rounds at each concurrency level against one endpoint.",
+    )
+    run.add_argument(
+        "--endpoint",
+        required=True,
+        type=_arg_type(_url),
+        help="base URL, e.g. http://127.0.0.1:8000 (the router, or a server)",
+    )
+    run.add_argument(
+        "--out", default=None, help="output directory; must be new or empty (default repro-runs/run-<time>)"
+    )
     run.add_argument("--label", default="", help="a name for this run in tables, e.g. 'bf16+hicache'")
     _add_workload_args(run)
-    run.add_argument("--fail-on-corruption", action="store_true",
-                     help=f"exit {exit_codes.FINDING} when any request is corrupted")
+    run.add_argument(
+        "--fail-on-corruption", action="store_true", help=f"exit {exit_codes.FINDING} when any request is corrupted"
+    )
     run.set_defaults(func=_do_run)
 
 
 def _add_ab(sub) -> None:
-    ab = sub.add_parser("ab", help="run the same workload against two endpoints and compare",
-                        description="Run the identical workload against A then B, then compare paired requests.")
+    ab = sub.add_parser(
+        "ab",
+        help="run the same workload against two endpoints and compare",
+        description="Run the identical workload against A then B, then compare paired requests.",
+    )
     ab.add_argument("--endpoint-a", required=True, type=_arg_type(_url), help="base URL of stack A")
     ab.add_argument("--endpoint-b", required=True, type=_arg_type(_url), help="base URL of stack B")
     ab.add_argument("--label-a", default="A")
@@ -283,12 +305,18 @@ def _add_compare(sub) -> None:
 
 
 def _add_reparse(sub) -> None:
-    rep = sub.add_parser("reparse", help="re-parse failures' raw output with the reference DSML parser",
-                         description=f"Writes {rundir.REPARSED} into the run directory (a new timestamped name "
-                         "when one exists).")
+    rep = sub.add_parser(
+        "reparse",
+        help="re-parse failures' raw output with the reference DSML parser",
+        description=f"Writes {rundir.REPARSED} into the run directory (a new timestamped name when one exists).",
+    )
     rep.add_argument("run_dir")
-    rep.add_argument("--detokenize-url", default=None, type=_arg_type(_url),
-                     help="an SGLang server (prefill or decode) with /detokenize")
+    rep.add_argument(
+        "--detokenize-url",
+        default=None,
+        type=_arg_type(_url),
+        help="an SGLang server (prefill or decode) with /detokenize",
+    )
     rep.add_argument("--tokenizer", default=None, help="local tokenizer directory (e.g. the model checkpoint)")
     rep.set_defaults(func=_do_reparse)
 

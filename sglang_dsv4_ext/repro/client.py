@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -29,45 +29,45 @@ class _Shape(BaseModel):
 
 
 class _Function(_Shape):
-    name: Optional[str] = None
+    name: str | None = None
     arguments: Any = None  # a JSON string per the API; judged by the verdict, whatever it is
 
 
 class _ToolCall(_Shape):
-    index: Optional[int] = None  # streaming deltas: which call a fragment belongs to
-    function: Optional[_Function] = None
+    index: int | None = None  # streaming deltas: which call a fragment belongs to
+    function: _Function | None = None
 
 
 class _Message(_Shape):
-    content: Optional[str] = None
-    reasoning_content: Optional[str] = None
-    reasoning: Optional[str] = None
-    tool_calls: Optional[List[_ToolCall]] = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[_ToolCall] | None = None
 
     def reasoning_text(self) -> str:
         return self.reasoning_content or self.reasoning or ""
 
 
 class _Choice(_Shape):
-    message: Optional[_Message] = None
-    delta: Optional[_Message] = None
-    finish_reason: Optional[str] = None
-    response_token_ids: Optional[List[int]] = None
+    message: _Message | None = None
+    delta: _Message | None = None
+    finish_reason: str | None = None
+    response_token_ids: list[int] | None = None
 
 
 class _Completion(_Shape):
-    choices: List[_Choice]
-    usage: Optional[Dict[str, Any]] = None
+    choices: list[_Choice]
+    usage: dict[str, Any] | None = None
 
 
 class _Chunk(_Shape):
-    choices: List[_Choice] = []
-    usage: Optional[Dict[str, Any]] = None
+    choices: list[_Choice] = []
+    usage: dict[str, Any] | None = None
     error: Any = None
 
 
 class _ModelList(_Shape):
-    data: List[Dict[str, Any]]
+    data: list[dict[str, Any]]
 
 
 class _Detokenized(_Shape):
@@ -80,9 +80,10 @@ def _shape_error(exc: ValidationError) -> str:
     return f"{where}: {first['msg']}"
 
 
-def _protocol_error(what: str, detail: str, snippet: str = "", status: Optional[int] = 200) -> Observation:
-    return Observation(transport="protocol_error", http_status=status, error=f"{what}: {detail}"[:500],
-                       body_snippet=snippet[:_SNIPPET])
+def _protocol_error(what: str, detail: str, snippet: str = "", status: int | None = 200) -> Observation:
+    return Observation(
+        transport="protocol_error", http_status=status, error=f"{what}: {detail}"[:500], body_snippet=snippet[:_SNIPPET]
+    )
 
 
 # ----- URLs ------------------------------------------------------------------------------------
@@ -104,7 +105,7 @@ def base_url(endpoint: str) -> str:
 
 
 # ----- non-streaming replies -------------------------------------------------------------------
-def _calls(msg: _Message) -> List[dict]:
+def _calls(msg: _Message) -> list[dict]:
     calls = []
     for tc in msg.tool_calls or []:
         fn = tc.function or _Function()
@@ -138,7 +139,7 @@ class _StreamAccumulator:
 
     def __init__(self) -> None:
         self.obs = Observation()
-        self.calls: Dict[int, dict] = {}
+        self.calls: dict[int, dict] = {}
 
     def add(self, chunk: _Chunk) -> None:
         if chunk.usage:
@@ -184,8 +185,9 @@ def _chunk_or_error(payload: bytes):
     except ValidationError as exc:
         return _protocol_error("stream chunk is not a chat-completion chunk", _shape_error(exc), text)
     if chunk.error:
-        return Observation(transport="http_error", http_status=200,
-                           error=f"error in stream: {json.dumps(chunk.error)[:300]}")
+        return Observation(
+            transport="http_error", http_status=200, error=f"error in stream: {json.dumps(chunk.error)[:300]}"
+        )
     return chunk
 
 
@@ -241,8 +243,12 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict, headers: d
     async with session.post(url, json=body, headers=headers) as resp:
         if resp.status != 200:
             text = await resp.text(errors="replace")
-            return Observation(transport="http_error", http_status=resp.status, error=f"HTTP {resp.status}",
-                               body_snippet=text[:_SNIPPET])
+            return Observation(
+                transport="http_error",
+                http_status=resp.status,
+                error=f"HTTP {resp.status}",
+                body_snippet=text[:_SNIPPET],
+            )
         obs = await (_read_stream(resp) if body.get("stream") else _read_body(resp))
         obs.http_status = resp.status
         return obs
@@ -253,7 +259,7 @@ async def chat(
     url: str,
     body: dict,
     timeout_s: float,
-    headers: Optional[dict] = None,
+    headers: dict | None = None,
 ) -> Observation:
     """POST one chat completion; classify transport problems instead of raising."""
     try:
@@ -310,20 +316,22 @@ class Detokenizer:
         self.timeout_s = timeout_s
         self.state = "untried"  # untried | ok | unavailable: reason
 
-    async def decode(self, session: aiohttp.ClientSession, ids: List[int]) -> Optional[str]:
+    async def decode(self, session: aiohttp.ClientSession, ids: list[int]) -> str | None:
         """The text of ``ids``, or None once the endpoint has failed (see :attr:`state`)."""
         if self.state.startswith("unavailable"):
             return None
         try:
             text = await self._post(session, ids)
         except (DetokenizeError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            self.state = (f"unavailable: {self.url} failed ({exc}); run `sglang-dsv4 repro reparse` "
-                          "with --detokenize-url or --tokenizer")
+            self.state = (
+                f"unavailable: {self.url} failed ({exc}); run `sglang-dsv4 repro reparse` "
+                "with --detokenize-url or --tokenizer"
+            )
             return None
         self.state = "ok"
         return text
 
-    def decode_blocking(self, ids: List[int]) -> str:
+    def decode_blocking(self, ids: list[int]) -> str:
         """:meth:`decode` for synchronous callers (offline reparse); raises once unavailable."""
 
         async def once():
@@ -335,7 +343,7 @@ class Detokenizer:
             raise DetokenizeError(self.state)
         return text
 
-    async def _post(self, session: aiohttp.ClientSession, ids: List[int]) -> str:
+    async def _post(self, session: aiohttp.ClientSession, ids: list[int]) -> str:
         body = {"tokens": ids, "skip_special_tokens": False}
         async with session.post(self.url, json=body, timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as resp:
             if resp.status != 200:

@@ -12,21 +12,19 @@ pairs for the exact test to ever reach p < alpha).
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
-
 from sglang_dsv4_ext.errors import PairingError
 from sglang_dsv4_ext.repro import pairing
 from sglang_dsv4_ext.repro.stats import mcnemar_exact, rate_with_interval, wilson_interval
 from sglang_dsv4_ext.repro.verdict import CORRUPTION_CLASSES, TRANSPORT_CLASSES
 
 
-def load_run(run_dir: str) -> Tuple[dict, Dict[str, dict]]:
+def load_run(run_dir: str) -> tuple[dict, dict[str, dict]]:
     """(summary or {}, records by key); a bad line is refused naming FILE:LINE."""
     run = pairing.load(run_dir)
     return run.summary, run.records
 
 
-def _paired_test(pairs: List[Tuple[dict, dict]], failed) -> dict:
+def _paired_test(pairs: list[tuple[dict, dict]], failed) -> dict:
     a_only = sum(1 for a, b in pairs if failed(a) and not failed(b))
     b_only = sum(1 for a, b in pairs if failed(b) and not failed(a))
     both = sum(1 for a, b in pairs if failed(a) and failed(b))
@@ -55,24 +53,28 @@ def pairs_needed(alpha: float) -> int:
     return n
 
 
-def _verdict(primary: dict, alpha: float) -> Tuple[str, str]:
+def _verdict(primary: dict, alpha: float) -> tuple[str, str]:
     """(outcome, text): significant, not_significant, or cannot_tell."""
     n, a_only, b_only, p = primary["pairs"], primary["a_only"], primary["b_only"], primary["p_value"]
     counts = f"A-only {a_only}, B-only {b_only} of {n} pairs"
     need = pairs_needed(alpha)
     if n < need:
-        return "cannot_tell", (f"cannot tell: {n} judged pairs, and the exact test needs at least {need} "
-                               f"to ever reach p < {alpha} ({counts})")
+        return "cannot_tell", (
+            f"cannot tell: {n} judged pairs, and the exact test needs at least {need} "
+            f"to ever reach p < {alpha} ({counts})"
+        )
     if p < alpha:
         worse = "A" if a_only > b_only else "B"
         return "significant", f"significant difference: {worse} corrupts more (p={p:.3g} < {alpha}; {counts})"
     # |rate A - rate B| = |A-only - B-only| / n <= discordant / n: bound the discordant share.
     bound = wilson_interval(a_only + b_only, n)[1]
-    return "not_significant", (f"no significant difference in corruption (p={p:.3g} >= {alpha}; {counts}); "
-                               f"the corruption rates differ by at most {100 * bound:.1f} points (95% bound)")
+    return "not_significant", (
+        f"no significant difference in corruption (p={p:.3g} >= {alpha}; {counts}); "
+        f"the corruption rates differ by at most {100 * bound:.1f} points (95% bound)"
+    )
 
 
-def compare_records(a: Dict[str, dict], b: Dict[str, dict], alpha: float = 0.05) -> dict:
+def compare_records(a: dict[str, dict], b: dict[str, dict], alpha: float = 0.05) -> dict:
     check_alpha(alpha)
     common = sorted(set(a) & set(b))
     mismatched = [k for k in common if a[k]["prompt_sha256"] != b[k]["prompt_sha256"]]
@@ -109,8 +111,9 @@ def compare_records(a: Dict[str, dict], b: Dict[str, dict], alpha: float = 0.05)
     }
 
 
-def compare_loaded(a: pairing.LoadedRun, b: pairing.LoadedRun, alpha: float = 0.05,
-                   allow_different_settings: bool = False) -> dict:
+def compare_loaded(
+    a: pairing.LoadedRun, b: pairing.LoadedRun, alpha: float = 0.05, allow_different_settings: bool = False
+) -> dict:
     """The paired comparison of two loaded runs; refuses one run twice, and different settings unless allowed."""
     pairing.refuse_same_run(a, b)
     differ, unchecked = pairing.setting_differences(a, b)
@@ -128,8 +131,10 @@ def compare_runs(run_a: str, run_b: str, alpha: float = 0.05, allow_different_se
 
 def pairing_line(result: dict) -> str:
     """Paired and unpaired counts, as every output of a comparison states them."""
-    return (f"{result['pairs']} paired requests ({result['unpaired_a']} only in A, {result['unpaired_b']} only in B: "
-            f"not compared; {result['excluded_transport_pairs']} pairs with a transport failure excluded)")
+    return (
+        f"{result['pairs']} paired requests ({result['unpaired_a']} only in A, {result['unpaired_b']} only in B: "
+        f"not compared; {result['excluded_transport_pairs']} pairs with a transport failure excluded)"
+    )
 
 
 def format_comparison(result: dict) -> str:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
 
 DSML_MARKER = "\uff5cDSML\uff5c"  # "｜DSML｜", fullwidth vertical lines
 BLOCK_TAGS = ("tool_calls", "function_calls")
@@ -45,9 +44,7 @@ _TAG_RE = re.compile(
 _ATTR_RE = re.compile(r"([A-Za-z_][\w-]*)=\"([^\"]*)\"")
 # Left-overs that betray markup: the marker word (also with ASCII bars or a lost bar),
 # and DSML tag names written as tags without their marker.
-FRAGMENT_RE = re.compile(
-    r"DSML|\uff5c\s*DSM|<\s*/?\s*(?:invoke|parameter|tool_calls|function_calls)\b"
-)
+FRAGMENT_RE = re.compile(r"DSML|\uff5c\s*DSM|<\s*/?\s*(?:invoke|parameter|tool_calls|function_calls)\b")
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
 
@@ -60,7 +57,7 @@ def json_strict(text: str):
     return json.loads(text, parse_constant=_reject_constant)
 
 
-def has_dsml_fragment(text: Optional[str]) -> bool:
+def has_dsml_fragment(text: str | None) -> bool:
     """True when ``text`` holds anything that looks like DSML markup, complete or not."""
     if not text:
         return False
@@ -83,8 +80,8 @@ class DsmlParse:
     """Result of :func:`parse`. ``well_formed`` means markup was found and had no error."""
 
     has_markup: bool
-    calls: List[DsmlCall] = field(default_factory=list)
-    errors: List[str] = field(default_factory=list)
+    calls: list[DsmlCall] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
     prose_before: str = ""
     trailing_text: str = ""
 
@@ -97,10 +94,7 @@ class DsmlParse:
             "has_markup": self.has_markup,
             "well_formed": self.well_formed,
             "errors": list(self.errors),
-            "calls": [
-                {"name": c.name, "arguments": c.arguments, "body_format": c.body_format}
-                for c in self.calls
-            ],
+            "calls": [{"name": c.name, "arguments": c.arguments, "body_format": c.body_format} for c in self.calls],
             "prose_before": self.prose_before[-200:],
             "trailing_text": self.trailing_text[:200],
         }
@@ -117,7 +111,7 @@ def _attrs(raw: str) -> dict:
 class _Tag:
     """One complete DSML tag found by ``_TAG_RE`` and the text gap before it."""
 
-    def __init__(self, m: "re.Match", gap_start: int):
+    def __init__(self, m: re.Match, gap_start: int):
         self.m = m
         self.name = m.group("name")
         self.closing = m.group("close") == "/"
@@ -184,9 +178,7 @@ class _Parser:
             return True
         if tag.name == "invoke":
             return self._fail(f"invoke outside a tool-call block at offset {tag.m.start()}")
-        return self._fail(
-            f"unexpected tag {tag.text!r} at offset {tag.m.start()} (expected <{DSML_MARKER}tool_calls>)"
-        )
+        return self._fail(f"unexpected tag {tag.text!r} at offset {tag.m.start()} (expected <{DSML_MARKER}tool_calls>)")
 
     def _in_block(self, tag: _Tag) -> bool:
         self._gap_check(tag, "inside tool-call block")
@@ -221,7 +213,7 @@ class _Parser:
     def _open_parameter(self, tag: _Tag) -> bool:
         self._gap_check(tag, f"inside invoke {self.invoke_name!r}")
         if set(tag.attrs) != {"name", "string"} or tag.attrs["string"] not in ("true", "false"):
-            return self._fail(f"parameter tag needs name=\"...\" and string=\"true|false\": {tag.text!r}")
+            return self._fail(f'parameter tag needs name="..." and string="true|false": {tag.text!r}')
         self.param_name = tag.attrs["name"]
         if self.param_name in self.params:
             self.errors.append(f"duplicate parameter {self.param_name!r} in invoke {self.invoke_name!r}")
@@ -266,7 +258,7 @@ class _Parser:
             try:
                 self.params[self.param_name] = json_strict(value.strip())
             except ValueError as exc:
-                self.errors.append(f"parameter {self.param_name!r} (string=\"false\") is not JSON: {exc}")
+                self.errors.append(f'parameter {self.param_name!r} (string="false") is not JSON: {exc}')
         self.state = "invoke"
         return True
 
@@ -301,7 +293,7 @@ def parse(text: str) -> DsmlParse:
     return result
 
 
-def split_reasoning(raw: str) -> Tuple[str, str]:
+def split_reasoning(raw: str) -> tuple[str, str]:
     """Split a raw decoded output into (reasoning, answer) at ``</think>``.
 
     Strips a leading ``<think>`` and a trailing end-of-sentence token. Without ``</think>``
@@ -316,7 +308,7 @@ def split_reasoning(raw: str) -> Tuple[str, str]:
     return "", raw
 
 
-def render(calls: List[Tuple[str, dict]], block: str = "tool_calls") -> str:
+def render(calls: list[tuple[str, dict]], block: str = "tool_calls") -> str:
     """Render calls as well-formed DSML (parameter form), for tests and test servers."""
     lines = [f"<{DSML_MARKER}{block}>"]
     for name, args in calls:

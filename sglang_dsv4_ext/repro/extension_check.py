@@ -31,7 +31,8 @@ from __future__ import annotations
 import glob
 import os
 import shlex
-from typing import Dict, Iterable, List, Optional, TypeGuard, cast
+from collections.abc import Iterable
+from typing import TypeGuard, cast
 from urllib.parse import urlsplit
 
 from sglang_dsv4_ext.errors import ActivationError, ServerActivationError
@@ -50,20 +51,26 @@ _SOURCE = "server_info"
 
 
 # One set of the activation gauge's labels (a /metrics sample, or a scheduler's record): field -> value.
-LabelSet = Dict[str, str]
+LabelSet = dict[str, str]
 
 
-def _label_sets(state: Dict[str, object]) -> List[LabelSet]:
-    return cast(List[LabelSet], state["label_sets"])  # what _state puts there
+def _label_sets(state: dict[str, object]) -> list[LabelSet]:
+    return cast(list[LabelSet], state["label_sets"])  # what _state puts there
 
 
-def _state(url: str, state: str, found: str, labels=None, notes=None) -> Dict[str, object]:
-    return {"url": url, "state": state, "source": _SOURCE if state == ACTIVE else None, "found": found,
-            "label_sets": labels or [], "notes": notes or []}
+def _state(url: str, state: str, found: str, labels=None, notes=None) -> dict[str, object]:
+    return {
+        "url": url,
+        "state": state,
+        "source": _SOURCE if state == ACTIVE else None,
+        "found": found,
+        "label_sets": labels or [],
+        "notes": notes or [],
+    }
 
 
 # ----- a server's log in serve's log directory -------------------------------------------------
-def _last_start_command(log_path: str) -> List[str]:
+def _last_start_command(log_path: str) -> list[str]:
     """The argv of the last start recorded in one child's log ([] when none or unreadable)."""
     last = None
     try:
@@ -76,7 +83,7 @@ def _last_start_command(log_path: str) -> List[str]:
         return []
 
 
-def _flag_value(argv: List[str], flag: str) -> Optional[str]:
+def _flag_value(argv: list[str], flag: str) -> str | None:
     for i, word in enumerate(argv):
         if word == flag and i + 1 < len(argv):
             return argv[i + 1]
@@ -85,12 +92,12 @@ def _flag_value(argv: List[str], flag: str) -> Optional[str]:
     return None
 
 
-def _url_port(url: str) -> Optional[int]:
+def _url_port(url: str) -> int | None:
     parts = urlsplit(url)
     return parts.port or _DEFAULT_PORTS.get(parts.scheme)
 
 
-def server_logs(log_dir: str, url: str) -> List[str]:
+def server_logs(log_dir: str, url: str) -> list[str]:
     """The logs in ``log_dir`` of SGLang servers started on ``url``'s port (routers left out).
 
     Several (one per node of a shared log directory): those whose ``--host`` is the URL's host.
@@ -105,29 +112,34 @@ def server_logs(log_dir: str, url: str) -> List[str]:
     return same_host if len(found) > 1 and same_host else [p for p, _ in found]
 
 
-def _log_note(url: str, log_dir: Optional[str], launch: Optional[str]) -> Optional[str]:
+def _log_note(url: str, log_dir: str | None, launch: str | None) -> str | None:
     """What the server's log says, as a note (it never decides)."""
     if not log_dir:
         return None
     logs = server_logs(log_dir, url)
     if len(logs) != 1:
         names = ", ".join(os.path.basename(p) for p in logs)
-        return (f"several logs in {log_dir} serve its port: {names}" if logs
-                else f"no log in {log_dir} starts a server on port {_url_port(url)}")
+        return (
+            f"several logs in {log_dir} serve its port: {names}"
+            if logs
+            else f"no log in {log_dir} starts a server on port {_url_port(url)}"
+        )
     try:
         fields = activation_check.check_server_log(url, logs[0], {}, launch=launch)
     except ActivationError as exc:
         return f"its log is not evidence of the server answering now: {exc}"
     if launch is None:
-        return (f"its log {logs[0]} shows activation in launch {fields['launch']}, but nothing ties that launch "
-                "to the server answering now: ignored")
+        return (
+            f"its log {logs[0]} shows activation in launch {fields['launch']}, but nothing ties that launch "
+            "to the server answering now: ignored"
+        )
     return f"its log {logs[0]} shows the same launch active"
 
 
 # ----- the activation gauge on /metrics --------------------------------------------------------
-def _gauge_note(entry: Dict[str, object], launch: Optional[str]) -> Optional[str]:
+def _gauge_note(entry: dict[str, object], launch: str | None) -> str | None:
     """What the gauge says, as a note: label sets of the live launch, of others, without every label."""
-    label_sets = cast(Optional[List[LabelSet]], entry.get("extension"))  # server_evidence's snapshot entry
+    label_sets = cast(list[LabelSet] | None, entry.get("extension"))  # server_evidence's snapshot entry
     if not label_sets:
         return None
     partial = [ls for ls in label_sets if not set(EVIDENCE_FIELDS) <= set(ls)]
@@ -138,34 +150,47 @@ def _gauge_note(entry: Dict[str, object], launch: Optional[str]) -> Optional[str
     if current:
         notes.append(f"{EXTENSION_GAUGE} shows this launch in {len(current)} process(es)")
     if stale:
-        notes.append(f"ignored {EXTENSION_GAUGE} of launch {', '.join(stale)}, not of the server answering now "
-                     "(left in a shared PROMETHEUS_MULTIPROC_DIR?)")
+        notes.append(
+            f"ignored {EXTENSION_GAUGE} of launch {', '.join(stale)}, not of the server answering now "
+            "(left in a shared PROMETHEUS_MULTIPROC_DIR?)"
+        )
     if partial:
-        notes.append(f"ignored {len(partial)} {EXTENSION_GAUGE} sample(s) without the labels "
-                     f"{', '.join(EVIDENCE_FIELDS)} (not this sglang-dsv4-ext's)")
+        notes.append(
+            f"ignored {len(partial)} {EXTENSION_GAUGE} sample(s) without the labels "
+            f"{', '.join(EVIDENCE_FIELDS)} (not this sglang-dsv4-ext's)"
+        )
     return "; ".join(notes)
 
 
 # ----- one server, all sources ----------------------------------------------------------------
-def _complete(record: Optional[dict]) -> TypeGuard[dict]:
-    return (isinstance(record, dict) and record.get("active") is True
-            and all(isinstance(record.get(f), str) for f in EVIDENCE_FIELDS))
+def _complete(record: dict | None) -> TypeGuard[dict]:
+    return (
+        isinstance(record, dict)
+        and record.get("active") is True
+        and all(isinstance(record.get(f), str) for f in EVIDENCE_FIELDS)
+    )
 
 
-def _from_records(url: str, records: List[Optional[dict]]) -> Dict[str, object]:
+def _from_records(url: str, records: list[dict | None]) -> dict[str, object]:
     """The decision from the schedulers' records (one per DP rank)."""
     if all(r is None for r in records):
-        return _state(url, INACTIVE, "its schedulers' /server_info has no sglang-dsv4-ext record (SGLANG_DSV4_EXT=0? "
-                      "SGLANG_PLUGINS without sglang_dsv4_ext? an sglang-dsv4-ext 0.3.0 or older, without records?)")
+        return _state(
+            url,
+            INACTIVE,
+            "its schedulers' /server_info has no sglang-dsv4-ext record (SGLANG_DSV4_EXT=0? "
+            "SGLANG_PLUGINS without sglang_dsv4_ext? an sglang-dsv4-ext 0.3.0 or older, without records?)",
+        )
     inactive = [(i, r) for i, r in enumerate(records) if r is None or r.get("active") is not True]
     if inactive:
-        why = "; ".join(f"DP rank {i}: " + ("no record" if r is None else str(r.get("reason", "not active")))
-                        for i, r in inactive)
+        why = "; ".join(
+            f"DP rank {i}: " + ("no record" if r is None else str(r.get("reason", "not active"))) for i, r in inactive
+        )
         return _state(url, INACTIVE, f"not active in every scheduler: {why}")
     complete = [r for r in records if _complete(r)]
     if len(complete) != len(records):
-        return _state(url, UNKNOWN, f"a scheduler's record lacks some of {', '.join(EVIDENCE_FIELDS)} "
-                      "(or one is not a string)")
+        return _state(
+            url, UNKNOWN, f"a scheduler's record lacks some of {', '.join(EVIDENCE_FIELDS)} (or one is not a string)"
+        )
     launches = sorted({r["launch"] for r in complete})
     if len(launches) > 1:
         return _state(url, UNKNOWN, f"its schedulers report several launches: {', '.join(launches)}")
@@ -173,8 +198,9 @@ def _from_records(url: str, records: List[Optional[dict]]) -> Dict[str, object]:
     return _state(url, ACTIVE, f"every scheduler reports active in launch {launches[0]}", labels)
 
 
-def server_state(entry: Dict[str, object], log_dir: Optional[str],
-                 live: Optional[Dict[str, object]] = None) -> Dict[str, object]:
+def server_state(
+    entry: dict[str, object], log_dir: str | None, live: dict[str, object] | None = None
+) -> dict[str, object]:
     """``{"url", "state", "source", "found", "label_sets", "notes"}`` of one server (see the module doc).
 
     ``entry``: its /metrics snapshot entry; ``live``: its /server_info (read now when not given).
@@ -182,20 +208,24 @@ def server_state(entry: Dict[str, object], log_dir: Optional[str],
     url = str(entry["url"])
     live = server_info.read(url) if live is None else live
     if "error" in live:
-        decided = _state(url, UNKNOWN, f"its /server_info could not be read ({live['error']}): nothing shows the "
-                         "state of the server answering now")
+        decided = _state(
+            url,
+            UNKNOWN,
+            f"its /server_info could not be read ({live['error']}): nothing shows the "
+            "state of the server answering now",
+        )
     else:
-        decided = _from_records(url, cast(List[Optional[dict]], live["records"]))  # server_info.parse's list
+        decided = _from_records(url, cast(list[dict | None], live["records"]))  # server_info.parse's list
     launch = _label_sets(decided)[0]["launch"] if decided["state"] == ACTIVE else None
     decided["notes"] = [n for n in (_gauge_note(entry, launch), _log_note(url, log_dir, launch)) if n]
     return decided
 
 
-def server_states(snapshot: List[Dict[str, object]], log_dir: Optional[str]) -> List[Dict[str, object]]:
+def server_states(snapshot: list[dict[str, object]], log_dir: str | None) -> list[dict[str, object]]:
     return [server_state(entry, log_dir) for entry in snapshot]
 
 
-def describe(state: Dict[str, object]) -> str:
+def describe(state: dict[str, object]) -> str:
     """One line for tables: the state, the configuration it reports and where it was read (notes left out)."""
     if state["state"] != ACTIVE:
         return f"{state['state']}: {state['found']}"
@@ -203,54 +233,66 @@ def describe(state: Dict[str, object]) -> str:
     return f"active {' '.join(fields)} ({state['source']})"
 
 
-def _values(state: Dict[str, object], key: str) -> List[str]:
+def _values(state: dict[str, object], key: str) -> list[str]:
     return sorted({ls[key] for ls in _label_sets(state) if key in ls})
 
 
 # ----- the decision --------------------------------------------------------------------------
-_FIX_UNKNOWN = ("to show it, make each server's /server_info readable from here (SGLang serves it with or without "
-                "--enable-metrics; the schedulers answer it with their own activation record), naming each "
-                "prefill/decode server with --server-metrics URL[,URL...] (a router has no such record); "
-                "{gauge} and --serve-logs cannot show it alone (they may be left over from another launch)")
-_FIX_INACTIVE = ("where it is not active, restart the server with the extension loaded (SGLANG_PLUGINS naming "
-                 "sglang_dsv4_ext or unset, SGLANG_DSV4_EXT not 0; `sglang-dsv4 doctor` on its node says why), or "
-                 "pass --expect-extension off for a stock baseline")
+_FIX_UNKNOWN = (
+    "to show it, make each server's /server_info readable from here (SGLang serves it with or without "
+    "--enable-metrics; the schedulers answer it with their own activation record), naming each "
+    "prefill/decode server with --server-metrics URL[,URL...] (a router has no such record); "
+    "{gauge} and --serve-logs cannot show it alone (they may be left over from another launch)"
+)
+_FIX_INACTIVE = (
+    "where it is not active, restart the server with the extension loaded (SGLANG_PLUGINS naming "
+    "sglang_dsv4_ext or unset, SGLANG_DSV4_EXT not 0; `sglang-dsv4 doctor` on its node says why), or "
+    "pass --expect-extension off for a stock baseline"
+)
 _FIX_ANY = "to run anyway and only record the state, pass --expect-extension any"
 
 
-def _refuse_inactive(states: List[Dict[str, object]]) -> Optional[str]:
+def _refuse_inactive(states: list[dict[str, object]]) -> str | None:
     missing = [s for s in states if s["state"] != ACTIVE]
     if not missing:
         return None
-    found = "; ".join(f"{s['url']}: {s['found']}"
-                      + "".join(f" ({n})" for n in cast(Iterable[str], s.get("notes", ()))) for s in missing)
+    found = "; ".join(
+        f"{s['url']}: {s['found']}" + "".join(f" ({n})" for n in cast(Iterable[str], s.get("notes", ())))
+        for s in missing
+    )
     fixes = [_FIX_UNKNOWN.format(gauge=EXTENSION_GAUGE)] if any(s["state"] == UNKNOWN for s in missing) else []
     fixes += [_FIX_INACTIVE] if any(s["state"] == INACTIVE for s in missing) else []
-    return (f"--expect-extension on: sglang-dsv4-ext is not shown active on every server, so the run would not "
-            f"measure the extension. {found}. Fix: {'; '.join(fixes + [_FIX_ANY])}.")
+    return (
+        f"--expect-extension on: sglang-dsv4-ext is not shown active on every server, so the run would not "
+        f"measure the extension. {found}. Fix: {'; '.join(fixes + [_FIX_ANY])}."
+    )
 
 
-def _refuse_mixed_dtypes(states: List[Dict[str, object]]) -> Optional[str]:
+def _refuse_mixed_dtypes(states: list[dict[str, object]]) -> str | None:
     dtypes = {s["url"]: _values(s, "index_k_dtype") for s in states}
     if len({d for values in dtypes.values() for d in values}) <= 1:
         return None
     found = ", ".join(f"{url}: {'/'.join(v) or '?'}" for url, v in dtypes.items())
-    return (f"--expect-extension on: the servers disagree on index_k_dtype ({found}); prefill and decode must use "
-            "the same index-K dtype or PD transfers are corrupted without an error. Fix: start every server with "
-            "the same SGLANG_DSV4_INDEX_K_DTYPE (`sglang-dsv4 serve` does so for a whole stack), or pass "
-            "--expect-extension any to only record the state.")
+    return (
+        f"--expect-extension on: the servers disagree on index_k_dtype ({found}); prefill and decode must use "
+        "the same index-K dtype or PD transfers are corrupted without an error. Fix: start every server with "
+        "the same SGLANG_DSV4_INDEX_K_DTYPE (`sglang-dsv4 serve` does so for a whole stack), or pass "
+        "--expect-extension any to only record the state."
+    )
 
 
-def _refuse_active(states: List[Dict[str, object]]) -> Optional[str]:
+def _refuse_active(states: list[dict[str, object]]) -> str | None:
     active = [s for s in states if s["state"] == ACTIVE]
     if not active:
         return None
     found = "; ".join(f"{s['url']}: {describe(s)}" for s in active)
-    return (f"--expect-extension off (a stock baseline): sglang-dsv4-ext is active on {found}. Fix: restart it "
-            "with SGLANG_DSV4_EXT=0, point the run at the stock stack, or pass --expect-extension on (or any).")
+    return (
+        f"--expect-extension off (a stock baseline): sglang-dsv4-ext is active on {found}. Fix: restart it "
+        "with SGLANG_DSV4_EXT=0, point the run at the stock stack, or pass --expect-extension on (or any)."
+    )
 
 
-def refusal(states: List[Dict[str, object]], expect: str) -> Optional[str]:
+def refusal(states: list[dict[str, object]], expect: str) -> str | None:
     """Why the run must not start with ``--expect-extension expect``, or None."""
     if expect == "on":
         return _refuse_inactive(states) or _refuse_mixed_dtypes(states)
@@ -259,7 +301,7 @@ def refusal(states: List[Dict[str, object]], expect: str) -> Optional[str]:
     return None
 
 
-def check(states: List[Dict[str, object]], expect: str) -> None:
+def check(states: list[dict[str, object]], expect: str) -> None:
     """Raise :class:`ServerActivationError` (one paragraph) when the run must not start."""
     reason = refusal(states, expect)
     if reason:

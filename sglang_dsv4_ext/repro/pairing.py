@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple, cast
+from typing import cast
 
 from sglang_dsv4_ext.errors import PairingError
 from sglang_dsv4_ext.repro import rundir
@@ -30,10 +30,10 @@ ALLOW_FLAG = "--allow-different-settings"
 class LoadedRun:
     path: str
     summary: dict  # {} when the run wrote none
-    records: Dict[str, dict]
+    records: dict[str, dict]
 
 
-def load(run_dir: str, check: Optional[rundir.RecordCheck] = None) -> LoadedRun:
+def load(run_dir: str, check: rundir.RecordCheck | None = None) -> LoadedRun:
     """A run directory's records (a bad line, or one ``check`` refuses, is refused naming FILE:LINE) and summary."""
     _, records = rundir.load_records(run_dir, check)
     return LoadedRun(run_dir, rundir.load_summary(run_dir, required=False), records)
@@ -54,16 +54,19 @@ def same_run(a: LoadedRun, b: LoadedRun) -> str:
     common = sorted(a.records.keys() & b.records.keys())
     stamped = [k for k in common if a.records[k].get("started_at") is not None]
     if stamped and len(stamped) == len(common) and all(_same_request(a.records[k], b.records[k]) for k in common):
-        return (f"A and B hold the same requests (all {len(common)} paired requests started at the same moment "
-                "with the same latency): one directory is a copy of the other")
+        return (
+            f"A and B hold the same requests (all {len(common)} paired requests started at the same moment "
+            "with the same latency): one directory is a copy of the other"
+        )
     return ""
 
 
 def refuse_same_run(a: LoadedRun, b: LoadedRun) -> None:
     why = same_run(a, b)
     if why:
-        raise PairingError(f"{why}; a run compared with itself shows no difference whatever the stacks do. "
-                           "Compare two runs")
+        raise PairingError(
+            f"{why}; a run compared with itself shows no difference whatever the stacks do. Compare two runs"
+        )
 
 
 # ----- the settings that make two runs comparable ----------------------------------------------
@@ -81,12 +84,12 @@ def _show(setting, value) -> str:
     return json.dumps(value) if isinstance(value, (dict, str)) else str(value)
 
 
-def _config_differences(a: LoadedRun, b: LoadedRun) -> Tuple[Dict[str, str], List[str]]:
+def _config_differences(a: LoadedRun, b: LoadedRun) -> tuple[dict[str, str], list[str]]:
     recorded = {side: run.summary.get("config") for side, run in (("A", a), ("B", b))}
     lacking = [side for side, cfg in recorded.items() if not isinstance(cfg, dict)]
     if lacking:
         return {}, [f"{side}'s summary.json records no settings" for side in lacking]
-    configs = cast(Dict[str, dict], recorded)  # both are dicts (checked above)
+    configs = cast(dict[str, dict], recorded)  # both are dicts (checked above)
     differ, unrecorded = {}, []
     for s in SHAPE_SETTINGS:
         if s.name not in configs["A"] or s.name not in configs["B"]:
@@ -103,11 +106,13 @@ def _concurrency_difference(a: LoadedRun, b: LoadedRun) -> str:
     if not other:
         return ""
     k = other[0]
-    return (f"{len(other)} of {len(common)} paired requests ran at another concurrency "
-            f"(first {k}: A {a.records[k].get('concurrency')}, B {b.records[k].get('concurrency')})")
+    return (
+        f"{len(other)} of {len(common)} paired requests ran at another concurrency "
+        f"(first {k}: A {a.records[k].get('concurrency')}, B {b.records[k].get('concurrency')})"
+    )
 
 
-def setting_differences(a: LoadedRun, b: LoadedRun) -> Tuple[Dict[str, str], List[str]]:
+def setting_differences(a: LoadedRun, b: LoadedRun) -> tuple[dict[str, str], list[str]]:
     """({flag: "A x, B y"} for each setting that differs, [what could not be checked])."""
     differ, unchecked = _config_differences(a, b)
     if "--concurrency" not in differ:
@@ -117,7 +122,7 @@ def setting_differences(a: LoadedRun, b: LoadedRun) -> Tuple[Dict[str, str], Lis
     return differ, unchecked
 
 
-def refuse_different_settings(differ: Dict[str, str]) -> None:
+def refuse_different_settings(differ: dict[str, str]) -> None:
     if differ:
         listed = "; ".join(f"{flag}: {text}" for flag, text in differ.items())
         raise PairingError(
@@ -134,8 +139,10 @@ def incomplete(summary: dict) -> str:
         return "no summary.json (killed before writing it?): cannot tell how many requests were planned"
     if not isinstance(summary.get("requests_planned"), int):
         return "its summary.json has no request counts: cannot tell whether it finished"
-    counts = (f"{summary.get('requests_done')} of {summary['requests_planned']} requests run, "
-              f"{summary.get('not_run')} not run")
+    counts = (
+        f"{summary.get('requests_done')} of {summary['requests_planned']} requests run, "
+        f"{summary.get('not_run')} not run"
+    )
     if summary.get("interrupted"):
         return f"interrupted by {summary.get('interrupted_by') or 'a signal'}: {counts}"
     if summary.get("stopped_by_time_limit"):
@@ -150,24 +157,36 @@ def incomplete(summary: dict) -> str:
 def side(run: LoadedRun) -> dict:
     """What a comparison records about one of its runs."""
     s = run.summary
-    return {"run": run.path, "label": s.get("label"), "server_info": s.get("server_info"), "run_id": s.get("run_id"),
-            "requests": len(run.records), "requests_planned": s.get("requests_planned"),
-            "incomplete": incomplete(s)}
+    return {
+        "run": run.path,
+        "label": s.get("label"),
+        "server_info": s.get("server_info"),
+        "run_id": s.get("run_id"),
+        "requests": len(run.records),
+        "requests_planned": s.get("requests_planned"),
+        "incomplete": incomplete(s),
+    }
 
 
-def warnings(result: dict) -> List[str]:
+def warnings(result: dict) -> list[str]:
     """The lines every output of a comparison shows first (terminal and report page alike)."""
     lines = []
     if result.get("settings_differ"):
         listed = "; ".join(f"{flag}: {text}" for flag, text in result["settings_differ"].items())
-        lines.append(f"the runs differ in settings that decide the workload or its verdicts ({listed}); "
-                     f"compared anyway ({ALLOW_FLAG}): a difference may be the settings, not the stacks")
+        lines.append(
+            f"the runs differ in settings that decide the workload or its verdicts ({listed}); "
+            f"compared anyway ({ALLOW_FLAG}): a difference may be the settings, not the stacks"
+        )
     for note in result.get("settings_unchecked") or []:
-        lines.append(f"cannot check that the runs had the same settings: {note}; "
-                     "pairs are checked on prompt hash and concurrency only")
+        lines.append(
+            f"cannot check that the runs had the same settings: {note}; "
+            "pairs are checked on prompt hash and concurrency only"
+        )
     for name in ("a", "b"):
         info = result.get(name) or {}
         if info.get("incomplete"):
-            lines.append(f"{name.upper()} ({info['run']}) did not finish: {info['incomplete']}; "
-                         "only its recorded requests are paired")
+            lines.append(
+                f"{name.upper()} ({info['run']}) did not finish: {info['incomplete']}; "
+                "only its recorded requests are paired"
+            )
     return lines

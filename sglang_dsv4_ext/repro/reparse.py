@@ -12,22 +12,23 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable, Dict, Iterable, List, Optional, cast
+from collections.abc import Callable, Iterable
+from typing import cast
 
 from sglang_dsv4_ext.errors import DetokenizeError, ReproInputError
 from sglang_dsv4_ext.repro import dsml, rundir
 from sglang_dsv4_ext.repro.verdict import Observation, RepetitionRule, classify, reference_origin
 
-Decoder = Callable[[List[int]], str]  # raises DetokenizeError (or OSError ...) when it cannot
+Decoder = Callable[[list[int]], str]  # raises DetokenizeError (or OSError ...) when it cannot
 
 
 def reference_verdict(
     raw: str,
-    finish_reason: Optional[str],
+    finish_reason: str | None,
     step: str,
-    expected_tool: Optional[str],
-    expected_args: Optional[dict],
-    tools_by_name: Dict[str, dict],
+    expected_tool: str | None,
+    expected_args: dict | None,
+    tools_by_name: dict[str, dict],
     repetition: RepetitionRule = RepetitionRule(),
     exact_args: bool = True,
 ) -> dict:
@@ -46,7 +47,7 @@ def reference_verdict(
     return {"reference_class": cls, "reference_detail": detail, "dsml": parsed.as_dict()}
 
 
-def attach_reference(record: dict, raw: Optional[str], raw_source: str, tools_by_name, repetition, exact_args) -> None:
+def attach_reference(record: dict, raw: str | None, raw_source: str, tools_by_name, repetition, exact_args) -> None:
     """Fill ``record['reference']`` for a failed request (in place)."""
     ref = {"raw_source": raw_source}
     if raw is not None:
@@ -81,9 +82,9 @@ def raw_from_visible(raw: dict):
     return (f"{reasoning}{dsml.THINK_END}" if reasoning else "") + content, "content_only"
 
 
-def origin_table(records: Iterable[dict]) -> Dict[str, Dict[str, int]]:
+def origin_table(records: Iterable[dict]) -> dict[str, dict[str, int]]:
     """verdict -> {origin: count} over the failed records (the "failure origin" table)."""
-    table: Dict[str, Dict[str, int]] = {}
+    table: dict[str, dict[str, int]] = {}
     for rec in records:
         if rec["verdict"] != "ok":
             origin = (rec.get("reference") or {}).get("origin", "unknown")
@@ -92,9 +93,10 @@ def origin_table(records: Iterable[dict]) -> Dict[str, Dict[str, int]]:
     return table
 
 
-def format_origin_table(table: Dict[str, Dict[str, int]]) -> List[str]:
-    return [f"  {verdict:<24} " + ", ".join(f"{k} {n}" for k, n in sorted(row.items()))
-            for verdict, row in table.items()]
+def format_origin_table(table: dict[str, dict[str, int]]) -> list[str]:
+    return [
+        f"  {verdict:<24} " + ", ".join(f"{k} {n}" for k, n in sorted(row.items())) for verdict, row in table.items()
+    ]
 
 
 def local_tokenizer_decoder(path: str) -> Decoder:
@@ -113,7 +115,7 @@ def local_tokenizer_decoder(path: str) -> Decoder:
     return lambda ids: cast(str, tok.decode(ids, skip_special_tokens=False))
 
 
-def _decode_record(rec: dict, decode: Optional[Decoder]):
+def _decode_record(rec: dict, decode: Decoder | None):
     """(raw text, source) of a failed record: its token ids decoded, or its visible output."""
     ids = (rec.get("raw") or {}).get("response_token_ids")
     if ids is None:
@@ -143,7 +145,7 @@ def _verdict_settings(run_dir: str):
     return rep, exact
 
 
-def reparse_run(run_dir: str, decode: Optional[Decoder]) -> dict:
+def reparse_run(run_dir: str, decode: Decoder | None) -> dict:
     """Re-parse every failure of ``run_dir``; write a new reparsed file; return counts and its path."""
     from sglang_dsv4_ext.repro.scenario import TOOLS_BY_NAME
 

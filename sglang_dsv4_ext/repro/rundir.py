@@ -11,7 +11,7 @@ import io
 import json
 import os
 import time
-from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple
+from collections.abc import Callable, Iterable, Iterator
 
 from sglang_dsv4_ext.errors import ReproInputError
 from sglang_dsv4_ext.repro import strict_json
@@ -119,7 +119,7 @@ def _read_lines(path: str) -> list:
         raise ReproInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
 
 
-def _numbered_records(path: str) -> Iterator[Tuple[int, dict]]:
+def _numbered_records(path: str) -> Iterator[tuple[int, dict]]:
     """(line number, record) of every record of a ``requests.jsonl``, checked; a bad line raises naming FILE:LINE."""
     lines = _read_lines(path)
     for i, raw in enumerate(lines, start=1):
@@ -140,12 +140,12 @@ def iter_records(path: str) -> Iterator[dict]:
 RecordCheck = Callable[[dict], None]  # raises ValueError naming the field; the caller adds FILE:LINE
 
 
-def load_records(run_dir: str, check: Optional[RecordCheck] = None) -> Tuple[str, Dict[str, dict]]:
+def load_records(run_dir: str, check: RecordCheck | None = None) -> tuple[str, dict[str, dict]]:
     """(path, records by key) of a run; a key recorded twice is refused naming both lines, and so is a record
     ``check`` (a reader's own needs, e.g. the report's fields) refuses, naming FILE:LINE."""
     path = requests_path(run_dir)
-    records: Dict[str, dict] = {}
-    first_line: Dict[str, int] = {}
+    records: dict[str, dict] = {}
+    first_line: dict[str, int] = {}
     for n, (lineno, rec) in enumerate(_numbered_records(path), start=1):
         if check is not None:
             try:
@@ -195,7 +195,7 @@ def _holds_same_file(directory: str, path: str) -> bool:
         return False
 
 
-def evidence_home(path: str, run_dirs: Iterable[str] = ()) -> Optional[str]:
+def evidence_home(path: str, run_dirs: Iterable[str] = ()) -> str | None:
     """The run directory an existing file ``path`` belongs to, else None: its real directory is one of
     ``run_dirs`` or holds a run's files (:data:`EVIDENCE_FILES`), or it is one of ``run_dirs``' files under
     another name (a hard link). Such a file is never written over (``report -o``, ``--force`` or not)."""

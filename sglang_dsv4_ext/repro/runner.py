@@ -34,7 +34,7 @@ import signal
 import sys
 import time
 import uuid
-from typing import IO, Any, Dict, List, Optional, cast
+from typing import IO, Any, cast
 
 from tqdm import tqdm
 
@@ -66,7 +66,7 @@ _SERVER_INFO_KEYS = (
 )
 
 
-def auth_headers(api_key_env: Optional[str]) -> dict:
+def auth_headers(api_key_env: str | None) -> dict:
     """The Authorization header from ``--api-key-env``; refused before anything is written."""
     if not api_key_env:
         return {}
@@ -76,7 +76,7 @@ def auth_headers(api_key_env: Optional[str]) -> dict:
     return {"Authorization": f"Bearer {key}"}
 
 
-def preflight(urls, log_dir: Optional[str], expect: str) -> tuple[List[Dict[str, object]], List[Dict[str, object]]]:
+def preflight(urls, log_dir: str | None, expect: str) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """(snapshot, extension states) of ``urls``; raises ServerActivationError when the run must not start,
     :class:`~sglang_dsv4_ext.tool_support.stop_signals.Stopped` at a fatal signal (each read is bounded; nothing is
     written)."""
@@ -89,7 +89,7 @@ def preflight(urls, log_dir: Optional[str], expect: str) -> tuple[List[Dict[str,
 
 class _Tally:
     def __init__(self) -> None:
-        self.counts: Dict[str, int] = {c: 0 for c in CLASSES}
+        self.counts: dict[str, int] = {c: 0 for c in CLASSES}
         self.n = 0
 
     def add(self, verdict: str) -> None:
@@ -106,8 +106,15 @@ class _Tally:
 def _progress_bar(enabled: bool, total: int, label: str) -> tqdm:
     """Redrawn in place on a terminal; a line every 10 s in a log file."""
     tty = sys.stderr.isatty()
-    return tqdm(total=total, desc=label, unit="req", file=sys.stderr, disable=not enabled,
-                mininterval=0.2 if tty else 10.0, dynamic_ncols=tty)
+    return tqdm(
+        total=total,
+        desc=label,
+        unit="req",
+        file=sys.stderr,
+        disable=not enabled,
+        mininterval=0.2 if tty else 10.0,
+        dynamic_ncols=tty,
+    )
 
 
 class Runner:
@@ -117,39 +124,41 @@ class Runner:
     def __init__(self, cfg: RunConfig, out_given: bool = True):
         self.cfg = cfg
         self.out_given = out_given
-        self.records: List[dict] = []
+        self.records: list[dict] = []
         self.planned = requests_planned(cfg)
         self.stopped_by_time_limit = False
-        self.interrupted_by: Optional[str] = None  # a signal that came before the last request ended
-        self.signal: Optional[int] = None  # the first fatal signal, whenever it came (the exit code)
+        self.interrupted_by: str | None = None  # a signal that came before the last request ended
+        self.signal: int | None = None  # the first fatal signal, whenever it came (the exit code)
         self._requests_over = False
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._task: Optional[asyncio.Task] = None
-        self.server_info: Optional[dict] = None
-        self.model_note: Optional[str] = None
-        self.aborted_by: Optional[str] = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+        self.server_info: dict | None = None
+        self.model_note: str | None = None
+        self.aborted_by: str | None = None
         self.detokenizer = http.Detokenizer(cfg.detokenize_url or http.base_url(cfg.endpoint))
         self.metrics_urls = metrics_urls(cfg)
-        self.evidence_before: Optional[List[dict]] = None
-        self.extension_states: Optional[List[dict]] = None
-        self._jsonl: Optional[IO[str]] = None  # requests.jsonl, open while the requests run
+        self.evidence_before: list[dict] | None = None
+        self.extension_states: list[dict] | None = None
+        self._jsonl: IO[str] | None = None  # requests.jsonl, open while the requests run
         self.run_id = uuid.uuid4().hex
 
     # ----- one request -----
     def _body(self, spec: RequestSpec, model: str) -> dict:
         cfg = self.cfg
         body = dict(cfg.extra_body)  # harness keys are refused there, so nothing below is replaced
-        body.update({
-            "model": model,
-            "messages": spec.messages,
-            "tools": TOOLS,
-            "tool_choice": "auto",
-            "max_tokens": cfg.max_tokens,
-            "temperature": cfg.temperature,
-            # Per-request sampling seed: reproducible, and identical between A/B runs.
-            "seed": int(spec.prompt_sha256[:8], 16),
-            "stream": cfg.stream,
-        })
+        body.update(
+            {
+                "model": model,
+                "messages": spec.messages,
+                "tools": TOOLS,
+                "tool_choice": "auto",
+                "max_tokens": cfg.max_tokens,
+                "temperature": cfg.temperature,
+                # Per-request sampling seed: reproducible, and identical between A/B runs.
+                "seed": int(spec.prompt_sha256[:8], 16),
+                "stream": cfg.stream,
+            }
+        )
         if cfg.token_ids and not cfg.stream:
             body["return_token_ids"] = True  # SGLang: choices[0].response_token_ids
         if cfg.thinking is not None:
@@ -174,7 +183,7 @@ class Runner:
         verdict, detail = classify(
             obs, spec.step, spec.expected_tool, spec.expected_args, TOOLS_BY_NAME, cfg.repetition, cfg.exact_args
         )
-        rec: Dict[str, Any] = {
+        rec: dict[str, Any] = {
             "key": spec.key,
             "level": level_idx,
             "concurrency": concurrency,
@@ -210,7 +219,7 @@ class Runner:
         bar.update(1)
 
     # ----- a level -----
-    async def _run_level(self, session, level_idx: int, conc: int, headers, deadline: Optional[float]) -> bool:
+    async def _run_level(self, session, level_idx: int, conc: int, headers, deadline: float | None) -> bool:
         """Run one concurrency level; False when the time limit stopped it (no later level runs)."""
         cfg = self.cfg
         remaining = None if deadline is None else deadline - time.monotonic()
@@ -219,8 +228,11 @@ class Runner:
             return False
         specs_by_session = [session_requests(cfg.scenario, level_idx, s) for s in range(cfg.sessions)]
         tally = _Tally()
-        bar = _progress_bar(cfg.progress, sum(len(s) for s in specs_by_session),
-                            f"level {level_idx + 1}/{len(cfg.concurrency)} c={conc}")
+        bar = _progress_bar(
+            cfg.progress,
+            sum(len(s) for s in specs_by_session),
+            f"level {level_idx + 1}/{len(cfg.concurrency)} c={conc}",
+        )
         sem = asyncio.Semaphore(conc)
 
         async def run_session(specs):
@@ -305,7 +317,8 @@ class Runner:
     def _run_and_summarize(self, headers: dict) -> dict:
         # Before the first request and before the directory is claimed: a refusal or a signal writes nothing.
         self.evidence_before, self.extension_states = preflight(
-            self.metrics_urls, self.cfg.serve_logs, self.cfg.expect_extension)
+            self.metrics_urls, self.cfg.serve_logs, self.cfg.expect_extension
+        )
         if self.signal is not None:
             raise stop_signals.Stopped(self.signal)
         self.cfg.out = rundir.claim(self.cfg.out, self.out_given)
@@ -345,28 +358,30 @@ class Runner:
         cleaned, not_finite = strict_json.finite(summary)  # e.g. a NaN in a server's /server_info: null, and said
         summary = cast(dict, cleaned)  # finite gives a dict back for a dict
         if not_finite:
-            summary["not_finite"] = {"written_as_null": not_finite,
-                                     "why": "read from a server as a value that is not a finite number (not JSON)"}
+            summary["not_finite"] = {
+                "written_as_null": not_finite,
+                "why": "read from a server as a value that is not a finite number (not JSON)",
+            }
         rundir.write_json_new(os.path.join(self.cfg.out, rundir.SUMMARY), summary)
         return summary
 
-
-    def _read_after(self) -> List[dict]:
+    def _read_after(self) -> list[dict]:
         """Every server's /metrics once more, each read bounded; a fatal signal gives up the reads left."""
-        entries: List[dict] = []
+        entries: list[dict] = []
         for url in self.metrics_urls:
             try:
                 with stop_signals.raising():
                     entries.append(server_evidence.read_metrics(url))
             except stop_signals.Stopped as stop:
                 self._note_signal(stop.signum)
-                left = self.metrics_urls[len(entries):]
-                entries += [{"url": u, "error": f"{u.rstrip('/')}/metrics: the read was given up at {stop}"}
-                            for u in left]
+                left = self.metrics_urls[len(entries) :]
+                entries += [
+                    {"url": u, "error": f"{u.rstrip('/')}/metrics: the read was given up at {stop}"} for u in left
+                ]
                 break
         return entries
 
-    def _server_evidence(self) -> Optional[List[dict]]:
+    def _server_evidence(self) -> list[dict] | None:
         """Per server: counter deltas since the preflight snapshot and the extension state found then."""
         if self.evidence_before is None or self.extension_states is None:  # no preflight (it sets both)
             return None
@@ -376,7 +391,7 @@ class Runner:
         return rows
 
 
-def _class_table(records: List[dict]) -> dict:
+def _class_table(records: list[dict]) -> dict:
     n = len(records)
     counts = {c: 0 for c in CLASSES}
     for r in records:
@@ -392,17 +407,18 @@ def _class_table(records: List[dict]) -> dict:
     }
 
 
-def _session_table(records: List[dict]) -> dict:
+def _session_table(records: list[dict]) -> dict:
     """The incident's metric: share of sessions with at least one corrupted request."""
-    sessions: Dict[tuple, bool] = {}
+    sessions: dict[tuple, bool] = {}
     for r in records:
         k = (r["level"], r["session"])
         sessions[k] = sessions.get(k, False) or r["verdict"] in CORRUPTION_CLASSES
     return rate_with_interval(sum(sessions.values()), len(sessions))
 
 
-def summarize(records: List[dict], cfg: RunConfig, planned: int, stopped: bool,
-              interrupted_by: Optional[str] = None) -> dict:
+def summarize(
+    records: list[dict], cfg: RunConfig, planned: int, stopped: bool, interrupted_by: str | None = None
+) -> dict:
     cut_short = stopped or interrupted_by is not None
     per_level = {}
     for idx, conc in enumerate(cfg.concurrency):
@@ -453,7 +469,7 @@ def _stop_note(summary: dict) -> str:
     return ""
 
 
-def _evidence_lines(rows: Optional[List[dict]]) -> List[str]:
+def _evidence_lines(rows: list[dict] | None) -> list[str]:
     if not rows:
         return []
     lines = ["server evidence (deltas during the run):"] + server_evidence.format_table(rows).splitlines()
@@ -476,8 +492,10 @@ def format_summary(summary: dict) -> str:
     lines.append(row("corruption (responses)", lambda t: t["corruption"]))
     lines.append(row("sessions w/ corruption", lambda t: t["sessions_with_corruption"]))
     if summary.get("streams_without_done"):
-        lines.append(f"{summary['streams_without_done']} stream(s) ended after their finish_reason without [DONE] "
-                     "(judged; each record's stream_note says how it ended)")
+        lines.append(
+            f"{summary['streams_without_done']} stream(s) ended after their finish_reason without [DONE] "
+            "(judged; each record's stream_note says how it ended)"
+        )
     lines += _evidence_lines(summary.get("server_evidence"))
     if summary.get("reference_origin_by_verdict"):
         lines.append("failure origin from the raw-output re-parse:")

@@ -18,9 +18,8 @@ import hashlib
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
 
-TOOLS: List[dict] = [
+TOOLS: list[dict] = [
     {
         "type": "function",
         "function": {
@@ -121,7 +120,7 @@ TOOLS: List[dict] = [
         },
     },
 ]
-TOOLS_BY_NAME: Dict[str, dict] = {t["function"]["name"]: t for t in TOOLS}
+TOOLS_BY_NAME: dict[str, dict] = {t["function"]["name"]: t for t in TOOLS}
 
 _MODULES = ["cache", "scheduler", "router", "indexer", "pool", "transfer", "metrics", "config"]
 _DIRS = ["src/core", "src/serving", "src/mem", "lib/util", "tests/unit"]
@@ -187,9 +186,9 @@ class RequestSpec:
     session: int
     round: int
     step: str  # "tool" | "answer"
-    messages: List[dict]
-    expected_tool: Optional[str]
-    expected_args: Optional[dict]
+    messages: list[dict]
+    expected_tool: str | None
+    expected_args: dict | None
     prompt_sha256: str = field(default="")
 
 
@@ -197,7 +196,7 @@ def canonical_json(obj) -> str:
     return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
-def prompt_sha256(messages: List[dict], tools: List[dict] = TOOLS) -> str:
+def prompt_sha256(messages: list[dict], tools: list[dict] = TOOLS) -> str:
     """Hash of exactly what decides the prompt: messages and tool schemas."""
     return hashlib.sha256(canonical_json({"messages": messages, "tools": tools}).encode()).hexdigest()
 
@@ -214,7 +213,7 @@ def system_prompt(cfg: ScenarioConfig, project: str) -> str:
 # Requested arguments per tool. Each draws from the session's generator in a fixed order:
 # changing the order changes every prompt (and breaks pairing with earlier runs).
 def _read_file_args(rng: random.Random, module: str, path: str) -> dict:
-    args: Dict[str, object] = {"path": path}
+    args: dict[str, object] = {"path": path}
     if rng.random() < 0.7:
         args["start_line"] = rng.randint(1, 400)
     if rng.random() < 0.7:
@@ -223,7 +222,7 @@ def _read_file_args(rng: random.Random, module: str, path: str) -> dict:
 
 
 def _search_code_args(rng: random.Random, module: str, path: str) -> dict:
-    args: Dict[str, object] = {"query": rng.choice(_IDENTS)}
+    args: dict[str, object] = {"query": rng.choice(_IDENTS)}
     if rng.random() < 0.6:
         args["path_glob"] = f"{rng.choice(_DIRS)}/**/*.py"
     if rng.random() < 0.6:
@@ -268,7 +267,7 @@ def _args_for(tool: str, rng: random.Random, module: str) -> dict:
 
 
 def _tool_result(tool: str, args: dict, rng: random.Random, size: int) -> str:
-    lines: List[str] = []
+    lines: list[str] = []
     n = 0
     while n < size:
         i = len(lines) + 1
@@ -290,7 +289,7 @@ def _tool_result(tool: str, args: dict, rng: random.Random, size: int) -> str:
     return "\n".join(lines)[:size] if size else ""
 
 
-def build_session(cfg: ScenarioConfig, level: int, session: int) -> List[Round]:
+def build_session(cfg: ScenarioConfig, level: int, session: int) -> list[Round]:
     rng = random.Random(f"sglang-dsv4-repro:{cfg.seed}:{level}:{session}")
     rounds = []
     for r in range(cfg.rounds):
@@ -305,8 +304,8 @@ def build_session(cfg: ScenarioConfig, level: int, session: int) -> List[Round]:
     return rounds
 
 
-def _round_messages(rnd: Round, with_answer: bool) -> List[dict]:
-    msgs: List[dict] = [
+def _round_messages(rnd: Round, with_answer: bool) -> list[dict]:
+    msgs: list[dict] = [
         {"role": "user", "content": rnd.user_text},
         {
             "role": "assistant",
@@ -326,10 +325,10 @@ def _round_messages(rnd: Round, with_answer: bool) -> List[dict]:
     return msgs
 
 
-def session_requests(cfg: ScenarioConfig, level: int, session: int) -> List[RequestSpec]:
+def session_requests(cfg: ScenarioConfig, level: int, session: int) -> list[RequestSpec]:
     """All requests of one session, in order, with canonical history."""
     project = f"proj-{level}-{session}"
-    history: List[dict] = [{"role": "system", "content": system_prompt(cfg, project)}]
+    history: list[dict] = [{"role": "system", "content": system_prompt(cfg, project)}]
     specs = []
     for r, rnd in enumerate(build_session(cfg, level, session)):
         msgs = history + [{"role": "user", "content": rnd.user_text}]

@@ -33,7 +33,8 @@ Call site for the runner (two lines)::
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, List, Optional, Tuple, cast
+from collections.abc import Iterable
+from typing import cast
 
 from sglang_dsv4_ext.repro import server_http
 
@@ -60,9 +61,9 @@ def _families(text: str) -> list:
     return list(text_string_to_metric_families(text))
 
 
-def _counters(families) -> Dict[str, float]:
+def _counters(families) -> dict[str, float]:
     wanted = set(EVIDENCE_METRICS.values())
-    out: Dict[str, float] = {}
+    out: dict[str, float] = {}
     for family in families:
         for sample in family.samples:
             base = sample.name[: -len("_total")] if sample.name.endswith("_total") else None
@@ -71,9 +72,9 @@ def _counters(families) -> Dict[str, float]:
     return out
 
 
-def _extension_label_sets(families) -> Optional[List[Dict[str, str]]]:
+def _extension_label_sets(families) -> list[dict[str, str]] | None:
     """Distinct label sets of the activation gauge at 1 (``[]``: exported but not 1; None: not exported)."""
-    found: Optional[List[Dict[str, str]]] = None
+    found: list[dict[str, str]] | None = None
     for family in families:
         for sample in family.samples:
             if sample.name != EXTENSION_GAUGE:
@@ -84,12 +85,12 @@ def _extension_label_sets(families) -> Optional[List[Dict[str, str]]]:
     return found
 
 
-def parse_counters(text: str) -> Dict[str, float]:
+def parse_counters(text: str) -> dict[str, float]:
     """``{family: value summed over label sets}`` for the evidence families present in ``text``."""
     return _counters(_families(text))
 
 
-def parse_metrics(text: str) -> Dict[str, object]:
+def parse_metrics(text: str) -> dict[str, object]:
     """``{"counters", "extension", "sglang_metrics"}`` of one server's Prometheus text (see the module doc)."""
     families = _families(text)
     return {
@@ -99,7 +100,7 @@ def parse_metrics(text: str) -> Dict[str, object]:
     }
 
 
-def read_metrics(url: str) -> Dict[str, object]:
+def read_metrics(url: str) -> dict[str, object]:
     """One server: ``{"url", "counters", "extension", "sglang_metrics"}`` or ``{"url", "error"}``
     (never raises for a server that cannot be read in time or a reply that is not Prometheus text)."""
     try:
@@ -113,11 +114,11 @@ def read_metrics(url: str) -> Dict[str, object]:
     return {"url": url, **parsed}
 
 
-def snapshot(urls: Iterable[str]) -> List[Dict[str, object]]:
+def snapshot(urls: Iterable[str]) -> list[dict[str, object]]:
     return [read_metrics(u) for u in urls]
 
 
-def _delta(before: Dict[str, float], after: Dict[str, float], family: str) -> Tuple[Optional[float], str]:
+def _delta(before: dict[str, float], after: dict[str, float], family: str) -> tuple[float | None, str]:
     """(increase, "") or (None, why there is none beyond "not exported")."""
     if family not in after:
         return None, ""  # the server does not export it (metrics off, feature off, older SGLang)
@@ -128,26 +129,26 @@ def _delta(before: Dict[str, float], after: Dict[str, float], family: str) -> Tu
     return after[family] - before.get(family, 0.0), ""
 
 
-def _unreadable(b: Dict[str, object], a: Dict[str, object]) -> str:
+def _unreadable(b: dict[str, object], a: dict[str, object]) -> str:
     for when, entry in (("before", b), ("after", a)):
         if entry.get("error"):
             return f"{entry['error']} (read {when} the run)"
     return ""
 
 
-def deltas(before: List[Dict[str, object]], after: List[Dict[str, object]]) -> List[Dict[str, object]]:
+def deltas(before: list[dict[str, object]], after: list[dict[str, object]]) -> list[dict[str, object]]:
     """Per server: each evidence label's increase during the run (None: not exported, or not a finite number,
     said in ``notes``; ``error``: unavailable, and why)."""
     rows = []
     for b, a in zip(before, after):
-        row: Dict[str, object] = {"url": a["url"]}
+        row: dict[str, object] = {"url": a["url"]}
         error = _unreadable(b, a)
         if error:
             row["error"] = error
             rows.append(row)
             continue
         notes = []
-        counted = [cast(Dict[str, float], entry["counters"]) for entry in (b, a)]  # readable: _unreadable says so
+        counted = [cast(dict[str, float], entry["counters"]) for entry in (b, a)]  # readable: _unreadable says so
         for label, family in EVIDENCE_METRICS.items():
             row[label], why = _delta(counted[0], counted[1], family)
             notes += [f"{label}: {why}"] if why else []
@@ -157,7 +158,7 @@ def deltas(before: List[Dict[str, object]], after: List[Dict[str, object]]) -> L
     return rows
 
 
-def shown(row: Dict[str, object]) -> Dict[str, object]:
+def shown(row: dict[str, object]) -> dict[str, object]:
     """``row`` as printed and on the report page: a mismatch count of 0 is shown only beside pages checked.
 
     0 mismatches over 0 checked pages is :data:`NOT_CHECKED`; beside a server (or an older summary) that
@@ -177,7 +178,7 @@ def _cell(value) -> str:
     return value if isinstance(value, str) else f"{value:g}"
 
 
-def format_table(rows: List[Dict[str, object]]) -> str:
+def format_table(rows: list[dict[str, object]]) -> str:
     labels = list(EVIDENCE_METRICS)
     lines = ["server".ljust(28) + "".join(lbl[:22].rjust(24) for lbl in labels)]
     for row in map(shown, rows):

@@ -9,13 +9,11 @@ scheduler's has none. Unlike a log or a metrics file, nothing of an earlier laun
 
 from __future__ import annotations
 
-from typing import Dict
-
 from sglang_dsv4_ext.plugin.activation import EVIDENCE_RECORD_KEY as RECORD_KEY
 from sglang_dsv4_ext.repro import server_http, strict_json
 
 
-def parse(body: object) -> Dict[str, object]:
+def parse(body: object) -> dict[str, object]:
     """``{"records": [record or None per DP rank], "startup_time"}`` of a ``/server_info`` reply.
 
     Raises ``ValueError`` for a reply without a list of ``internal_states`` (not SGLang's server, e.g. a router).
@@ -23,12 +21,13 @@ def parse(body: object) -> Dict[str, object]:
     states = body.get("internal_states") if isinstance(body, dict) else None
     if not isinstance(body, dict) or not isinstance(states, list) or not states:
         raise ValueError("no internal_states in the reply (not an SGLang server? a router has none)")
-    records = [s.get(RECORD_KEY) if isinstance(s, dict) and isinstance(s.get(RECORD_KEY), dict) else None
-               for s in states]
+    records = [
+        s.get(RECORD_KEY) if isinstance(s, dict) and isinstance(s.get(RECORD_KEY), dict) else None for s in states
+    ]
     return {"records": records, "startup_time": body.get("startup_time")}
 
 
-def read(url: str) -> Dict[str, object]:
+def read(url: str) -> dict[str, object]:
     """One server: ``{"url", "records", "startup_time"}`` or ``{"url", "error"}`` (never raises; the read is
     bounded as a whole, :mod:`.server_http`)."""
     try:

@@ -19,8 +19,9 @@ import json
 import math
 import os
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any
 
 from sglang_dsv4_ext.repro import strict_json
 from sglang_dsv4_ext.repro.extension_check import EXPECT_CHOICES
@@ -77,7 +78,7 @@ def _any_int(value: int) -> None:
         raise ValueError(f"must be an integer, got {value!r}")
 
 
-def _parse_levels(text: str) -> Tuple[int, ...]:
+def _parse_levels(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
@@ -151,8 +152,9 @@ def url_check(url) -> None:
     except ValueError:  # not a number, or past 65535
         port = -1
     if port is not None and not PORTS[0] <= port <= PORTS[1]:
-        raise ValueError(f"{url!r}: the port must be a number in {PORTS[0]}..{PORTS[1]}, got "
-                         f"{parts.netloc.rsplit(':', 1)[-1]!r}")
+        raise ValueError(
+            f"{url!r}: the port must be a number in {PORTS[0]}..{PORTS[1]}, got {parts.netloc.rsplit(':', 1)[-1]!r}"
+        )
     if not parts.hostname:
         raise ValueError(f"{url!r}: no host (expected http://HOST[:PORT], e.g. http://127.0.0.1:8000)")
 
@@ -165,7 +167,7 @@ def check_url(flag: str, url) -> None:
         raise ValueError(f"{flag}: {exc}") from None
 
 
-def _parse_urls(text: str) -> Tuple[str, ...]:
+def _parse_urls(text: str) -> tuple[str, ...]:
     return tuple(u.strip() for u in text.split(",") if u.strip())
 
 
@@ -181,15 +183,16 @@ def _check_urls(urls) -> None:
     for url in urls:
         url_check(url)
         if _same_server(url) in seen:  # refused, not merged: each server has one row of evidence
-            raise ValueError(f"names one server twice ({seen[_same_server(url)]!r} and {url!r}): name each "
-                             "server once")
+            raise ValueError(f"names one server twice ({seen[_same_server(url)]!r} and {url!r}): name each server once")
         seen[_same_server(url)] = url
 
 
 def _check_dir(path) -> None:
     if not isinstance(path, str) or not os.path.isdir(path):
-        raise ValueError(f"must be an existing directory (the --log-dir of `sglang-dsv4 serve`, e.g. "
-                         f"serve-logs/20261201-120000), got {path!r}")
+        raise ValueError(
+            f"must be an existing directory (the --log-dir of `sglang-dsv4 serve`, e.g. "
+            f"serve-logs/20261201-120000), got {path!r}"
+        )
 
 
 def _check_expect(value) -> None:
@@ -218,8 +221,8 @@ class Setting:
     parse: Callable[[str], Any] = str
     check: Callable[[Any], None] = _no_check
     render: Callable[[Any], str] = str
-    switch: Optional[str] = None
-    metavar: Optional[str] = None
+    switch: str | None = None
+    metavar: str | None = None
     scenario: bool = False
     shape: bool = False
     rerun: bool = True
@@ -250,7 +253,7 @@ class Setting:
             raise argparse.ArgumentTypeError(str(exc)) from None
         return value
 
-    def argv(self, value) -> List[str]:
+    def argv(self, value) -> list[str]:
         """This setting's part of the re-run command ([] when it is at its unset default)."""
         if not self.rerun:
             return []
@@ -265,50 +268,134 @@ def _levels_text(levels) -> str:
     return ",".join(str(c) for c in levels)
 
 
-SETTINGS: Tuple[Setting, ...] = (
+SETTINGS: tuple[Setting, ...] = (
     Setting("model", None, "model name to send (default: first id of GET /v1/models)"),
     Setting("sessions", 8, "concurrent agentic sessions per level (default 8)", int, _at_least(1), scenario=True),
-    Setting("rounds", 4, "user turns per session; each asks for one tool call (default 4)", int, _at_least(1),
-            scenario=True),
-    Setting("answer_step", True, "skip the request that follows each tool result", switch="--no-answer-step",
-            scenario=True),
-    Setting("concurrency", (8,), "sessions in flight; a comma list runs a ladder, one level after another (default 8)",
-            _parse_levels, _check_levels, _levels_text, metavar="N[,N...]", shape=True),
-    Setting("seed", 0, "decides every prompt and per-request sampling seed (default 0)", int, _any_int,
-            scenario=True),
-    Setting("temperature", 0.0, "sampling temperature, finite and >= 0 (default 0.0)", float, _non_negative_finite,
-            repr, shape=True),
+    Setting(
+        "rounds", 4, "user turns per session; each asks for one tool call (default 4)", int, _at_least(1), scenario=True
+    ),
+    Setting(
+        "answer_step", True, "skip the request that follows each tool result", switch="--no-answer-step", scenario=True
+    ),
+    Setting(
+        "concurrency",
+        (8,),
+        "sessions in flight; a comma list runs a ladder, one level after another (default 8)",
+        _parse_levels,
+        _check_levels,
+        _levels_text,
+        metavar="N[,N...]",
+        shape=True,
+    ),
+    Setting("seed", 0, "decides every prompt and per-request sampling seed (default 0)", int, _any_int, scenario=True),
+    Setting(
+        "temperature",
+        0.0,
+        "sampling temperature, finite and >= 0 (default 0.0)",
+        float,
+        _non_negative_finite,
+        repr,
+        shape=True,
+    ),
     Setting("max_tokens", 2048, "max_tokens per request (default 2048)", int, _at_least(1), shape=True),
-    Setting("request_timeout", 300.0, "seconds per request before it counts as a timeout (default 300)", float,
-            _positive_finite, repr),
-    Setting("time_limit", None, "total seconds; in-flight requests are abandoned and the run summarised", float,
-            _positive_finite, repr),
-    Setting("system_prompt_chars", 4000, "size of the shared system prompt (default 4000)", int, _at_least(0),
-            scenario=True),
-    Setting("tool_result_chars", 1500, "size of each scripted tool result (default 1500)", int, _at_least(0),
-            scenario=True),
-    Setting("stream", False, "use streaming responses (exercises the streaming parser; no token ids)",
-            switch="--stream", shape=True),
+    Setting(
+        "request_timeout",
+        300.0,
+        "seconds per request before it counts as a timeout (default 300)",
+        float,
+        _positive_finite,
+        repr,
+    ),
+    Setting(
+        "time_limit",
+        None,
+        "total seconds; in-flight requests are abandoned and the run summarised",
+        float,
+        _positive_finite,
+        repr,
+    ),
+    Setting(
+        "system_prompt_chars", 4000, "size of the shared system prompt (default 4000)", int, _at_least(0), scenario=True
+    ),
+    Setting(
+        "tool_result_chars", 1500, "size of each scripted tool result (default 1500)", int, _at_least(0), scenario=True
+    ),
+    Setting(
+        "stream",
+        False,
+        "use streaming responses (exercises the streaming parser; no token ids)",
+        switch="--stream",
+        shape=True,
+    ),
     Setting("token_ids", True, "do not ask SGLang for response_token_ids", switch="--no-token-ids"),
-    Setting("detokenize_url", None, "server whose /detokenize decodes failures' token ids (default: the endpoint)",
-            check=url_check),
-    Setting("server_metrics", None, "servers whose Prometheus /metrics are read before and after the run (evidence, "
-            "extension state); behind a router name each prefill and decode server (default: the endpoint)",
-            _parse_urls, _check_urls, ",".join, metavar="URL[,URL...]"),
-    Setting("serve_logs", None, "log directory of `sglang-dsv4 serve`: each server's log there is checked against "
-            "the launch its /server_info reports and noted (it never decides alone)", check=_check_dir, metavar="DIR"),
-    Setting("expect_extension", "on", "on: refuse unless every server shows sglang-dsv4-ext active with one "
-            "index-K dtype; off: refuse if any does (stock baseline); any: only record (default on)",
-            check=_check_expect, metavar="{on,off,any}"),
-    Setting("thinking", None, "send chat_template_kwargs.thinking on|off (default: the server's default)",
-            _parse_on_off, render=lambda v: "on" if v else "off", metavar="{on,off}", shape=True),
-    Setting("extra_body", {}, "JSON object merged into every request body (not the keys the harness sets)",
-            _parse_json_object, _check_extra_body, lambda v: json.dumps(v, sort_keys=True), metavar="JSON",
-            shape=True),
-    Setting("exact_args", True, "do not require exactly the requested arguments, only schema-valid ones",
-            switch="--no-exact-args", shape=True),
-    Setting("repetition", RepetitionRule(), "degenerate-repetition rule (default 8,160,200)", _parse_repetition,
-            _check_repetition, _render_repetition, metavar="REPEATS,CHARS,PERIOD", shape=True),
+    Setting(
+        "detokenize_url",
+        None,
+        "server whose /detokenize decodes failures' token ids (default: the endpoint)",
+        check=url_check,
+    ),
+    Setting(
+        "server_metrics",
+        None,
+        "servers whose Prometheus /metrics are read before and after the run (evidence, "
+        "extension state); behind a router name each prefill and decode server (default: the endpoint)",
+        _parse_urls,
+        _check_urls,
+        ",".join,
+        metavar="URL[,URL...]",
+    ),
+    Setting(
+        "serve_logs",
+        None,
+        "log directory of `sglang-dsv4 serve`: each server's log there is checked against "
+        "the launch its /server_info reports and noted (it never decides alone)",
+        check=_check_dir,
+        metavar="DIR",
+    ),
+    Setting(
+        "expect_extension",
+        "on",
+        "on: refuse unless every server shows sglang-dsv4-ext active with one "
+        "index-K dtype; off: refuse if any does (stock baseline); any: only record (default on)",
+        check=_check_expect,
+        metavar="{on,off,any}",
+    ),
+    Setting(
+        "thinking",
+        None,
+        "send chat_template_kwargs.thinking on|off (default: the server's default)",
+        _parse_on_off,
+        render=lambda v: "on" if v else "off",
+        metavar="{on,off}",
+        shape=True,
+    ),
+    Setting(
+        "extra_body",
+        {},
+        "JSON object merged into every request body (not the keys the harness sets)",
+        _parse_json_object,
+        _check_extra_body,
+        lambda v: json.dumps(v, sort_keys=True),
+        metavar="JSON",
+        shape=True,
+    ),
+    Setting(
+        "exact_args",
+        True,
+        "do not require exactly the requested arguments, only schema-valid ones",
+        switch="--no-exact-args",
+        shape=True,
+    ),
+    Setting(
+        "repetition",
+        RepetitionRule(),
+        "degenerate-repetition rule (default 8,160,200)",
+        _parse_repetition,
+        _check_repetition,
+        _render_repetition,
+        metavar="REPEATS,CHARS,PERIOD",
+        shape=True,
+    ),
     Setting("api_key_env", None, "environment variable holding a bearer token (checked before anything runs)"),
     Setting("progress", True, "no progress output", switch="--no-progress", rerun=False),
 )
@@ -325,8 +412,9 @@ def add_flags(group) -> None:
             action = "store_false" if s.default else "store_true"
             group.add_argument(s.flag, dest=s.name, action=action, help=s.help)
         else:
-            group.add_argument(s.flag, dest=s.name, type=s.argparse_type, default=s.default, metavar=s.metavar,
-                               help=s.help)
+            group.add_argument(
+                s.flag, dest=s.name, type=s.argparse_type, default=s.default, metavar=s.metavar, help=s.help
+            )
 
 
 def _check_run(cfg) -> None:
@@ -335,7 +423,7 @@ def _check_run(cfg) -> None:
         s.validate(getattr(cfg, s.name))
 
 
-def metrics_urls(cfg) -> Tuple[str, ...]:
+def metrics_urls(cfg) -> tuple[str, ...]:
     """The servers whose /metrics a run reads: ``--server-metrics``, else the endpoint's base URL."""
     from sglang_dsv4_ext.repro.client import base_url
 
@@ -366,29 +454,29 @@ class RunConfig:
     endpoint: str
     out: str
     label: str = ""
-    model: Optional[str] = _default("model")
+    model: str | None = _default("model")
     sessions: int = _default("sessions")
     rounds: int = _default("rounds")
     answer_step: bool = _default("answer_step")
-    concurrency: Tuple[int, ...] = _default("concurrency")
+    concurrency: tuple[int, ...] = _default("concurrency")
     seed: int = _default("seed")
     temperature: float = _default("temperature")
     max_tokens: int = _default("max_tokens")
     request_timeout: float = _default("request_timeout")
-    time_limit: Optional[float] = _default("time_limit")
+    time_limit: float | None = _default("time_limit")
     system_prompt_chars: int = _default("system_prompt_chars")
     tool_result_chars: int = _default("tool_result_chars")
     stream: bool = _default("stream")
     token_ids: bool = _default("token_ids")
-    detokenize_url: Optional[str] = _default("detokenize_url")
-    server_metrics: Optional[Tuple[str, ...]] = _default("server_metrics")
-    serve_logs: Optional[str] = _default("serve_logs")
+    detokenize_url: str | None = _default("detokenize_url")
+    server_metrics: tuple[str, ...] | None = _default("server_metrics")
+    serve_logs: str | None = _default("serve_logs")
     expect_extension: str = _default("expect_extension")
-    thinking: Optional[bool] = _default("thinking")
+    thinking: bool | None = _default("thinking")
     extra_body: dict[str, Any] = _default("extra_body")
     exact_args: bool = _default("exact_args")
     repetition: RepetitionRule = _default("repetition")
-    api_key_env: Optional[str] = _default("api_key_env")
+    api_key_env: str | None = _default("api_key_env")
     progress: bool = _default("progress")
 
     def __post_init__(self) -> None:
@@ -401,7 +489,7 @@ class RunConfig:
     def scenario(self) -> ScenarioConfig:
         return ScenarioConfig(**{s.name: getattr(self, s.name) for s in SETTINGS if s.scenario})
 
-    def to_argv(self) -> List[str]:
+    def to_argv(self) -> list[str]:
         """The command line that repeats this run exactly (same prompts, same settings)."""
         argv = ["sglang-dsv4", "repro", "run", "--endpoint", self.endpoint]
         if self.label:

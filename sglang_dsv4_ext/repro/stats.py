@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Tuple
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 
-def wilson_interval(successes: int, n: int, z: float = Z95) -> Tuple[float, float]:
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion; (0, 1) when ``n == 0``.
 
     Chosen over the normal approximation because failure rates here are often 0 or

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from typing import List, Tuple
 
 
 class NotJSONValueError(ValueError):
@@ -33,7 +32,7 @@ def dump(obj, f) -> None:
     json.dump(obj, f, indent=2, ensure_ascii=False, allow_nan=False)
 
 
-def finite(obj, where: str = "") -> Tuple[object, List[str]]:
+def finite(obj, where: str = "") -> tuple[object, list[str]]:
     """(``obj`` with every float that is not finite replaced by None, ``["where: value", ...]`` of each)."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None, [f"{where or '.'}: {obj}"]

@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
 
 from sglang_dsv4_ext.repro import dsml
 
@@ -71,18 +70,18 @@ class Observation:
 
     transport: str = "ok"  # "ok" or a transport class
     error: str = ""
-    http_status: Optional[int] = None
-    finish_reason: Optional[str] = None
+    http_status: int | None = None
+    finish_reason: str | None = None
     content: str = ""
     reasoning: str = ""
-    tool_calls: List[dict] = field(default_factory=list)  # [{"name", "arguments" (str)}]
-    token_ids: Optional[List[int]] = None
-    usage: Optional[dict] = None
+    tool_calls: list[dict] = field(default_factory=list)  # [{"name", "arguments" (str)}]
+    token_ids: list[int] | None = None
+    usage: dict | None = None
     body_snippet: str = ""
     stream_note: str = ""  # a stream judged although it ended without [DONE] (see client.py)
 
     def raw_dict(self) -> dict:
-        d: Dict[str, object] = {
+        d: dict[str, object] = {
             "content": self.content,
             "reasoning_content": self.reasoning,
             "tool_calls": self.tool_calls,
@@ -105,7 +104,7 @@ class RepetitionRule:
     min_chars: int = 160
     max_period: int = 200
 
-    def find(self, text: str) -> Optional[Tuple[str, int]]:
+    def find(self, text: str) -> tuple[str, int] | None:
         if not text or len(text) < self.min_chars:
             return None
         pattern = re.compile(rf"(.{{1,{self.max_period}}}?)\1{{{self.min_repeats - 1},}}", re.DOTALL)
@@ -116,7 +115,7 @@ class RepetitionRule:
         return None
 
 
-def _schema_error(schema: dict, value) -> Optional[str]:
+def _schema_error(schema: dict, value) -> str | None:
     from jsonschema import Draft202012Validator  # a dependency of SGLang's own stack
 
     errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.path))
@@ -133,7 +132,7 @@ def _values_equal(requested, got) -> bool:
     return requested == got
 
 
-def _transport_verdict(obs: Observation) -> Optional[Tuple[str, str]]:
+def _transport_verdict(obs: Observation) -> tuple[str, str] | None:
     if obs.transport == "ok":
         return None
     if obs.transport not in TRANSPORT_CLASSES:
@@ -146,7 +145,7 @@ def _loop_text(obs: Observation) -> str:
     return "\n".join(t for t in (obs.reasoning, obs.content, arg_text) if t)
 
 
-def _length_verdict(obs: Observation, repetition: RepetitionRule) -> Optional[Tuple[str, str]]:
+def _length_verdict(obs: Observation, repetition: RepetitionRule) -> tuple[str, str] | None:
     if obs.finish_reason != "length":
         return None
     loop = repetition.find(_loop_text(obs))
@@ -155,7 +154,7 @@ def _length_verdict(obs: Observation, repetition: RepetitionRule) -> Optional[Tu
     return "truncated_length", "finish_reason=length"
 
 
-def _markup_verdict(obs: Observation) -> Optional[Tuple[str, str]]:
+def _markup_verdict(obs: Observation) -> tuple[str, str] | None:
     if dsml.has_dsml_fragment(obs.reasoning):
         return "tool_call_in_reasoning", "DSML markup in reasoning_content"
     if dsml.has_dsml_fragment(obs.content):
@@ -172,7 +171,7 @@ def _markup_verdict(obs: Observation) -> Optional[Tuple[str, str]]:
     return None
 
 
-def _parsed_arguments(call: dict, schema: dict) -> Tuple[Optional[dict], str]:
+def _parsed_arguments(call: dict, schema: dict) -> tuple[dict | None, str]:
     """(arguments, "") or (None, why they are invalid)."""
     name, raw = call["name"], call.get("arguments")
     try:
@@ -185,7 +184,7 @@ def _parsed_arguments(call: dict, schema: dict) -> Tuple[Optional[dict], str]:
     return (None, f"{name}: {err}") if err else (args, "")
 
 
-def _call_set_error(names: List[str], step: str, expected_tool: Optional[str]) -> str:
+def _call_set_error(names: list[str], step: str, expected_tool: str | None) -> str:
     """Why the calls are not the ones asked for ("" when they are)."""
     if step != "tool":
         return ""
@@ -208,7 +207,7 @@ def _exact_args_error(name: str, args: dict, expected_args: dict) -> str:
     return ""
 
 
-def _calls_verdict(obs, step, expected_tool, expected_args, tools_by_name, exact_args) -> Tuple[str, str]:
+def _calls_verdict(obs, step, expected_tool, expected_args, tools_by_name, exact_args) -> tuple[str, str]:
     names = [str(c.get("name") or "") for c in obs.tool_calls]
     undeclared = [n for n in names if n not in tools_by_name]
     if undeclared:
@@ -232,12 +231,12 @@ def _calls_verdict(obs, step, expected_tool, expected_args, tools_by_name, exact
 def classify(
     obs: Observation,
     step: str,
-    expected_tool: Optional[str],
-    expected_args: Optional[dict],
-    tools_by_name: Dict[str, dict],
+    expected_tool: str | None,
+    expected_args: dict | None,
+    tools_by_name: dict[str, dict],
     repetition: RepetitionRule = RepetitionRule(),
     exact_args: bool = True,
-) -> Tuple[str, str]:
+) -> tuple[str, str]:
     """Return (class, detail) for one request; see the module docstring for the order."""
     early = _transport_verdict(obs) or _length_verdict(obs, repetition) or _markup_verdict(obs)
     if early:
@@ -248,7 +247,7 @@ def classify(
     return _calls_verdict(obs, step, expected_tool, expected_args, tools_by_name, exact_args)
 
 
-def reference_origin(verdict: str, reference_class: Optional[str]) -> str:
+def reference_origin(verdict: str, reference_class: str | None) -> str:
     """Who broke a failed request, from the verdict and the raw-output re-parse."""
     if verdict in TRANSPORT_CLASSES:
         return "transport"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
 
 from sglang_dsv4_ext.errors import RebaseError
 
@@ -27,14 +27,14 @@ from .series import Series, SeriesError, format_tombstone, load_series, tombston
 Progress = Callable[[str], None]
 
 
-def classify_in_scratch_worktree(repo_path: Path, series: Series, onto: str, progress: Progress) -> List[Result]:
+def classify_in_scratch_worktree(repo_path: Path, series: Series, onto: str, progress: Progress) -> list[Result]:
     repo = GitRepo(repo_path)
     sha = repo.rev_parse(onto)
     if sha is None:
         raise RebaseError(f"{onto!r} does not name a commit in {repo.path}")
     refuse_foreign_tree(repo, sha, onto)
     base = repo.rev_parse(series.pin["tag"]) if series.pin.get("tag") else None
-    results: List[Result] = []
+    results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="dsv4-patches-check-") as tmp:
         scratch = Path(tmp) / "worktree"
         progress(f"checking {len(series.patches)} patches against {onto} ({sha[:12]}) in a scratch worktree")
@@ -63,7 +63,7 @@ def classify_in_scratch_worktree(repo_path: Path, series: Series, onto: str, pro
     return results
 
 
-def apply_to_checkout(repo_path: Path, series: Series, progress: Progress) -> Tuple[List[Result], Optional[str]]:
+def apply_to_checkout(repo_path: Path, series: Series, progress: Progress) -> tuple[list[Result], str | None]:
     """`git am -3` each patch onto the checked-out branch; patches already present are skipped.
 
     Returns (results, message when it stopped). A conflict leaves `git am` in progress."""
@@ -78,7 +78,7 @@ def apply_to_checkout(repo_path: Path, series: Series, progress: Progress) -> Tu
         raise
 
 
-def refuse_detached_or_unborn(repo: GitRepo, head_ref: Optional[str], head: Optional[str]) -> Tuple[str, str]:
+def refuse_detached_or_unborn(repo: GitRepo, head_ref: str | None, head: str | None) -> tuple[str, str]:
     """`apply` commits onto the checked-out branch: a detached HEAD would get the commits on no
     branch (lost at the next checkout), so it is refused with the way to make a branch there."""
     if head is None:
@@ -94,7 +94,7 @@ def refuse_detached_or_unborn(repo: GitRepo, head_ref: Optional[str], head: Opti
     return head_ref, head
 
 
-def _restore(repo: GitRepo, head_ref: Optional[str], head: str) -> None:
+def _restore(repo: GitRepo, head_ref: str | None, head: str) -> None:
     if repo.am_in_progress():
         repo.run("am", "--abort", check=False)
     repo.run("reset", "-q", "--hard", head, check=False)
@@ -102,9 +102,9 @@ def _restore(repo: GitRepo, head_ref: Optional[str], head: str) -> None:
         repo.run("symbolic-ref", "HEAD", head_ref, check=False)
 
 
-def _apply_each(repo: GitRepo, series: Series, progress: Progress) -> Tuple[List[Result], Optional[str]]:
+def _apply_each(repo: GitRepo, series: Series, progress: Progress) -> tuple[list[Result], str | None]:
     base = repo.rev_parse(series.pin["tag"]) if series.pin.get("tag") else None
-    results: List[Result] = []
+    results: list[Result] = []
     with tempfile.TemporaryDirectory() as tmp:
         for n, patch in enumerate(series.patches, 1):
             result = classify_and_apply(repo, patch, patch.path, base, Path(tmp))
@@ -115,9 +115,11 @@ def _apply_each(repo: GitRepo, series: Series, progress: Progress) -> Tuple[List
                 lines += [f"  hunk that does not apply: {h}" for h in result.failing_hunks]
                 lines += [f"  conflict region: {r}" for r in result.conflict_regions]
                 if result.kind is Kind.CONFLICT:
-                    lines.append(f"`git am` is in progress in {repo.path}: resolve, `git add`, `git am --continue`, "
-                                 "then run `sglang-dsv4 patches apply` again (patches already present are "
-                                 "skipped); or `git am --abort`")
+                    lines.append(
+                        f"`git am` is in progress in {repo.path}: resolve, `git add`, `git am --continue`, "
+                        "then run `sglang-dsv4 patches apply` again (patches already present are "
+                        "skipped); or `git am --abort`"
+                    )
                 else:
                     lines.append("the series needs a rebase onto this tree: `sglang-dsv4 patches rebase`")
                 return results, "\n".join(lines)
@@ -126,21 +128,21 @@ def _apply_each(repo: GitRepo, series: Series, progress: Progress) -> Tuple[List
 
 @dataclass
 class Exported:
-    changed: List[str]  # series files that changed (or would, with check_only)
-    pin_changes: List[str]  # per UPSTREAM_PIN field: changed, kept or left out, and why
+    changed: list[str]  # series files that changed (or would, with check_only)
+    pin_changes: list[str]  # per UPSTREAM_PIN field: changed, kept or left out, and why
 
 
 def export_range(
     repo_path: Path,
     series_dir: Path,
-    base: Optional[str],
+    base: str | None,
     head: str,
-    drops: Dict[str, str],
+    drops: dict[str, str],
     *,
     check_only: bool = False,
     progress: Progress = print,
-    wheel: Optional[str] = None,
-    wheel_sha256: Optional[str] = None,
+    wheel: str | None = None,
+    wheel_sha256: str | None = None,
 ) -> Exported:
     """Write commits base..head as the series; say which files changed (or would) and how the pin did.
 
@@ -175,8 +177,9 @@ def export_range(
     progress(f"exporting {len(commits)} commits of {base}..{head} ({head_sha[:12]})")
     rendered = export_mod.render_series(repo, commits, names)
     tombstones = {
-        str(tombstone_path(series.directory, name).relative_to(series.directory)):
-            format_tombstone(series.get(name), reason, f"export of {base}..{head}", "not exported")
+        str(tombstone_path(series.directory, name).relative_to(series.directory)): format_tombstone(
+            series.get(name), reason, f"export of {base}..{head}", "not exported"
+        )
         for name, reason in drops.items()
     }
     pin = updated_pin(series.pin, pin_for(repo, base, base_sha), given)  # as a rebase onto `base` does

@@ -28,7 +28,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Dict, List, Optional, Protocol
+from typing import Protocol
 
 from .gitrepo import GitRepo
 from .series import PatchFile, parse_dep3
@@ -62,20 +62,20 @@ class Result:
     name: str
     kind: Kind
     detail: str = ""
-    commit: Optional[str] = None  # the commit holding the patch after it applied
-    missing_files: List[str] = field(default_factory=list)
-    failing_hunks: List[str] = field(default_factory=list)
-    conflict_regions: List[str] = field(default_factory=list)
-    conflicted_files: List[str] = field(default_factory=list)
+    commit: str | None = None  # the commit holding the patch after it applied
+    missing_files: list[str] = field(default_factory=list)
+    failing_hunks: list[str] = field(default_factory=list)
+    conflict_regions: list[str] = field(default_factory=list)
+    conflicted_files: list[str] = field(default_factory=list)
     reason: str = ""  # why a dropped patch left the series (--reason)
 
-    def to_json(self) -> Dict:
+    def to_json(self) -> dict:
         data = asdict(self)
         data["kind"] = self.kind.value
         return data
 
     @classmethod
-    def from_json(cls, data: Dict) -> "Result":
+    def from_json(cls, data: dict) -> Result:
         data = dict(data)
         data["kind"] = Kind(data["kind"])
         return cls(**data)
@@ -92,21 +92,29 @@ class Result:
 # ---- individual checks ----------------------------------------------------------------------
 
 
-def patch_id(repo: GitRepo, text: str) -> Optional[str]:
+def patch_id(repo: GitRepo, text: str) -> str | None:
     out = repo.out("patch-id", "--stable", stdin=text)
     return out.split()[0] if out else None
 
 
 def upstream_commit_with_same_change(
-    repo: GitRepo, patch: PatchFile, base: Optional[str], head: str = "HEAD"
-) -> Optional[str]:
+    repo: GitRepo, patch: PatchFile, base: str | None, head: str = "HEAD"
+) -> str | None:
     """The upstream commit in base..head whose change to the patch's files equals the patch."""
     own = patch_id(repo, patch.text)
     if own is None:
         return None
     revs = [f"{base}..{head}"] if base else [head, "--max-count=500"]
     status, log, _ = repo.run(
-        "log", "-p", "--no-color", "--no-renames", "--no-merges", "--pretty=medium", *revs, "--", *patch.files,
+        "log",
+        "-p",
+        "--no-color",
+        "--no-renames",
+        "--no-merges",
+        "--pretty=medium",
+        *revs,
+        "--",
+        *patch.files,
         check=False,
     )
     if status != 0 or not log.strip():
@@ -118,13 +126,14 @@ def upstream_commit_with_same_change(
     return None
 
 
-def series_commit(repo: GitRepo, patch: PatchFile, base: Optional[str], head: str = "HEAD") -> Optional[str]:
+def series_commit(repo: GitRepo, patch: PatchFile, base: str | None, head: str = "HEAD") -> str | None:
     """The newest commit in base..head that carries ``patch`` of the series: its subject, and
     every DEP-3 field name the patch has (`git am` copies the header from the patch file;
     upstream commits carry none). The values may have been edited since; the names stay."""
     revs = [f"{base}..{head}"] if base else [head, "--max-count=500"]
-    status, log, _ = repo.run("log", "--no-merges", "--format=%H%x00%s%x00%b%x00", *revs, "--", *patch.files,
-                              check=False)
+    status, log, _ = repo.run(
+        "log", "--no-merges", "--format=%H%x00%s%x00%b%x00", *revs, "--", *patch.files, check=False
+    )
     if status != 0:
         return None
     fields = log.split("\0")
@@ -145,7 +154,7 @@ def apply_check(repo: Applies, patch_path: Path, *, reverse: bool = False) -> bo
     return repo.run(*args, check=False)[0] == 0
 
 
-def failing_hunks(repo: Applies, patch: PatchFile, tmp_dir: Path) -> List[str]:
+def failing_hunks(repo: Applies, patch: PatchFile, tmp_dir: Path) -> list[str]:
     """Each hunk checked alone against the work tree: which ones do not apply."""
     failing = []
     for path, header, hunks in patch.hunks():
@@ -157,7 +166,7 @@ def failing_hunks(repo: Applies, patch: PatchFile, tmp_dir: Path) -> List[str]:
     return failing
 
 
-def conflict_regions(repo: GitRepo, paths: List[str]) -> List[str]:
+def conflict_regions(repo: GitRepo, paths: list[str]) -> list[str]:
     regions = []
     for rel in paths:
         assert repo.work_tree is not None, "a conflict is in a work tree (git am does not run in a bare repository)"
@@ -182,7 +191,7 @@ _NO_CHANGES = re.compile(r"No changes|Patch already applied|patch does not have 
 
 
 def classify_and_apply(
-    repo: GitRepo, patch: PatchFile, patch_path: Path, base: Optional[str], tmp_dir: Path, *, keep: bool = True
+    repo: GitRepo, patch: PatchFile, patch_path: Path, base: str | None, tmp_dir: Path, *, keep: bool = True
 ) -> Result:
     """Classify ``patch`` against the work tree at HEAD and (if it applies) commit it with `git am`.
 
@@ -232,7 +241,7 @@ def _applied_detail(repo: GitRepo, patch: PatchFile, ours: str, reverse: bool) -
     return detail + "; it differs from the patch file (a three-way merge or an edit)"
 
 
-def _gone_again(ours: Optional[str], same: Optional[str]) -> str:
+def _gone_again(ours: str | None, same: str | None) -> str:
     """Detail of a patch that applies although a commit once made its change (reverted since)."""
     if ours:
         return f"commit {ours[:12]} of this series applied it once, but it is not in the tree any more"
@@ -248,8 +257,13 @@ def _apply_three_way(repo: GitRepo, patch: PatchFile, patch_path: Path, head: st
         # `git am -3` says "No changes -- Patch already applied." and commits nothing.
         return Result(patch.name, Kind.UPSTREAM_ABSORBED, "a three-way merge leaves nothing to change")
     if status == 0:
-        return Result(patch.name, Kind.APPLIES_3WAY, f"{len(hunks)} hunks needed the merge" if hunks else "",
-                      repo.must_rev_parse("HEAD"), failing_hunks=hunks)
+        return Result(
+            patch.name,
+            Kind.APPLIES_3WAY,
+            f"{len(hunks)} hunks needed the merge" if hunks else "",
+            repo.must_rev_parse("HEAD"),
+            failing_hunks=hunks,
+        )
     unmerged = repo.unmerged_paths()
     message = (out + err).strip()
     if not unmerged and not missing and _NO_CHANGES.search(message) and not repo.dirty_paths():
@@ -258,12 +272,18 @@ def _apply_three_way(repo: GitRepo, patch: PatchFile, patch_path: Path, head: st
     if missing:
         if repo.am_in_progress():
             repo.run("am", "--abort")
-        return Result(patch.name, Kind.TARGET_GONE, f"no longer in the tree: {', '.join(missing)}",
-                      missing_files=missing, failing_hunks=hunks)
+        return Result(
+            patch.name,
+            Kind.TARGET_GONE,
+            f"no longer in the tree: {', '.join(missing)}",
+            missing_files=missing,
+            failing_hunks=hunks,
+        )
     regions = conflict_regions(repo, unmerged)
     detail = f"conflicts in {', '.join(unmerged)}" if unmerged else _last_error_line(message)
-    return Result(patch.name, Kind.CONFLICT, detail, failing_hunks=hunks,
-                  conflict_regions=regions, conflicted_files=unmerged)
+    return Result(
+        patch.name, Kind.CONFLICT, detail, failing_hunks=hunks, conflict_regions=regions, conflicted_files=unmerged
+    )
 
 
 def _last_error_line(message: str) -> str:

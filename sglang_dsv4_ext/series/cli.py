@@ -12,7 +12,6 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.errors import Dsv4ExtError
@@ -31,7 +30,7 @@ def _series_dir(args) -> Path:
     return args.series_dir if args.series_dir is not None else default_series_dir()
 
 
-def _target_version(args) -> Optional[str]:
+def _target_version(args) -> str | None:
     """The sglang version of the target of check / status / apply (None: it cannot be read)."""
     from .releases import package_version, ref_version
 
@@ -57,7 +56,7 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _drops(args) -> Dict[str, str]:
+def _drops(args) -> dict[str, str]:
     names, reasons = args.drop or [], args.reason or []
     if len(names) != len(reasons):
         raise SeriesError(
@@ -66,13 +65,13 @@ def _drops(args) -> Dict[str, str]:
     return dict(zip(names, reasons))
 
 
-def _results_table(results: List[Result]) -> str:
+def _results_table(results: list[Result]) -> str:
     from .rangediff import summary_table
 
     return summary_table(results)
 
 
-def _print_results(results: List[Result], as_json: bool, extra: Optional[dict] = None) -> None:
+def _print_results(results: list[Result], as_json: bool, extra: dict | None = None) -> None:
     if as_json:
         print(json.dumps({**(extra or {}), "patches": [r.to_json() for r in results]}, indent=1))
     else:
@@ -88,11 +87,14 @@ def _add_target_args(p: argparse.ArgumentParser, default_help: str) -> None:
     g.add_argument("--onto", metavar="REF", help="with --repo: the upstream ref to check against (default: HEAD)")
     g.add_argument("--sglang-dir", type=Path, help="an sglang package directory, e.g. .../site-packages/sglang")
     g.add_argument("--sglang-version", metavar="X.Y.Z", help="the sglang==X.Y.Z wheel from PyPI (cached)")
-    g.add_argument("--wheel-cache", type=Path, help="wheel cache directory (default: $SGLANG_DSV4_WHEEL_CACHE "
-                   "or ~/.cache/sglang-dsv4-ext/wheels)")
+    g.add_argument(
+        "--wheel-cache",
+        type=Path,
+        help="wheel cache directory (default: $SGLANG_DSV4_WHEEL_CACHE or ~/.cache/sglang-dsv4-ext/wheels)",
+    )
 
 
-def _classify_target(args, series) -> Tuple[str, List[Result]]:
+def _classify_target(args, series) -> tuple[str, list[Result]]:
     chosen = [x for x in (args.repo, args.sglang_dir, args.sglang_version) if x]
     if len(chosen) > 1:
         raise SeriesError("give only one of --repo, --sglang-dir, --sglang-version")
@@ -111,7 +113,7 @@ def _classify_target(args, series) -> Tuple[str, List[Result]]:
         wheel = fetch_wheel(args.sglang_version, args.wheel_cache, _progress)
         from .package_dir import TREE_PREFIX, touched_files
 
-        only = [f[len(TREE_PREFIX):] for f in touched_files(series.patches) if f.startswith(TREE_PREFIX)]
+        only = [f[len(TREE_PREFIX) :] for f in touched_files(series.patches) if f.startswith(TREE_PREFIX)]
         with tempfile.TemporaryDirectory() as tmp:
             pkg = extract_package(wheel, tmp, only)
             (pkg / "srt").mkdir(exist_ok=True)
@@ -135,8 +137,16 @@ def cmd_check(args) -> int:
         problems.append(f"{series.directory / name}: not listed in the series file")
     label, results = _classify_target(args, series)
     if args.json:
-        _print_results(results, True, {"target": label, "series_dir": str(series.directory),
-                                       "series_choice": chosen.why, "header_problems": problems})
+        _print_results(
+            results,
+            True,
+            {
+                "target": label,
+                "series_dir": str(series.directory),
+                "series_choice": chosen.why,
+                "header_problems": problems,
+            },
+        )
     else:
         print(f"series {series.directory} ({chosen.why}) against {label}:")
         _print_results(results, False)
@@ -146,7 +156,7 @@ def cmd_check(args) -> int:
     return EXIT_ATTENTION if attention or (problems and args.strict_headers) else EXIT_OK
 
 
-def _rebase_state(repo_path: Optional[Path]) -> Optional[dict]:
+def _rebase_state(repo_path: Path | None) -> dict | None:
     """A patch-series rebase in progress in ``repo_path`` (status --repo), or None."""
     if not repo_path:
         return None
@@ -160,13 +170,20 @@ def _rebase_state(repo_path: Optional[Path]) -> Optional[dict]:
     return {"onto": state.onto, "stopped_at": stopped_at, "done": len(state.results), "total": len(state.names)}
 
 
-def _status_rows(series, results: List[Result]) -> List[dict]:
+def _status_rows(series, results: list[Result]) -> list[dict]:
     from .upstream import verdicts_from_results
 
     return [
-        {"name": v.patch, "subject": v.subject, "mirrors": list(v.mirrors), "targets": list(v.targets),
-         "upstream": v.upstream, "result": v.result, "detail": v.detail,
-         "forwarded": series.get(v.patch).fields.get("Forwarded", "")}
+        {
+            "name": v.patch,
+            "subject": v.subject,
+            "mirrors": list(v.mirrors),
+            "targets": list(v.targets),
+            "upstream": v.upstream,
+            "result": v.result,
+            "detail": v.detail,
+            "forwarded": series.get(v.patch).fields.get("Forwarded", ""),
+        }
         for v in verdicts_from_results(series, results)
     ]
 
@@ -174,12 +191,15 @@ def _status_rows(series, results: List[Result]) -> List[dict]:
 _VERDICTS = {Kind.APPLIES.value: "needed", Kind.ALREADY_APPLIED.value: "already applied"}  # (the rest: the kind)
 
 
-def _print_status(series, chosen: ChosenSeries, label: str, rows: List[dict], tombstones: List[dict],
-                  rebase_state: Optional[dict]) -> None:
+def _print_status(
+    series, chosen: ChosenSeries, label: str, rows: list[dict], tombstones: list[dict], rebase_state: dict | None
+) -> None:
     pin = series.pin
     sha = f" [wheel sha256 {pin['wheel_sha256'][:16]}...]" if pin.get("wheel_sha256") else ""
-    print(f"series: {series.directory} ({series_origin(series.directory)}, {len(series.patches)} patches), "
-          f"pinned to {pin.get('tag', '(no pin)')}{sha}")
+    print(
+        f"series: {series.directory} ({series_origin(series.directory)}, {len(series.patches)} patches), "
+        f"pinned to {pin.get('tag', '(no pin)')}{sha}"
+    )
     print(f"chosen: {chosen.why}")
     print(f"target: {label}")
     width = max([len(r["name"]) for r in rows] + [5])
@@ -190,8 +210,10 @@ def _print_status(series, chosen: ChosenSeries, label: str, rows: List[dict], to
     for stone in tombstones:
         print(f"  dropped: {stone.get('Tombstone')} on {stone.get('Dropped-On')}: {stone.get('Reason')}")
     if rebase_state:
-        print(f"rebase in progress onto {rebase_state['onto']}: {rebase_state['done']}/{rebase_state['total']} "
-              f"patches, stopped at {rebase_state['stopped_at']}")
+        print(
+            f"rebase in progress onto {rebase_state['onto']}: {rebase_state['done']}/{rebase_state['total']} "
+            f"patches, stopped at {rebase_state['stopped_at']}"
+        )
 
 
 def cmd_status(args) -> int:
@@ -202,8 +224,20 @@ def cmd_status(args) -> int:
     rows = _status_rows(series, results)
     tombstones = read_tombstones(series.directory)
     if args.json:
-        print(json.dumps({"target": label, "series_dir": str(series.directory), "series_choice": chosen.why,
-                          "pin": series.pin, "patches": rows, "rebase": rebase_state, "dropped": tombstones}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "target": label,
+                    "series_dir": str(series.directory),
+                    "series_choice": chosen.why,
+                    "pin": series.pin,
+                    "patches": rows,
+                    "rebase": rebase_state,
+                    "dropped": tombstones,
+                },
+                indent=1,
+            )
+        )
     else:
         _print_status(series, chosen, label, rows, tombstones, rebase_state)
     return EXIT_OK
@@ -211,8 +245,9 @@ def cmd_status(args) -> int:
 
 def cmd_apply(args) -> int:
     if bool(args.repo) == bool(args.sglang_dir):
-        raise SeriesError("give exactly one of --repo (a git checkout: git am -3) or --sglang-dir DIR "
-                          "(an sglang package directory)")
+        raise SeriesError(
+            "give exactly one of --repo (a git checkout: git am -3) or --sglang-dir DIR (an sglang package directory)"
+        )
     chosen = _chosen_series(args)
     _progress(f"series {chosen.directory} ({chosen.why})")
     series = load_series(chosen.directory)
@@ -220,8 +255,10 @@ def cmd_apply(args) -> int:
         from .package_dir import apply_to_package
 
         results = apply_to_package(series, args.sglang_dir, _progress)
-        print(f"applied {sum(r.kind is Kind.APPLIES for r in results)} patches to {args.sglang_dir}, "
-              f"{sum(r.kind in UPSTREAM_KINDS for r in results)} already present")
+        print(
+            f"applied {sum(r.kind is Kind.APPLIES for r in results)} patches to {args.sglang_dir}, "
+            f"{sum(r.kind in UPSTREAM_KINDS for r in results)} already present"
+        )
         return EXIT_OK
     from .checkrepo import apply_to_checkout
 
@@ -237,8 +274,9 @@ def cmd_rebase(args) -> int:
     from . import rebase as rebase_mod
 
     drops = _drops(args)
-    started_with = [f"--{n}" for n, v in (("into", args.into), ("resolutions", args.resolutions),
-                                          ("edit", args.edit)) if v]
+    started_with = [
+        f"--{n}" for n, v in (("into", args.into), ("resolutions", args.resolutions), ("edit", args.edit)) if v
+    ]
     if args.abort:
         if args.onto or args.continue_ or drops or started_with:
             raise SeriesError("--abort takes no --onto, --continue, --drop, --into, --resolutions or --edit")
@@ -246,14 +284,24 @@ def cmd_rebase(args) -> int:
         return EXIT_OK
     if args.continue_:
         if args.onto or started_with:
-            raise SeriesError(f"--continue takes no {' or '.join(['--onto'] + started_with)} "
-                              "(the rebase remembers how it was started)")
+            raise SeriesError(
+                f"--continue takes no {' or '.join(['--onto'] + started_with)} "
+                "(the rebase remembers how it was started)"
+            )
         outcome = rebase_mod.continue_(args.repo, drops, _progress)
     else:
         if not args.onto:
             raise SeriesError("rebase needs --onto REF (or --continue / --abort)")
-        outcome = rebase_mod.start(args.repo, _series_dir(args), args.onto, drops, _progress,
-                                   into=args.into, record=args.resolutions, edits=args.edit or [])
+        outcome = rebase_mod.start(
+            args.repo,
+            _series_dir(args),
+            args.onto,
+            drops,
+            _progress,
+            into=args.into,
+            record=args.resolutions,
+            edits=args.edit or [],
+        )
     if not outcome.finished:
         print(outcome.message)
         return EXIT_ATTENTION
@@ -268,8 +316,17 @@ def cmd_export(args) -> int:
     from .checkrepo import export_range
     from .pin import pin_report
 
-    exported = export_range(args.repo, _series_dir(args), args.base, args.head, _drops(args), check_only=args.check,
-                            progress=_progress, wheel=args.wheel, wheel_sha256=args.wheel_sha256)
+    exported = export_range(
+        args.repo,
+        _series_dir(args),
+        args.base,
+        args.head,
+        _drops(args),
+        check_only=args.check,
+        progress=_progress,
+        wheel=args.wheel,
+        wheel_sha256=args.wheel_sha256,
+    )
     changed = exported.changed
     if args.check and not changed:
         print("series is up to date (re-export is a zero diff)")
@@ -319,46 +376,70 @@ def add_subparser(subparsers) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="patches_command", metavar="SUBCOMMAND")
 
     def add(name, help_text, func, description=None):
-        p = sub.add_parser(name, help=help_text, description=description or help_text,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.add_argument("--series-dir", type=Path, default=None,
-                       help=f"the series directory (default: ${ENV_SERIES_DIR}, else the checkout's patches/, "
-                       "else the copy shipped in the installed package; check, status and apply take the series "
-                       "there that is pinned to the target's sglang version, e.g. patches/sglang-0.5.22/)")
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=description or help_text,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.add_argument(
+            "--series-dir",
+            type=Path,
+            default=None,
+            help=f"the series directory (default: ${ENV_SERIES_DIR}, else the checkout's patches/, "
+            "else the copy shipped in the installed package; check, status and apply take the series "
+            "there that is pinned to the target's sglang version, e.g. patches/sglang-0.5.22/)",
+        )
         p.set_defaults(func=_guarded(func))
         return p
 
-    p = add("apply", "apply the series onto an SGLang checkout (git am -3) or an sglang package directory", cmd_apply,
-            "Apply the series in order. With --repo, each patch is committed onto the checked-out branch with "
-            "`git am -3`\n(a detached HEAD is refused: make a branch first, `git switch -c NAME`); a conflict leaves "
-            "`git am` in progress\n(resolve, `git am --continue`, run apply again: patches already applied from this "
-            "series are skipped).\nWith --sglang-dir, patches are applied in place with `git apply`, all or nothing.")
+    p = add(
+        "apply",
+        "apply the series onto an SGLang checkout (git am -3) or an sglang package directory",
+        cmd_apply,
+        "Apply the series in order. With --repo, each patch is committed onto the checked-out branch with "
+        "`git am -3`\n(a detached HEAD is refused: make a branch first, `git switch -c NAME`); a conflict leaves "
+        "`git am` in progress\n(resolve, `git am --continue`, run apply again: patches already applied from this "
+        "series are skipped).\nWith --sglang-dir, patches are applied in place with `git apply`, all or nothing.",
+    )
     p.add_argument("--repo", type=Path, help="SGLang git checkout (python/sglang/ layout), clean work tree required")
     p.add_argument("--sglang-dir", type=Path, help="sglang package directory to patch in place")
 
-    p = add("check", "does each patch apply cleanly, need a 3-way merge, conflict, or is it already upstream?",
-            cmd_check, "Classify every patch against a target without changing it (a scratch worktree is used for "
-            "--repo).\nAlso reports DEP-3 header fields that are missing. Exit 1 when any patch does not apply.")
+    p = add(
+        "check",
+        "does each patch apply cleanly, need a 3-way merge, conflict, or is it already upstream?",
+        cmd_check,
+        "Classify every patch against a target without changing it (a scratch worktree is used for "
+        "--repo).\nAlso reports DEP-3 header fields that are missing. Exit 1 when any patch does not apply.",
+    )
     _add_target_args(p, "default: the installed sglang package")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--strict-headers", action="store_true", help="exit 1 when a DEP-3 header field is missing")
 
-    p = add("status", "which patches are already upstream for an SGLang version; a rebase in progress",
-            cmd_status, "Per patch: already upstream or needed, the runtime hook module it mirrors, dropped patches,\n"
-            "and the state of a rebase in progress (with --repo). The default target is the installed sglang,\n"
-            "the same one `sglang-dsv4 doctor` inspects; the series is the one pinned to the target's version\n"
-            "(the `chosen:` line says which and why).")
+    p = add(
+        "status",
+        "which patches are already upstream for an SGLang version; a rebase in progress",
+        cmd_status,
+        "Per patch: already upstream or needed, the runtime hook module it mirrors, dropped patches,\n"
+        "and the state of a rebase in progress (with --repo). The default target is the installed sglang,\n"
+        "the same one `sglang-dsv4 doctor` inspects; the series is the one pinned to the target's version\n"
+        "(the `chosen:` line says which and why).",
+    )
     _add_target_args(p, "default: the installed sglang package")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p = add("rebase", "rebase the series onto a new upstream ref; resumable (--continue / --abort)", cmd_rebase,
-            "Classify and apply each patch onto REF (HEAD of --repo is detached there). Stops at the first conflict,\n"
-            "patch already upstream or target gone; resume with --continue, or --abort to restore the original\n"
-            "state exactly. A patch leaves the series only with --drop NAME --reason TEXT (a tombstone is written\n"
-            "to patches/dropped/). On success the series is re-exported (to --into DIR, or in place), the pin moved\n"
-            "to REF, and a report with a range-diff of the old and new series is printed. At a stop the commit\n"
-            "message is in the rebase's MESSAGE file (the stop says where): edit it to change the message.\n"
-            "--resolutions DIR records every resolution (git rerere and the rest) and replays recorded ones.")
+    p = add(
+        "rebase",
+        "rebase the series onto a new upstream ref; resumable (--continue / --abort)",
+        cmd_rebase,
+        "Classify and apply each patch onto REF (HEAD of --repo is detached there). Stops at the first conflict,\n"
+        "patch already upstream or target gone; resume with --continue, or --abort to restore the original\n"
+        "state exactly. A patch leaves the series only with --drop NAME --reason TEXT (a tombstone is written\n"
+        "to patches/dropped/). On success the series is re-exported (to --into DIR, or in place), the pin moved\n"
+        "to REF, and a report with a range-diff of the old and new series is printed. At a stop the commit\n"
+        "message is in the rebase's MESSAGE file (the stop says where): edit it to change the message.\n"
+        "--resolutions DIR records every resolution (git rerere and the rest) and replays recorded ones.",
+    )
     p.add_argument("--repo", type=Path, required=True, help="SGLang git checkout holding REF (clean work tree)")
     p.add_argument("--onto", metavar="REF", help="upstream tag or commit to rebase onto")
     p.add_argument("--continue", dest="continue_", action="store_true", help="resume a stopped rebase")
@@ -366,30 +447,50 @@ def add_subparser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--drop", action="append", metavar="NAME", help="drop this patch (repeatable; needs --reason)")
     p.add_argument("--reason", action="append", metavar="TEXT", help="why the matching --drop patch goes")
     p.add_argument("--report", type=Path, help="also write the report to this file")
-    p.add_argument("--into", type=Path, metavar="DIR",
-                   help="write the new series to DIR (e.g. patches/sglang-0.5.22), next to the old one, which "
-                   "is left as it is (default: rewrite the series directory)")
-    p.add_argument("--edit", action="append", metavar="NAME",
-                   help="stop after this patch applies, to change it (repeatable): a clean three-way merge can "
-                   "still be wrong for the release, and its message may need to say how this release differs")
-    p.add_argument("--resolutions", type=Path, metavar="DIR",
-                   help="keep a resolution record in DIR (git rerere's cache, and each resolution's edits beyond "
-                   "the conflicted files and its message): recorded stops replay without stopping, new ones are "
-                   "recorded when the rebase finishes. Without it rerere stays off.")
+    p.add_argument(
+        "--into",
+        type=Path,
+        metavar="DIR",
+        help="write the new series to DIR (e.g. patches/sglang-0.5.22), next to the old one, which "
+        "is left as it is (default: rewrite the series directory)",
+    )
+    p.add_argument(
+        "--edit",
+        action="append",
+        metavar="NAME",
+        help="stop after this patch applies, to change it (repeatable): a clean three-way merge can "
+        "still be wrong for the release, and its message may need to say how this release differs",
+    )
+    p.add_argument(
+        "--resolutions",
+        type=Path,
+        metavar="DIR",
+        help="keep a resolution record in DIR (git rerere's cache, and each resolution's edits beyond "
+        "the conflicted files and its message): recorded stops replay without stopping, new ones are "
+        "recorded when the rebase finishes. Without it rerere stays off.",
+    )
 
-    p = add("export", "write commits BASE..HEAD of a checkout as the series (deterministic)", cmd_export,
-            "Export commits as format-patch files with stable names (matched by subject), normalised headers,\n"
-            "--zero-commit --no-signature --full-index. Re-exporting an unchanged series is a zero diff.\n"
-            "UPSTREAM_PIN is recomputed from the base; every field that changes is printed (old -> new), and a\n"
-            "field the repository cannot tell (the wheel of a plain SGLang clone) is kept for the same tag.")
+    p = add(
+        "export",
+        "write commits BASE..HEAD of a checkout as the series (deterministic)",
+        cmd_export,
+        "Export commits as format-patch files with stable names (matched by subject), normalised headers,\n"
+        "--zero-commit --no-signature --full-index. Re-exporting an unchanged series is a zero diff.\n"
+        "UPSTREAM_PIN is recomputed from the base; every field that changes is printed (old -> new), and a\n"
+        "field the repository cannot tell (the wheel of a plain SGLang clone) is kept for the same tag.",
+    )
     p.add_argument("--repo", type=Path, required=True, help="SGLang git checkout holding the commits")
     p.add_argument("--base", metavar="REF", help="upstream base (default: the pin's tag)")
     p.add_argument("--head", metavar="REV", default="HEAD", help="last commit of the series (default: HEAD)")
     p.add_argument("--drop", action="append", metavar="NAME", help="a series patch that is intentionally not exported")
     p.add_argument("--reason", action="append", metavar="TEXT", help="why the matching --drop patch goes")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the export would change files")
-    p.add_argument("--wheel", metavar="NAME", help="the pin's wheel file name, where the base tag does not record it "
-                   "(default: the tag's record, else the pin's own when the base is the pinned tag)")
+    p.add_argument(
+        "--wheel",
+        metavar="NAME",
+        help="the pin's wheel file name, where the base tag does not record it "
+        "(default: the tag's record, else the pin's own when the base is the pinned tag)",
+    )
     p.add_argument("--wheel-sha256", metavar="HEX", help="that wheel's sha256 (with --wheel)")
 
     p = add("range-diff", "range-diff of two series directories (old on its base vs new on its base)", cmd_range_diff)
@@ -399,15 +500,26 @@ def add_subparser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--old-base", metavar="REF", help="default: the old pin's tag")
     p.add_argument("--new-base", metavar="REF", help="default: the new pin's tag")
 
-    p = add("upstream-history", "build a local SGLang history (tags vX.Y.Z) from PyPI wheels, no git clone needed",
-            cmd_upstream_history,
-            "Download (once, cached) the sglang wheels of the given releases and commit each release's sglang/ tree\n"
-            "as python/sglang/ in a local repository, tagged v<version>. Compiled extensions are left out.")
+    p = add(
+        "upstream-history",
+        "build a local SGLang history (tags vX.Y.Z) from PyPI wheels, no git clone needed",
+        cmd_upstream_history,
+        "Download (once, cached) the sglang wheels of the given releases and commit each release's sglang/ tree\n"
+        "as python/sglang/ in a local repository, tagged v<version>. Compiled extensions are left out.",
+    )
     p.add_argument("--repo", type=Path, required=True, help="directory for the repository (new, or one to extend)")
-    p.add_argument("--versions", nargs="+", default=["0.5.21", "0.5.22", "0.5.23"], metavar="X.Y.Z",
-                   help="releases, oldest first (default: 0.5.21 0.5.22 0.5.23)")
-    p.add_argument("--wheel-cache", type=Path, help="wheel cache directory (default: $SGLANG_DSV4_WHEEL_CACHE "
-                   "or ~/.cache/sglang-dsv4-ext/wheels)")
+    p.add_argument(
+        "--versions",
+        nargs="+",
+        default=["0.5.21", "0.5.22", "0.5.23"],
+        metavar="X.Y.Z",
+        help="releases, oldest first (default: 0.5.21 0.5.22 0.5.23)",
+    )
+    p.add_argument(
+        "--wheel-cache",
+        type=Path,
+        help="wheel cache directory (default: $SGLANG_DSV4_WHEEL_CACHE or ~/.cache/sglang-dsv4-ext/wheels)",
+    )
     return parser
 
 

@@ -14,8 +14,8 @@ export); a new patch gets the next unused number, so dropping one never renumber
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
 
 from .gitrepo import GitRepo
 from .series import (
@@ -30,10 +30,28 @@ from .series import (
 )
 
 FORMAT_PATCH_ARGS = (
-    "format-patch", "--stdout", "--zero-commit", "--no-signature", "--full-index", "--no-renames",
-    "--no-numbered", "--no-cover-letter", "--no-thread", "--no-attach", "--subject-prefix=PATCH",
-    "--src-prefix=a/", "--dst-prefix=b/", "--diff-algorithm=myers", "--no-relative", "--stat=72",
-    "--no-color", "--no-ext-diff", "--no-base", "--encode-email-headers", "-U3", "-O/dev/null",
+    "format-patch",
+    "--stdout",
+    "--zero-commit",
+    "--no-signature",
+    "--full-index",
+    "--no-renames",
+    "--no-numbered",
+    "--no-cover-letter",
+    "--no-thread",
+    "--no-attach",
+    "--subject-prefix=PATCH",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+    "--diff-algorithm=myers",
+    "--no-relative",
+    "--stat=72",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-base",
+    "--encode-email-headers",
+    "-U3",
+    "-O/dev/null",
 )
 _KEPT_HEADERS = ("from", "date", "subject", "mime-version", "content-type", "content-transfer-encoding")
 _NUMBER_RE = re.compile(r"^(\d{4})-")
@@ -86,12 +104,12 @@ def commit_subject(repo: GitRepo, commit: str) -> str:
     return repo.out("log", "-1", "--format=%s", commit)
 
 
-def name_commits_by_subject(repo: GitRepo, commits: Sequence[str], series: Series) -> Tuple[List[str], List[str]]:
+def name_commits_by_subject(repo: GitRepo, commits: Sequence[str], series: Series) -> tuple[list[str], list[str]]:
     """(file name for each commit, series patches no commit matched)."""
-    by_subject: Dict[str, str] = {}
+    by_subject: dict[str, str] = {}
     for patch in series.patches:
         by_subject.setdefault(patch.subject, patch.name)
-    names: List[str] = []
+    names: list[str] = []
     number = next_number(series.directory, series.names)
     for commit in commits:
         subject = commit_subject(repo, commit)
@@ -104,13 +122,13 @@ def name_commits_by_subject(repo: GitRepo, commits: Sequence[str], series: Serie
     return names, unmatched
 
 
-def render_series(repo: GitRepo, commits: Sequence[str], names: Sequence[str]) -> List[Tuple[str, str]]:
+def render_series(repo: GitRepo, commits: Sequence[str], names: Sequence[str]) -> list[tuple[str, str]]:
     if len(commits) != len(names):
         raise ValueError("one name per commit")
     return [(name, format_commit(repo, commit)) for commit, name in zip(commits, names)]
 
 
-def planned_changes(series_dir: Path, files: Dict[str, str], removed: Sequence[str]) -> List[str]:
+def planned_changes(series_dir: Path, files: dict[str, str], removed: Sequence[str]) -> list[str]:
     """Which files writing ``files`` (relative name -> text) and removing ``removed`` would change."""
     changed = []
     for rel, text in sorted(files.items()):
@@ -122,9 +140,12 @@ def planned_changes(series_dir: Path, files: Dict[str, str], removed: Sequence[s
 
 
 def series_files(
-    series_dir: Path, rendered: Sequence[Tuple[str, str]], pin: Optional[Dict[str, str]], tombstones: Dict[str, str],
-    header: Optional[str] = None,
-) -> Dict[str, str]:
+    series_dir: Path,
+    rendered: Sequence[tuple[str, str]],
+    pin: dict[str, str] | None,
+    tombstones: dict[str, str],
+    header: str | None = None,
+) -> dict[str, str]:
     """Every file a series directory should hold: patches, series, pin, new tombstones.
     ``header``: the series file's comment block (default: the one ``series_dir`` has)."""
     files = {name: text for name, text in rendered}
@@ -137,7 +158,7 @@ def series_files(
     return files
 
 
-def write_files(series_dir: Path, files: Dict[str, str], removed: Sequence[str]) -> List[str]:
+def write_files(series_dir: Path, files: dict[str, str], removed: Sequence[str]) -> list[str]:
     changed = planned_changes(series_dir, files, removed)
     for rel, text in files.items():
         path = series_dir / rel

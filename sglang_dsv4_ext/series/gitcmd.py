@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any
 
 from sglang_dsv4_ext.errors import GitError
 
@@ -35,7 +36,7 @@ TOOL_EMAIL = "sglang-dsv4-patches@localhost"
 
 # Configuration forced on every call so output does not depend on ~/.gitconfig or the
 # repository's own config. Passed as `-c key=value` (highest precedence after the CLI).
-FORCED_CONFIG: Dict[str, str] = {
+FORCED_CONFIG: dict[str, str] = {
     "core.abbrev": "12",
     "core.autocrlf": "false",
     "core.quotePath": "true",
@@ -69,13 +70,13 @@ FORCED_CONFIG: Dict[str, str] = {
 
 # On top of FORCED_CONFIG for a rebase that uses a resolution record: git rerere records each
 # resolved conflict and replays a recorded one, staging the result (autoUpdate).
-RERERE_CONFIG: Dict[str, str] = {"rerere.enabled": "true", "rerere.autoUpdate": "true"}
+RERERE_CONFIG: dict[str, str] = {"rerere.enabled": "true", "rerere.autoUpdate": "true"}
 
 # (status, stdout, stderr); stdout is bytes only when binary=True (callers know which they asked for).
-GitResult = Tuple[int, Any, str]
+GitResult = tuple[int, Any, str]
 
 
-def git_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The variables every git call gets on top of the caller's environment."""
     env = {
         "GIT_COMMITTER_NAME": TOOL_NAME,
@@ -91,26 +92,32 @@ def git_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return env
 
 
-def git_config_args(overrides: Optional[Dict[str, str]] = None) -> List[str]:
+def git_config_args(overrides: dict[str, str] | None = None) -> list[str]:
     """``-c key=value`` for :data:`FORCED_CONFIG`, with ``overrides`` (e.g. :data:`RERERE_CONFIG`) on top."""
-    args: List[str] = []
+    args: list[str] = []
     for key, value in {**FORCED_CONFIG, **(overrides or {})}.items():
         args += ["-c", f"{key}={value}"]
     return args
 
 
-def git_command(args: Sequence[str], overrides: Optional[Dict[str, str]] = None) -> List[str]:
+def git_command(args: Sequence[str], overrides: dict[str, str] | None = None) -> list[str]:
     return ["git", *git_config_args(overrides), *args]
 
 
 def git_result(
-    args: Sequence[str], status: int, stdout: Optional[bytes], stderr: Union[None, bytes, str], *,
-    check: bool, binary: bool, where: str,
+    args: Sequence[str],
+    status: int,
+    stdout: bytes | None,
+    stderr: None | bytes | str,
+    *,
+    check: bool,
+    binary: bool,
+    where: str,
 ) -> GitResult:
     """Decode one finished git call; with ``check``, a failure raises naming the command and place."""
     stdout = stdout or b""
     err = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else (stderr or "")
-    out: Union[str, bytes] = stdout if binary else stdout.decode("utf-8", "replace")
+    out: str | bytes = stdout if binary else stdout.decode("utf-8", "replace")
     if check and status != 0:
         detail = err.strip() or (out.strip() if isinstance(out, str) else "")
         shown = " ".join(args[:3]) + (" ..." if len(args) > 3 else "")
@@ -119,12 +126,12 @@ def git_result(
 
 
 def run_git_in(
-    directory: Union[str, Path],
+    directory: str | Path,
     args: Sequence[str],
     *,
-    stdin: Union[None, bytes, str] = None,
+    stdin: None | bytes | str = None,
     check: bool = True,
-    env: Optional[Dict[str, str]] = None,
+    env: dict[str, str] | None = None,
     binary: bool = False,
 ) -> GitResult:
     """Run ``git ARGS`` in a plain directory that need not be a repository (e.g. ``git apply``).
@@ -140,11 +147,15 @@ def run_git_in(
     data = stdin.encode() if isinstance(stdin, str) else stdin
     try:
         proc = subprocess.run(
-            git_command(args), cwd=directory, input=data, capture_output=True,
+            git_command(args),
+            cwd=directory,
+            input=data,
+            capture_output=True,
             env={**os.environ, **git_env(extra)},
         )
     except FileNotFoundError:
-        raise GitError("the git program is not installed (or not on PATH); the patch series tooling runs "
-                       "`git apply` to read and check patches") from None
-    return git_result(args, proc.returncode, proc.stdout, proc.stderr, check=check, binary=binary,
-                      where=str(directory))
+        raise GitError(
+            "the git program is not installed (or not on PATH); the patch series tooling runs "
+            "`git apply` to read and check patches"
+        ) from None
+    return git_result(args, proc.returncode, proc.stdout, proc.stderr, check=check, binary=binary, where=str(directory))

@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from sglang_dsv4_ext.errors import GitError, MissingExtraError
 
@@ -42,12 +42,12 @@ def run_git(
     runner,
     args: Sequence[str],
     *,
-    stdin: Union[None, bytes, str] = None,
+    stdin: None | bytes | str = None,
     check: bool = True,
-    env: Optional[Dict[str, str]] = None,
+    env: dict[str, str] | None = None,
     binary: bool = False,
     where: str = "",
-    config: Optional[Dict[str, str]] = None,
+    config: dict[str, str] | None = None,
 ) -> GitResult:
     """Run ``git ARGS`` through a GitPython runner (``git.Git``); return (status, stdout, stderr).
 
@@ -74,8 +74,7 @@ class GitRepo:
     ``config``: git configuration every call of this object gets on top of the forced one
     (:data:`.gitcmd.RERERE_CONFIG` for a rebase with a resolution record); None for the rest."""
 
-    def __init__(self, path: Union[str, Path], *, search_parent: bool = False,
-                 config: Optional[Dict[str, str]] = None):
+    def __init__(self, path: str | Path, *, search_parent: bool = False, config: dict[str, str] | None = None):
         git = gitpython()
         self.config = dict(config or {})
         self.path = Path(path).resolve()
@@ -88,7 +87,7 @@ class GitRepo:
         self.git_dir = Path(self.repo.git_dir).resolve()
 
     @classmethod
-    def init(cls, path: Union[str, Path], *, bare: bool = False) -> "GitRepo":
+    def init(cls, path: str | Path, *, bare: bool = False) -> GitRepo:
         git = gitpython()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -100,9 +99,9 @@ class GitRepo:
     def run(
         self,
         *args: str,
-        stdin: Union[None, bytes, str] = None,
+        stdin: None | bytes | str = None,
         check: bool = True,
-        env: Optional[Dict[str, str]] = None,
+        env: dict[str, str] | None = None,
         binary: bool = False,
     ) -> GitResult:
         """Run ``git ARGS`` in this repository; return (status, stdout, stderr).
@@ -110,26 +109,33 @@ class GitRepo:
         stdout is returned exactly (no newline stripping) so patch text survives intact.
         """
         return run_git(
-            self.repo.git, args, stdin=stdin, check=check, env=env, binary=binary,
-            where=str(self.work_tree or self.git_dir), config=self.config,
+            self.repo.git,
+            args,
+            stdin=stdin,
+            check=check,
+            env=env,
+            binary=binary,
+            where=str(self.work_tree or self.git_dir),
+            config=self.config,
         )
 
     def out(self, *args: str, **kw) -> str:
         return self.run(*args, **kw)[1].strip()
 
-    def popen(self, *args: str, env: Optional[Dict[str, str]] = None):
+    def popen(self, *args: str, env: dict[str, str] | None = None):
         """Start ``git ARGS`` with a writable stdin (for fast-import streams).
 
         Returns GitPython's process wrapper; keep a reference to it while the process runs
         (GitPython kills the process when the wrapper is garbage-collected). The wrapper
         forwards ``stdin``, ``communicate`` and ``returncode`` to the Popen object.
         """
-        return self.repo.git.execute(git_command(args, self.config), istream=subprocess.PIPE, as_process=True,
-                                     env=git_env(env))
+        return self.repo.git.execute(
+            git_command(args, self.config), istream=subprocess.PIPE, as_process=True, env=git_env(env)
+        )
 
     # ---- queries -----------------------------------------------------------------------
 
-    def rev_parse(self, rev: str) -> Optional[str]:
+    def rev_parse(self, rev: str) -> str | None:
         status, out, _ = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
         return out.strip() if status == 0 and out.strip() else None
 
@@ -139,26 +145,26 @@ class GitRepo:
             raise GitError(f"{rev!r} does not name a commit in {self.path}")
         return sha
 
-    def tree_of(self, rev: str, path: str = "") -> Optional[str]:
+    def tree_of(self, rev: str, path: str = "") -> str | None:
         spec = f"{rev}:{path}" if path else f"{rev}^{{tree}}"
         status, out, _ = self.run("rev-parse", "--verify", "--quiet", spec, check=False)
         return out.strip() if status == 0 and out.strip() else None
 
-    def head_state(self) -> Tuple[Optional[str], Optional[str]]:
+    def head_state(self) -> tuple[str | None, str | None]:
         """(symbolic ref HEAD points at or None when detached, commit sha or None when unborn)."""
         status, out, _ = self.run("symbolic-ref", "-q", "HEAD", check=False)
         ref = out.strip() if status == 0 else None
         return ref, self.rev_parse("HEAD")
 
-    def tags(self) -> List[str]:
+    def tags(self) -> list[str]:
         return [t.name for t in self.repo.tags]
 
-    def dirty_paths(self) -> List[str]:
+    def dirty_paths(self) -> list[str]:
         """Tracked files with staged or unstaged changes (what `git rebase` also refuses)."""
         out = self.run("status", "--porcelain=v1", "--untracked-files=no", "-z")[1]  # not stripped: XY columns
         return [entry[3:] for entry in out.split("\0") if entry]
 
-    def unmerged_paths(self) -> List[str]:
+    def unmerged_paths(self) -> list[str]:
         out = self.out("diff", "--name-only", "--diff-filter=U", "-z")
         return sorted({p for p in out.split("\0") if p})
 
@@ -169,6 +175,6 @@ class GitRepo:
     def am_in_progress(self) -> bool:
         return (self.git_dir / "rebase-apply" / "applying").exists()
 
-    def commits_between(self, base: str, head: str) -> List[str]:
+    def commits_between(self, base: str, head: str) -> list[str]:
         out = self.out("rev-list", "--reverse", "--topo-order", f"{base}..{head}")
         return [line for line in out.splitlines() if line]

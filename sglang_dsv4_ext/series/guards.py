@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, List, Optional
 
 from sglang_dsv4_ext.errors import RebaseError
 
@@ -21,8 +21,12 @@ from .gitrepo import GitRepo
 Progress = Callable[[str], None]
 
 _BUSY_MARKERS = {
-    "rebase-merge": "a git rebase", "rebase-apply": "a git am or rebase", "MERGE_HEAD": "a merge",
-    "CHERRY_PICK_HEAD": "a cherry-pick", "REVERT_HEAD": "a revert", "BISECT_LOG": "a bisect",
+    "rebase-merge": "a git rebase",
+    "rebase-apply": "a git am or rebase",
+    "MERGE_HEAD": "a merge",
+    "CHERRY_PICK_HEAD": "a cherry-pick",
+    "REVERT_HEAD": "a revert",
+    "BISECT_LOG": "a bisect",
 }
 
 
@@ -42,16 +46,16 @@ def refuse_busy_or_dirty(repo: GitRepo) -> None:
     if dirty:
         shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
         raise RebaseError(
-            f"{repo.path} has uncommitted changes in: {shown}. Commit or stash them first; "
-            "nothing was changed."
+            f"{repo.path} has uncommitted changes in: {shown}. Commit or stash them first; nothing was changed."
         )
 
 
-def series_dir_changes(series_dir: Path) -> Optional[List[str]]:
+def series_dir_changes(series_dir: Path) -> list[str] | None:
     """Uncommitted changes (untracked included) under the series directory when it is in a git
     work tree; None when it is not version-controlled."""
-    status, out, _ = run_git_in(series_dir, ["rev-parse", "--show-toplevel"], check=False,
-                                env={"GIT_CEILING_DIRECTORIES": ""})
+    status, out, _ = run_git_in(
+        series_dir, ["rev-parse", "--show-toplevel"], check=False, env={"GIT_CEILING_DIRECTORIES": ""}
+    )
     if status != 0:
         return None
     top = GitRepo(out.strip())
@@ -59,7 +63,7 @@ def series_dir_changes(series_dir: Path) -> Optional[List[str]]:
     return [entry[3:] for entry in out.split("\0") if entry]
 
 
-def protect_series_dir(series_dir: Path, progress: Progress, rewritten: Optional[List[str]] = None) -> Optional[Path]:
+def protect_series_dir(series_dir: Path, progress: Progress, rewritten: list[str] | None = None) -> Path | None:
     """Before the series directory is rewritten: refuse uncommitted changes when git tracks it;
     when git does not (a copy, an unpacked release), keep a timestamped backup and say where.
 

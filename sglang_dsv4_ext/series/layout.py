@@ -14,15 +14,13 @@ series' files differ from release to release, so they are not part of the test.
 
 from __future__ import annotations
 
-from typing import List
-
 from sglang_dsv4_ext.errors import PackageDirError
 
 TREE_PREFIX = "python/sglang/"
 PACKAGE_MARKERS = ("__init__.py", "srt")
 
 
-def missing_package_markers(repo, rev: str) -> List[str]:
+def missing_package_markers(repo, rev: str) -> list[str]:
     """The paths of :data:`PACKAGE_MARKERS` that ``rev`` of ``repo`` (a GitRepo) lacks."""
     wanted = [TREE_PREFIX + marker for marker in PACKAGE_MARKERS]
     return [path for path in wanted if not repo.path_exists(rev, path)]

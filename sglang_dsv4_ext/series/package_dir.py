@@ -16,8 +16,8 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable, List, Optional
 
 from sglang_dsv4_ext.errors import PackageDirError
 
@@ -27,7 +27,6 @@ from .layout import PACKAGE_MARKERS, TREE_PREFIX
 from .series import PatchFile, Series
 
 Progress = Callable[[str], None]
-
 
 
 class PlainTree:
@@ -62,18 +61,18 @@ def check_package_dir(sglang_dir: Path) -> Path:
     return sglang_dir
 
 
-def _package_rel(path: str) -> Optional[str]:
-    return path[len(TREE_PREFIX):] if path.startswith(TREE_PREFIX) else None
+def _package_rel(path: str) -> str | None:
+    return path[len(TREE_PREFIX) :] if path.startswith(TREE_PREFIX) else None
 
 
-def touched_files(patches: Iterable[PatchFile]) -> List[str]:
+def touched_files(patches: Iterable[PatchFile]) -> list[str]:
     return sorted({f for p in patches for f in p.files})
 
 
-def classify_against_package(series: Series, sglang_dir: Path, progress: Progress = lambda m: None) -> List[Result]:
+def classify_against_package(series: Series, sglang_dir: Path, progress: Progress = lambda m: None) -> list[Result]:
     """Classify every patch, in order, against a scratch copy of the files the series touches."""
     sglang_dir = check_package_dir(sglang_dir)
-    results: List[Result] = []
+    results: list[Result] = []
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp) / "tree"
         for rel in touched_files(series.patches):
@@ -110,13 +109,13 @@ def _local(tree: PlainTree, path: str) -> str:
     return path.split("/", tree.strip - 1)[-1] if tree.strip > 1 else path
 
 
-def apply_to_package(series: Series, sglang_dir: Path, progress: Progress = print) -> List[Result]:
+def apply_to_package(series: Series, sglang_dir: Path, progress: Progress = print) -> list[Result]:
     """Apply the series in place; patches already present are skipped. All or nothing: a patch
     that does not apply undoes the ones applied in this call and raises."""
     sglang_dir = check_package_dir(sglang_dir)
     tree = PlainTree(sglang_dir, strip=3)
-    applied: List[PatchFile] = []
-    results: List[Result] = []
+    applied: list[PatchFile] = []
+    results: list[Result] = []
     with tempfile.TemporaryDirectory() as tmp:
         for n, patch in enumerate(series.patches, 1):
             result = _classify_one(tree, patch, Path(tmp), apply=True)

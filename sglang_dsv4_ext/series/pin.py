@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
 
 from sglang_dsv4_ext.errors import SeriesError
 
@@ -33,15 +32,15 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 # Why the repository cannot tell a field (the rest: it could not be read from the ref).
 _NOT_RECORDED = {
     "wheel": "this repository's {tag} does not record its wheel, as a tag of `sglang-dsv4 patches "
-             "upstream-history` does; pass --wheel NAME --wheel-sha256 HEX to set it",
+    "upstream-history` does; pass --wheel NAME --wheel-sha256 HEX to set it",
     "wheel_sha256": "with the wheel",
     "commit": "this repository's {tag} is a history built from the wheel, whose commit ids are not recorded",
 }
 
 
-def pin_for(repo: GitRepo, ref: str, sha: str) -> Dict[str, str]:
+def pin_for(repo: GitRepo, ref: str, sha: str) -> dict[str, str]:
     """The pin fields ``repo`` itself tells for ``ref`` (a tag of a wheel-built history records its wheel)."""
-    pin: Dict[str, str] = {}
+    pin: dict[str, str] = {}
     is_tag = repo.run("rev-parse", "--verify", "--quiet", f"refs/tags/{ref}", check=False)[0] == 0
     pin["tag"] = ref
     m = re.match(r"^v?(\d+(?:\.\d+)+(?:\S*)?)$", ref)
@@ -57,7 +56,7 @@ def pin_for(repo: GitRepo, ref: str, sha: str) -> Dict[str, str]:
     return pin
 
 
-def given_wheel(wheel: Optional[str], sha256: Optional[str]) -> Dict[str, str]:
+def given_wheel(wheel: str | None, sha256: str | None) -> dict[str, str]:
     """The wheel lines an operator passed (--wheel, --wheel-sha256): both or neither, well formed."""
     if wheel is None and sha256 is None:
         return {}
@@ -72,11 +71,11 @@ def given_wheel(wheel: Optional[str], sha256: Optional[str]) -> Dict[str, str]:
 
 @dataclass
 class PinUpdate:
-    pin: Dict[str, str]
-    changes: List[str] = field(default_factory=list)  # one line per field changed, kept or left out
+    pin: dict[str, str]
+    changes: list[str] = field(default_factory=list)  # one line per field changed, kept or left out
 
 
-def updated_pin(old: Dict[str, str], computed: Dict[str, str], given: Dict[str, str]) -> PinUpdate:
+def updated_pin(old: dict[str, str], computed: dict[str, str], given: dict[str, str]) -> PinUpdate:
     """The pin to write for a base whose recomputed fields are ``computed`` (see the module doc)."""
     tag = computed.get("tag", "")
     _refuse_contradicting(computed, given)
@@ -96,7 +95,7 @@ def updated_pin(old: Dict[str, str], computed: Dict[str, str], given: Dict[str, 
     return update
 
 
-def _change_line(key: str, old: Dict[str, str], new: Dict[str, str], tag: str, unknown, given) -> Optional[str]:
+def _change_line(key: str, old: dict[str, str], new: dict[str, str], tag: str, unknown, given) -> str | None:
     before, after = old.get(key), new.get(key)
     same_release = old.get("tag") == tag
     if key in unknown:
@@ -114,7 +113,7 @@ def _change_line(key: str, old: Dict[str, str], new: Dict[str, str], tag: str, u
     return line
 
 
-def _refuse_contradicting(computed: Dict[str, str], given: Dict[str, str]) -> None:
+def _refuse_contradicting(computed: dict[str, str], given: dict[str, str]) -> None:
     for key, value in given.items():
         if key in computed and computed[key] != value:
             raise SeriesError(
@@ -123,6 +122,6 @@ def _refuse_contradicting(computed: Dict[str, str], given: Dict[str, str]) -> No
             )
 
 
-def pin_report(changes: List[str]) -> List[str]:
+def pin_report(changes: list[str]) -> list[str]:
     """The lines export and rebase print about the pin (none when nothing changed)."""
     return [f"{PIN_FILE}: {line}" for line in changes]

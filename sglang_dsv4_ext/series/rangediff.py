@@ -9,8 +9,8 @@ committed with ``git commit-tree`` using the patch's own author, date and messag
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, Optional, Sequence
 
 from .classify import Result
 from .gitrepo import GitError, GitRepo
@@ -63,7 +63,7 @@ def summary_table(results: Sequence[Result]) -> str:
             lines.append(f"{'':<{width}}    hunk: {item}")
         for item in r.conflict_regions:
             lines.append(f"{'':<{width}}    conflict: {item}")
-    counts: Dict[str, int] = {}
+    counts: dict[str, int] = {}
     for r in results:
         counts[r.kind.value] = counts.get(r.kind.value, 0) + 1
     lines.append("")
@@ -77,7 +77,7 @@ def report(
     *,
     old_label: str,
     new_label: str,
-    old_base: Optional[str],
+    old_base: str | None,
     old_patches: Sequence[PatchFile],
     new_base: str,
     new_tip: str,

@@ -36,9 +36,9 @@ import hashlib
 import json
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
 
 from sglang_dsv4_ext.errors import RebaseError
 
@@ -72,32 +72,32 @@ class State:
     series_dir: str
     onto: str
     onto_sha: str
-    old_base: Optional[str]
-    old_base_sha: Optional[str]
-    orig_head_ref: Optional[str]
+    old_base: str | None
+    old_base_sha: str | None
+    orig_head_ref: str | None
     orig_head_sha: str
-    names: List[str]
-    drops: Dict[str, str] = field(default_factory=dict)
-    results: List[Dict] = field(default_factory=list)
-    stop_index: Optional[int] = None
-    stop_head: Optional[str] = None
+    names: list[str]
+    drops: dict[str, str] = field(default_factory=dict)
+    results: list[dict] = field(default_factory=list)
+    stop_index: int | None = None
+    stop_head: str | None = None
     into: str = ""  # where the new series is written (the series directory itself by default)
-    edit_names: List[str] = field(default_factory=list)  # --edit: stop after these apply, to change them
-    record: Optional[str] = None  # the resolution record directory (--resolutions), if any
-    merge_tree: Optional[str] = None  # at a conflict stop with a record: the merge's tree (resolutions.merge_tree)
-    stop_conflicts: List[str] = field(default_factory=list)  # the files that conflicted at the stop
-    guarded: Dict[str, Dict[str, str]] = field(default_factory=dict)  # directory -> file -> sha256 at the start
+    edit_names: list[str] = field(default_factory=list)  # --edit: stop after these apply, to change them
+    record: str | None = None  # the resolution record directory (--resolutions), if any
+    merge_tree: str | None = None  # at a conflict stop with a record: the merge's tree (resolutions.merge_tree)
+    stop_conflicts: list[str] = field(default_factory=list)  # the files that conflicted at the stop
+    guarded: dict[str, dict[str, str]] = field(default_factory=dict)  # directory -> file -> sha256 at the start
     version: int = STATE_VERSION
 
 
 @dataclass
 class Outcome:
     finished: bool
-    results: List[Result]
-    stopped: Optional[Result] = None
+    results: list[Result]
+    stopped: Result | None = None
     message: str = ""
     report: str = ""
-    changed_files: List[str] = field(default_factory=list)
+    changed_files: list[str] = field(default_factory=list)
 
 
 def _state_dir(repo: GitRepo) -> Path:
@@ -143,7 +143,7 @@ def _snapshot_series(repo: GitRepo) -> Series:
     return load_series(_snapshot_dir(repo))
 
 
-def _validate_drops(drops: Dict[str, str], names: List[str], series_dir: Path) -> None:
+def _validate_drops(drops: dict[str, str], names: list[str], series_dir: Path) -> None:
     for name, reason in drops.items():
         if name not in names:
             raise RebaseError(
@@ -157,17 +157,22 @@ def _validate_drops(drops: Dict[str, str], names: List[str], series_dir: Path) -
 
 
 def start(
-    repo_path: Path, series_dir: Path, onto: str, drops: Optional[Dict[str, str]] = None, progress: Progress = print,
-    *, into: Optional[Path] = None, record: Optional[Path] = None, edits: Sequence[str] = (),
+    repo_path: Path,
+    series_dir: Path,
+    onto: str,
+    drops: dict[str, str] | None = None,
+    progress: Progress = print,
+    *,
+    into: Path | None = None,
+    record: Path | None = None,
+    edits: Sequence[str] = (),
 ) -> Outcome:
     """Rebase the series in ``series_dir`` onto ``onto``; write the new series to ``into`` (default:
     ``series_dir`` itself) and, with ``record``, keep and replay a resolution record there.
     ``edits``: patches to stop after, once they applied, to change them (``--edit``)."""
     repo = GitRepo(repo_path)
     if in_progress(repo):
-        raise RebaseError(
-            f"a patch-series rebase is already in progress in {repo.path}; use --continue or --abort"
-        )
+        raise RebaseError(f"a patch-series rebase is already in progress in {repo.path}; use --continue or --abort")
     refuse_busy_or_dirty(repo)
     series_dir = Path(series_dir).resolve()
     series = load_series(series_dir)  # a corrupt patch stops us here, before anything changes
@@ -196,9 +201,18 @@ def start(
             if (series_dir / name).exists():
                 shutil.copy2(series_dir / name, snapshot / name)
         state = State(
-            repo=str(repo.path), series_dir=str(series_dir), onto=onto, onto_sha=onto_sha,
-            old_base=old_base, old_base_sha=old_base_sha, orig_head_ref=head_ref, orig_head_sha=head_sha,
-            names=series.names, drops=drops, into=str(into), record=str(record) if record else None,
+            repo=str(repo.path),
+            series_dir=str(series_dir),
+            onto=onto,
+            onto_sha=onto_sha,
+            old_base=old_base,
+            old_base_sha=old_base_sha,
+            orig_head_ref=head_ref,
+            orig_head_sha=head_sha,
+            names=series.names,
+            drops=drops,
+            into=str(into),
+            record=str(record) if record else None,
             edit_names=list(edits),
             guarded={str(d): _digests(d) for d in {into, record} - {None, series_dir}},
         )
@@ -206,9 +220,11 @@ def start(
         if record is not None:
             resolutions.begin(repo, record, state_dir)
             repo = GitRepo(repo.path, config=RERERE_CONFIG)
-        progress(f"rebasing {len(series.names)} patches from {old_base or '(no pin)'} onto {onto} ({onto_sha[:12]})"
-                 + (f"; new series in {into}" if into != series_dir else "")
-                 + (f"; resolution record {record}" if record else ""))
+        progress(
+            f"rebasing {len(series.names)} patches from {old_base or '(no pin)'} onto {onto} ({onto_sha[:12]})"
+            + (f"; new series in {into}" if into != series_dir else "")
+            + (f"; resolution record {record}" if record else "")
+        )
         repo.run("checkout", "-q", "--detach", onto_sha)
     except Exception:
         if record is not None:
@@ -218,7 +234,7 @@ def start(
     return _run(repo, state, 0, progress)
 
 
-def _validate_edits(edits: List[str], names: List[str], drops: Dict[str, str], series_dir: Path) -> None:
+def _validate_edits(edits: list[str], names: list[str], drops: dict[str, str], series_dir: Path) -> None:
     for name in edits:
         if name not in names:
             raise RebaseError(
@@ -228,7 +244,7 @@ def _validate_edits(edits: List[str], names: List[str], drops: Dict[str, str], s
             raise RebaseError(f"--edit {name!r} and --drop {name!r}: a dropped patch cannot be edited")
 
 
-def _protect_outputs(series_dir: Path, into: Path, record: Optional[Path], progress: Progress) -> None:
+def _protect_outputs(series_dir: Path, into: Path, record: Path | None, progress: Progress) -> None:
     """The directories the rebase writes when it finishes: no uncommitted changes in any (a backup of
     one git does not track); the old series is written only when it is the one rewritten."""
     for directory in dict.fromkeys([into, record]):
@@ -236,14 +252,17 @@ def _protect_outputs(series_dir: Path, into: Path, record: Optional[Path], progr
             protect_series_dir(directory, progress)
 
 
-def _digests(directory: Optional[Path]) -> Dict[str, str]:
+def _digests(directory: Path | None) -> dict[str, str]:
     if directory is None or not directory.is_dir():
         return {}
-    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
-def continue_(repo_path: Path, drops: Optional[Dict[str, str]] = None, progress: Progress = print) -> Outcome:
+def continue_(repo_path: Path, drops: dict[str, str] | None = None, progress: Progress = print) -> Outcome:
     repo = open_repo(repo_path)
     state = load_state(repo)
     drops = dict(drops or {})
@@ -312,8 +331,10 @@ def _continue_conflict(repo: GitRepo, state: State, patch: PatchFile, stopped: R
 def _stop_head(state: State) -> str:
     """The HEAD the rebase stopped at (every stop records it; a state file without it is not one we wrote)."""
     if state.stop_head is None:
-        raise RebaseError("the rebase state has a stop without its HEAD (not written by sglang-dsv4 patches?); "
-                          "--abort and start again")
+        raise RebaseError(
+            "the rebase state has a stop without its HEAD (not written by sglang-dsv4 patches?); "
+            "--abort and start again"
+        )
     return state.stop_head
 
 
@@ -326,8 +347,12 @@ def _continue_edit(repo: GitRepo, state: State, patch: PatchFile, stopped: Resul
     if state.record:
         edits = resolutions.edits_since_merge(repo, _stop_head(state), commit, [])
         resolutions.keep_pending(_state_dir(repo), patch.name, edits, message)
-    return Result(patch.name, Kind.RESOLVED, f"edited after it applied (was {stopped.kind.value})"
-                  + ("; recorded" if state.record else ""), commit)
+    return Result(
+        patch.name,
+        Kind.RESOLVED,
+        f"edited after it applied (was {stopped.kind.value})" + ("; recorded" if state.record else ""),
+        commit,
+    )
 
 
 def _continue_hand_port(repo: GitRepo, state: State, patch: PatchFile, stopped: Result) -> Result:
@@ -353,7 +378,7 @@ def abort(repo_path: Path, progress: Progress = print) -> str:
     if state.orig_head_ref:
         branch = state.orig_head_ref
         if branch.startswith("refs/heads/"):
-            branch = branch[len("refs/heads/"):]
+            branch = branch[len("refs/heads/") :]
         repo.run("checkout", "-q", "-f", branch)
     else:
         repo.run("checkout", "-q", "-f", "--detach", state.orig_head_sha)
@@ -366,15 +391,16 @@ def abort(repo_path: Path, progress: Progress = print) -> str:
     where = state.orig_head_ref or f"detached HEAD {state.orig_head_sha[:12]}"
     message = f"rebase aborted; {repo.path} is back on {where} ({state.orig_head_sha[:12]})"
     if changed:
-        message += (f"; note: {', '.join(changed)} in {state.series_dir} changed during the rebase "
-                    "and were left as they are")
+        message += (
+            f"; note: {', '.join(changed)} in {state.series_dir} changed during the rebase and were left as they are"
+        )
     if state.record:
         message += f"; the resolution record {state.record} was not written"
     progress(message)
     return message
 
 
-def _series_dir_drift(repo: GitRepo, state: State) -> List[str]:
+def _series_dir_drift(repo: GitRepo, state: State) -> list[str]:
     snapshot = _snapshot_dir(repo)
     series_dir = Path(state.series_dir)
     drift = []
@@ -425,8 +451,9 @@ def _with_record(repo: GitRepo, state: State, patch: PatchFile, result: Result) 
         if commit is None:  # stop there, as --edit would, saying why
             state.edit_names.append(patch.name)
             return Result(patch.name, result.kind, used, result.commit, failing_hunks=result.failing_hunks)
-        return Result(patch.name, Kind.RESOLVED, f"{result.kind.value}, then edited from the resolution record "
-                      f"({used})", commit)
+        return Result(
+            patch.name, Kind.RESOLVED, f"{result.kind.value}, then edited from the resolution record ({used})", commit
+        )
     return result
 
 
@@ -466,7 +493,7 @@ def _record(state: State, index: int, result: Result) -> None:
         state.results.append(result.to_json())
 
 
-def stop_message(repo: GitRepo, result: Result, message_file: Optional[Path] = None) -> str:
+def stop_message(repo: GitRepo, result: Result, message_file: Path | None = None) -> str:
     name = result.name
     lines = [f"stopped at {name}: {result.describe()}"]
     for hunk in result.failing_hunks:
@@ -475,13 +502,11 @@ def stop_message(repo: GitRepo, result: Result, message_file: Optional[Path] = N
         lines.append(f"  conflict region: {region}")
     if result.kind is Kind.CONFLICT:
         lines.append(
-            f"resolve the conflicts in {repo.path}, `git add` the files, then "
-            "`sglang-dsv4 patches rebase --continue`"
+            f"resolve the conflicts in {repo.path}, `git add` the files, then `sglang-dsv4 patches rebase --continue`"
         )
     elif result.kind is Kind.TARGET_GONE:
         lines.append(
-            f"port the change by hand in {repo.path} (edit, `git add`), then "
-            "`sglang-dsv4 patches rebase --continue`"
+            f"port the change by hand in {repo.path} (edit, `git add`), then `sglang-dsv4 patches rebase --continue`"
         )
     elif result.kind in (Kind.APPLIES, Kind.APPLIES_3WAY):
         lines.append(
@@ -531,28 +556,39 @@ def _finish(repo: GitRepo, state: State, progress: Progress) -> Outcome:
             "them. Commit or revert those edits, then --continue again (or --abort)"
         )
     text = rangediff.report(
-        repo, results, old_label=state.old_base or "(unpinned)", new_label=state.onto,
-        old_base=state.old_base_sha, old_patches=snapshot.patches, new_base=state.onto_sha, new_tip=head,
+        repo,
+        results,
+        old_label=state.old_base or "(unpinned)",
+        new_label=state.onto,
+        old_base=state.old_base_sha,
+        old_patches=snapshot.patches,
+        new_base=state.onto_sha,
+        new_tip=head,
     )
     changed = export_mod.write_files(into, files, removed)
     recorded = _write_record(repo, state)
     repo.run("update-ref", "-m", "sglang-dsv4 patches rebase", "refs/dsv4-patches/last-rebase", head)
     shutil.rmtree(_state_dir(repo))
     message = (
-        f"rebase done: {len(kept)} patches on {state.onto} ({state.onto_sha[:12]}), "
-        f"{len(removed)} dropped; HEAD of {repo.path} is the patched tree ({head[:12]}, detached); "
-        f"{len(changed)} files changed in {into}"
-    ) + recorded + _way_back(repo, state) + "".join(f"\n{line}" for line in pin_report(pin.changes))
+        (
+            f"rebase done: {len(kept)} patches on {state.onto} ({state.onto_sha[:12]}), "
+            f"{len(removed)} dropped; HEAD of {repo.path} is the patched tree ({head[:12]}, detached); "
+            f"{len(changed)} files changed in {into}"
+        )
+        + recorded
+        + _way_back(repo, state)
+        + "".join(f"\n{line}" for line in pin_report(pin.changes))
+    )
     return Outcome(True, results, None, message, text, changed)
 
 
-def _tombstones(state: State, results: List[Result], snapshot: Series, into: Path) -> Dict[str, str]:
+def _tombstones(state: State, results: list[Result], snapshot: Series, into: Path) -> dict[str, str]:
     stones = {}
     dropped_on = f"{state.onto} ({state.onto_sha[:12]})"
     for r in results:
         if r.kind is Kind.DROPPED:
             stone = tombstone_path(into, r.name).relative_to(into)
-            was = r.detail[len("was "):] if r.detail.startswith("was ") else r.detail
+            was = r.detail[len("was ") :] if r.detail.startswith("was ") else r.detail
             stones[str(stone)] = format_tombstone(snapshot.get(r.name), state.drops[r.name], dropped_on, was)
     return stones
 
@@ -570,6 +606,10 @@ def _write_record(repo: GitRepo, state: State) -> str:
 def _way_back(repo: GitRepo, state: State) -> str:
     """How to keep the detached, patched HEAD on a branch, and how to return to where the rebase started."""
     ref = state.orig_head_ref
-    back = ref[len("refs/heads/"):] if ref and ref.startswith("refs/heads/") else f"--detach {state.orig_head_sha[:12]}"
-    return f"\nto keep it on a branch: `git -C {repo.path} switch -c NAME`; back to where you were: " \
-           f"`git -C {repo.path} switch {back}`"
+    back = (
+        ref[len("refs/heads/") :] if ref and ref.startswith("refs/heads/") else f"--detach {state.orig_head_sha[:12]}"
+    )
+    return (
+        f"\nto keep it on a branch: `git -C {repo.path} switch -c NAME`; back to where you were: "
+        f"`git -C {repo.path} switch {back}`"
+    )

@@ -21,7 +21,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
 
 from .paths import ENV_SERIES_DIR, RELEASE_DIR_PREFIX, SERIES_FILE, env_series_dir, series_root
 from .series import read_pin
@@ -36,19 +35,19 @@ class ChosenSeries:
     why: str
 
 
-def release_series_dirs(root: Path) -> List[Path]:
+def release_series_dirs(root: Path) -> list[Path]:
     """The series root and every ``sglang-*`` series below it."""
     below = sorted(p for p in Path(root).glob(RELEASE_DIR_PREFIX + "*") if (p / SERIES_FILE).is_file())
     return [Path(root), *below]
 
 
-def version_in_source(text: str) -> Optional[str]:
+def version_in_source(text: str) -> str | None:
     """The ``__version__`` that an sglang ``_version.py`` sets."""
     match = _VERSION_RE.search(text)
     return match.group(1) if match else None
 
 
-def package_version(sglang_dir: Path) -> Optional[str]:
+def package_version(sglang_dir: Path) -> str | None:
     """The version of the sglang package in ``sglang_dir``, or None when it cannot be read."""
     sglang_dir = Path(sglang_dir)
     version_file = sglang_dir / "_version.py"
@@ -63,7 +62,7 @@ def package_version(sglang_dir: Path) -> Optional[str]:
     return None
 
 
-def ref_version(repo, ref: str) -> Optional[str]:
+def ref_version(repo, ref: str) -> str | None:
     """The sglang version at ``ref`` of a git repository (``python/sglang/_version.py``, else the ref's name)."""
     status, text, _ = repo.run("show", f"{ref}:python/sglang/_version.py", check=False)
     found = version_in_source(text) if status == 0 else None
@@ -73,7 +72,7 @@ def ref_version(repo, ref: str) -> Optional[str]:
     return match.group(1) if match else None
 
 
-def choose_series_dir(target_version: Optional[str], explicit: Optional[Path] = None) -> ChosenSeries:
+def choose_series_dir(target_version: str | None, explicit: Path | None = None) -> ChosenSeries:
     """The series that answers for an SGLang of ``target_version`` (see the module docstring)."""
     if explicit is not None:
         return ChosenSeries(Path(explicit), "--series-dir")
@@ -90,6 +89,8 @@ def choose_series_dir(target_version: Optional[str], explicit: Optional[Path] = 
     if target_version is None:
         why = f"the target's sglang version cannot be read: the series for {primary} is used"
     else:
-        why = (f"no series is pinned to sglang {target_version} (series for: {have}): the series for "
-               f"{primary} is used, so its verdicts are for patches made for {primary}")
+        why = (
+            f"no series is pinned to sglang {target_version} (series for: {have}): the series for "
+            f"{primary} is used, so its verdicts are for patches made for {primary}"
+        )
     return ChosenSeries(root, why)

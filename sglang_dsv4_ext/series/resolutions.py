@@ -33,8 +33,8 @@ when the rebase finishes, next to the series it produced.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
 
 from sglang_dsv4_ext.errors import RebaseError
 
@@ -103,8 +103,9 @@ def merge_tree(repo: GitRepo) -> str:
         staged = [e for e in repo.run("ls-files", "--stage", "-z")[1].split("\0") if e]
         merged = [e for e in staged if e.split("\t", 1)[0].split()[2] == "0"]
         in_index = {e.split("\t", 1)[1] for e in staged}
-        gone = [p for p in repo.run("ls-tree", "-r", "-z", "--name-only", "HEAD")[1].split("\0")
-                if p and p not in in_index]  # the merge deleted them
+        gone = [
+            p for p in repo.run("ls-tree", "-r", "-z", "--name-only", "HEAD")[1].split("\0") if p and p not in in_index
+        ]  # the merge deleted them
         lines = merged + [f"0 {'0' * 40}\t{p}" for p in gone]
         if lines:
             repo.run("update-index", "-z", "--index-info", stdin="\0".join(lines) + "\0", env=env)
@@ -116,15 +117,26 @@ def merge_tree(repo: GitRepo) -> str:
 def edits_since_merge(repo: GitRepo, tree: str, commit: str, conflicted: Sequence[str]) -> str:
     """The resolved commit's difference from the merge's tree, outside the conflicted files."""
     excluded = [f":(top,exclude,literal){path}" for path in conflicted]
-    return repo.run("diff", "--binary", "--full-index", "--no-renames", "--no-color", "--no-ext-diff",
-                    tree, commit, "--", ":(top)", *excluded)[1]
+    return repo.run(
+        "diff",
+        "--binary",
+        "--full-index",
+        "--no-renames",
+        "--no-color",
+        "--no-ext-diff",
+        tree,
+        commit,
+        "--",
+        ":(top)",
+        *excluded,
+    )[1]
 
 
 def pending_dir(state_dir: Path) -> Path:
     return state_dir / _PENDING
 
 
-def keep_pending(state_dir: Path, name: str, edits: str, message: Optional[str]) -> None:
+def keep_pending(state_dir: Path, name: str, edits: str, message: str | None) -> None:
     """Hold a resolution's edits and message in the state directory until the rebase finishes."""
     pending = pending_dir(state_dir)
     pending.mkdir(exist_ok=True)
@@ -136,7 +148,7 @@ def keep_pending(state_dir: Path, name: str, edits: str, message: Optional[str])
             path.unlink(missing_ok=True)
 
 
-def recorded(record_dir: Path, name: str, suffix: str) -> Optional[str]:
+def recorded(record_dir: Path, name: str, suffix: str) -> str | None:
     path = Path(record_dir) / (name + suffix)
     return path.read_text() if path.is_file() else None
 
@@ -146,7 +158,7 @@ def has_entry(record_dir: Path, name: str) -> bool:
     return any((Path(record_dir) / (name + s)).is_file() for s in (EDITS_SUFFIX, MESSAGE_SUFFIX))
 
 
-def replay_edits(repo: GitRepo, record_dir: Path, name: str) -> Optional[str]:
+def replay_edits(repo: GitRepo, record_dir: Path, name: str) -> str | None:
     """Apply the recorded ``.edits`` of ``name`` to the index and work tree; None, or why they do not apply."""
     path = Path(record_dir) / (name + EDITS_SUFFIX)
     if not path.is_file():
@@ -155,10 +167,10 @@ def replay_edits(repo: GitRepo, record_dir: Path, name: str) -> Optional[str]:
     return None if status == 0 else f"{path} does not apply: {err.strip()}"
 
 
-def record_files(repo: GitRepo, record_dir: Path, state_dir: Path) -> Dict[str, bytes]:
+def record_files(repo: GitRepo, record_dir: Path, state_dir: Path) -> dict[str, bytes]:
     """Every file the record should hold after this rebase: the resolved entries of the rr-cache,
     the record's own .edits / .message, and this rebase's new ones."""
-    files: Dict[str, bytes] = {}
+    files: dict[str, bytes] = {}
     record_dir = Path(record_dir)
     for path in sorted(record_dir.glob("*")) if record_dir.is_dir() else []:
         if path.is_file() and path.name.endswith((EDITS_SUFFIX, MESSAGE_SUFFIX)):
@@ -175,7 +187,7 @@ def record_files(repo: GitRepo, record_dir: Path, state_dir: Path) -> Dict[str, 
     return files
 
 
-def write_record(record_dir: Path, files: Dict[str, bytes]) -> List[str]:
+def write_record(record_dir: Path, files: dict[str, bytes]) -> list[str]:
     """Write the record (only files that change); return the changed ones, relative to ``record_dir``."""
     changed = []
     for rel, data in sorted(files.items()):

@@ -18,11 +18,11 @@ from __future__ import annotations
 import email.policy
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from email.message import Message
 from email.parser import HeaderParser
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,14 +40,18 @@ TOMBSTONE_SUFFIX = ".tombstone"
 # DEP-3 fields every patch of the project's own series must carry (Covered-By lists test ids,
 # Mirrors names the runtime hook module that applies the same fix to an installed SGLang).
 REQUIRED_DEP3_FIELDS = (
-    "Description", "Origin", "Forwarded", "Reason", "Retire-When", "Covered-By", "Mirrors",
+    "Description",
+    "Origin",
+    "Forwarded",
+    "Reason",
+    "Retire-When",
+    "Covered-By",
+    "Mirrors",
 )
 PIN_KEYS = ("tag", "version", "commit", "wheel", "wheel_sha256", "source_tree")
 _FIELD_RE = re.compile(r"^([A-Z][A-Za-z0-9-]*):[ \t]?(.*)$")
 _DIFF_RE = re.compile(r"^diff --git a/(\S+) b/(\S+)$")
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
 
 
 @dataclass
@@ -68,29 +72,29 @@ class PatchFile:
     author: str
     date: str
     message: str  # commit message body (DEP-3 fields included), without the subject
-    fields: Dict[str, str]
-    modified: List[str] = field(default_factory=list)
-    created: List[str] = field(default_factory=list)
-    deleted: List[str] = field(default_factory=list)
+    fields: dict[str, str]
+    modified: list[str] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
 
     @property
-    def files(self) -> List[str]:
+    def files(self) -> list[str]:
         return sorted(set(self.modified + self.created + self.deleted))
 
     @property
-    def preexisting(self) -> List[str]:
+    def preexisting(self) -> list[str]:
         """Files the patch expects to exist before it applies."""
         return sorted(set(self.modified + self.deleted))
 
-    def missing_fields(self) -> List[str]:
+    def missing_fields(self) -> list[str]:
         return [f for f in REQUIRED_DEP3_FIELDS if not self.fields.get(f, "").strip()]
 
-    def hunks(self) -> List[Tuple[str, str, List[Hunk]]]:
+    def hunks(self) -> list[tuple[str, str, list[Hunk]]]:
         """Split into (path, file header text, hunks) per file."""
         return split_hunks(self.text)
 
     @property
-    def mirrors(self) -> List[str]:
+    def mirrors(self) -> list[str]:
         return [m.strip() for m in re.split(r"[,\s]+", self.fields.get("Mirrors", "")) if m.strip()]
 
 
@@ -101,14 +105,14 @@ def mail_headers(head: str) -> Message:
     return HeaderParser(policy=email.policy.default).parsestr(head.rstrip("\n") + "\n\n")
 
 
-def parse_dep3(message: str) -> Dict[str, str]:
+def parse_dep3(message: str) -> dict[str, str]:
     """DEP-3 fields from a commit message body: each paragraph that starts with a ``Field:`` line
     is a block of RFC 822 style fields, parsed by :mod:`email.parser`.
 
     A field value keeps its line structure (joined with newlines) so multi-line descriptions
     survive; a lone " ." continuation line stands for an empty line as in DEP-3.
     """
-    fields: Dict[str, str] = {}
+    fields: dict[str, str] = {}
     for paragraph in re.split(r"\n[ \t]*\n", message):
         paragraph = paragraph.strip("\n")
         if not _FIELD_RE.match(paragraph.split("\n", 1)[0]):
@@ -121,14 +125,14 @@ def parse_dep3(message: str) -> Dict[str, str]:
     return fields
 
 
-def split_hunks(text: str) -> List[Tuple[str, str, List[Hunk]]]:
+def split_hunks(text: str) -> list[tuple[str, str, list[Hunk]]]:
     """Split a patch into (path, file header text, hunks) per file."""
     return [(path, *_split_file_block(path, lines)) for path, lines in _file_blocks(text)]
 
 
-def _file_blocks(text: str) -> List[Tuple[str, List[str]]]:
+def _file_blocks(text: str) -> list[tuple[str, list[str]]]:
     """(path, lines) for each ``diff --git`` section; anything before the first one is dropped."""
-    blocks: List[Tuple[str, List[str]]] = []
+    blocks: list[tuple[str, list[str]]] = []
     for line in text.splitlines(keepends=True):
         m = _DIFF_RE.match(line.rstrip("\n"))
         if m:
@@ -138,9 +142,9 @@ def _file_blocks(text: str) -> List[Tuple[str, List[str]]]:
     return blocks
 
 
-def _split_file_block(path: str, lines: Sequence[str]) -> Tuple[str, List[Hunk]]:
-    header: List[str] = []
-    bodies: List[List[str]] = []
+def _split_file_block(path: str, lines: Sequence[str]) -> tuple[str, list[Hunk]]:
+    header: list[str] = []
+    bodies: list[list[str]] = []
     ended = False
     for line in lines:
         if line.startswith("@@ "):
@@ -157,13 +161,15 @@ def _split_file_block(path: str, lines: Sequence[str]) -> Tuple[str, List[Hunk]]
         first = body[0].rstrip("\n")
         numbers = _HUNK_RE.match(first)
         if numbers is None:  # git apply calls it a corrupt patch; without this, a traceback
-            raise PatchFileError(f"{path}: hunk #{index} has a malformed header {first!r} "
-                                 "(expected '@@ -START[,COUNT] +START[,COUNT] @@')")
+            raise PatchFileError(
+                f"{path}: hunk #{index} has a malformed header {first!r} "
+                "(expected '@@ -START[,COUNT] +START[,COUNT] @@')"
+            )
         hunks.append(Hunk(path, index, first, int(numbers.group(1)), "".join(body)))
     return "".join(header), hunks
 
 
-def parse_patch_file(path: Path, name: Optional[str] = None) -> PatchFile:
+def parse_patch_file(path: Path, name: str | None = None) -> PatchFile:
     """Read and validate one format-patch file; raise PatchFileError naming it."""
     name = name or path.name
     try:
@@ -195,8 +201,14 @@ def parse_patch_file(path: Path, name: Optional[str] = None) -> PatchFile:
         detail = err.strip().replace("error: ", "")
         raise PatchFileError(f"{path}: corrupt patch: {detail}")
     patch = PatchFile(
-        name=name, path=path, text=text, subject=subject, author=str(headers.get("From", "")),
-        date=str(headers.get("Date", "")), message=body.strip("\n"), fields=parse_dep3(body),
+        name=name,
+        path=path,
+        text=text,
+        subject=subject,
+        author=str(headers.get("From", "")),
+        date=str(headers.get("Date", "")),
+        message=body.strip("\n"),
+        fields=parse_dep3(body),
     )
     _collect_paths(patch)
     if not patch.files:
@@ -217,11 +229,11 @@ def _collect_paths(patch: PatchFile) -> None:
 # ---- the series file --------------------------------------------------------------------
 
 
-def read_series_names(series_dir: Path) -> List[str]:
+def read_series_names(series_dir: Path) -> list[str]:
     series_file = series_dir / SERIES_FILE
     if not series_file.exists():
         raise SeriesError(f"{series_file}: no series file (one patch file name per line)")
-    names: List[str] = []
+    names: list[str] = []
     for lineno, raw in enumerate(series_file.read_text().splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
@@ -258,11 +270,11 @@ def series_header(series_dir: Path) -> str:
 @dataclass
 class Series:
     directory: Path
-    patches: List[PatchFile]
-    pin: Dict[str, str]
+    patches: list[PatchFile]
+    pin: dict[str, str]
 
     @property
-    def names(self) -> List[str]:
+    def names(self) -> list[str]:
         return [p.name for p in self.patches]
 
     def get(self, name: str) -> PatchFile:
@@ -288,7 +300,7 @@ def load_series(series_dir: Path) -> Series:
     return Series(series_dir, patches, read_pin(series_dir))
 
 
-def unlisted_patch_files(series: Series) -> List[str]:
+def unlisted_patch_files(series: Series) -> list[str]:
     listed = set(series.names)
     return sorted(p.name for p in series.directory.glob("*.patch") if p.name not in listed)
 
@@ -303,7 +315,7 @@ _PIN_HEADER = (
 )
 
 
-def read_pin(series_dir: Path) -> Dict[str, str]:
+def read_pin(series_dir: Path) -> dict[str, str]:
     """The UPSTREAM_PIN (a TOML file of ``key = "value"`` lines), or {} when there is none."""
     pin_file = Path(series_dir) / PIN_FILE
     if not pin_file.exists():
@@ -330,7 +342,7 @@ def _line_of_key(text: str, key: str) -> int:
     return 1
 
 
-def format_pin(pin: Dict[str, str]) -> str:
+def format_pin(pin: dict[str, str]) -> str:
     body = "".join(f'{k} = "{pin[k]}"\n' for k in PIN_KEYS if pin.get(k))
     return _PIN_HEADER + body
 
@@ -357,7 +369,7 @@ def format_tombstone(patch: PatchFile, reason: str, dropped_on: str, classificat
     return "\n".join(lines) + "\n" + patch.text
 
 
-def read_tombstones(series_dir: Path) -> List[Dict[str, str]]:
+def read_tombstones(series_dir: Path) -> list[dict[str, str]]:
     stones = []
     for path in sorted((Path(series_dir) / TOMBSTONE_DIR).glob("*" + TOMBSTONE_SUFFIX)):
         head = path.read_text().split("\n\n", 1)[0]

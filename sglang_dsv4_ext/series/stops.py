@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
-from typing import Dict, Optional, Tuple
 
 from sglang_dsv4_ext.errors import RebaseError
 
@@ -22,7 +21,7 @@ from .series import PatchFile
 MESSAGE_FILE = "MESSAGE"  # in the rebase's state directory
 
 
-def _mailinfo(repo: GitRepo, patch: PatchFile) -> Tuple[str, Dict[str, str]]:
+def _mailinfo(repo: GitRepo, patch: PatchFile) -> tuple[str, dict[str, str]]:
     """(the commit message `git am` makes of the patch, its mail fields: Author, Email, Date)."""
     with tempfile.TemporaryDirectory() as tmp:
         msg, body = Path(tmp) / "msg", Path(tmp) / "patch"
@@ -35,7 +34,7 @@ def patch_message(repo: GitRepo, patch: PatchFile) -> str:
     return _mailinfo(repo, patch)[0]
 
 
-def commit_date_env(repo: GitRepo, patch: PatchFile) -> Dict[str, str]:
+def commit_date_env(repo: GitRepo, patch: PatchFile) -> dict[str, str]:
     date = _mailinfo(repo, patch)[1].get("Date", "")
     return {"GIT_COMMITTER_DATE": date} if date else {}
 
@@ -46,7 +45,7 @@ def write_message_file(state_dir: Path, repo: GitRepo, patch: PatchFile) -> Path
     return path
 
 
-def edited_message(state_dir: Path, repo: GitRepo, patch: PatchFile) -> Optional[str]:
+def edited_message(state_dir: Path, repo: GitRepo, patch: PatchFile) -> str | None:
     """The MESSAGE file when it was edited at the stop (None: the patch's own message stands)."""
     path = state_dir / MESSAGE_FILE
     if not path.is_file():
@@ -61,11 +60,19 @@ def _normal(message: str) -> str:
     return message.rstrip() + "\n"
 
 
-def amend(repo: GitRepo, patch: PatchFile, message: Optional[str]) -> str:
+def amend(repo: GitRepo, patch: PatchFile, message: str | None) -> str:
     """Amend HEAD with what is staged, and with ``message`` (None: the commit keeps its own)."""
     how = ["-F", "-"] if message is not None else ["--no-edit"]
-    repo.run("commit", "-q", "--amend", "--allow-empty", "--no-verify", *how,
-             stdin=_normal(message) if message is not None else None, env=commit_date_env(repo, patch))
+    repo.run(
+        "commit",
+        "-q",
+        "--amend",
+        "--allow-empty",
+        "--no-verify",
+        *how,
+        stdin=_normal(message) if message is not None else None,
+        env=commit_date_env(repo, patch),
+    )
     return repo.must_rev_parse("HEAD")
 
 
@@ -84,7 +91,7 @@ def am_continue(repo: GitRepo, patch: PatchFile) -> str:
     return repo.must_rev_parse("HEAD")
 
 
-def take_hand_port(repo: GitRepo, stop_head: str, patch: PatchFile, message: Optional[str]) -> Optional[str]:
+def take_hand_port(repo: GitRepo, stop_head: str, patch: PatchFile, message: str | None) -> str | None:
     """A hand port of a stopped patch: one commit made by the user, or staged changes that we
     commit with the patch's author and date, and its message (or the edited one)."""
     head = repo.must_rev_parse("HEAD")
@@ -106,10 +113,17 @@ def take_hand_port(repo: GitRepo, stop_head: str, patch: PatchFile, message: Opt
         raise RebaseError(f"{patch.name}: unstaged changes in {files}; `git add` or discard them")
     own, meta = _mailinfo(repo, patch)
     repo.run(
-        "commit", "-q", "--no-verify", "-F", "-", stdin=_normal(message or own),
+        "commit",
+        "-q",
+        "--no-verify",
+        "-F",
+        "-",
+        stdin=_normal(message or own),
         env={
-            "GIT_AUTHOR_NAME": meta.get("Author", ""), "GIT_AUTHOR_EMAIL": meta.get("Email", ""),
-            "GIT_AUTHOR_DATE": meta.get("Date", ""), "GIT_COMMITTER_DATE": meta.get("Date", ""),
+            "GIT_AUTHOR_NAME": meta.get("Author", ""),
+            "GIT_AUTHOR_EMAIL": meta.get("Email", ""),
+            "GIT_AUTHOR_DATE": meta.get("Date", ""),
+            "GIT_COMMITTER_DATE": meta.get("Date", ""),
         },
     )
     return repo.must_rev_parse("HEAD")
@@ -120,7 +134,7 @@ def fully_resolved_by_rerere(repo: GitRepo) -> bool:
     return repo.am_in_progress() and not repo.unmerged_paths() and bool(repo.out("diff", "--cached", "--name-only"))
 
 
-def resolve_from_record(repo: GitRepo, record_dir: Path, patch: PatchFile) -> Tuple[Optional[str], str]:
+def resolve_from_record(repo: GitRepo, record_dir: Path, patch: PatchFile) -> tuple[str | None, str]:
     """(the resolved commit, what the record supplied) for a stop rerere resolved from the record;
     (None, why not) where the recorded edits do not apply (the stop stays for a human)."""
     failed = resolutions.replay_edits(repo, record_dir, patch.name)
@@ -137,20 +151,25 @@ def resolve_from_record(repo: GitRepo, record_dir: Path, patch: PatchFile) -> Tu
     return commit, ", ".join(used)
 
 
-def edit_from_record(repo: GitRepo, record_dir: Path, patch: PatchFile) -> Tuple[Optional[str], str]:
+def edit_from_record(repo: GitRepo, record_dir: Path, patch: PatchFile) -> tuple[str | None, str]:
     """(the amended commit, what the record supplied) for a patch that applied and was edited after
     it applied when the record was made (``--edit``); (None, why not) where the edits do not apply."""
     failed = resolutions.replay_edits(repo, record_dir, patch.name)
     if failed:
         return None, failed
-    used = [what for what, suffix in (("recorded edits", resolutions.EDITS_SUFFIX),
-                                      ("recorded message", resolutions.MESSAGE_SUFFIX))
-            if resolutions.recorded(record_dir, patch.name, suffix) is not None]
+    used = [
+        what
+        for what, suffix in (
+            ("recorded edits", resolutions.EDITS_SUFFIX),
+            ("recorded message", resolutions.MESSAGE_SUFFIX),
+        )
+        if resolutions.recorded(record_dir, patch.name, suffix) is not None
+    ]
     message = resolutions.recorded(record_dir, patch.name, resolutions.MESSAGE_SUFFIX)
     return amend(repo, patch, message), ", ".join(used)
 
 
-def take_edit(repo: GitRepo, stop_head: str, patch: PatchFile, message: Optional[str]) -> str:
+def take_edit(repo: GitRepo, stop_head: str, patch: PatchFile, message: str | None) -> str:
     """Amend the applied patch with the staged changes and the edited message (``--edit`` stop)."""
     if repo.must_rev_parse("HEAD") != stop_head:
         raise RebaseError(

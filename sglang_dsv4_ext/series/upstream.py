@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
 
 from .classify import UPSTREAM_KINDS, Result
 from .series import Series, load_series
@@ -33,40 +33,45 @@ MIRRORS_TARGETS_FIELD = "Mirrors-Targets"
 class FixVerdict:
     patch: str
     subject: str
-    mirrors: Tuple[str, ...]  # runtime modules, e.g. sglang_dsv4_ext.hooks.gate
-    targets: Tuple[str, ...]  # compat.TARGETS paths the runtime hooks this patch replaces
+    mirrors: tuple[str, ...]  # runtime modules, e.g. sglang_dsv4_ext.hooks.gate
+    targets: tuple[str, ...]  # compat.TARGETS paths the runtime hooks this patch replaces
     upstream: bool
     result: str  # the classification (see classify.Kind)
     detail: str
 
 
-def mirrors_targets(patch) -> Tuple[str, ...]:
+def mirrors_targets(patch) -> tuple[str, ...]:
     return tuple(t for t in patch.fields.get(MIRRORS_TARGETS_FIELD, "").split() if t)
 
 
-def verdicts_from_results(series: Series, results: Sequence[Result]) -> List[FixVerdict]:
+def verdicts_from_results(series: Series, results: Sequence[Result]) -> list[FixVerdict]:
     by_name = {p.name: p for p in series.patches}
     verdicts = []
     for result in results:
         patch = by_name[result.name]
-        verdicts.append(FixVerdict(
-            patch=patch.name, subject=patch.subject, mirrors=tuple(patch.mirrors), targets=mirrors_targets(patch),
-            upstream=result.kind in UPSTREAM_KINDS, result=result.kind.value, detail=result.detail,
-        ))
+        verdicts.append(
+            FixVerdict(
+                patch=patch.name,
+                subject=patch.subject,
+                mirrors=tuple(patch.mirrors),
+                targets=mirrors_targets(patch),
+                upstream=result.kind in UPSTREAM_KINDS,
+                result=result.kind.value,
+                detail=result.detail,
+            )
+        )
     return verdicts
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_verdicts(sglang_dir: str, series_dir: str, stamp: Tuple) -> Tuple[FixVerdict, ...]:
+def _cached_verdicts(sglang_dir: str, series_dir: str, stamp: tuple) -> tuple[FixVerdict, ...]:
     from .package_dir import classify_against_package
 
     series = load_series(Path(series_dir))
     return tuple(verdicts_from_results(series, classify_against_package(series, Path(sglang_dir))))
 
 
-def fix_verdicts(
-    sglang_dir: Optional[os.PathLike] = None, series_dir: Optional[os.PathLike] = None
-) -> List[FixVerdict]:
+def fix_verdicts(sglang_dir: os.PathLike | None = None, series_dir: os.PathLike | None = None) -> list[FixVerdict]:
     """Per patch: is its fix already in the SGLang at ``sglang_dir`` (default: the installed one)?
 
     ``series_dir`` default: the series pinned to that SGLang's version (:mod:`.releases`), as
@@ -83,11 +88,11 @@ def fix_verdicts(
     return list(_cached_verdicts(str(sglang_dir), str(series_dir), stamp))
 
 
-def upstream_targets(verdicts: Sequence[FixVerdict]) -> Dict[str, str]:
+def upstream_targets(verdicts: Sequence[FixVerdict]) -> dict[str, str]:
     """compat target -> patch name, for fixes the SGLang already has (doctor: not needed)."""
     return {t: v.patch for v in verdicts if v.upstream for t in v.targets}
 
 
-def needed_targets(verdicts: Sequence[FixVerdict]) -> Dict[str, str]:
+def needed_targets(verdicts: Sequence[FixVerdict]) -> dict[str, str]:
     """compat target -> patch name, for fixes the SGLang still lacks (doctor: applied)."""
     return {t: v.patch for v in verdicts if not v.upstream for t in v.targets}

@@ -26,9 +26,9 @@ import re
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Sequence, Union
 
 from sglang_dsv4_ext.errors import HistoryError
 
@@ -57,7 +57,6 @@ def _quiet(_msg: str) -> None:
     pass
 
 
-
 @dataclass(frozen=True)
 class Wheel:
     version: str
@@ -65,7 +64,7 @@ class Wheel:
     sha256: str
 
 
-def wheel_cache_dir(explicit: Optional[os.PathLike] = None) -> Path:
+def wheel_cache_dir(explicit: os.PathLike | None = None) -> Path:
     raw = explicit or os.environ.get(ENV_WHEEL_CACHE) or DEFAULT_WHEEL_CACHE
     path = Path(raw).expanduser()
     path.mkdir(parents=True, exist_ok=True)
@@ -101,7 +100,7 @@ def _cache_lock(cache: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def fetch_wheel(version: str, cache: Optional[os.PathLike] = None, progress: Progress = _quiet) -> Wheel:
+def fetch_wheel(version: str, cache: os.PathLike | None = None, progress: Progress = _quiet) -> Wheel:
     """Return the cached wheel of ``sglang==version``, downloading it once with pip."""
     check_version(version)
     cache_dir = wheel_cache_dir(cache)
@@ -110,10 +109,25 @@ def fetch_wheel(version: str, cache: Optional[os.PathLike] = None, progress: Pro
         if not target.exists():
             progress(f"downloading sglang=={version} into {cache_dir} (pip download --no-deps)")
             cmd = [
-                sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                "--python-version", WHEEL_PYTHON, "--implementation", "cp", "--abi", WHEEL_ABI,
-                "--platform", WHEEL_PLATFORM, "--disable-pip-version-check", "--quiet",
-                "--dest", str(cache_dir), f"{PACKAGE}=={version}",
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                WHEEL_PYTHON,
+                "--implementation",
+                "cp",
+                "--abi",
+                WHEEL_ABI,
+                "--platform",
+                WHEEL_PLATFORM,
+                "--disable-pip-version-check",
+                "--quiet",
+                "--dest",
+                str(cache_dir),
+                f"{PACKAGE}=={version}",
             ]
             proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             if proc.returncode != 0 or not target.exists():
@@ -126,14 +140,15 @@ def fetch_wheel(version: str, cache: Optional[os.PathLike] = None, progress: Pro
     return Wheel(version, target, sha256_of(target))
 
 
-def _wheel_source_files(wheel: Wheel) -> List[zipfile.ZipInfo]:
+def _wheel_source_files(wheel: Wheel) -> list[zipfile.ZipInfo]:
     try:
         archive = zipfile.ZipFile(wheel.path)
     except zipfile.BadZipFile as exc:
         raise HistoryError(f"{wheel.path} is not a readable wheel: {exc}") from None
     with archive:
         infos = [
-            info for info in archive.infolist()
+            info
+            for info in archive.infolist()
             if info.filename.startswith(PACKAGE + "/")
             and not info.is_dir()
             and "/__pycache__/" not in info.filename
@@ -149,9 +164,7 @@ def _wheel_timestamp(infos: Sequence[zipfile.ZipInfo]) -> int:
     return int(_dt.datetime(*newest, tzinfo=_dt.timezone.utc).timestamp())
 
 
-def _fast_import_stream(
-    wheel: Wheel, mark: int, parent: Optional[str], branch: str, out, progress: Progress
-) -> None:
+def _fast_import_stream(wheel: Wheel, mark: int, parent: str | None, branch: str, out, progress: Progress) -> None:
     """Write one release as a fast-import commit (+ annotated tag) to ``out``."""
     infos = _wheel_source_files(wheel)
     when = _wheel_timestamp(infos)
@@ -198,9 +211,9 @@ def tag_wheel_info(repo: GitRepo, tag: str) -> dict:
     if status == 0:
         for line in body.splitlines():
             if line.startswith("Wheel: "):
-                info["wheel"] = line[len("Wheel: "):].strip()
+                info["wheel"] = line[len("Wheel: ") :].strip()
             elif line.startswith("Wheel-SHA256: "):
-                info["wheel_sha256"] = line[len("Wheel-SHA256: "):].strip()
+                info["wheel_sha256"] = line[len("Wheel-SHA256: ") :].strip()
     return info
 
 
@@ -208,7 +221,7 @@ def build_history(
     repo_dir: os.PathLike,
     versions: Sequence[str] = DEFAULT_VERSIONS,
     *,
-    cache: Optional[os.PathLike] = None,
+    cache: os.PathLike | None = None,
     checkout: bool = True,
     progress: Progress = _quiet,
 ) -> GitRepo:
@@ -249,27 +262,24 @@ def build_history(
     return repo
 
 
-def _existing_history(repo_dir: Path, versions: List[str]):
+def _existing_history(repo_dir: Path, versions: list[str]):
     """(repo, versions still to import, parent commit) for a history to extend; refuses anything else."""
     try:
         repo = GitRepo(repo_dir)
     except GitError:
-        raise HistoryError(
-            f"{repo_dir} exists and is not a git repository; give an empty or new directory"
-        ) from None
+        raise HistoryError(f"{repo_dir} exists and is not a git repository; give an empty or new directory") from None
     have = _history_versions(repo)
     if have != versions[: len(have)]:
         raise HistoryError(
-            f"{repo_dir} already holds releases {have}, which are not the start of {versions}; "
-            "give a new directory"
+            f"{repo_dir} already holds releases {have}, which are not the start of {versions}; give a new directory"
         )
     if not repo.bare and repo.dirty_paths():
         raise HistoryError(f"{repo_dir} has uncommitted changes; refusing to touch it")
     parent = repo.must_rev_parse(f"v{have[-1]}") if have else None
-    return repo, versions[len(have):], parent
+    return repo, versions[len(have) :], parent
 
 
-def _history_versions(repo: GitRepo) -> List[str]:
+def _history_versions(repo: GitRepo) -> list[str]:
     """Versions already in a history built by :func:`build_history`, oldest first."""
     status, out, _ = repo.run("log", "--first-parent", "--reverse", "--format=%s", "main", check=False)
     found = []
@@ -282,7 +292,7 @@ def _history_versions(repo: GitRepo) -> List[str]:
     return found
 
 
-def extract_package(wheel: Wheel, dest: Union[str, os.PathLike], only: Optional[Sequence[str]] = None) -> Path:
+def extract_package(wheel: Wheel, dest: str | os.PathLike, only: Sequence[str] | None = None) -> Path:
     """Unpack the wheel's ``sglang/`` source files (no compiled extensions) under ``dest``.
 
     ``only``: package-relative paths (``srt/x.py``) to unpack instead of everything; the

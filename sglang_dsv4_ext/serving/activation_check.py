@@ -21,8 +21,9 @@ pid it started: :mod:`sglang_dsv4_ext.plugin.launch_identity`) and the expected 
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Mapping, Optional, Tuple
+from collections.abc import Mapping
 
+from sglang_dsv4_ext.config import SHOWN_FIELDS
 from sglang_dsv4_ext.errors import ActivationError
 from sglang_dsv4_ext.plugin import launch_identity
 from sglang_dsv4_ext.plugin.activation import (
@@ -30,7 +31,6 @@ from sglang_dsv4_ext.plugin.activation import (
     EVIDENCE_FIELDS,
     LAUNCHER_LINE_PREFIX,
 )
-from sglang_dsv4_ext.config import SHOWN_FIELDS
 
 _FIELD = re.compile(r"(\w+)=(\S+)")
 CHECKED_FIELDS = SHOWN_FIELDS  # the configuration the line shows: index_k_dtype, gate, fp4_budget, integrity
@@ -40,25 +40,28 @@ START_HEADER = re.compile(r"^# (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (.*)$")
 OUTPUT_END_PREFIX = "# end of output"
 
 
-def current_start(log_text: str) -> Tuple[Optional[str], List[str]]:
+def current_start(log_text: str) -> tuple[str | None, list[str]]:
     """(the date of the last start header or None, the lines after it: the whole log when it has none)."""
     lines = log_text.splitlines()
     for index in range(len(lines) - 1, -1, -1):
         match = START_HEADER.match(lines[index])
         if match:
-            return match.group(1), lines[index + 1:]
+            return match.group(1), lines[index + 1 :]
     return None, lines
 
 
-def activation_fields(log_text: str) -> Optional[Dict[str, str]]:
+def activation_fields(log_text: str) -> dict[str, str] | None:
     """The fields of the last activation line of the current start, or None if it has none."""
     found = _active_lines(current_start(log_text)[1])
     return found[-1] if found else None
 
 
-def _active_lines(lines: List[str]) -> List[Dict[str, str]]:
-    return [dict(_FIELD.findall(line.split(ACTIVATION_LINE_PREFIX, 1)[1])) for line in lines
-            if ACTIVATION_LINE_PREFIX in line]
+def _active_lines(lines: list[str]) -> list[dict[str, str]]:
+    return [
+        dict(_FIELD.findall(line.split(ACTIVATION_LINE_PREFIX, 1)[1]))
+        for line in lines
+        if ACTIVATION_LINE_PREFIX in line
+    ]
 
 
 def _read(name: str, log_path: str) -> str:
@@ -69,18 +72,22 @@ def _read(name: str, log_path: str) -> str:
         raise ActivationError(f"{name}: cannot read its log {log_path}: {exc}") from exc
 
 
-def _no_line(name: str, log_path: str, lines: List[str]) -> ActivationError:
+def _no_line(name: str, log_path: str, lines: list[str]) -> ActivationError:
     launcher = any(LAUNCHER_LINE_PREFIX in line for line in lines)
     return ActivationError(
         f"{name}: no '{ACTIVATION_LINE_PREFIX}' line in the current start of {log_path}"
-        + (" (only the launcher's 'configuration loaded' line, which proves nothing: no process of this start "
-           "passed the DeepSeek-V4 build check)" if launcher else "")
+        + (
+            " (only the launcher's 'configuration loaded' line, which proves nothing: no process of this start "
+            "passed the DeepSeek-V4 build check)"
+            if launcher
+            else ""
+        )
         + ": the extension did not activate in this server (SGLANG_PLUGINS? SGLANG_DSV4_EXT=0? another "
         "interpreter? an untested SGLang, see its warning in the log?); results would be stock SGLang"
     )
 
 
-def _refusal(lines: List[str], found: List[Dict[str, str]], launch: Optional[str]) -> Optional[str]:
+def _refusal(lines: list[str], found: list[dict[str, str]], launch: str | None) -> str | None:
     """Why the current start's activation lines are not evidence of this launch, or None."""
     from sglang_dsv4_ext import __version__
 
@@ -101,8 +108,9 @@ def _refusal(lines: List[str], found: List[Dict[str, str]], launch: Optional[str
     return None
 
 
-def check_server_log(name: str, log_path: str, expected: Mapping[str, str],
-                     launch: Optional[str] = None) -> Dict[str, str]:
+def check_server_log(
+    name: str, log_path: str, expected: Mapping[str, str], launch: str | None = None
+) -> dict[str, str]:
     """Raise :class:`ActivationError` naming the server unless the current start of its log shows the
     extension active, in launch ``launch`` when given, with ``expected``; return the last line's fields."""
     date, lines = current_start(_read(name, log_path))
@@ -121,7 +129,7 @@ def check_server_log(name: str, log_path: str, expected: Mapping[str, str],
     return fields
 
 
-def expected_fields(ext_env: Mapping[str, str]) -> Dict[str, str]:
+def expected_fields(ext_env: Mapping[str, str]) -> dict[str, str]:
     """What a child started with ``ext_env`` (ExtConfig.to_env()) must report."""
     from sglang_dsv4_ext.config import load_config
 

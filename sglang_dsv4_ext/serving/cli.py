@@ -10,7 +10,6 @@ import shutil
 import sys
 import textwrap
 import time
-from typing import List, Optional
 
 from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.cli import _SUMMARIES
@@ -38,7 +37,7 @@ from sglang_dsv4_ext.serving.preset import (
     load_preset,
     node_hosts_problem,
 )
-from sglang_dsv4_ext.tool_support.arg_types import finite_float, int_at_least, int_in_range
+from sglang_dsv4_ext.tool_support.arg_types import finite_float
 
 EXIT_USAGE = exit_codes.USAGE
 PLACEHOLDER_SUFFIX = ".invalid"  # reserved TLD used for node addresses in shipped presets
@@ -68,10 +67,14 @@ examples:
   sglang-dsv4 serve --preset dsv4-flash-2node-pd-1p1d-tp8-bf16-hicache --node-hosts 10.0.0.1,10.0.0.2 --node-rank 0
 """
 # The variables from the settings table (config.SETTINGS), so a new setting cannot be left out.
-_EPILOG = _EPILOG_TEMPLATE.format(environment=textwrap.fill(
-    f"The children inherit this shell's environment except {', '.join(UNSET_IN_CHILDREN)} (the stack sets "
-    f"{', '.join(s.env for s in STACK_SETTINGS)} itself, and adds sglang_dsv4_ext to an SGLANG_PLUGINS list "
-    "without it); --dry-run prints each child's exact environment changes.", width=90))
+_EPILOG = _EPILOG_TEMPLATE.format(
+    environment=textwrap.fill(
+        f"The children inherit this shell's environment except {', '.join(UNSET_IN_CHILDREN)} (the stack sets "
+        f"{', '.join(s.env for s in STACK_SETTINGS)} itself, and adds sglang_dsv4_ext to an SGLANG_PLUGINS list "
+        "without it); --dry-run prints each child's exact environment changes.",
+        width=90,
+    )
+)
 
 
 # ----------------------------------------------------------------------------- flag types
@@ -85,7 +88,7 @@ port = PORT.flag_type
 node_rank = NON_NEGATIVE.flag_type
 
 
-def _split(values: List[str], flag: str) -> List[str]:
+def _split(values: list[str], flag: str) -> list[str]:
     out = []
     for v in values or []:
         try:
@@ -108,8 +111,11 @@ def add_subparser(subparsers) -> None:
     g = p.add_argument_group("stack")
     g.add_argument("--preset", help="a shipped preset name (see --list-presets) or a path to a TOML preset")
     g.add_argument("--list-presets", action="store_true", help="list the shipped presets and exit")
-    g.add_argument("--mode", choices=MODES,
-                   help="pd: prefill + decode + router; single: one server (default: the preset's, else pd)")
+    g.add_argument(
+        "--mode",
+        choices=MODES,
+        help="pd: prefill + decode + router; single: one server (default: the preset's, else pd)",
+    )
     g.add_argument("--model-path", help="model directory or hub id (overrides the preset)")
 
     e = p.add_argument_group("extension (reaches every child as SGLANG_DSV4_* variables)")
@@ -118,59 +124,97 @@ def add_subparser(subparsers) -> None:
 
     h = p.add_argument_group("HiCache")
     hs = h.add_mutually_exclusive_group()
-    hs.add_argument("--hicache", dest="hicache", action="store_true", default=None,
-                    help="--enable-hierarchical-cache on the HiCache roles")
+    hs.add_argument(
+        "--hicache",
+        dest="hicache",
+        action="store_true",
+        default=None,
+        help="--enable-hierarchical-cache on the HiCache roles",
+    )
     hs.add_argument("--no-hicache", dest="hicache", action="store_false", help="HiCache off")
-    h.add_argument("--hicache-ratio", type=positive_ratio,
-                   help="host pool = device pool x ratio, a finite number > 0 (SGLang's default 2.0)")
+    h.add_argument(
+        "--hicache-ratio",
+        type=positive_ratio,
+        help="host pool = device pool x ratio, a finite number > 0 (SGLang's default 2.0)",
+    )
     h.add_argument("--hicache-size", help="rejected: " + HICACHE_SIZE_MESSAGE)
-    h.add_argument("--hicache-roles",
-                   help="pd mode: comma list of roles with HiCache (default: the preset's, else prefill)")
+    h.add_argument(
+        "--hicache-roles", help="pd mode: comma list of roles with HiCache (default: the preset's, else prefill)"
+    )
 
     d = p.add_argument_group("PD and nodes")
-    d.add_argument("--transfer-backend",
-                   help="--disaggregation-transfer-backend for prefill and decode (default nixl)")
+    d.add_argument("--transfer-backend", help="--disaggregation-transfer-backend for prefill and decode (default nixl)")
     d.add_argument("--node-rank", type=node_rank, default=0, help="this node's index in the cluster (default 0)")
-    d.add_argument("--node-hosts",
-                   help="comma list of node addresses, index = node rank (overrides [cluster].nodes)")
+    d.add_argument("--node-hosts", help="comma list of node addresses, index = node rank (overrides [cluster].nodes)")
     d.add_argument("--dist-init-addr", help="HOST:PORT for the one server that spans several nodes")
     d.add_argument("--router-host", help="router bind address (overrides [router].host)")
     d.add_argument("--router-port", type=port, help="router port, 1-65535 (overrides [router].port)")
     d.add_argument("--no-router", action="store_true", help="pd mode without the router")
-    d.add_argument("--router-module",
-                   help="router entry module, run as python -m (default sglang_router.launch_router); never imported "
-                   "by the validation")
-    d.add_argument("--keep-overlap-schedule", action="store_true",
-                   help="drop the PD presets' --disable-overlap-schedule from decode servers (it avoids a decode "
-                   "wedge under load: a TP collective desync in the overlap event loop); refused next to a "
-                   "pass-through --disable-overlap-schedule, a note when it changes nothing")
+    d.add_argument(
+        "--router-module",
+        help="router entry module, run as python -m (default sglang_router.launch_router); never imported "
+        "by the validation",
+    )
+    d.add_argument(
+        "--keep-overlap-schedule",
+        action="store_true",
+        help="drop the PD presets' --disable-overlap-schedule from decode servers (it avoids a decode "
+        "wedge under load: a TP collective desync in the overlap event loop); refused next to a "
+        "pass-through --disable-overlap-schedule, a note when it changes nothing",
+    )
 
     a = p.add_argument_group("pass-through (SGLang's own flags)")
-    a.add_argument("--prefill-args", action="append", default=[], metavar="ARGS",
-                   help="flags for every prefill server, e.g. \"--tp 4\"")
+    a.add_argument(
+        "--prefill-args",
+        action="append",
+        default=[],
+        metavar="ARGS",
+        help='flags for every prefill server, e.g. "--tp 4"',
+    )
     a.add_argument("--decode-args", action="append", default=[], metavar="ARGS", help="flags for every decode server")
-    a.add_argument("--router-args", action="append", default=[], metavar="ARGS",
-                   help="flags for the router, e.g. \"--policy cache_aware\"")
+    a.add_argument(
+        "--router-args",
+        action="append",
+        default=[],
+        metavar="ARGS",
+        help='flags for the router, e.g. "--policy cache_aware"',
+    )
     a.add_argument("sglang_args", nargs="*", metavar="-- SGLANG_ARGS", help="flags for every server (after --)")
 
     r = p.add_argument_group("run")
-    r.add_argument("--dry-run", action="store_true",
-                   help="print the exact commands and environment, then exit 0")
+    r.add_argument("--dry-run", action="store_true", help="print the exact commands and environment, then exit 0")
     r.add_argument("--all-nodes", action="store_true", help="with --dry-run: print every node's commands")
     r.add_argument("--log-dir", help="per-child logs, a directory (default serve-logs/<time>)")
-    r.add_argument("--health-timeout", type=positive_seconds, default=1800.0,
-                   help="seconds each phase may wait for /health, > 0 (default 1800)")
-    r.add_argument("--grace-period", type=non_negative_seconds, default=30.0,
-                   help="seconds between SIGTERM and SIGKILL on shutdown, >= 0 (default 30)")
-    r.add_argument("--wedge-timeout", type=positive_seconds, default=None, metavar="SECONDS",
-                   help="stop the stack, naming the server, when one has requests running and produces no token "
-                   "for SECONDS (read from SGLang's /metrics: --enable-metrics is added to servers without it, and "
-                   "the dry run says so); default off")
-    r.add_argument("--quiet-logs", action="store_true",
-                   help="do not stream child output (it is still written to the log dir)")
+    r.add_argument(
+        "--health-timeout",
+        type=positive_seconds,
+        default=1800.0,
+        help="seconds each phase may wait for /health, > 0 (default 1800)",
+    )
+    r.add_argument(
+        "--grace-period",
+        type=non_negative_seconds,
+        default=30.0,
+        help="seconds between SIGTERM and SIGKILL on shutdown, >= 0 (default 30)",
+    )
+    r.add_argument(
+        "--wedge-timeout",
+        type=positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="stop the stack, naming the server, when one has requests running and produces no token "
+        "for SECONDS (read from SGLang's /metrics: --enable-metrics is added to servers without it, and "
+        "the dry run says so); default off",
+    )
+    r.add_argument(
+        "--quiet-logs", action="store_true", help="do not stream child output (it is still written to the log dir)"
+    )
     r.add_argument("--python", default=sys.executable, help="interpreter for the children (default: this one)")
-    r.add_argument("--server-module", default="sglang.launch_server",
-                   help="server entry module, run as python -m (default sglang.launch_server)")
+    r.add_argument(
+        "--server-module",
+        default="sglang.launch_server",
+        help="server entry module, run as python -m (default sglang.launch_server)",
+    )
     p.set_defaults(func=run)
 
 
@@ -186,8 +230,14 @@ def _dest(setting: Setting) -> str:
 def _add_setting_flag(group, setting: Setting) -> None:
     """A switch flag sets the opposite of the default (--no-extension); a choice flag takes one of the choices."""
     if setting.kind.type is bool:
-        group.add_argument(setting.serve_flag, dest=_dest(setting), action="store_const", const=not setting.default,
-                           default=None, help=setting.serve_help)
+        group.add_argument(
+            setting.serve_flag,
+            dest=_dest(setting),
+            action="store_const",
+            const=not setting.default,
+            default=None,
+            help=setting.serve_help,
+        )
     else:
         group.add_argument(setting.serve_flag, dest=_dest(setting), choices=setting.choices, help=setting.serve_help)
 
@@ -291,7 +341,7 @@ def spec_from_args(args) -> StackSpec:
     return spec
 
 
-def _env_notes(spec: StackSpec) -> List[str]:
+def _env_notes(spec: StackSpec) -> list[str]:
     """Say when the shell's SGLANG_DSV4_* differ from what the children will get."""
     notes = []
     alias = os.environ.get(ENV_BF16_ALIAS)
@@ -328,7 +378,7 @@ def check_python(python: str) -> str:
     return python
 
 
-def prepare_log_dir(log_dir: Optional[str]) -> str:
+def prepare_log_dir(log_dir: str | None) -> str:
     """Create (or reuse) the log directory; error names --log-dir. Nothing in it is overwritten."""
     log_dir = log_dir or os.path.join("serve-logs", time.strftime("%Y%m%d-%H%M%S"))
     if os.path.exists(log_dir) and not os.path.isdir(log_dir):
@@ -380,7 +430,8 @@ def _check_children_config(plan, models: dict, local: bool) -> None:
         except ConfigError as exc:
             raise CommandLineError(
                 f"{child.name} would refuse to start: its SGLANG_DSV4_* environment (this shell's, with the stack's "
-                f"SGLANG_DSV4_INDEX_K_DTYPE={plan.spec.ext.index_k_dtype} on top) is invalid: {exc}") from exc
+                f"SGLANG_DSV4_INDEX_K_DTYPE={plan.spec.ext.index_k_dtype} on top) is invalid: {exc}"
+            ) from exc
         if child.role != "router" and config.enabled and config.capture.enabled:
             plan.notes.append(f"{child.name}: {_capture_sentence(plan, config.capture, models, local, child.name)}")
 
@@ -400,7 +451,7 @@ def _capture_sentence(plan, capture, models: dict, local: bool, name: str) -> st
     return captured.sentence() + ("" if local else "; directory not checked (another node's filesystem)")
 
 
-def _startable(spec: StackSpec, plan) -> Optional[str]:
+def _startable(spec: StackSpec, plan) -> str | None:
     """Why this node cannot start, or None."""
     placeholders = [h for h in spec.nodes if h.endswith(PLACEHOLDER_SUFFIX)]
     if placeholders:
@@ -426,8 +477,10 @@ def _prefill_graph_lines(plan) -> str:
             answer = prefill_graph.resolve(child.args)
             sentence = answer.sentence()
             if answer.breakable and plan.spec.ext.integrity_enabled:
-                sentence += ("; index-K integrity does not check readers replayed from the graph (such loads are "
-                             "counted and logged as never verified)")
+                sentence += (
+                    "; index-K integrity does not check readers replayed from the graph (such loads are "
+                    "counted and logged as never verified)"
+                )
         except PrefillGraphArgsError as exc:
             sentence = f"breakable prefill graph unknown ({exc})"
         lines.append(f"# {child.name}: {sentence}")

@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple
 
 from sglang_dsv4_ext.config import ENV_SGLANG_PLUGINS, PLUGIN_NAME, UNSET_IN_CHILDREN, plugins_with_ours
 from sglang_dsv4_ext.serving.preset import (
@@ -56,17 +56,17 @@ class ChildSpec:
     role: str  # prefill | decode | single | router
     python: str  # the interpreter
     module: str  # run as python -m
-    args: List[str]  # the module's arguments (a server's: SGLang's server arguments)
-    env: Dict[str, str]  # set on top of the inherited environment
-    health_url: Optional[str]  # None: no HTTP server on this node (a non-first node of a server)
+    args: list[str]  # the module's arguments (a server's: SGLang's server arguments)
+    env: dict[str, str]  # set on top of the inherited environment
+    health_url: str | None  # None: no HTTP server on this node (a non-first node of a server)
     node: int = 0
-    unset: List[str] = field(default_factory=list)  # removed from the inherited environment
+    unset: list[str] = field(default_factory=list)  # removed from the inherited environment
 
     @property
-    def argv(self) -> List[str]:
+    def argv(self) -> list[str]:
         return [self.python, "-m", self.module, *self.args]
 
-    def environment(self, inherited: Mapping[str, str]) -> Dict[str, str]:
+    def environment(self, inherited: Mapping[str, str]) -> dict[str, str]:
         """The child's complete environment when started from ``inherited``."""
         env = {k: v for k, v in inherited.items() if k not in self.unset}
         env.update(self.env)
@@ -82,12 +82,12 @@ class ChildSpec:
 class Plan:
     spec: StackSpec
     node_rank: int
-    children: List[ChildSpec]
-    ext_env: Dict[str, str]
+    children: list[ChildSpec]
+    ext_env: dict[str, str]
     # Servers on other nodes whose /health the router waits for: (name, url).
-    remote_health: List[Tuple[str, str]] = field(default_factory=list)
-    notes: List[str] = field(default_factory=list)
-    metrics_added: List[str] = field(default_factory=list)  # servers given --enable-metrics for --wedge-timeout
+    remote_health: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    metrics_added: list[str] = field(default_factory=list)  # servers given --enable-metrics for --wedge-timeout
 
 
 def _addr(spec: StackSpec, inst: Instance) -> str:
@@ -142,7 +142,7 @@ def _check_nodes(spec: StackSpec) -> None:
 
 def _check_ports(spec: StackSpec) -> None:
     src = spec.source
-    used: Dict[Tuple[int, int], str] = {}
+    used: dict[tuple[int, int], str] = {}
 
     def claim(node: int, port: int, what: str):
         if (node, port) in used:
@@ -183,19 +183,29 @@ def check_spec(spec: StackSpec, node_rank: int) -> None:
         raise CommandLineError(f"--hicache-size: {HICACHE_SIZE_MESSAGE}")
 
 
-def _instance_args(spec: StackSpec, inst: Instance) -> List[str]:
+def _instance_args(spec: StackSpec, inst: Instance) -> list[str]:
     """The preset's args for this server; a decode server's --disable-overlap-schedule dropped on request."""
     if spec.keep_overlap_schedule and inst.role == "decode":
         return [a for a in inst.args if a != DISABLE_OVERLAP_FLAG]
     return list(inst.args)
 
 
-def _server_args(spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: int,
-                 added: Tuple[str, ...] = ()) -> Tuple[List[str], List[Tuple[str, List[str]]]]:
+def _server_args(
+    spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: int, added: tuple[str, ...] = ()
+) -> tuple[list[str], list[tuple[str, list[str]]]]:
     """(SGLang's server arguments, pass-through sources) for one server on this node; ``added``: flags serve adds."""
     assert spec.model_path, "_check_stack refuses a stack without a model path"
-    ours = ["--model-path", spec.model_path, "--host", inst.host, "--port", str(inst.port),
-            "--base-gpu-id", str(base_gpu_id), *added]
+    ours = [
+        "--model-path",
+        spec.model_path,
+        "--host",
+        inst.host,
+        "--port",
+        str(inst.port),
+        "--base-gpu-id",
+        str(base_gpu_id),
+        *added,
+    ]
     if inst.role in ("prefill", "decode"):
         ours += ["--disaggregation-mode", inst.role, "--disaggregation-transfer-backend", spec.transfer_backend]
         if inst.bootstrap_port is not None:
@@ -214,8 +224,14 @@ def _server_args(spec: StackSpec, inst: Instance, node_rank: int, base_gpu_id: i
         ours.append(KV_CHECKSUM_FLAG)
     if len(inst.nodes) > 1:
         dist = inst.dist_init_addr or _host_port(spec.nodes[inst.nodes[0]], DEFAULT_DIST_PORT)
-        ours += ["--nnodes", str(len(inst.nodes)), "--node-rank", str(inst.nodes.index(node_rank)),
-                 "--dist-init-addr", dist]
+        ours += [
+            "--nnodes",
+            str(len(inst.nodes)),
+            "--node-rank",
+            str(inst.nodes.index(node_rank)),
+            "--dist-init-addr",
+            dist,
+        ]
     role_args = spec.role_args.get(inst.role, [])
     sources = [
         ("[common].args", list(spec.common_args)),
@@ -236,8 +252,8 @@ class _GpuLayout:
 
     def __init__(self, source: str):
         self.source = source
-        self.next_free: Dict[int, int] = {}
-        self.taken: Dict[int, List[Tuple[int, int, str]]] = {}
+        self.next_free: dict[int, int] = {}
+        self.taken: dict[int, list[tuple[int, int, str]]] = {}
 
     def claim(self, inst: Instance, node: int, width: int) -> int:
         base = inst.base_gpu_id if inst.base_gpu_id is not None else self.next_free.get(node, 0)
@@ -268,7 +284,7 @@ def _check_overlap_request(spec: StackSpec, inst: Instance, sglang: SGLangArgs, 
             )
 
 
-def _added_flags(spec: StackSpec, inst: Instance, explicit, plan: Plan) -> Tuple[str, ...]:
+def _added_flags(spec: StackSpec, inst: Instance, explicit, plan: Plan) -> tuple[str, ...]:
     """Flags serve adds to this server: --enable-metrics for the wedge watch, unless it is passed already."""
     if not spec.metrics_for_wedge_watch or explicit.get("enable_metrics"):
         return ()
@@ -295,8 +311,9 @@ def _add_servers(plan: Plan, sglang: SGLangArgs, python: str, server_module: str
             env = dict(spec.common_env)
             env.update(inst.env)
             env.update(plan.ext_env)  # ours last (the schema already refuses a preset env that sets them)
-            child = ChildSpec(inst.name, inst.role, python, server_module, args, env, health, node=n,
-                              unset=list(UNSET_IN_CHILDREN))
+            child = ChildSpec(
+                inst.name, inst.role, python, server_module, args, env, health, node=n, unset=list(UNSET_IN_CHILDREN)
+            )
             plan.children.append(child)
         if _router_runs_on(spec, node_rank) and inst.nodes[0] != node_rank:
             # Its HTTP server runs on its first node, elsewhere; the router waits for it.
@@ -321,8 +338,9 @@ def _router_child(plan: Plan, python: str, validate_router: bool) -> ChildSpec:
     env = dict(spec.common_env)
     env.update(plan.ext_env)
     health = _url(_local_health_host(r.host), r.port) + "/health"
-    return ChildSpec("router", "router", python, r.module, full, env, health, node=r.node,
-                     unset=list(UNSET_IN_CHILDREN))
+    return ChildSpec(
+        "router", "router", python, r.module, full, env, health, node=r.node, unset=list(UNSET_IN_CHILDREN)
+    )
 
 
 def _check_modules(plan: Plan, python: str) -> None:
@@ -349,11 +367,11 @@ def _check_modules(plan: Plan, python: str) -> None:
 def build_plan(
     spec: StackSpec,
     node_rank: int = 0,
-    sglang: Optional[SGLangArgs] = None,
+    sglang: SGLangArgs | None = None,
     python: str = sys.executable,
     server_module: str = SERVER_MODULE,
     validate_router: bool = True,
-    inherited: Optional[Mapping[str, str]] = None,
+    inherited: Mapping[str, str] | None = None,
 ) -> Plan:
     """Build and validate every child command line for ``node_rank``; the children start from ``inherited``
     (default: this process's environment), which decides their ``SGLANG_PLUGINS``."""
@@ -377,7 +395,7 @@ def _allowlist_plugin(plan: Plan, inherited: Mapping[str, str]) -> None:
     SGLang's loader skips an entry point a non-empty list does not name, in every process
     (sglang/srt/plugins/__init__.py): the server would run stock SGLang. The router loads no SGLang plugins.
     """
-    given: Dict[Tuple[str, str], List[str]] = {}
+    given: dict[tuple[str, str], list[str]] = {}
     servers = [c for c in plan.children if c.role != "router"]
     for child in servers:
         env = child.environment(inherited)
@@ -387,23 +405,29 @@ def _allowlist_plugin(plan: Plan, inherited: Mapping[str, str]) -> None:
             given.setdefault((env[ENV_SGLANG_PLUGINS], value), []).append(child.name)
     for (raw, value), names in given.items():
         who = "every server gets" if len(names) == len(servers) else f"{', '.join(names)} get{'s' * (len(names) == 1)}"
-        plan.notes.append(f"{ENV_SGLANG_PLUGINS}={raw!r} does not name {PLUGIN_NAME}: {who} "
-                          f"{ENV_SGLANG_PLUGINS}={value!r}")
+        plan.notes.append(
+            f"{ENV_SGLANG_PLUGINS}={raw!r} does not name {PLUGIN_NAME}: {who} {ENV_SGLANG_PLUGINS}={value!r}"
+        )
 
 
-def _run_flag_notes(spec: StackSpec, plan: Plan) -> List[str]:
+def _run_flag_notes(spec: StackSpec, plan: Plan) -> list[str]:
     """What serve's run flags did to the command lines, or that they did nothing."""
     notes = []
     if plan.metrics_added:
-        notes.append(f"--wedge-timeout reads SGLang's /metrics: {METRICS_FLAG} added to "
-                     f"{', '.join(plan.metrics_added)}")
+        notes.append(
+            f"--wedge-timeout reads SGLang's /metrics: {METRICS_FLAG} added to {', '.join(plan.metrics_added)}"
+        )
     if spec.keep_overlap_schedule:
         if spec.mode != "pd":
-            notes.append(f"--keep-overlap-schedule has no effect in {spec.mode} mode (only PD decode servers get "
-                         f"{DISABLE_OVERLAP_FLAG} from the presets)")
+            notes.append(
+                f"--keep-overlap-schedule has no effect in {spec.mode} mode (only PD decode servers get "
+                f"{DISABLE_OVERLAP_FLAG} from the presets)"
+            )
         elif not any(DISABLE_OVERLAP_FLAG in inst.args for inst in spec.decode):
-            notes.append(f"--keep-overlap-schedule has no effect: no decode server of this stack has "
-                         f"{DISABLE_OVERLAP_FLAG} in its preset args")
+            notes.append(
+                f"--keep-overlap-schedule has no effect: no decode server of this stack has "
+                f"{DISABLE_OVERLAP_FLAG} in its preset args"
+            )
     return notes
 
 

@@ -64,8 +64,9 @@ import math
 import os
 import re
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Dict, List, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -98,6 +99,7 @@ HICACHE_SIZE_MESSAGE = (
 
 # ----------------------------------------------------------------------------- loading
 
+
 def _toml():
     try:
         import tomllib  # Python >= 3.11
@@ -106,11 +108,12 @@ def _toml():
             import tomli as tomllib
         except ImportError:
             raise PresetError(
-                "reading TOML presets on Python 3.10 needs the 'tomli' package (pip install tomli)") from None
+                "reading TOML presets on Python 3.10 needs the 'tomli' package (pip install tomli)"
+            ) from None
     return tomllib
 
 
-def list_presets() -> List[str]:
+def list_presets() -> list[str]:
     if not os.path.isdir(PRESET_DIR):
         return []
     return sorted(f[:-5] for f in os.listdir(PRESET_DIR) if f.endswith(".toml"))
@@ -173,7 +176,7 @@ def _module_name(value: str) -> str:
     return value
 
 
-def env_entry_problem(name: str, value: str) -> Optional[str]:
+def env_entry_problem(name: str, value: str) -> str | None:
     """Why ``name=value`` cannot be passed to a child process, or None (execve's rules)."""
     if not name:
         return "an environment variable name cannot be empty"
@@ -191,7 +194,7 @@ _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
 NODE_HOST_ALLOWED = "a host name (letters, digits, '-', '.'), an IPv4 address or an IPv6 address without brackets"
 
 
-def node_host_problem(host: str) -> Optional[str]:
+def node_host_problem(host: str) -> str | None:
     """Why ``host`` cannot be a node address, or None."""
     if not host:
         return "an empty address"
@@ -208,7 +211,7 @@ def node_host_problem(host: str) -> Optional[str]:
     return None
 
 
-def node_hosts_problem(hosts: List[str]) -> Optional[str]:
+def node_hosts_problem(hosts: list[str]) -> str | None:
     """Why this list of node addresses (index = node rank) cannot describe a cluster, or None."""
     for rank, host in enumerate(hosts):
         problem = node_host_problem(host)
@@ -217,19 +220,21 @@ def node_hosts_problem(hosts: List[str]) -> Optional[str]:
     for rank, host in enumerate(hosts):
         first = hosts.index(host)
         if first != rank:
-            return (f"nodes {first} and {rank} are both {host!r}: their servers would share that host's GPUs "
-                    "(each node's layout starts at GPU 0); give each node its own address")
+            return (
+                f"nodes {first} and {rank} are both {host!r}: their servers would share that host's GPUs "
+                "(each node's layout starts at GPU 0); give each node its own address"
+            )
     return None
 
 
-def _node_hosts(value: List[str]) -> List[str]:
+def _node_hosts(value: list[str]) -> list[str]:
     problem = node_hosts_problem(value)
     if problem:
         raise ValueError(problem)
     return value
 
 
-def _env_table(value: Dict[str, str]) -> Dict[str, str]:
+def _env_table(value: dict[str, str]) -> dict[str, str]:
     for name, text in value.items():
         problem = env_entry_problem(name, text)
         if problem:
@@ -242,8 +247,8 @@ NodeRank = Annotated[int, AfterValidator(NON_NEGATIVE.check)]
 GpuId = Annotated[int, AfterValidator(NON_NEGATIVE.check)]
 Ratio = Annotated[float, AfterValidator(RATIO.check)]
 ModuleName = Annotated[str, AfterValidator(_module_name)]
-EnvTable = Annotated[Dict[str, str], AfterValidator(_env_table)]
-NodeHosts = Annotated[List[str], AfterValidator(_node_hosts)]
+EnvTable = Annotated[dict[str, str], AfterValidator(_env_table)]
+NodeHosts = Annotated[list[str], AfterValidator(_node_hosts)]
 
 
 class _Schema(BaseModel):
@@ -257,28 +262,31 @@ def _preset_type(setting: Setting):
     return Literal[setting.choices]
 
 
-PRESET_KEYS: Dict[str, Setting] = {s.preset_key: s for s in SETTINGS if s.preset_key}
+PRESET_KEYS: dict[str, Setting] = {s.preset_key: s for s in SETTINGS if s.preset_key}
 PRESET_SETTINGS = tuple(PRESET_KEYS.values())
 if TYPE_CHECKING:
+
     class ExtensionTable(_Schema):
         """Its keys are made from the rows at run time; the checker sees none (they are read with getattr)."""
 else:
     ExtensionTable = create_model(
-        "ExtensionTable", __base__=_Schema, __module__=__name__,
+        "ExtensionTable",
+        __base__=_Schema,
+        __module__=__name__,
         **{key: (_preset_type(s), s.default) for key, s in PRESET_KEYS.items()},
     )
     ExtensionTable.__doc__ = "[extension]: one key per row of config.SETTINGS with a preset key."
 
 
-def _prefill_only() -> List[Role]:
+def _prefill_only() -> list[Role]:
     return ["prefill"]
 
 
 class HiCacheTable(_Schema):
     enabled: bool = False
-    ratio: Optional[Ratio] = None
-    roles: List[Role] = Field(default_factory=_prefill_only)
-    size: Optional[object] = None  # refused with the reason (HICACHE_SIZE_MESSAGE)
+    ratio: Ratio | None = None
+    roles: list[Role] = Field(default_factory=_prefill_only)
+    size: object | None = None  # refused with the reason (HICACHE_SIZE_MESSAGE)
 
     @field_validator("size")
     @classmethod
@@ -295,19 +303,19 @@ class ClusterTable(_Schema):
 
 
 class CommonTable(_Schema):
-    args: List[str] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list)
     env: EnvTable = Field(default_factory=dict)
 
 
 class ServerTable(_Schema):
-    node: Optional[NodeRank] = None
-    nodes: Optional[List[NodeRank]] = None
-    dist_init_addr: Optional[str] = None
-    host: Optional[str] = None
-    port: Optional[Port] = None
-    bootstrap_port: Optional[Port] = None
-    base_gpu_id: Optional[GpuId] = None
-    args: List[str] = Field(default_factory=list)
+    node: NodeRank | None = None
+    nodes: list[NodeRank] | None = None
+    dist_init_addr: str | None = None
+    host: str | None = None
+    port: Port | None = None
+    bootstrap_port: Port | None = None
+    base_gpu_id: GpuId | None = None
+    args: list[str] = Field(default_factory=list)
     env: EnvTable = Field(default_factory=dict)
 
 
@@ -320,21 +328,21 @@ class RouterSpec(_Schema):
     host: str = "127.0.0.1"
     port: Port = 8000
     module: ModuleName = DEFAULT_ROUTER_MODULE
-    args: List[str] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list)
 
 
 class PresetFile(_Schema):
     description: str = ""
     mode: Mode = "pd"
-    model_path: Optional[str] = None
+    model_path: str | None = None
     extension: ExtensionTable = Field(default_factory=ExtensionTable)
     hicache: HiCacheTable = Field(default_factory=HiCacheTable)
     pd: PdTable = Field(default_factory=PdTable)
     cluster: ClusterTable = Field(default_factory=ClusterTable)
     common: CommonTable = Field(default_factory=CommonTable)
-    prefill: List[ServerTable] = Field(default_factory=list)
-    decode: List[ServerTable] = Field(default_factory=list)
-    single: Optional[ServerTable] = None
+    prefill: list[ServerTable] = Field(default_factory=list)
+    decode: list[ServerTable] = Field(default_factory=list)
+    single: ServerTable | None = None
     router: RouterSpec = Field(default_factory=RouterSpec)
 
 
@@ -356,9 +364,9 @@ def _where(loc) -> str:
     return out
 
 
-def _model_at(loc, root: type[BaseModel]) -> Optional[type[BaseModel]]:
+def _model_at(loc, root: type[BaseModel]) -> type[BaseModel] | None:
     """The schema model that holds the last key of ``loc`` (None inside a plain dict)."""
-    model: Optional[type[BaseModel]] = root
+    model: type[BaseModel] | None = root
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
@@ -370,12 +378,12 @@ def _model_at(loc, root: type[BaseModel]) -> Optional[type[BaseModel]]:
     return model
 
 
-def _flat_types(annotation) -> List[object]:
+def _flat_types(annotation) -> list[object]:
     args = typing.get_args(annotation)
     return [annotation] if not args else [t for a in args for t in _flat_types(a)] + [annotation]
 
 
-def _allowed_values(loc, root: type[BaseModel]) -> List[object]:
+def _allowed_values(loc, root: type[BaseModel]) -> list[object]:
     while loc and isinstance(loc[-1], int):  # an element of a list: the list's field
         loc = loc[:-1]
     model = _model_at(loc, root)
@@ -386,7 +394,7 @@ def _allowed_values(loc, root: type[BaseModel]) -> List[object]:
     return list(typing.get_args(literals[0])) if literals else []
 
 
-def _preset_error(exc: ValidationError, source: str, root: Optional[type[BaseModel]] = None) -> PresetError:
+def _preset_error(exc: ValidationError, source: str, root: type[BaseModel] | None = None) -> PresetError:
     """One line naming the key (the first problem pydantic found), never pydantic's dump."""
     root = root or PresetFile
     err = exc.errors(include_url=False)[0]
@@ -410,6 +418,7 @@ def _preset_error(exc: ValidationError, source: str, root: Optional[type[BaseMod
 # The same checked types as the file's tables; a stack built or changed in code (serve's command-line
 # overrides) is checked again by check_stack_fields, before the launch plan reads it.
 
+
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", revalidate_instances="always")
 
@@ -417,14 +426,14 @@ class _Spec(BaseModel):
 class Instance(_Spec):
     role: ServerRole
     index: int
-    nodes: List[NodeRank] = Field(default_factory=lambda: [0])
-    dist_init_addr: Optional[str] = None
+    nodes: list[NodeRank] = Field(default_factory=lambda: [0])
+    dist_init_addr: str | None = None
     host: str = "127.0.0.1"
     port: Port = 30000
-    bootstrap_port: Optional[Port] = None
-    base_gpu_id: Optional[GpuId] = None
-    args: List[str] = Field(default_factory=list)
-    env: Dict[str, str] = Field(default_factory=dict)
+    bootstrap_port: Port | None = None
+    base_gpu_id: GpuId | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -435,28 +444,28 @@ class StackSpec(_Spec):
     source: str = "<command line>"
     description: str = ""
     mode: Mode = "pd"
-    model_path: Optional[str] = None
+    model_path: str | None = None
     ext: InstanceOf[ExtConfig] = Field(default_factory=ExtConfig)  # the extension's settings for every child
     hicache: bool = False
-    hicache_ratio: Optional[Ratio] = None
-    hicache_roles: List[Role] = Field(default_factory=_prefill_only)
+    hicache_ratio: Ratio | None = None
+    hicache_roles: list[Role] = Field(default_factory=_prefill_only)
     transfer_backend: str = "nixl"
-    nodes: List[str] = Field(default_factory=lambda: ["127.0.0.1"])
-    common_args: List[str] = Field(default_factory=list)
-    cli_common_args: List[str] = Field(default_factory=list)  # SGLang flags after "--" (every server)
-    common_env: Dict[str, str] = Field(default_factory=dict)
-    prefill: List[Instance] = Field(default_factory=list)
-    decode: List[Instance] = Field(default_factory=list)
-    single: Optional[Instance] = None
+    nodes: list[str] = Field(default_factory=lambda: ["127.0.0.1"])
+    common_args: list[str] = Field(default_factory=list)
+    cli_common_args: list[str] = Field(default_factory=list)  # SGLang flags after "--" (every server)
+    common_env: dict[str, str] = Field(default_factory=dict)
+    prefill: list[Instance] = Field(default_factory=list)
+    decode: list[Instance] = Field(default_factory=list)
+    single: Instance | None = None
     router: RouterSpec = Field(default_factory=RouterSpec)
     # Command-line pass-through (--prefill-args / --decode-args / --router-args).
-    role_args: Dict[str, List[str]] = Field(default_factory=dict)
-    router_extra_args: List[str] = Field(default_factory=list)
+    role_args: dict[str, list[str]] = Field(default_factory=dict)
+    router_extra_args: list[str] = Field(default_factory=list)
     # serve's run flags that shape the command lines: --keep-overlap-schedule, --wedge-timeout (needs /metrics).
     keep_overlap_schedule: bool = False
     metrics_for_wedge_watch: bool = False
 
-    def servers(self) -> List[Instance]:
+    def servers(self) -> list[Instance]:
         if self.mode == "single":
             return [] if self.single is None else [self.single]  # none: refused by check_spec
         return self.prefill + self.decode
@@ -471,6 +480,7 @@ def check_stack_fields(spec: StackSpec) -> None:
 
 
 # ----------------------------------------------------------------------------- loading
+
 
 def _instance(table: ServerTable, role: ServerRole, index: int, where: str, source: str) -> Instance:
     defaults = default_instance(role, index)
@@ -491,7 +501,8 @@ def _instance(table: ServerTable, role: ServerRole, index: int, where: str, sour
         host=table.host if table.host is not None else defaults.host,
         port=table.port if table.port is not None else defaults.port,
         bootstrap_port=(table.bootstrap_port if table.bootstrap_port is not None else defaults.bootstrap_port)
-        if role == "prefill" else None,
+        if role == "prefill"
+        else None,
         base_gpu_id=table.base_gpu_id,
         args=list(table.args),
         env=dict(table.env),
@@ -516,13 +527,13 @@ def _servers_from(preset: PresetFile, spec: StackSpec, source: str) -> None:
     for role in ROLES:
         tables = getattr(preset, role)
         if spec.mode == "single" and tables:
-            raise PresetError(f"{source}: [[{role}]] tables need mode = \"pd\"")
+            raise PresetError(f'{source}: [[{role}]] tables need mode = "pd"')
         for i, table in enumerate(tables):
             getattr(spec, role).append(_instance(table, role, i, f"{role}[{i}]", source))
     if spec.mode == "single":
         spec.single = _instance(preset.single or ServerTable(), "single", 0, "single", source)
     elif preset.single is not None:
-        raise PresetError(f"{source}: [single] needs mode = \"single\"")
+        raise PresetError(f'{source}: [single] needs mode = "single"')
 
 
 def spec_from_dict(data: dict, source: str) -> StackSpec:
@@ -575,13 +586,16 @@ def default_spec(mode: Mode) -> StackSpec:
 
 def _extension_keys_doc() -> str:
     """The [extension] lines of the schema above, from the table."""
+
     def value(s):
         return str(s.default).lower() if isinstance(s.default, bool) else f'"{s.default}"'
 
     lines = [f"{s.preset_key} = {value(s)}" for s in PRESET_SETTINGS]
     width = max(33, max(map(len, lines)) + 1)  # the comment column of the schema above
-    return "\n    ".join(f"{line:<{width}}# {' | '.join(s.choices) if s.kind.type is not bool else 'true | false'}; "
-                         f"{s.env}" for line, s in zip(lines, PRESET_SETTINGS))
+    return "\n    ".join(
+        f"{line:<{width}}# {' | '.join(s.choices) if s.kind.type is not bool else 'true | false'}; {s.env}"
+        for line, s in zip(lines, PRESET_SETTINGS)
+    )
 
 
 __doc__ = __doc__.replace("<the [extension] keys>", _extension_keys_doc())

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import time
-from typing import Dict, Iterable, List
+from collections.abc import Iterable
 
 import psutil
 
@@ -29,9 +29,9 @@ def send(proc: psutil.Process, sig: int) -> None:
         pass
 
 
-def process_groups() -> Dict[int, List[psutil.Process]]:
+def process_groups() -> dict[int, list[psutil.Process]]:
     """Every process by process group, one pass over the process table."""
-    groups: Dict[int, List[psutil.Process]] = {}
+    groups: dict[int, list[psutil.Process]] = {}
     for p in psutil.process_iter():
         try:
             groups.setdefault(os.getpgid(p.pid), []).append(p)
@@ -40,7 +40,7 @@ def process_groups() -> Dict[int, List[psutil.Process]]:
     return groups
 
 
-def wait_gone(procs: Iterable[psutil.Process], seconds: float) -> List[psutil.Process]:
+def wait_gone(procs: Iterable[psutil.Process], seconds: float) -> list[psutil.Process]:
     """Wait up to ``seconds`` for ``procs`` to end; those still alive."""
     deadline = time.monotonic() + seconds
     while True:

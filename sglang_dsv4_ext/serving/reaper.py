@@ -23,7 +23,8 @@ import signal
 import subprocess
 import sys
 import time
-from typing import IO, Dict, Iterable, List, Optional, TextIO, cast
+from collections.abc import Iterable
+from typing import IO, TextIO, cast
 
 import psutil
 
@@ -41,13 +42,16 @@ class Link:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", __name__, repr(grace), log_path], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, env=env, text=True,
+            [sys.executable, "-m", __name__, repr(grace), log_path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            env=env,
+            text=True,
             start_new_session=True,  # no terminal signal reaches it; it outlives serve by design
         )
         self._pipe = cast(IO[str], self.proc.stdin)  # stdin=PIPE: never None
         self._told: set = set()
-        self.problem: Optional[str] = None  # set when the reaper cannot be reached any more
+        self.problem: str | None = None  # set when the reaper cannot be reached any more
 
     def tell(self, procs: Iterable[psutil.Process]) -> None:
         lines = []
@@ -93,8 +97,8 @@ class _Known:
     """Processes serve reported, and the process groups they were in."""
 
     def __init__(self) -> None:
-        self.procs: Dict[int, psutil.Process] = {}
-        self.groups: Dict[int, float] = {}  # pgid -> earliest start time of a reported member
+        self.procs: dict[int, psutil.Process] = {}
+        self.groups: dict[int, float] = {}  # pgid -> earliest start time of a reported member
 
     def add(self, line: str) -> None:
         pid, created = line.split()
@@ -108,7 +112,7 @@ class _Known:
         self.procs.setdefault(proc.pid, proc)
         self.groups[pgid] = min(self.groups.get(pgid, proc.create_time()), proc.create_time())
 
-    def everything_left(self) -> List[psutil.Process]:
+    def everything_left(self) -> list[psutil.Process]:
         """Recorded processes still alive, later members of their groups, and all their descendants."""
         found = {pid: p for pid, p in self.procs.items() if process_tree.alive(p)}
         for pgid, members in process_tree.process_groups().items():
@@ -129,7 +133,7 @@ class _Known:
         return list(found.values())
 
 
-def reap(procs: List[psutil.Process], grace: float, log: TextIO) -> List[psutil.Process]:
+def reap(procs: list[psutil.Process], grace: float, log: TextIO) -> list[psutil.Process]:
     """SIGTERM, then SIGKILL after ``grace`` seconds; what survived both."""
     if not procs:
         return []
@@ -146,7 +150,7 @@ def reap(procs: List[psutil.Process], grace: float, log: TextIO) -> List[psutil.
     return left
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     grace, log_path = float(argv[0]), argv[1]
     known = _Known()
     for line in sys.stdin:

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import IO, Dict, List, Optional, Tuple
+from typing import IO
 
 import psutil
 
@@ -49,6 +49,7 @@ from sglang_dsv4_ext.tool_support import http_probe, stop_signals
 EXIT_CHILD_FAILED = exit_codes.ATTENTION
 FATAL_SIGNALS = stop_signals.FATAL_SIGNALS  # the signals that stop the stack (one list for every command)
 signal_name = stop_signals.signal_name
+
 
 def start_header(spec: ChildSpec) -> str:
     """The line written into a child's log before each start (repro's extension check reads its --port)."""
@@ -78,9 +79,9 @@ class _Running:
     tee: threading.Thread
     started: float
     # Every process seen in this child's tree (psutil handles keep their identity).
-    tree: Dict[int, psutil.Process] = field(default_factory=dict)
+    tree: dict[int, psutil.Process] = field(default_factory=dict)
 
-    def remember_tree(self, groups: Dict[int, List[psutil.Process]]) -> None:
+    def remember_tree(self, groups: dict[int, list[psutil.Process]]) -> None:
         """Record the child's current descendants and its process group's members (``groups``: pgid -> processes)."""
         try:
             root = psutil.Process(self.proc.pid)
@@ -92,7 +93,7 @@ class _Running:
         for p in groups.get(self.proc.pid, []):
             self.tree.setdefault(p.pid, p)
 
-    def alive(self) -> List[psutil.Process]:
+    def alive(self) -> list[psutil.Process]:
         """Processes of this tree still running; the child itself counts until it is reaped."""
         self.proc.poll()  # reap our own child, so an exited leader is not a zombie "alive"
         left = [p for pid, p in self.tree.items() if pid != self.proc.pid and alive(p)]
@@ -113,17 +114,17 @@ class _Running:
 class Supervisor:
     def __init__(
         self,
-        children: List[ChildSpec],
+        children: list[ChildSpec],
         log_dir: str,
-        remote_health: Optional[List[Tuple[str, str]]] = None,
+        remote_health: list[tuple[str, str]] | None = None,
         health_timeout: float = 1800.0,
         grace_period: float = 30.0,
         poll_interval: float = 0.5,
         progress_interval: float = 10.0,
         stream_logs: bool = True,
-        out: Optional[IO[str]] = None,
+        out: IO[str] | None = None,
         require_activation_line: bool = False,
-        wedge_seconds: Optional[float] = None,
+        wedge_seconds: float | None = None,
     ):
         self.children = children
         self.log_dir = log_dir
@@ -136,12 +137,12 @@ class Supervisor:
         self.out = out or sys.stdout
         self.require_activation_line = require_activation_line
         self.wedge_seconds = wedge_seconds
-        self.running: List[_Running] = []
-        self._signal: Optional[int] = None
+        self.running: list[_Running] = []
+        self._signal: int | None = None
         self._lock = threading.Lock()
         self._out_gone = False  # the terminal went away (SIGHUP): keep going, log only
-        self._own_log: Optional[IO[str]] = None
-        self._reaper: Optional[reaper.Link] = None
+        self._own_log: IO[str] | None = None
+        self._reaper: reaper.Link | None = None
 
     # ----- output -----
     def _write_out(self, text: str) -> None:
@@ -170,8 +171,10 @@ class Supervisor:
                     self._write_out(f"[{name}] {line.decode(errors='replace').rstrip()}\n")
         pipe.close()
         # This start's evidence ends here: a reader of the log must not take it for a running server's.
-        log.write(f"{activation_check.OUTPUT_END_PREFIX} {time.strftime('%Y-%m-%d %H:%M:%S')}: {name} closed its "
-                  f"output (exited)\n".encode())
+        log.write(
+            f"{activation_check.OUTPUT_END_PREFIX} {time.strftime('%Y-%m-%d %H:%M:%S')}: {name} closed its "
+            f"output (exited)\n".encode()
+        )
         log.close()
 
     # ----- processes -----
@@ -207,13 +210,13 @@ class Supervisor:
             self.say(f"{self._reaper.problem}; SIGKILL of serve would now leave processes behind")
             self._reaper = None
 
-    def _dead_child(self) -> Optional[_Running]:
+    def _dead_child(self) -> _Running | None:
         for r in self.running:
             if r.proc.poll() is not None:
                 return r
         return None
 
-    def _wait_trees(self, seconds: float) -> List[_Running]:
+    def _wait_trees(self, seconds: float) -> list[_Running]:
         """Wait up to ``seconds`` for every tree to end; return those with a process left."""
         deadline = time.monotonic() + seconds
         while True:
@@ -241,9 +244,9 @@ class Supervisor:
         self.say("all children stopped: " + stopped)
 
     # ----- health -----
-    def _wait_healthy(self, targets: List[Tuple[str, str]], phase: str) -> Optional[int]:
+    def _wait_healthy(self, targets: list[tuple[str, str]], phase: str) -> int | None:
         """Poll until every (name, url) is healthy; return an exit code to stop with, or None."""
-        pending: Dict[str, str] = dict(targets)
+        pending: dict[str, str] = dict(targets)
         if not pending:
             return None
         t0 = time.monotonic()
@@ -270,7 +273,7 @@ class Supervisor:
             time.sleep(self.poll_interval)
         return None
 
-    def _check_activation(self, servers: List[ChildSpec]) -> Optional[int]:
+    def _check_activation(self, servers: list[ChildSpec]) -> int | None:
         """Each healthy local server's log must carry the activation line with the configuration it was given."""
         if not self.require_activation_line:
             return None
@@ -288,7 +291,7 @@ class Supervisor:
             self.say(f"{c.name}: sglang-dsv4-ext active as configured")
         return None
 
-    def _check_stop(self) -> Optional[int]:
+    def _check_stop(self) -> int | None:
         if self._signal is not None:
             name = signal_name(self._signal)
             self.say(f"{name} received: stopping the stack")
@@ -307,7 +310,7 @@ class Supervisor:
         if self._signal is None:  # the first one names the reason; later ones change nothing
             self._signal = signum
 
-    def _install_handlers(self) -> Dict[int, object]:
+    def _install_handlers(self) -> dict[int, object]:
         """Our handler for every fatal signal not ignored at start; returns the previous handlers."""
         return stop_signals.install(self._on_signal)
 
@@ -332,7 +335,7 @@ class Supervisor:
                 self._own_log = None
         return code
 
-    def _start_all(self, children: List[ChildSpec]) -> Optional[int]:
+    def _start_all(self, children: list[ChildSpec]) -> int | None:
         """Start each child; an exit code when one cannot be started (the rest are stopped by run())."""
         for c in children:
             try:
@@ -352,7 +355,7 @@ class Supervisor:
         self.say("stack is up" + (f": {urls[0].rsplit('/health', 1)[0]}" if urls else "") + " (Ctrl-C stops it)")
         return self._watch(wedge.detectors_for(servers, self.wedge_seconds))
 
-    def _bring_up(self, servers: List[ChildSpec], routers: List[ChildSpec]) -> Optional[int]:
+    def _bring_up(self, servers: list[ChildSpec], routers: list[ChildSpec]) -> int | None:
         """Servers, their health and activation line, then the router; an exit code on the first failure."""
         code = self._start_all(servers)
         if code is not None:

@@ -28,13 +28,13 @@ import importlib
 import importlib.machinery
 import importlib.util
 import shlex
-from typing import Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 from sglang_dsv4_ext.errors import CommandLineError
 from sglang_dsv4_ext.serving.preset import HICACHE_SIZE_MESSAGE
 
 # destination -> how to set it with this tool instead
-OWNED_DESTS: Dict[str, str] = {
+OWNED_DESTS: dict[str, str] = {
     "model_path": "use sglang-dsv4's --model-path (or model_path in the preset)",
     "disaggregation_mode": "the role comes from the stack layout (prefill/decode tables, --mode)",
     "disaggregation_transfer_backend": "use sglang-dsv4's --transfer-backend (or [pd].transfer_backend)",
@@ -52,10 +52,10 @@ OWNED_DESTS: Dict[str, str] = {
 }
 
 # destination -> why serve cannot run a server with it at all
-REFUSED_DESTS: Dict[str, str] = {
+REFUSED_DESTS: dict[str, str] = {
     "use_ray": "SGLang's Ray scheduler actors (srt/ray/scheduler_actor.py) never call load_plugins() and write "
-               "their output to Ray's logs, so serve cannot show the extension active in them; start the servers "
-               "without --use-ray (`sglang-dsv4 doctor` lists the entry points that load plugins)",
+    "their output to Ray's logs, so serve cannot show the extension active in them; start the servers "
+    "without --use-ray (`sglang-dsv4 doctor` lists the entry points that load plugins)",
 }
 
 ROUTER_OWNED = {
@@ -72,8 +72,12 @@ ROUTER_OWNED = {
 TRUSTED_ROUTER_PACKAGE = "sglang_router"
 _ROUTER_OWNED_FLAGS = ("--pd-disaggregation", "--prefill", "--decode", "--worker-urls", "--host", "--port")
 # argparse actions for which giving the flag again adds to it rather than replacing it.
-_ACCUMULATING_ACTIONS = (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction,
-                         argparse._ExtendAction)
+_ACCUMULATING_ACTIONS = (
+    argparse._AppendAction,
+    argparse._AppendConstAction,
+    argparse._CountAction,
+    argparse._ExtendAction,
+)
 
 
 class _RaisingParser(argparse.ArgumentParser):
@@ -110,7 +114,7 @@ class _RecordingNamespace(argparse.Namespace):
         self._recorded.append(name)
         object.__setattr__(self, name, value)
 
-    def settings(self) -> Dict[str, object]:
+    def settings(self) -> dict[str, object]:
         return {k: v for k, v in vars(self).items() if k != "_recorded" and v is not UNSET}
 
 
@@ -123,7 +127,7 @@ def _probe_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def parse_once_each(parser: argparse.ArgumentParser, args: Sequence[str], flag_of) -> Dict[str, object]:
+def parse_once_each(parser: argparse.ArgumentParser, args: Sequence[str], flag_of) -> dict[str, object]:
     """Parse ``args`` on a probe parser; refuse a flag given twice; return what was set.
 
     ``flag_of(dest)`` names a destination's flag in the error.
@@ -134,8 +138,9 @@ def parse_once_each(parser: argparse.ArgumentParser, args: Sequence[str], flag_o
     seen = set()
     for dest in ns._recorded:
         if dest in seen and dest not in accumulating:
-            raise CommandLineError(f"{flag_of(dest)} is given more than once (argparse would keep only the last); "
-                                   "give it once")
+            raise CommandLineError(
+                f"{flag_of(dest)} is given more than once (argparse would keep only the last); give it once"
+            )
         seen.add(dest)
     return ns.settings()
 
@@ -189,7 +194,7 @@ class SGLangArgs:
     def flag(self, dest: str) -> str:
         return self._flag_of.get(dest, "--" + dest.replace("_", "-"))
 
-    def explicit(self, args: Sequence[str], source: str) -> Dict[str, object]:
+    def explicit(self, args: Sequence[str], source: str) -> dict[str, object]:
         """Destinations set by ``args`` (parsed alone); error names the source."""
         try:
             return parse_once_each(self.probe, args, self.flag)
@@ -208,9 +213,9 @@ class SGLangArgs:
         except Exception as exc:  # ServerArgs construction
             raise CommandLineError(f"{name}: SGLang's ServerArgs rejects the arguments: {exc}") from None
 
-    def check_sources(self, sources: Sequence[Tuple[str, Sequence[str]]], name: str) -> Dict[str, object]:
+    def check_sources(self, sources: Sequence[tuple[str, Sequence[str]]], name: str) -> dict[str, object]:
         """Checks 1 and 2 for one server; returns the merged explicit settings."""
-        seen: Dict[str, Tuple[str, object]] = {}
+        seen: dict[str, tuple[str, object]] = {}
         for source, args in sources:
             if "--config" in args or any(a.startswith("--config=") for a in args):
                 raise CommandLineError(
@@ -219,8 +224,10 @@ class SGLangArgs:
                 )
             for dest, value in self.explicit(args, f"{name}: {source}").items():
                 if dest in REFUSED_DESTS and value:
-                    raise CommandLineError(f"{name}: {source} sets {self.flag(dest)}, which sglang-dsv4 serve refuses: "
-                                           f"{REFUSED_DESTS[dest]}")
+                    raise CommandLineError(
+                        f"{name}: {source} sets {self.flag(dest)}, which sglang-dsv4 serve refuses: "
+                        f"{REFUSED_DESTS[dest]}"
+                    )
                 if dest in OWNED_DESTS:
                     raise CommandLineError(
                         f"{name}: {source} sets {self.flag(dest)} ({dest}={value!r}), which sglang-dsv4 controls: "
@@ -247,6 +254,7 @@ def gpus_per_node(ns: argparse.Namespace, nnodes: int) -> int:
 
 # ----------------------------------------------------------------------------- router
 
+
 def router_parser(module: str):
     """(parser, RouterArgs class) from SGLang's router package, or (None, reason).
 
@@ -269,7 +277,7 @@ def router_parser(module: str):
     return (parser, router_args_cls), None
 
 
-def _check_router_by_spelling(user_args: List[str]) -> None:
+def _check_router_by_spelling(user_args: list[str]) -> None:
     """Without the router's parser only our own flags can be protected (prefix match, as argparse)."""
     for tok in user_args:
         flag = tok.split("=", 1)[0]
@@ -278,7 +286,7 @@ def _check_router_by_spelling(user_args: List[str]) -> None:
             raise CommandLineError(f"router: router args set {flag}, which sglang-dsv4 generates")
 
 
-def _check_router_user_args(cls, module: str, user_args: List[str]) -> None:
+def _check_router_user_args(cls, module: str, user_args: list[str]) -> None:
     """The user's router args parse alone, set nothing we generate, and give no flag twice."""
     probe = _RaisingParser(prog=module, add_help=False)
     cls.add_cli_args(probe, use_router_prefix=False)
@@ -292,7 +300,7 @@ def _check_router_user_args(cls, module: str, user_args: List[str]) -> None:
             raise CommandLineError(f"router: router args set {dest.replace('_', '-')!r}: {ROUTER_OWNED[dest]}")
 
 
-def _check_router_full(parser, cls, generated: List[str]) -> None:
+def _check_router_full(parser, cls, generated: list[str]) -> None:
     try:
         full = parser.parse_args(generated)
         cls.from_cli_args(full, use_router_prefix=False)
@@ -304,7 +312,7 @@ def _check_router_full(parser, cls, generated: List[str]) -> None:
         raise CommandLineError(f"router: RouterArgs rejects the arguments: {exc}") from None
 
 
-def check_router(module: str, generated: List[str], user_args: List[str]) -> Optional[str]:
+def check_router(module: str, generated: list[str], user_args: list[str]) -> str | None:
     """Validate the router command line; return a note when the router's parser is not used."""
     found, reason = router_parser(module)
     if found is None:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
 
 from sglang_dsv4_ext.tool_support import http_probe
 
@@ -34,7 +34,7 @@ class MetricsUnreadableError(Exception):
     """/metrics gave no answer that can be judged; the message says why."""
 
 
-def scrape(url: str, deadline: float = READ_DEADLINE) -> Dict[str, float]:
+def scrape(url: str, deadline: float = READ_DEADLINE) -> dict[str, float]:
     """Sum of every sample of the two metrics (all label sets); :class:`MetricsUnreadableError` with the reason."""
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -60,11 +60,11 @@ class WedgeDetector:
     name: str
     metrics_url: str  # e.g. http://127.0.0.1:30100/metrics
     stall_seconds: float = 120.0
-    problem: Optional[str] = field(default=None, init=False)  # why the last read gave no answer
-    _tokens: Optional[float] = field(default=None, init=False)
-    _stalled_since: Optional[float] = field(default=None, init=False)
+    problem: str | None = field(default=None, init=False)  # why the last read gave no answer
+    _tokens: float | None = field(default=None, init=False)
+    _stalled_since: float | None = field(default=None, init=False)
 
-    def observe(self, now: Optional[float] = None) -> Optional[str]:
+    def observe(self, now: float | None = None) -> str | None:
         """Scrape once; return a message naming the server when it is wedged, else None."""
         try:
             totals = scrape(self.metrics_url)
@@ -82,9 +82,11 @@ class WedgeDetector:
         stalled = now - self._stalled_since
         if stalled < self.stall_seconds:
             return None
-        return (f"{self.name} looks wedged: {running:g} request(s) running and {GENERATED_TOKENS} stuck at "
-                f"{tokens:g} for {stalled:.0f} s ({self.metrics_url}); for PD decode servers see "
-                f"--disable-overlap-schedule")
+        return (
+            f"{self.name} looks wedged: {running:g} request(s) running and {GENERATED_TOKENS} stuck at "
+            f"{tokens:g} for {stalled:.0f} s ({self.metrics_url}); for PD decode servers see "
+            f"--disable-overlap-schedule"
+        )
 
 
 class WedgeWatch:
@@ -92,13 +94,13 @@ class WedgeWatch:
     wedge found (the watch stops there). ``say`` gets one line when a server's /metrics becomes
     unreadable, and one when it is readable again."""
 
-    def __init__(self, detectors: List[WedgeDetector], interval: float, say: Callable[[str], None]):
+    def __init__(self, detectors: list[WedgeDetector], interval: float, say: Callable[[str], None]):
         self.detectors, self.interval, self.say = detectors, interval, say
-        self.verdict: Optional[str] = None
+        self.verdict: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="serve-wedge-watch", daemon=True)
 
-    def start(self) -> "WedgeWatch":
+    def start(self) -> WedgeWatch:
         if self.detectors:
             self._thread.start()
         return self
@@ -121,17 +123,21 @@ class WedgeWatch:
                     return
             self._stop.wait(self.interval)
 
-    def _report(self, detector: WedgeDetector, said: Optional[str]) -> None:
+    def _report(self, detector: WedgeDetector, said: str | None) -> None:
         if detector.problem and not said:
-            self.say(f"{detector.name}: cannot read {detector.metrics_url}: {detector.problem}; "
-                     "the wedge watch goes on")
+            self.say(
+                f"{detector.name}: cannot read {detector.metrics_url}: {detector.problem}; the wedge watch goes on"
+            )
         elif said and not detector.problem:
             self.say(f"{detector.name}: {detector.metrics_url} readable again")
 
 
-def detectors_for(servers, stall_seconds: Optional[float]):
+def detectors_for(servers, stall_seconds: float | None):
     """One detector per local server with an HTTP port (its /metrics next to /health); none when off."""
     if not stall_seconds:
         return []
-    return [WedgeDetector(c.name, c.health_url.rsplit("/health", 1)[0] + "/metrics", stall_seconds)
-            for c in servers if c.health_url]
+    return [
+        WedgeDetector(c.name, c.health_url.rsplit("/health", 1)[0] + "/metrics", stall_seconds)
+        for c in servers
+        if c.health_url
+    ]

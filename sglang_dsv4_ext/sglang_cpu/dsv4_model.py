@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Iterator, List, Optional
 
 from sglang_dsv4_ext.errors import PlanInputError
 
@@ -33,13 +33,13 @@ class Dsv4Model:
 
     name: str
     num_hidden_layers: int
-    compress_ratios: List[int]  # one per layer, plus the MTP slot(s) at the end
+    compress_ratios: list[int]  # one per layer, plus the MTP slot(s) at the end
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     index_head_dim: int
     window_size: int
     context_len: int
-    kv_source_layer_ids: List[int] = field(default_factory=list)
+    kv_source_layer_ids: list[int] = field(default_factory=list)
     index_topk: int = 512  # c4 rows sparse attention selects per query (decode read sizes, not pool sizing)
     model_type: str = "deepseek_v4"
 
@@ -47,14 +47,18 @@ class Dsv4Model:
     def is_v41(self) -> bool:
         return self.model_type == V41_MODEL_TYPE
 
-    def low_ratio_sources(self, start: int = 0, end: Optional[int] = None) -> dict:
+    def low_ratio_sources(self, start: int = 0, end: int | None = None) -> dict:
         """``{ratio: [kv_source layers]}`` for the V4.1 ratios 1 and 2 of a stage (SGLang's rule)."""
         stage = range(start, self.num_hidden_layers if end is None else end)
-        return {ratio: [layer for layer in self.kv_source_layer_ids if layer in stage
-                        and self.compress_ratios[layer] == ratio]
-                for ratio in LOW_RATIOS if ratio in self.compress_ratios[stage.start:stage.stop]}
+        return {
+            ratio: [
+                layer for layer in self.kv_source_layer_ids if layer in stage and self.compress_ratios[layer] == ratio
+            ]
+            for ratio in LOW_RATIOS
+            if ratio in self.compress_ratios[stage.start : stage.stop]
+        }
 
-    def layer_counts(self, start: int = 0, end: Optional[int] = None) -> dict:
+    def layer_counts(self, start: int = 0, end: int | None = None) -> dict:
         stage = self.compress_ratios[start : self.num_hidden_layers if end is None else end]
         return {ratio: stage.count(ratio) for ratio in sorted(set(stage))}
 
@@ -83,7 +87,7 @@ def _positive_int(raw: dict, key: str, default: int, name: str) -> int:
     return value
 
 
-def _read_config_text(path: Optional[str], bundled: str = "v4-flash"):
+def _read_config_text(path: str | None, bundled: str = "v4-flash"):
     """(text, display name) of the config file; errors name the path."""
     if path is None:
         filename, display = BUNDLED_MODELS[bundled]
@@ -108,7 +112,7 @@ def _flatten_text_config(raw: dict) -> dict:
     return normalize_deepseek_v41_config(raw)
 
 
-def _compress_ratios(raw: dict, layers: int, name: str) -> List[int]:
+def _compress_ratios(raw: dict, layers: int, name: str) -> list[int]:
     ratios = raw["compress_ratios"]
     if not isinstance(ratios, list) or not all(_is_int(r) and r in COMPRESS_RATIOS for r in ratios):
         raise PlanInputError(
@@ -122,7 +126,7 @@ def _compress_ratios(raw: dict, layers: int, name: str) -> List[int]:
     return list(ratios)
 
 
-def _kv_source_layer_ids(raw: dict, ratios: List[int], layers: int, name: str) -> List[int]:
+def _kv_source_layer_ids(raw: dict, ratios: list[int], layers: int, name: str) -> list[int]:
     """The kv_source layers; every ratio-1/2 layer needs one of its ratio at or before it.
 
     SGLang (``DeepSeekV4TokenToKVPool.source_layer_of``) maps a ratio-1/2 layer to the nearest
@@ -138,8 +142,11 @@ def _kv_source_layer_ids(raw: dict, ratios: List[int], layers: int, name: str) -
             f"model config {name}: kv_source_layer_ids = {source_ids!r}: {not_low} are not ratio-1/2 layers "
             f"below num_hidden_layers ({layers}); a kv_source layer owns the compressed KV of its ratio 1 or 2"
         )
-    orphans = [layer for layer in range(layers) if ratios[layer] in LOW_RATIOS
-               and not any(i <= layer and ratios[i] == ratios[layer] for i in source_ids)]
+    orphans = [
+        layer
+        for layer in range(layers)
+        if ratios[layer] in LOW_RATIOS and not any(i <= layer and ratios[i] == ratios[layer] for i in source_ids)
+    ]
     if orphans:
         raise PlanInputError(
             f"model config {name}: layers {orphans} have ratio 1 or 2 but no kv_source layer of their ratio at or "
@@ -148,7 +155,7 @@ def _kv_source_layer_ids(raw: dict, ratios: List[int], layers: int, name: str) -
     return list(source_ids)
 
 
-def _model_type(raw: dict, ratios: List[int], layers: int, name: str) -> str:
+def _model_type(raw: dict, ratios: list[int], layers: int, name: str) -> str:
     model_type = raw.get("model_type", "deepseek_v4")
     if model_type != V41_MODEL_TYPE and any(r in LOW_RATIOS for r in ratios[:layers]):
         # sglang/srt/configs/deepseek_v41.py: "the native V4 config rejects 1/2".
@@ -173,7 +180,7 @@ def _parse_config(text: str, name: str) -> dict:
     return raw
 
 
-def load_model(path: Optional[str] = None, bundled: str = "v4-flash") -> Dsv4Model:
+def load_model(path: str | None = None, bundled: str = "v4-flash") -> Dsv4Model:
     """Load a HF-style DSV4 ``config.json``; default: a bundled config (DeepSeek-V4-Flash unless ``bundled``).
 
     Every field that sizes a pool is checked; :class:`PlanInputError` names the field.
@@ -215,7 +222,7 @@ def cpu_server_args(**fields) -> Iterator[object]:
 
 
 class _SpecAlgorithm:
-    def __init__(self, name: Optional[str]):
+    def __init__(self, name: str | None):
         self.name = name
 
     def is_none(self):
@@ -229,7 +236,11 @@ class _SpecAlgorithm:
 
 
 def kv_cache_configurator_stub(
-    model: Dsv4Model, *, start_layer: int = 0, end_layer: Optional[int] = None, speculative: Optional[str] = None,
+    model: Dsv4Model,
+    *,
+    start_layer: int = 0,
+    end_layer: int | None = None,
+    speculative: str | None = None,
     is_draft_worker: bool = False,
 ):
     """The attributes of SGLang's ``KVCacheConfigurator`` that DSV4 pool sizing and building read."""

@@ -29,9 +29,9 @@ import io
 import json
 import logging
 import types
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Iterator, Optional, Sequence
 from unittest import mock
 
 from sglang_dsv4_ext.errors import PrefillGraphArgsError
@@ -176,10 +176,10 @@ def _why(server_args, backend: str, architecture: str, messages: list) -> str:
     said = "; ".join(m.rstrip(".") for m in messages)
     words = _STEP_WORDS.get(step, step)
     arch = "DeepSeek-V4" if architecture == DSV4_ARCHITECTURE else architecture
-    return f"{words} for {arch}" + (f": SGLang says \"{said}\"" if said else "")
+    return f"{words} for {arch}" + (f': SGLang says "{said}"' if said else "")
 
 
-def in_this_process() -> Optional[PrefillGraphAnswer]:
+def in_this_process() -> PrefillGraphAnswer | None:
     """This process's published configuration (a running SGLang server); None when no server args are published.
 
     The published ``exec`` bag holds the resolved graph configuration; server args published without it

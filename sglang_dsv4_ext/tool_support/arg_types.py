@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable, Optional
+from collections.abc import Callable
 
 
 def _as_float(text: str) -> float:
@@ -15,7 +15,7 @@ def _as_float(text: str) -> float:
         return math.nan
 
 
-def _as_int(text: str) -> Optional[int]:
+def _as_int(text: str) -> int | None:
     try:
         return int(text)
     except ValueError:
@@ -35,7 +35,7 @@ def finite_float(*, minimum: float, inclusive: bool, unit: str = "") -> Callable
     return parse
 
 
-def int_at_least(minimum: int, *, also: Optional[int] = None, also_means: str = "") -> Callable[[str], int]:
+def int_at_least(minimum: int, *, also: int | None = None, also_means: str = "") -> Callable[[str], int]:
     """An integer >= minimum; ``also`` is one more accepted value (e.g. -1 meaning 'off')."""
     what = f"an integer >= {minimum}" + (f", or {also} ({also_means})" if also is not None else "")
 

@@ -21,7 +21,6 @@ import ssl
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Optional
 
 MAX_BODY = 16 << 20  # SGLang's /metrics is a few hundred KiB; anything near this is not metrics
 
@@ -89,7 +88,7 @@ class _Connection(http.client.HTTPConnection):
         super().__init__(host, port, timeout=deadline.left())
         self._deadline, self._tls = deadline, tls
 
-    raw: Optional[socket.socket] = None
+    raw: socket.socket | None = None
 
     def connect(self) -> None:
         self.raw = socket.create_connection((self.host, self.port), timeout=self._deadline.left())
@@ -127,7 +126,7 @@ def get(url: str, deadline: float = 2.0, max_body: int = MAX_BODY) -> Reply:
     return Reply(resp.status, body)
 
 
-def _cut_short(read: int, missing: Optional[int]) -> str:
+def _cut_short(read: int, missing: int | None) -> str:
     more = f", {missing} more expected" if missing else ""  # a chunked body does not say how much is missing
     return f"the body was cut short ({read} bytes read{more})"
 

@@ -17,15 +17,29 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Callable, Dict, Iterator, Tuple
+from collections.abc import Callable, Iterator
 
 # Catchable signals whose default action ends a process. Left out: SIGKILL/SIGSTOP (cannot be
 # caught), SIGPIPE (Python ignores it; a closed stdout is handled where we write), and the
 # fault signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS) that report a bug in
 # this process rather than a request to stop.
-_FATAL_NAMES = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU",
-                "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGIO", "SIGPWR", "SIGSTKFLT")
-FATAL_SIGNALS: Tuple[int, ...] = tuple(
+_FATAL_NAMES = (
+    "SIGHUP",
+    "SIGINT",
+    "SIGQUIT",
+    "SIGTERM",
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGALRM",
+    "SIGXCPU",
+    "SIGXFSZ",
+    "SIGVTALRM",
+    "SIGPROF",
+    "SIGIO",
+    "SIGPWR",
+    "SIGSTKFLT",
+)
+FATAL_SIGNALS: tuple[int, ...] = tuple(
     dict.fromkeys(int(getattr(signal, n)) for n in _FATAL_NAMES if hasattr(signal, n))
 ) + tuple(range(getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1) + 1))  # real-time: terminate
 
@@ -48,7 +62,7 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def install(handler: Handler) -> Dict[int, object]:
+def install(handler: Handler) -> dict[int, object]:
     """``handler`` for every fatal signal not ignored now; returns the handlers it replaced.
 
     Outside the main thread (where Python cannot set handlers) nothing is installed.
@@ -63,7 +77,7 @@ def install(handler: Handler) -> Dict[int, object]:
     return previous
 
 
-def restore(previous: Dict[int, object]) -> None:
+def restore(previous: dict[int, object]) -> None:
     for sig, handler in previous.items():
         signal.signal(sig, handler)
 

@@ -14,8 +14,9 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="needs a CUDA GPU: replays async H2D layer loads against CUDA-graph readers")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU: replays async H2D layer loads against CUDA-graph readers"
+)
 def test_stock_breakable_replay_reads_stale_index_k_and_wait_ahead_reads_none(tmp_path):
     from benchmarks import gate_replay as gr
 

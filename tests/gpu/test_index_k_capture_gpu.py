@@ -43,8 +43,11 @@ def test_capture_on_gpu_holds_the_rows_the_indexer_read(sglang_gpu, tmp_path):
     shape = indexer_topk.SHAPES[0]  # decode: one query row per request
     root = tmp_path / "capture"
     # Capture is decided when the pool is built.
-    with indexer_topk.env(SGLANG_DSV4_INDEX_K_CAPTURE=str(root), SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS=REQUESTS,
-                          SGLANG_DSV4_INDEX_K_DTYPE="bf16"):
+    with indexer_topk.env(
+        SGLANG_DSV4_INDEX_K_CAPTURE=str(root),
+        SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS=REQUESTS,
+        SGLANG_DSV4_INDEX_K_DTYPE="bf16",
+    ):
         pool = indexer_topk.build_pool("bf16", shape.pages, "cuda")
         inp = indexer_topk.make_inputs(shape, 0, "cuda")
         indexer_topk.store_bf16(pool, inp)
@@ -92,15 +95,16 @@ def test_a_capturing_call_never_waits_for_the_gpu(sglang_gpu, tmp_path, monkeypa
     pool = indexer_topk.build_pool("bf16", shape.pages, "cuda")
     inp = indexer_topk.make_inputs(shape, 1, "cuda")
     cache = pool.get_index_k_with_scale_buffer(0)
-    kernels_sm120.store_index_k_bf16(inp.kv, inp.norm_weight, inp.eps, inp.freqs, inp.key_positions, inp.slots,
-                                     cache)
+    kernels_sm120.store_index_k_bf16(inp.kv, inp.norm_weight, inp.eps, inp.freqs, inp.key_positions, inp.slots, cache)
     gen = torch.Generator().manual_seed(2)
     q = torch.randn(shape.rows, indexer_topk.N_HEADS, indexer_topk.HEAD_DIM, generator=gen).to(torch.bfloat16).cuda()
     weights = torch.randn(shape.rows, indexer_topk.N_HEADS, generator=gen).cuda()
-    batch = SimpleNamespace(rids=[f"r{i}" for i in range(shape.rows)], batch_size=shape.rows,
-                            extend_seq_lens_cpu=None, seq_lens_cpu=None)
-    capture = index_k_capture.IndexKCapture(CaptureConfig(directory=str(tmp_path), requests=REQUESTS),
-                                            frozenset({0}), tmp_path)
+    batch = SimpleNamespace(
+        rids=[f"r{i}" for i in range(shape.rows)], batch_size=shape.rows, extend_seq_lens_cpu=None, seq_lens_cpu=None
+    )
+    capture = index_k_capture.IndexKCapture(
+        CaptureConfig(directory=str(tmp_path), requests=REQUESTS), frozenset({0}), tmp_path
+    )
     host_copies = []
     to_host = index_k_capture._to_host
 
@@ -113,8 +117,15 @@ def test_a_capturing_call_never_waits_for_the_gpu(sglang_gpu, tmp_path, monkeypa
     torch.cuda.set_sync_debug_mode("error")
     try:
         capture.note_stored(0, batch, inp.kv, inp.norm_weight, inp.eps, inp.freqs, inp.key_positions, inp.slots)
-        capture.record(SimpleNamespace(layer_id=0, index_topk=indexer_topk.TOPK), batch, q, weights, inp.seq_lens,
-                       inp.page_table, cache)
+        capture.record(
+            SimpleNamespace(layer_id=0, index_topk=indexer_topk.TOPK),
+            batch,
+            q,
+            weights,
+            inp.seq_lens,
+            inp.page_table,
+            cache,
+        )
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert host_copies and all(t.is_pinned() for t in host_copies)

@@ -58,8 +58,10 @@ def _host_must_not_wait(cuda, streams):
         torch.cuda.set_sync_debug_mode(0)
     ended = [i for i, done in enumerate(holds) if done.query()]
     torch.cuda.synchronize()
-    assert not ended, (f"the GPU hold of stream(s) {ended} had ended when the host came back from the integrity "
-                       f"calls: one of them waited for the device ({HOLD_S} s hold)")
+    assert not ended, (
+        f"the GPU hold of stream(s) {ended} had ended when the host came back from the integrity "
+        f"calls: one of them waited for the device ({HOLD_S} s hold)"
+    )
 
 
 def _indices(torch, kind, values):
@@ -126,7 +128,7 @@ def _sglang_stack(torch):
     if not _STACK:
         _STACK.append(_build_sglang_stack(torch))
     pool, host, anchor = _STACK[0]
-    setattr(host, "_dsv4_integrity", ii.IntegrityTracker("full", list(host.device_buffers), host.num_host_pages))
+    host._dsv4_integrity = ii.IntegrityTracker("full", list(host.device_buffers), host.num_host_pages)
     return pool, host, anchor
 
 
@@ -142,20 +144,45 @@ def _build_sglang_stack(torch):
 
     tokens = (ROWS + 1) * PAGE
     pool = DeepSeekV4TokenToKVPool(
-        max_num_reqs=4, swa_size=tokens, c4_size=tokens // 4, c128_size=tokens // 128, c4_state_pool_size=8,
-        c128_state_pool_size=8, page_size=PAGE, swa_page_size=PAGE, dtype=torch.float8_e4m3fn,
-        c4_state_dtype=torch.float32, c128_state_dtype=torch.float32, qk_nope_head_dim=448, qk_rope_head_dim=64,
-        indexer_head_dim=128, layer_num=4, device="cuda", enable_memory_saver=False, compression_ratios=[0, 4, 128, 4],
-        full_size=tokens)
+        max_num_reqs=4,
+        swa_size=tokens,
+        c4_size=tokens // 4,
+        c128_size=tokens // 128,
+        c4_state_pool_size=8,
+        c128_state_pool_size=8,
+        page_size=PAGE,
+        swa_page_size=PAGE,
+        dtype=torch.float8_e4m3fn,
+        c4_state_dtype=torch.float32,
+        c128_state_dtype=torch.float32,
+        qk_nope_head_dim=448,
+        qk_rope_head_dim=64,
+        indexer_head_dim=128,
+        layer_num=4,
+        device="cuda",
+        enable_memory_saver=False,
+        compression_ratios=[0, 4, 128, 4],
+        full_size=tokens,
+    )
     (region,) = _dsv4_indexer_regions(pool, PAGE)
     host = DeepSeekV4PagedHostPool(
-        pool_name=str(region.name), device_buffers=region.device_buffers, item_bytes=region.item_bytes,
-        num_host_pages=2 * ROWS, slot_page_size=PAGE, layout="layer_first", pin_memory=True,
-        page_aligned_only=region.page_aligned_only)
-    setattr(host, "_dsv4_integrity", ii.IntegrityTracker("full", list(region.device_buffers), host.num_host_pages))
+        pool_name=str(region.name),
+        device_buffers=region.device_buffers,
+        item_bytes=region.item_bytes,
+        num_host_pages=2 * ROWS,
+        slot_page_size=PAGE,
+        layout="layer_first",
+        pin_memory=True,
+        page_aligned_only=region.page_aligned_only,
+    )
+    host._dsv4_integrity = ii.IntegrityTracker("full", list(region.device_buffers), host.num_host_pages)
     anchor = LogicalHostPool(2 * ROWS * PAGE, PAGE)
-    group = HostPoolGroup([PoolEntry(PoolName.KV, anchor, pool, lambda layer: layer, is_primary_index_anchor=True),
-                           PoolEntry(region.name, host, pool.c4_indexer_kv_pool, lambda layer: layer)])
+    group = HostPoolGroup(
+        [
+            PoolEntry(PoolName.KV, anchor, pool, lambda layer: layer, is_primary_index_anchor=True),
+            PoolEntry(region.name, host, pool.c4_indexer_kv_pool, lambda layer: layer),
+        ]
+    )
     integrity._after_group_init(None, group, group.entries)  # what the HostPoolGroup.__init__ hook does
     return pool, host, anchor
 
@@ -186,13 +213,15 @@ def test_integrity_hooks_on_sglangs_pools_never_block_the_host(sglang_gpu, cuda,
         load.wait_stream(backup)
         with torch.cuda.stream(load):
             for layer in range(host.layer_num):
-                integrity._after_load_layer(None, host, pool.c4_indexer_kv_pool, host_tokens, device_tokens, layer,
-                                            io_backend)
+                integrity._after_load_layer(
+                    None, host, pool.c4_indexer_kv_pool, host_tokens, device_tokens, layer, io_backend
+                )
         reader.wait_stream(load)
         with torch.cuda.stream(reader):
             for model_layer in c4_layers:
-                integrity._after_c4_indexer_forward(None, types.SimpleNamespace(layer_id=model_layer), None, None,
-                                                    batch, None)
+                integrity._after_c4_indexer_forward(
+                    None, types.SimpleNamespace(layer_id=model_layer), None, None, batch, None
+                )
 
     cycle()  # warm-up (Triton compiles)
     tracker.drain()

@@ -110,7 +110,7 @@ def logits_inputs(dev, lens, width, shared=False, differing_row=None):
         off = 0
         for r, n in enumerate(lens):
             p = -(-n // 64)
-            pt[r, :p] = perm[off:off + p]
+            pt[r, :p] = perm[off : off + p]
             off += p
     k_exact = torch.randn(num_pages * 64, 128, device=dev, dtype=torch.float64)
     q_exact = torch.randn(rows, 64, 128, device=dev, dtype=torch.float64)

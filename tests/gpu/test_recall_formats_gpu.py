@@ -86,6 +86,6 @@ def test_fp4_equals_sglangs_triton_quantizer(sglang_gpu):
     packed, sf = quantize_fp4_indexer_tensor(x)
     code, exponent = formats.fp4_quantize(x.cpu())
     ours_packed = (code[:, 0::2] | (code[:, 1::2] << 4)).to(torch.uint8)
-    ours_sf = (exponent[:, 0] | (exponent[:, 1] << 8) | (exponent[:, 2] << 16) | (exponent[:, 3] << 24))
+    ours_sf = exponent[:, 0] | (exponent[:, 1] << 8) | (exponent[:, 2] << 16) | (exponent[:, 3] << 24)
     assert torch.equal(packed.view(torch.uint8).cpu(), ours_packed)
     assert torch.equal(sf.cpu(), ours_sf.to(torch.int32))

@@ -23,8 +23,14 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def phases():
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4")}
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "support" / "activation_phases.py")], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "support" / "activation_phases.py")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -40,13 +46,16 @@ def test_kill_switch_leaves_sglang_untouched(phases):
     assert not any(kill["registered"].values())
 
 
-@pytest.mark.parametrize("case,variable,allowed", [
-    ("SGLANG_DSV4_INDEX_K_DTYPE=int8", "SGLANG_DSV4_INDEX_K_DTYPE", "'fp8', 'bf16', 'fp4'"),
-    ("SGLANG_DSV4_INDEX_K_GATE=always", "SGLANG_DSV4_INDEX_K_GATE", "'auto', 'strict', 'off'"),
-    ("SGLANG_DSV4_EXT=yes", "SGLANG_DSV4_EXT", "'0', '1'"),
-    ("SGLANG_DSV4_BF16_INDEX_K=2", "SGLANG_DSV4_BF16_INDEX_K", "'0', '1'"),
-    ("SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=true", "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG", "'0', '1'"),
-])
+@pytest.mark.parametrize(
+    "case,variable,allowed",
+    [
+        ("SGLANG_DSV4_INDEX_K_DTYPE=int8", "SGLANG_DSV4_INDEX_K_DTYPE", "'fp8', 'bf16', 'fp4'"),
+        ("SGLANG_DSV4_INDEX_K_GATE=always", "SGLANG_DSV4_INDEX_K_GATE", "'auto', 'strict', 'off'"),
+        ("SGLANG_DSV4_EXT=yes", "SGLANG_DSV4_EXT", "'0', '1'"),
+        ("SGLANG_DSV4_BF16_INDEX_K=2", "SGLANG_DSV4_BF16_INDEX_K", "'0', '1'"),
+        ("SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG=true", "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG", "'0', '1'"),
+    ],
+)
 def test_invalid_value_refuses_with_variable_and_allowed_values(phases, case, variable, allowed):
     outcome = phases["invalid"][case]
     assert outcome["error"] is not None, "activation must stop the process (SystemExit)"
@@ -86,8 +95,11 @@ def test_default_activation_applies_and_verifies_every_target(phases):
     assert default["error"] is None and default["activated"] is True
     assert set(default["statuses"]) == {t.path for t in compat.installed_table()}
     scoped = {compat.HOOK_REGISTRY_PROPAGATE.path}  # patched only while hooks apply
-    applied = {t for t, s in default["statuses"].items()
-               if s in (activation.APPLIED, activation.SKIPPED_BY_CONFIG) and t not in scoped}
+    applied = {
+        t
+        for t, s in default["statuses"].items()
+        if s in (activation.APPLIED, activation.SKIPPED_BY_CONFIG) and t not in scoped
+    }
     assert applied == set(default["wrapped"])  # every installed hook is really on its target
     assert not scoped & set(default["wrapped"])  # and SGLang's propagation is restored afterwards
     assert phases["idempotent"] is True

@@ -27,8 +27,9 @@ def _run(name: str, **extra_env) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4") and k != "SGLANG_PLUGINS"}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     env.update(PYTHONPATH=ROOT, **extra_env)
-    return subprocess.run([sys.executable, SCRIPT, name], capture_output=True, text=True, env=env, timeout=900,
-                          cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, SCRIPT, name], capture_output=True, text=True, env=env, timeout=900, cwd=ROOT
+    )
 
 
 def _scenario(name: str, **extra_env) -> dict:
@@ -74,8 +75,10 @@ def test_entry_point_imports_no_dsv4_or_hicache_module(deferred):
 def test_a_module_sglang_imports_later_is_patched_on_import(deferred):
     assert deferred["counter_hooked"] is True
     # ...and importing it did not drag in the others (SGLang's cache_controller imports pool_host.group itself).
-    assert deferred["after_cache_controller"] == ["sglang.srt.managers.cache_controller",
-                                                  "sglang.srt.mem_cache.pool_host.group"]
+    assert deferred["after_cache_controller"] == [
+        "sglang.srt.managers.cache_controller",
+        "sglang.srt.mem_cache.pool_host.group",
+    ]
 
 
 def test_a_non_dsv4_pool_does_not_complete_activation(deferred):
@@ -95,8 +98,16 @@ def _evidence(identity: str) -> dict:
     """What the scenario's process must report: the default configuration, itself, its own launch."""
     from sglang_dsv4_ext import __version__
 
-    return {"version": __version__, "sglang": compat.installed_sglang_version(), "index_k_dtype": "fp8", "gate": "auto",
-            "fp4_budget": "exact", "integrity": "off", "launch": identity, "process": identity}
+    return {
+        "version": __version__,
+        "sglang": compat.installed_sglang_version(),
+        "index_k_dtype": "fp8",
+        "gate": "auto",
+        "fp4_budget": "exact",
+        "integrity": "off",
+        "launch": identity,
+        "process": identity,
+    }
 
 
 def test_the_pool_building_process_exports_the_activation_gauge(deferred, metrics_dir):
@@ -185,8 +196,10 @@ def test_a_gauge_left_in_a_shared_metrics_dir_never_passes_a_later_stock_server(
     from tests.support.repro_server import InjectingServer
 
     with InjectingServer({}, extension=[], records=[None], metrics_dir=metrics_dir) as stock:
-        rc, _, err = run_cli(["repro", "run", "--endpoint", stock.url, "--out", os.path.join(metrics_dir, "run"),
-                              *TINY], capsys)
-        assert_refused(rc, err, "no sglang-dsv4-ext record",
-                       f"ignored sglang:dsv4_ext_active of launch {deferred['identity']}")
+        rc, _, err = run_cli(
+            ["repro", "run", "--endpoint", stock.url, "--out", os.path.join(metrics_dir, "run"), *TINY], capsys
+        )
+        assert_refused(
+            rc, err, "no sglang-dsv4-ext record", f"ignored sglang:dsv4_ext_active of launch {deferred['identity']}"
+        )
         assert stock.requests == 0

@@ -19,8 +19,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_target_preempted_by_another_plugin_is_refused_by_name():
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-m", "tests.support.activation_preempted_target"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.support.activation_preempted_target"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     outcome = json.loads(proc.stdout)
     assert outcome["activated"] is False

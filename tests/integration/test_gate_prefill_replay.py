@@ -33,7 +33,6 @@ import contextlib
 import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Dict, List, Tuple
 
 import pytest
 import torch
@@ -68,7 +67,7 @@ def _method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef:
     raise AssertionError(f"sglang.srt.models.deepseek_v4 has no {cls}.{name}: the model code moved")
 
 
-def _calls(fn: ast.AST) -> List[Tuple[int, str]]:
+def _calls(fn: ast.AST) -> list[tuple[int, str]]:
     """(line, callee) for calls to ``self.<attr>(...)`` or ``<name>(...)`` in ``fn``, in source order."""
     out = []
     for node in ast.walk(fn):
@@ -81,19 +80,25 @@ def _calls(fn: ast.AST) -> List[Tuple[int, str]]:
     return sorted(out)
 
 
-def layer_step_order_from_model_source() -> List[str]:
+def layer_step_order_from_model_source() -> list[str]:
     """One DSV4 attention layer's index-K steps as ``MQALayer.forward`` orders them: CAPTURED, BREAK.
 
     CAPTURED is ``_forward_prepare*`` (it calls ``self.indexer``: the C4 indexer reads index-K and
     is not eager); BREAK is the ``eager_on_graph``-wrapped attention op.
     """
     tree = _dsv4_model_tree()
-    wrapped = [n for n in tree.body if isinstance(n, ast.Assign)
-               and any(isinstance(t, ast.Name) and t.id == EAGER_ATTENTION for t in n.targets)]
+    wrapped = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == EAGER_ATTENTION for t in n.targets)
+    ]
     assert len(wrapped) == 1, f"{EAGER_ATTENTION} is not defined once at module level"
     wrapper = wrapped[0].value
-    is_eager = (isinstance(wrapper, ast.Call) and isinstance(wrapper.func, ast.Call)
-                and getattr(wrapper.func.func, "id", None) == "eager_on_graph")
+    is_eager = (
+        isinstance(wrapper, ast.Call)
+        and isinstance(wrapper.func, ast.Call)
+        and getattr(wrapper.func.func, "id", None) == "eager_on_graph"
+    )
     assert is_eager, f"{EAGER_ATTENTION} is not eager_on_graph(...)(fn)"
     eager_body = wrapper.args[0].id
     eager_calls = {c for _, c in _calls(_top_function(tree, eager_body))}
@@ -121,8 +126,9 @@ def layers_run_in_order_in_model_source() -> bool:
     ``range(self.start_layer, self.end_layer)``."""
     tree = _dsv4_model_tree()
     forward = _method(tree, "DeepseekV4Model", "forward")
-    bodies = [forward] + [_method(tree, "DeepseekV4Model", callee) for _, callee in _calls(forward)
-                          if callee.startswith("_forward")]
+    bodies = [forward] + [
+        _method(tree, "DeepseekV4Model", callee) for _, callee in _calls(forward) if callee.startswith("_forward")
+    ]
     return any(_runs_layers_in_order(fn) for fn in bodies)
 
 
@@ -139,11 +145,11 @@ def _runs_layers_in_order(fn: ast.FunctionDef) -> bool:
 class _RecordingCapture:
     """Duck type of SGLang's ``BreakableCUDAGraphCapture`` that records events instead of CUDA work."""
 
-    def __init__(self, graph, events: List[Tuple[str, int]]):
+    def __init__(self, graph, events: list[tuple[str, int]]):
         self.cuda_graph = graph
         self._barrier_fn = None
         self._events = events
-        self._segment: List[Tuple[str, int]] = []
+        self._segment: list[tuple[str, int]] = []
 
     def _begin_new_segment(self) -> None:
         self._segment = []
@@ -153,11 +159,11 @@ class _RecordingCapture:
         events = self._events
         self.cuda_graph._segments.append(SimpleNamespace(replay=lambda: events.extend(recorded)))
 
-    def record(self, event: Tuple[str, int]) -> None:
+    def record(self, event: tuple[str, int]) -> None:
         self._segment.append(event)
 
 
-def derive_breakable_replay_order(num_layers: int) -> List[Tuple[str, int]]:
+def derive_breakable_replay_order(num_layers: int) -> list[tuple[str, int]]:
     """The order in which a breakable replay runs each layer's CAPTURED readers and its BREAK.
 
     The body is built from the model source (layers in order, each as ``MQALayer.forward`` orders
@@ -168,7 +174,7 @@ def derive_breakable_replay_order(num_layers: int) -> List[Tuple[str, int]]:
 
     assert layers_run_in_order_in_model_source(), "DeepseekV4Model.forward no longer runs layers in order"
     steps = layer_step_order_from_model_source()
-    replayed: List[Tuple[str, int]] = []
+    replayed: list[tuple[str, int]] = []
     graph = bcg.BreakableCUDAGraph()
     capture = _RecordingCapture(graph, replayed)
     capturing = [True]
@@ -211,10 +217,10 @@ def test_order_derivation_follows_the_model(monkeypatch):
     assert derive_breakable_replay_order(2) == [(BREAK, 0), (CAPTURED, 0), (BREAK, 1), (CAPTURED, 1)]
 
 
-_ORDER_CACHE: Dict[int, List[Tuple[str, int]]] = {}
+_ORDER_CACHE: dict[int, list[tuple[str, int]]] = {}
 
 
-def breakable_replay_order(num_layers: int) -> List[Tuple[str, int]]:
+def breakable_replay_order(num_layers: int) -> list[tuple[str, int]]:
     if num_layers not in _ORDER_CACHE:
         _ORDER_CACHE[num_layers] = derive_breakable_replay_order(num_layers)
     return _ORDER_CACHE[num_layers]
@@ -231,8 +237,8 @@ class BreakableReplay:
         self.pool = pool
         self.waits = waits
         self.eager_breaks = eager_breaks
-        self.captured_reader_coverage: Dict[int, int] = {}
-        self.break_coverage: Dict[int, int] = {}
+        self.captured_reader_coverage: dict[int, int] = {}
+        self.break_coverage: dict[int, int] = {}
 
     def __call__(self, shape_key, static_forward_batch, **kwargs):
         assert shape_key.size == NUM_TOKENS
@@ -259,17 +265,22 @@ def stand_in_runner(pool, replay: BreakableReplay, backend: str):
     from benchmarks.sglang_gpu.prefill_runner import prefill_runner_without_init
 
     sglang_backend = {BREAKABLE: Backend.BREAKABLE, FULL: Backend.FULL, TC_PIECEWISE: Backend.TC_PIECEWISE}[backend]
-    runner, _ = prefill_runner_without_init(pool, backend=sglang_backend, replay=replay, tokens=NUM_TOKENS,
-                                            device_module=torch.cpu)
+    runner, _ = prefill_runner_without_init(
+        pool, backend=sglang_backend, replay=replay, tokens=NUM_TOKENS, device_module=torch.cpu
+    )
     return runner
 
 
 def forward_batch():
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 
-    return SimpleNamespace(capture_hidden_mode=CaptureHiddenMode.NULL, mm_input_embeds=None,
-                           attn_tp_sequence_sharded=False, input_ids=torch.zeros(NUM_TOKENS, dtype=torch.long),
-                           positions=torch.arange(NUM_TOKENS))
+    return SimpleNamespace(
+        capture_hidden_mode=CaptureHiddenMode.NULL,
+        mm_input_embeds=None,
+        attn_tp_sequence_sharded=False,
+        input_ids=torch.zeros(NUM_TOKENS, dtype=torch.long),
+        positions=torch.arange(NUM_TOKENS),
+    )
 
 
 @pytest.fixture
@@ -281,8 +292,11 @@ def stock_sglang(monkeypatch):
     @contextlib.contextmanager
     def stock():
         with monkeypatch.context() as patch:
-            for cls, name in ((PrefillCudaGraphRunner, "execute"), (PrefillCudaGraphRunner, "_wait_for_layer_loads"),
-                              (DeepSeekV4TokenToKVPool, "wait_layer_transfer")):
+            for cls, name in (
+                (PrefillCudaGraphRunner, "execute"),
+                (PrefillCudaGraphRunner, "_wait_for_layer_loads"),
+                (DeepSeekV4TokenToKVPool, "wait_layer_transfer"),
+            ):
                 if not hasattr(cls, name):
                     continue  # SGLang 0.5.22 has no _wait_for_layer_loads
                 current = getattr(cls, name)

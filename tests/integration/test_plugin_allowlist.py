@@ -35,10 +35,12 @@ def _run(args, plugins_value):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
 
 
-@pytest.mark.parametrize("plugins_value,expect_active", [("some_other_plugin", False),
-                                                         ("some_other_plugin, sglang_dsv4_ext", True)])
-def test_sglang_loader_honours_the_allowlist_and_the_launcher_line_shows_the_configuration(plugins_value,
-                                                                                           expect_active):
+@pytest.mark.parametrize(
+    "plugins_value,expect_active", [("some_other_plugin", False), ("some_other_plugin, sglang_dsv4_ext", True)]
+)
+def test_sglang_loader_honours_the_allowlist_and_the_launcher_line_shows_the_configuration(
+    plugins_value, expect_active
+):
     proc = _run(["-c", _LOAD], plugins_value)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"loaded": expect_active}

@@ -37,8 +37,9 @@ DRIFT_0_5_23_ON_0_5_22 = {
     f"{_IDX}.C4Indexer.compute_q": "found lacks q_lora_quant=None",
     f"{_IDX}.C4IndexerBackendMixin.forward_c4_indexer": "found lacks q_lora_quant=None",
     f"{_IDX}.C4Indexer.forward": "found lacks q_lora_quant=None",
-    "sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner._wait_for_layer_loads":
-        "missing (AttributeError",
+    (
+        "sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner._wait_for_layer_loads"
+    ): "missing (AttributeError",
 }
 # The tests that drive each 0.5.22 hook path (pool sizing bf16, gate replay waits, indexer query, PD refusal,
 # external linker refusal) on the real classes of the release they run under.
@@ -52,8 +53,10 @@ RELEASE_PATH_TESTS = [
 def python_0_5_22() -> str:
     python = os.environ.get(ENV_PYTHON_0_5_22)
     if not python:
-        pytest.skip(f"{ENV_PYTHON_0_5_22} is not set: no Python with SGLang 0.5.22 to run the real 0.5.22 tree "
-                    f"(`pip install sglang==0.5.22` needs NVIDIA's index; .ci/run builds an overlay and sets it)")
+        pytest.skip(
+            f"{ENV_PYTHON_0_5_22} is not set: no Python with SGLang 0.5.22 to run the real 0.5.22 tree "
+            f"(`pip install sglang==0.5.22` needs NVIDIA's index; .ci/run builds an overlay and sets it)"
+        )
     return python
 
 
@@ -74,8 +77,9 @@ def test_supported_releases_are_spelled_once_and_pyproject_admits_exactly_them()
     for outside in ("0.5.21", "0.5.24", "0.6.0"):
         assert outside not in admitted, (outside, spec)
     readme = (ROOT / "README.md").read_text()
-    assert all(f"**{v}**" in readme.split("## Supported SGLang releases", 1)[1][:600]
-               for v in compat.SUPPORTED_SGLANG_VERSIONS)
+    assert all(
+        f"**{v}**" in readme.split("## Supported SGLang releases", 1)[1][:600] for v in compat.SUPPORTED_SGLANG_VERSIONS
+    )
 
 
 def test_each_release_has_its_own_rows_and_an_untested_one_is_judged_by_the_newest():
@@ -94,8 +98,14 @@ def test_each_release_has_its_own_rows_and_an_untested_one_is_judged_by_the_newe
 
 @pytest.fixture(scope="module")
 def real_drift():
-    proc = subprocess.run([python_0_5_22(), str(SCRIPT), "real_drift"], capture_output=True, text=True, cwd=ROOT,
-                          env=_env(SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG="1"), timeout=900)
+    proc = subprocess.run(
+        [python_0_5_22(), str(SCRIPT), "real_drift"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG="1"),
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -146,8 +156,14 @@ def test_release_hook_paths_pass_on_the_real_0_5_22_classes():
     python = python_0_5_22()
     if compat.installed_sglang_version() == "0.5.22":
         pytest.skip("this run is the 0.5.22 one: the release-path tests run in this process")
-    proc = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *RELEASE_PATH_TESTS],
-                          capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=1200)
+    proc = subprocess.run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *RELEASE_PATH_TESTS],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(),
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout.splitlines()[-1], proc.stdout[-500:]
 
@@ -181,5 +197,8 @@ def test_doctor_says_per_row_what_the_other_release_lacks(ext_active, capsys):
         assert rows[compat.PD_PREFILL_KV_MANAGER.path]["releases"][other].startswith("0.5.23's pd_kv_layout")
     doctor._print_target_row(pd_layout, 80)
     printed = capsys.readouterr().out
-    assert ("on SGLang 0.5.22: no pd_kv_layout" if running == "0.5.23"
-            else "SGLang 0.5.22 has no such target: no pd_kv_layout") in printed
+    assert (
+        "on SGLang 0.5.22: no pd_kv_layout"
+        if running == "0.5.23"
+        else "SGLang 0.5.22 has no such target: no pd_kv_layout"
+    ) in printed

@@ -35,8 +35,17 @@ ALL_FAILURES = {k: 0.055 for k in KINDS if k != "ok"}  # 12 kinds, 66% failing
 
 
 def _run(url, out, sessions, rounds, concurrency=(16,), seed=3, **kw):
-    cfg = RunConfig(endpoint=url, out=str(out), seed=seed, sessions=sessions, rounds=rounds, concurrency=concurrency,
-                    progress=False, **SMALL, **kw)
+    cfg = RunConfig(
+        endpoint=url,
+        out=str(out),
+        seed=seed,
+        sessions=sessions,
+        rounds=rounds,
+        concurrency=concurrency,
+        progress=False,
+        **SMALL,
+        **kw,
+    )
     return Runner(cfg).run()
 
 
@@ -146,8 +155,9 @@ def test_run_stops_at_its_time_bound(tmp_path):
     with InjectingServer({"reset": 0.2}, seed=0, delay=0.25) as srv:
         srv.counters["sglang:num_aborted_requests"] = 7
         t0 = time.monotonic()
-        summary = _run(srv.url, tmp_path / "t", sessions=20, rounds=20, concurrency=(4, 20), time_limit=1.5,
-                       request_timeout=30)
+        summary = _run(
+            srv.url, tmp_path / "t", sessions=20, rounds=20, concurrency=(4, 20), time_limit=1.5, request_timeout=30
+        )
         elapsed = time.monotonic() - t0
     assert summary["stopped_by_time_limit"] is True
     # The server evidence is read after the stop too. Every reset the harness recorded was counted before
@@ -192,8 +202,18 @@ def test_ab_detects_an_injected_difference_and_not_a_null_one(tmp_path, capsys):
     # Runs made with different settings are refused, not compared unpaired.
     with InjectingServer({}, seed=0) as srv:
         other = tmp_path / "other"
-        argv = ["repro", "run", "--endpoint", srv.url, "--out", str(other), *common[:-1], "--seed", "10",
-                "--no-progress"]
+        argv = [
+            "repro",
+            "run",
+            "--endpoint",
+            srv.url,
+            "--out",
+            str(other),
+            *common[:-1],
+            "--seed",
+            "10",
+            "--no-progress",
+        ]
         assert main(argv) == 0
     capsys.readouterr()
     assert main(["repro", "compare", runs[0], str(other)]) == 2
@@ -312,8 +332,14 @@ class _Child:
         command = command or ["repro", "run", "--endpoint", url, "--out", str(out), *workload]
         argv = [sys.executable, "-m", "tests.support.repro_run_driver", "--default-signals", ",".join(default),
                 "--ignored-signals", ",".join(ignored), "--", *command]  # fmt: skip
-        self.proc = subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            argv,
+            env=dict(os.environ, PYTHONPATH=ROOT),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def wait_for(self, condition, what: str) -> None:
         deadline = time.monotonic() + 60
@@ -417,15 +443,19 @@ def test_a_signal_during_the_read_before_the_run_writes_nothing(tmp_path):
 def test_ab_stopped_before_b_says_what_it_kept(tmp_path):
     """Ctrl-C while B's /metrics dripped before B's first request: A had run and written its run."""
     out = tmp_path / "ab"
-    with InjectingServer({}, seed=0) as a, \
-            InjectingServer({}, seed=0, metrics_faults=[None, "drip"], drip_s=0.5, drip_limit_s=120) as b:
+    with (
+        InjectingServer({}, seed=0) as a,
+        InjectingServer({}, seed=0, metrics_faults=[None, "drip"], drip_s=0.5, drip_limit_s=120) as b,
+    ):
         command = ["repro", "ab", "--endpoint-a", a.url, "--endpoint-b", b.url, "--out", str(out), *TINY_RUN]
         child = _Child(None, None, None, default=["SIGINT"], command=command)
         child.wait_for(lambda: b.metrics_gets == 2, "B's own read before its first request began")
         rc, _, stderr = child.stop("SIGINT")
     assert rc == 130 and "Traceback" not in stderr, stderr
-    assert (f"repro ab: stopped by SIGINT before side B's first request: side A's run is kept in {out / 'a'} "
-            "(8 of 8 requests, its summary written); nothing was sent to B") in stderr
+    assert (
+        f"repro ab: stopped by SIGINT before side B's first request: side A's run is kept in {out / 'a'} "
+        "(8 of 8 requests, its summary written); nothing was sent to B"
+    ) in stderr
     assert a.requests == 8 and b.requests == 0 and sorted(os.listdir(out)) == ["a"]
 
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext.plugin import compat
 from sglang_dsv4_ext.cli import main as cli_main
+from sglang_dsv4_ext.plugin import compat
 from sglang_dsv4_ext.series import checkrepo, rebase
 from sglang_dsv4_ext.series.classify import Kind
 from sglang_dsv4_ext.series.package_dir import installed_sglang_dir
@@ -141,8 +141,10 @@ def test_rebase_across_real_releases(tmp_path, capsys):
     conflict = next(r for r in results if r.kind is Kind.CONFLICT)
     assert conflict.conflicted_files == [EDITS["conflict"]]
     assert conflict.failing_hunks == [f"{EDITS['conflict']} hunk #1 @@ -37,7 +37,7 @@"]
-    assert "same change as upstream commit " + repo.must_rev_parse("v0.5.22")[:12] in next(
-        r for r in results if r.kind is Kind.UPSTREAM_PATCH_ID).detail
+    assert (
+        "same change as upstream commit " + repo.must_rev_parse("v0.5.22")[:12]
+        in next(r for r in results if r.kind is Kind.UPSTREAM_PATCH_ID).detail
+    )
 
     # status against the 0.5.22 release in package form (no git): exactly the two patches
     # that are upstream's own 0.5.22 changes are reported as already upstream
@@ -152,8 +154,11 @@ def test_rebase_across_real_releases(tmp_path, capsys):
 
     # rebase with the upstream / gone patches dropped; it stops at the real conflict
     drops = []
-    for key, reason in (("upstream-reverse-applies", "in 0.5.22"), ("upstream-patch-id", "in 0.5.22"),
-                        ("target-gone", "c4.cuh removed in 0.5.23")):
+    for key, reason in (
+        ("upstream-reverse-applies", "in 0.5.22"),
+        ("upstream-patch-id", "in 0.5.22"),
+        ("target-gone", "c4.cuh removed in 0.5.23"),
+    ):
         drops += ["--drop", names[key], "--reason", reason]
     before = S.snapshot(repo, series_dir)
     assert run_cli("rebase", *args, "--onto", "v0.5.23", *drops) == 1
@@ -180,7 +185,8 @@ def test_rebase_across_real_releases(tmp_path, capsys):
     assert series.names == [names[k] for k in ("applies", "applies-3way", "conflict")]
     assert read_pin(series_dir) == read_pin(PROJECT_PATCHES)  # same tag, wheel, sha256, tree
     assert sorted(s["Tombstone"] for s in read_tombstones(series_dir)) == sorted(
-        names[k] for k in ("upstream-reverse-applies", "upstream-patch-id", "target-gone"))
+        names[k] for k in ("upstream-reverse-applies", "upstream-patch-id", "target-gone")
+    )
     # the rebased series applies cleanly to 0.5.23 and re-exports to the same bytes
     results = checkrepo.classify_in_scratch_worktree(repo.path, series, "v0.5.23", lambda m: None)
     assert [r.kind for r in results] == [Kind.APPLIES] * 3

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext.cli import main as cli_main
 from sglang_dsv4_ext.hooks import HOOK_MODULES
 from sglang_dsv4_ext.plugin import compat
 from sglang_dsv4_ext.series.package_dir import installed_sglang_dir, overlay_copy
@@ -34,8 +33,11 @@ from tests.support.cli_calls import run_patches as run_cli
 from tests.support.releases import only_on
 from tests.support.series_history import clone_history
 
-ONLY_0_5_23_SERIES = only_on("0.5.23", "patches/ is the 0.5.23 series, for the 0.5.23 tree; the 0.5.22 series on the "
-                                         "0.5.22 tree: tests/integration/test_series_releases.py")
+ONLY_0_5_23_SERIES = only_on(
+    "0.5.23",
+    "patches/ is the 0.5.23 series, for the 0.5.23 tree; the 0.5.22 series on the "
+    "0.5.22 tree: tests/integration/test_series_releases.py",
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_PATCHES = ROOT / "patches"
@@ -107,24 +109,26 @@ def test_every_patch_has_a_complete_dep3_header_naming_real_tests_and_hooks(seri
     for patch in series.patches:
         assert patch.missing_fields() == [], f"{patch.name} lacks {patch.missing_fields()} of {REQUIRED_DEP3_FIELDS}"
         (module,) = patch.mirrors
-        assert module.startswith(RUNTIME_PREFIX) and module[len(RUNTIME_PREFIX):] in HOOK_MODULES, patch.name
-        mirrored.append(module[len(RUNTIME_PREFIX):])
+        assert module.startswith(RUNTIME_PREFIX) and module[len(RUNTIME_PREFIX) :] in HOOK_MODULES, patch.name
+        mirrored.append(module[len(RUNTIME_PREFIX) :])
         hooked = mirrors_targets(patch)
         assert hooked, f"{patch.name}: no Mirrors-Targets"
         for target in hooked:
-            assert targets[target].area == module[len(RUNTIME_PREFIX):], (patch.name, target)
+            assert targets[target].area == module[len(RUNTIME_PREFIX) :], (patch.name, target)
         for ref in patch.fields["Covered-By"].split():
             if not ref.startswith(("tests/", "kernels_sm120/")):
                 continue  # prose around a path, e.g. "(GPU correctness of the kernels)"
             path, _, name = ref.partition("::")
             assert (ROOT / path).is_file(), f"{patch.name}: Covered-By {ref}: no such file"
             if name:
-                assert re.search(rf"^def {re.escape(name)}\(", (ROOT / path).read_text(), re.M), \
+                assert re.search(rf"^def {re.escape(name)}\(", (ROOT / path).read_text(), re.M), (
                     f"{patch.name}: Covered-By {ref}: no such test"
+                )
     # One patch per runtime module, and every module that hooks SGLang has its patch.
     # Hook modules whose every target is runtime-only (compat.WITHOUT_SOURCE_PATCH) have no patch yet.
     runtime_only = {t.area for t in compat.WITHOUT_SOURCE_PATCH} - {
-        t.area for t in compat.TARGETS if t not in compat.WITHOUT_SOURCE_PATCH}
+        t.area for t in compat.TARGETS if t not in compat.WITHOUT_SOURCE_PATCH
+    }
     assert sorted(mirrored) == sorted(set(HOOK_MODULES) - runtime_only)
 
 
@@ -156,12 +160,30 @@ def test_series_applies_to_its_wheel_built_tree_and_reexports_unchanged(series_d
 def test_patched_sources_pass_the_plugin_tests(tmp_path):
     package = patched_package(tmp_path)
     report = tmp_path / "killswitch.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(package.parent), str(ROOT)]),
-           "PATCHTOOL_KILLSWITCH_REPORT": str(report), "SGLANG_DSV4_EXT": "0"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(package.parent), str(ROOT)]),
+        "PATCHTOOL_KILLSWITCH_REPORT": str(report),
+        "SGLANG_DSV4_EXT": "0",
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "tests.support.series_killswitch", "-p", "no:cacheprovider",
-         *PLUGIN_TESTS_ON_PATCHED_SOURCES],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "tests.support.series_killswitch",
+            "-p",
+            "no:cacheprovider",
+            *PLUGIN_TESTS_ON_PATCHED_SOURCES,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
     )
     tail = proc.stdout[-4000:]
     assert proc.returncode == 0, tail

@@ -48,7 +48,8 @@ ONLY_ON_0_5_23 = {
     "tests/unit/hooks/test_bf16_storage.py::test_token_granular_index_k_transfers_refused_for_bf16",
 }
 CHECKS_ON_0_5_22 = [t for t in PLUGIN_TESTS_ON_PATCHED_SOURCES if t not in ONLY_ON_0_5_23] + [
-    "tests/support/patched_source_checks_0_5_22.py"]
+    "tests/support/patched_source_checks_0_5_22.py"
+]
 
 
 def series_id(series_dir: Path) -> str:
@@ -64,7 +65,7 @@ def pristine_tree(series_dir: Path, dest: Path, version: str = None) -> Path:
         assert wheel.path.name == pin["wheel"]
         assert sha256_of(wheel.path) == pin["wheel_sha256"]
     touched = sorted({f for p in load_series(series_dir).patches for f in p.files})
-    only = [f[len("python/sglang/"):] for f in touched] + ["_version.py"]
+    only = [f[len("python/sglang/") :] for f in touched] + ["_version.py"]
     extract_package(wheel, dest / "python", only)
     return dest
 
@@ -132,17 +133,37 @@ def test_the_recorded_rebase_replays_to_the_exported_0_5_22_series_byte_for_byte
     record = tmp_path / "resolutions"
     shutil.copytree(SERIES_0_5_22 / "resolutions", record)
     into, report = tmp_path / "sglang-0.5.22", tmp_path / "report.md"
-    assert run_cli("rebase", "--repo", str(repo.path), "--onto", "v0.5.22", "--series-dir", str(old_series),
-                   "--into", str(into), "--resolutions", str(record), "--report", str(report)) == 0
+    assert (
+        run_cli(
+            "rebase",
+            "--repo",
+            str(repo.path),
+            "--onto",
+            "v0.5.22",
+            "--series-dir",
+            str(old_series),
+            "--into",
+            str(into),
+            "--resolutions",
+            str(record),
+            "--report",
+            str(report),
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "stopped at" not in out
     assert out.count("from the resolution record") == len(old.names)
     exported = {p.name: p.read_bytes() for p in SERIES_0_5_22.iterdir() if p.is_file()}
     assert {p.name: p.read_bytes() for p in into.iterdir()} == exported
-    recorded = {str(p.relative_to(SERIES_0_5_22)): p.read_bytes() for p in (SERIES_0_5_22 / "resolutions").rglob("*")
-                if p.is_file()}
-    assert {"resolutions/" + str(p.relative_to(record)): p.read_bytes() for p in record.rglob("*")
-            if p.is_file()} == recorded  # the replay needed nothing new
+    recorded = {
+        str(p.relative_to(SERIES_0_5_22)): p.read_bytes()
+        for p in (SERIES_0_5_22 / "resolutions").rglob("*")
+        if p.is_file()
+    }
+    assert {
+        "resolutions/" + str(p.relative_to(record)): p.read_bytes() for p in record.rglob("*") if p.is_file()
+    } == recorded  # the replay needed nothing new
     # the document's range-diff is this replay's, verbatim
     range_diff = report.read_text().split(RANGE_DIFF_HEADING, 1)[1]
     kept = re.search(r"<!-- range-diff -->\n```text\n(.*?)```\n<!-- /range-diff -->", REBASE_DOC.read_text(), re.S)
@@ -152,28 +173,52 @@ def test_the_recorded_rebase_replays_to_the_exported_0_5_22_series_byte_for_byte
 def _python_with_sglang_0_5_22() -> str:
     python = os.environ.get(ENV_PYTHON_0_5_22, "").strip()
     if not python:
-        pytest.skip(f"no SGLang 0.5.22 environment: set {ENV_PYTHON_0_5_22} to a Python whose sglang is 0.5.22 "
-                    "(`pip install sglang==0.5.22` needs pypi.nvidia.com for its cuda-tile dependency; CI wires "
-                    "such an environment in a later step of issue 23)")
+        pytest.skip(
+            f"no SGLang 0.5.22 environment: set {ENV_PYTHON_0_5_22} to a Python whose sglang is 0.5.22 "
+            "(`pip install sglang==0.5.22` needs pypi.nvidia.com for its cuda-tile dependency; CI wires "
+            "such an environment in a later step of issue 23)"
+        )
     return python
 
 
 def test_the_0_5_22_series_passes_its_checks_under_sglang_0_5_22(tmp_path, capsys):
     python = _python_with_sglang_0_5_22()
-    where = subprocess.run([python, "-c", "import importlib.util as u; "
-                            "print(u.find_spec('sglang').submodule_search_locations[0])"],
-                           capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+    where = subprocess.run(
+        [python, "-c", "import importlib.util as u; print(u.find_spec('sglang').submodule_search_locations[0])"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.strip()
     assert package_version(Path(where)) == "0.5.22", f"{ENV_PYTHON_0_5_22}={python} has sglang at {where}"
     package = overlay_copy(Path(where), tmp_path / "site", load_series(SERIES_0_5_22).patches)
     assert run_cli("apply", "--sglang-dir", str(package)) == 0  # the series is chosen by the version
     assert f"series {SERIES_0_5_22} (pinned to sglang 0.5.22" in capsys.readouterr().err
     report = tmp_path / "killswitch.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(package.parent), str(ROOT)]),
-           "PATCHTOOL_KILLSWITCH_REPORT": str(report), "SGLANG_DSV4_EXT": "0"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(package.parent), str(ROOT)]),
+        "PATCHTOOL_KILLSWITCH_REPORT": str(report),
+        "SGLANG_DSV4_EXT": "0",
+    }
     proc = subprocess.run(
-        [python, "-m", "pytest", "-q", "-p", "tests.support.series_killswitch", "-p", "no:cacheprovider",
-         *CHECKS_ON_0_5_22],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900,
+        [
+            python,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "tests.support.series_killswitch",
+            "-p",
+            "no:cacheprovider",
+            *CHECKS_ON_0_5_22,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=900,
     )
     tail = proc.stdout[-4000:]
     assert proc.returncode == 0, tail

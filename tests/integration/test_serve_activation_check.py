@@ -36,8 +36,9 @@ def _supervise_stand_ins(tmp_path, router_dies=False, **preset_env):
                 child.env["STANDIN_DIE_AFTER"] = "1"
     out = io.StringIO()
     out.write(format_plan(plan) + "\n")  # what serve prints before it starts the plan
-    rc = Supervisor(plan.children, str(tmp_path / "logs"), grace_period=1.0, out=out,
-                    require_activation_line=True).run()
+    rc = Supervisor(
+        plan.children, str(tmp_path / "logs"), grace_period=1.0, out=out, require_activation_line=True
+    ).run()
     return rc, out.getvalue()
 
 
@@ -54,12 +55,18 @@ def test_stack_without_activation_line_fails_naming_the_server(tmp_path, monkeyp
 def test_servers_that_print_the_line_of_this_launch_count_and_another_launch_fails(tmp_path):
     """Found in issue 19: a log that any launch had ever written the line into counted."""
     # The router ends the stack should the check let it start (it must not).
-    rc, text = _supervise_stand_ins(tmp_path, prefill_env=', STANDIN_ACTIVATION_LINE = "this-launch"',
-                                    decode_env=', STANDIN_ACTIVATION_LINE = "other-launch"', router_dies=True)
+    rc, text = _supervise_stand_ins(
+        tmp_path,
+        prefill_env=', STANDIN_ACTIVATION_LINE = "this-launch"',
+        decode_env=', STANDIN_ACTIVATION_LINE = "other-launch"',
+        router_dies=True,
+    )
     assert rc == 1, text
     assert "prefill-0: sglang-dsv4-ext active as configured" in text  # its launch: serve's own child
-    assert "FAILED: decode-0: " in text and "activation lines of launch 999@1577836800.00, not of the server's " \
-        "launch" in text
+    assert (
+        "FAILED: decode-0: " in text
+        and "activation lines of launch 999@1577836800.00, not of the server's launch" in text
+    )
     assert "router is healthy" not in text
 
 
@@ -68,8 +75,11 @@ LAUNCH = "4242@1764590000.00"
 
 def _log(tmp_path, *texts, name="server.log"):
     path = tmp_path / name
-    path.write_text("# 2026-12-01 12:00:00 python -m sglang.launch_server --port 1\nINFO some sglang line\n"
-                    + "".join(t + "\n" for t in texts) + "INFO more\n")
+    path.write_text(
+        "# 2026-12-01 12:00:00 python -m sglang.launch_server --port 1\nINFO some sglang line\n"
+        + "".join(t + "\n" for t in texts)
+        + "INFO more\n"
+    )
     return str(path)
 
 
@@ -109,13 +119,18 @@ def test_only_the_current_start_of_this_launch_is_evidence(case, reason, tmp_pat
         "launcher-only": [activation.launcher_line(cfg)],
         # the line belongs to the start before the last header (a restart that has not activated yet)
         "earlier-start": [line, "# 2026-12-01 13:00:00 python -m sglang.launch_server --port 1", "INFO loading"],
-        "ended": [line, "[2026-12-01 12:30:00] Shutting down",
-                  f"{activation_check.OUTPUT_END_PREFIX} 2026-12-01 12:30:01: decode-0 closed its output (exited)"],
+        "ended": [
+            line,
+            "[2026-12-01 12:30:00] Shutting down",
+            f"{activation_check.OUTPUT_END_PREFIX} 2026-12-01 12:30:01: decode-0 closed its output (exited)",
+        ],
         "other-launch": [_line(monkeypatch, launch="999@1577836800.00")],
         "two-launches": [line, _line(monkeypatch, launch="999@1577836800.00")],
         "other-version": [line.replace(f"version={activation.evidence_fields(cfg)['version']}", "version=0.1.0")],
-        "old-line": ["sglang-dsv4-ext active: version=0.1.0 sglang=0.5.23 index_k_dtype=bf16 gate=auto "
-                     "fp4_budget=exact integrity=off pid=4243"],
+        "old-line": [
+            "sglang-dsv4-ext active: version=0.1.0 sglang=0.5.23 index_k_dtype=bf16 gate=auto "
+            "fp4_budget=exact integrity=off pid=4243"
+        ],
     }[case]
     expected = activation_check.expected_fields({"SGLANG_DSV4_INDEX_K_DTYPE": "bf16"})
     with pytest.raises(ActivationError) as refused:
@@ -141,8 +156,9 @@ def test_a_launch_identity_names_one_process():
     assert not launch_identity.same("1@1.00", "garbage")
 
 
-@pytest.mark.parametrize("value,expected", [(None, None), ("", None), ("a, sglang_dsv4_ext", None),
-                                            ("a,b", "a,b,sglang_dsv4_ext")])
+@pytest.mark.parametrize(
+    "value,expected", [(None, None), ("", None), ("a, sglang_dsv4_ext", None), ("a,b", "a,b,sglang_dsv4_ext")]
+)
 def test_plugins_with_ours(value, expected):
     env = {} if value is None else {"SGLANG_PLUGINS": value}
     assert plugins_with_ours(env) == expected

@@ -115,8 +115,11 @@ def test_child_death_stops_the_others_and_names_it(tmp_path, capsys):
     # Our configuration reached every child, and the command lines are the generated ones.
     for rec in records.values():
         assert rec["env"] == {
-            "SGLANG_DSV4_EXT": "1", "SGLANG_DSV4_INDEX_K_DTYPE": "bf16", "SGLANG_DSV4_INDEX_K_GATE": "strict",
-            "SGLANG_DSV4_FP4_BUDGET": "exact", "SGLANG_DSV4_INDEX_K_INTEGRITY": "off",
+            "SGLANG_DSV4_EXT": "1",
+            "SGLANG_DSV4_INDEX_K_DTYPE": "bf16",
+            "SGLANG_DSV4_INDEX_K_GATE": "strict",
+            "SGLANG_DSV4_FP4_BUDGET": "exact",
+            "SGLANG_DSV4_INDEX_K_INTEGRITY": "off",
         }
     assert "--enable-hierarchical-cache" in records[p]["argv"] and "prefill" in records[p]["argv"]
     assert "--enable-hierarchical-cache" not in records[d]["argv"]
@@ -222,9 +225,20 @@ class _Driver:
         self.records = {}
         with open(self.out, "w") as f:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.serve_supervisor_driver", str(children), str(self.logs),
-                 str(grace), *options],
-                cwd=REPO, env=env or dict(os.environ, PYTHONPATH=REPO), stdout=f, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.support.serve_supervisor_driver",
+                    str(children),
+                    str(self.logs),
+                    str(grace),
+                    *options,
+                ],
+                cwd=REPO,
+                env=env or dict(os.environ, PYTHONPATH=REPO),
+                stdout=f,
+                stderr=subprocess.STDOUT,
+            )
 
     def wait_up(self):
         assert _wait_for(self.out, "stack is up"), self.out.read_text()
@@ -268,9 +282,13 @@ def test_a_fatal_signal_stops_the_whole_stack_and_its_descendants(tmp_path, sig)
         serve_log = (sup.logs / "serve.log").read_text()  # the supervisor's own record, terminal or not
         assert f"{sig.name} received: stopping the stack" in serve_log and "all children stopped" in serve_log
         for rec in records.values():
-            assert rec["env"] == {"SGLANG_DSV4_EXT": "1", "SGLANG_DSV4_INDEX_K_DTYPE": "bf16",
-                                  "SGLANG_DSV4_INDEX_K_GATE": "strict", "SGLANG_DSV4_FP4_BUDGET": "exact",
-                                  "SGLANG_DSV4_INDEX_K_INTEGRITY": "off"}
+            assert rec["env"] == {
+                "SGLANG_DSV4_EXT": "1",
+                "SGLANG_DSV4_INDEX_K_DTYPE": "bf16",
+                "SGLANG_DSV4_INDEX_K_GATE": "strict",
+                "SGLANG_DSV4_FP4_BUDGET": "exact",
+                "SGLANG_DSV4_INDEX_K_INTEGRITY": "off",
+            }
 
 
 def test_a_signal_ignored_when_serve_started_stays_ignored(tmp_path):

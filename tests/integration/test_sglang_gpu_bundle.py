@@ -118,8 +118,14 @@ def test_race_subpool_reader_per_gate_mode(cpu_transfer, gate, refused):
 
 def test_bundle_prunes_native_modules_and_unused_trees(tmp_path):
     wheel = tmp_path / "sglang-0.5.23-cp311-cp311-linux_x86_64.whl"
-    names = ["sglang/__init__.py", "sglang/srt/x.py", "sglang/srt/rust_extensions/_server.cpython-311-x86_64.so",
-             "sglang/multimodal_gen/y.py", "sglang/test/z.py", "sglang-0.5.23.dist-info/METADATA"]
+    names = [
+        "sglang/__init__.py",
+        "sglang/srt/x.py",
+        "sglang/srt/rust_extensions/_server.cpython-311-x86_64.so",
+        "sglang/multimodal_gen/y.py",
+        "sglang/test/z.py",
+        "sglang-0.5.23.dist-info/METADATA",
+    ]
     with zipfile.ZipFile(wheel, "w") as zf:
         for name in names:
             zf.writestr(name, "x")

@@ -45,8 +45,14 @@ def editable_wheel(tmp_path_factory) -> Path:
 def fresh_venv(tmp_path_factory, editable_wheel) -> Path:
     venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
-                                "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     # SGLang, torch, ...: this interpreter's site-packages, and those an overlay environment borrows (.ci/run's
     # SGLang 0.5.22 run); plain path lines, so no .pth file of theirs runs in the fresh environment
     sites = [sysconfig.get_paths()["purelib"]] + [p for p in sys.path if p.endswith("site-packages")]
@@ -58,8 +64,14 @@ def fresh_venv(tmp_path_factory, editable_wheel) -> Path:
 def _scenario(venv: Path, name: str, **env_extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4") and k != "SGLANG_PLUGINS"}
     env.update(PYTHONPATH=str(ROOT), SGLANG_DSV4_INDEX_K_DTYPE="bf16", **env_extra)
-    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "tests.support.startup_hook_scenarios", name],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "tests.support.startup_hook_scenarios", name],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     out["stderr"] = proc.stderr

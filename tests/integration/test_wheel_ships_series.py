@@ -38,19 +38,41 @@ def _env(extra_path: Path) -> dict:
 def installed_wheel(tmp_path_factory):
     skip_unless_this_python_builds_wheels()
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(out / "dist")], check=True, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(ROOT),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out / "dist"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     (wheel,) = (out / "dist").glob("sglang_dsv4_ext-*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(out / "site"),
-                    str(wheel)], check=True, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(out / "site"), str(wheel)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return wheel, out / "site"
 
 
 def _sglang_dsv4(site: Path, cwd: Path, *argv: str, hide_gitpython: bool = False):
     prelude = "import sys; sys.modules['git'] = None; " if hide_gitpython else "import sys; "
     code = prelude + "from sglang_dsv4_ext.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *argv], cwd=cwd, env=_env(site), capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv], cwd=cwd, env=_env(site), capture_output=True, text=True, timeout=300
+    )
 
 
 def test_the_wheel_contains_every_patch_of_the_series(installed_wheel):
@@ -79,8 +101,17 @@ def test_patches_status_runs_outside_the_checkout_on_the_shipped_series(installe
     assert "Traceback" not in proc.stderr
     # another release: its own series, shipped too
     other = next(v for v in series_of if v != installed)
-    proc = _sglang_dsv4(site, tmp_path, "patches", "status", "--sglang-version", other,
-                        "--wheel-cache", str(wheel_cache_dir()), hide_gitpython=True)
+    proc = _sglang_dsv4(
+        site,
+        tmp_path,
+        "patches",
+        "status",
+        "--sglang-version",
+        other,
+        "--wheel-cache",
+        str(wheel_cache_dir()),
+        hide_gitpython=True,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"{series_of[other][0]} (shipped with the package" in proc.stdout
     assert f"chosen: pinned to sglang {other}, the target's version" in proc.stdout
@@ -99,4 +130,5 @@ def test_the_wheel_installs_the_startup_hook_into_site_packages(installed_wheel)
     wheel, site = installed_wheel
     assert "sglang_dsv4_ext-bootstrap.pth" in zipfile.ZipFile(wheel).namelist()
     assert (site / "sglang_dsv4_ext-bootstrap.pth").read_text() == (
-        "import sglang_dsv4_ext.bootstrap; sglang_dsv4_ext.bootstrap.install()\n")
+        "import sglang_dsv4_ext.bootstrap; sglang_dsv4_ext.bootstrap.install()\n"
+    )

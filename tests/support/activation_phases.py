@@ -13,8 +13,9 @@ import sys
 from sglang_dsv4_ext.config import ENV_GATE, ENV_INDEX_K_DTYPE, ENV_KILL_SWITCH
 from sglang_dsv4_ext.plugin import activation, compat
 
-PROBE_TARGETS = [t.path for t in (compat.INDEXER_BYTES_PER_TOKEN, compat.MAKE_INDEXER_POOL,
-                                   compat.SUBPOOL_INDEX_K_READERS[0])]
+PROBE_TARGETS = [
+    t.path for t in (compat.INDEXER_BYTES_PER_TOKEN, compat.MAKE_INDEXER_POOL, compat.SUBPOOL_INDEX_K_READERS[0])
+]
 
 
 def wrapped_targets():
@@ -44,8 +45,13 @@ def load_plugins_fresh():
 
 
 def clear_env():
-    for name in (ENV_KILL_SWITCH, ENV_INDEX_K_DTYPE, ENV_GATE, "SGLANG_DSV4_BF16_INDEX_K",
-                 "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG"):
+    for name in (
+        ENV_KILL_SWITCH,
+        ENV_INDEX_K_DTYPE,
+        ENV_GATE,
+        "SGLANG_DSV4_BF16_INDEX_K",
+        "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG",
+    ):
         os.environ.pop(name, None)
 
 
@@ -78,8 +84,13 @@ def main():
 
     # 2. Invalid configuration values: a clear SystemExit naming the variable, nothing patched.
     invalid = {}
-    for name, value in [(ENV_INDEX_K_DTYPE, "int8"), (ENV_GATE, "always"), (ENV_KILL_SWITCH, "yes"),
-                        ("SGLANG_DSV4_BF16_INDEX_K", "2"), ("SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG", "true")]:
+    for name, value in [
+        (ENV_INDEX_K_DTYPE, "int8"),
+        (ENV_GATE, "always"),
+        (ENV_KILL_SWITCH, "yes"),
+        ("SGLANG_DSV4_BF16_INDEX_K", "2"),
+        ("SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG", "true"),
+    ]:
         clear_env()
         os.environ[name] = value
         error, registered = load_plugins_fresh()
@@ -104,16 +115,21 @@ def main():
         activation.activate(targets=drifted)
         result["drift"] = {"error": None}
     except activation.ActivationError as exc:
-        result["drift"] = {"error": str(exc), "victim": victim.path, "wrapped": wrapped_by_phase(),
-                           "status": activation.STATE.statuses.get(victim.path)}
+        result["drift"] = {
+            "error": str(exc),
+            "victim": victim.path,
+            "wrapped": wrapped_by_phase(),
+            "status": activation.STATE.statuses.get(victim.path),
+        }
 
     # 3b. A drifted name the hooks call (not wrap): refused the same way, naming it, nothing patched.
     clear_env()
     activation.reset_for_tests()
     called = list(compat.CALLED)
     victim = next(t for t in called if t.attribute == "_forward_prepare_normal")
-    called[called.index(victim)] = compat.Target(victim.path, victim.signature.replace(", q_lora_quant=None", ""),
-                                                 victim.area, victim.feature, victim.why)
+    called[called.index(victim)] = compat.Target(
+        victim.path, victim.signature.replace(", q_lora_quant=None", ""), victim.area, victim.feature, victim.why
+    )
     try:
         activation.activate(called=called)
         result["called_drift"] = {"error": None}

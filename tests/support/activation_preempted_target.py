@@ -27,8 +27,12 @@ def _other_plugins_hook(result, *args, **kwargs):
 def main() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookSource, HookType
 
-    HookRegistry.register(VICTIM.path, _other_plugins_hook, HookType.AFTER,
-                          source=HookSource(plugin_name="another_plugin", dist_name="another-plugin"))
+    HookRegistry.register(
+        VICTIM.path,
+        _other_plugins_hook,
+        HookType.AFTER,
+        source=HookSource(plugin_name="another_plugin", dist_name="another-plugin"),
+    )
     HookRegistry.apply_hooks()
     try:
         activation.activate()

@@ -43,8 +43,9 @@ sys.path.insert(0, ROOT)
 
 from sglang_dsv4_ext.plugin import activation, compat, launch_identity  # noqa: E402
 
-TARGET_MODULES = [m for m in compat.target_modules(compat.installed_table())
-                  if m != compat.HOOK_REGISTRY_PROPAGATE.module]
+TARGET_MODULES = [
+    m for m in compat.target_modules(compat.installed_table()) if m != compat.HOOK_REGISTRY_PROPAGATE.module
+]
 
 
 def loaded_target_modules():
@@ -54,16 +55,28 @@ def loaded_target_modules():
 def ours_on(target) -> bool:
     """Whether any hook of ours (not the pool-build guard) wraps ``target``."""
     current = compat.resolve(target.path)[2]
-    return any(activation.carries_hook(current, h.fn) for h in activation.STATE.hooks
-               if h.target.path == target.path and h.fn is not activation._before_dsv4_build)
+    return any(
+        activation.carries_hook(current, h.fn)
+        for h in activation.STATE.hooks
+        if h.target.path == target.path and h.fn is not activation._before_dsv4_build
+    )
 
 
 def build_mha_pool():
     import torch
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
-    MHATokenToKVPool(size=64, page_size=1, dtype=torch.bfloat16, head_num=1, head_dim=8, layer_num=1,
-                     device="cpu", enable_memory_saver=False, enable_alt_stream=False)
+    MHATokenToKVPool(
+        size=64,
+        page_size=1,
+        dtype=torch.bfloat16,
+        head_num=1,
+        head_dim=8,
+        layer_num=1,
+        device="cpu",
+        enable_memory_saver=False,
+        enable_alt_stream=False,
+    )
 
 
 def build_dsv4_pool():
@@ -110,8 +123,11 @@ def deferred() -> dict:
     out["record"] = activation.evidence_record()
     out["activated_after_dsv4_pool"] = activation.STATE.activated
     out["modules"] = activation.STATE.modules
-    out["unhooked"] = [t.path for t in compat.installed_table() if t.area != "activation"
-                       and activation.STATE.statuses.get(t.path) == activation.APPLIED and not ours_on(t)]
+    out["unhooked"] = [
+        t.path
+        for t in compat.installed_table()
+        if t.area != "activation" and activation.STATE.statuses.get(t.path) == activation.APPLIED and not ours_on(t)
+    ]
     out["gauge"] = gauge_samples()
     return out
 
@@ -161,8 +177,15 @@ def moved() -> dict:
     # ...and a target in a module SGLang no longer has at all (the guard must refuse, not raise ImportError).
     compat.TARGETS.append(compat.Target("sglang.srt.no_such_module.gone", "(x)", "sizing", compat.ALWAYS, "test"))
     # ...and a name the indexer hook calls that SGLang no longer has (refused at the build, not mid-forward).
-    compat.CALLED.append(compat.Target("sglang.srt.layers.attention.dsv4.indexer.C4IndexerBackendMixin._gone",
-                                       "(self)", "indexer", compat.BF16, "test"))
+    compat.CALLED.append(
+        compat.Target(
+            "sglang.srt.layers.attention.dsv4.indexer.C4IndexerBackendMixin._gone",
+            "(self)",
+            "indexer",
+            compat.BF16,
+            "test",
+        )
+    )
     import sglang.srt.plugins as plugins
 
     warnings = _warnings()
@@ -192,8 +215,9 @@ def drift() -> dict:
     index = compat.TARGETS.index(compat.MAKE_INDEXER_POOL)
     victim = compat.TARGETS[index]
     signature = victim.row_for(compat.rows_release(compat.installed_sglang_version())).signature  # this release's
-    compat.TARGETS[index] = compat.Target(victim.path, signature.replace("force_fp4=False", "force_fp4=True"),
-                                          victim.area, victim.feature, victim.why)
+    compat.TARGETS[index] = compat.Target(
+        victim.path, signature.replace("force_fp4=False", "force_fp4=True"), victim.area, victim.feature, victim.why
+    )
     import sglang.srt.plugins as plugins
 
     warnings = _warnings()
@@ -236,6 +260,12 @@ def hook_bug() -> dict:
 
 
 if __name__ == "__main__":
-    scenarios = {"deferred": deferred, "drift": drift, "untested": untested, "moved": moved, "no_wrapt": no_wrapt,
-                 "hook_bug": hook_bug}
+    scenarios = {
+        "deferred": deferred,
+        "drift": drift,
+        "untested": untested,
+        "moved": moved,
+        "no_wrapt": no_wrapt,
+        "hook_bug": hook_bug,
+    }
     json.dump(scenarios[sys.argv[1]](), sys.stdout)

@@ -11,14 +11,29 @@ in :attr:`DeviceResident.copies`. The GPU counterpart is ``torch.cuda.set_sync_d
 
 from __future__ import annotations
 
-from typing import List
-
 import torch
 
 _T = torch.Tensor
-_READS = {_T.item, _T.tolist, _T.__bool__, _T.__int__, _T.__float__, _T.__index__, _T.numpy, _T.cpu, _T.nonzero,
-          torch.nonzero, _T.unique, torch.unique, _T.masked_select, torch.masked_select, torch.equal, _T.__repr__,
-          _T.__format__, _T.__array__}
+_READS = {
+    _T.item,
+    _T.tolist,
+    _T.__bool__,
+    _T.__int__,
+    _T.__float__,
+    _T.__index__,
+    _T.numpy,
+    _T.cpu,
+    _T.nonzero,
+    torch.nonzero,
+    _T.unique,
+    torch.unique,
+    _T.masked_select,
+    torch.masked_select,
+    torch.equal,
+    _T.__repr__,
+    _T.__format__,
+    _T.__array__,
+}
 
 
 class HostRead(AssertionError):
@@ -31,7 +46,7 @@ def _is_bool_index(index) -> bool:
 
 
 class DeviceResident(torch.Tensor):
-    copies: List[bool] = []  # non_blocking of every copy into a host tensor, in order
+    copies: list[bool] = []  # non_blocking of every copy into a host tensor, in order
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import threading
 import types
-from typing import List, Optional
 
 import torch
 
@@ -52,12 +51,13 @@ def _attach_file_backend(controller, group, l3_dir: str) -> None:
     from sglang.srt.runtime_context import get_parallel
 
     with get_parallel().override(tp_rank=0, pp_rank=0, attn_tp_rank=0, attn_cp_rank=0, attn_dcp_rank=0):
-        controller.attach_storage_backend("file", storage_backend_extra_config={"file_storage_path": l3_dir},
-                                          host_pools=group.entries)
+        controller.attach_storage_backend(
+            "file", storage_backend_extra_config={"file_storage_path": l3_dir}, host_pools=group.entries
+        )
     controller._stop_storage_threads()  # the test runs the threads' bodies itself
 
 
-def build(monkeypatch, l3_dir: Optional[str] = None):
+def build(monkeypatch, l3_dir: str | None = None):
     """``SimpleNamespace(pool, group, controller, anchor, c4_host)``; the c4 indexer's device pages hold
     random bytes (a different pattern per page)."""
     import sglang.srt.mem_cache.memory_pool_host as mph
@@ -69,12 +69,19 @@ def build(monkeypatch, l3_dir: Optional[str] = None):
     monkeypatch.setattr(mph, "transfer_kv_direct", standins.transfer_kv_direct, raising=False)
     pool = gd.build_pool(start_layer=0, end_layer=len(gd.RATIOS))  # a server's stage bounds (the builder checks them)
     params = types.SimpleNamespace(
-        page_size=PAGE, token_to_kv_pool_allocator=FreshDevicePages(pool), tp_cache_group=race._single_rank_group(),
-        attn_cp_cache_group=None, attn_tp_cache_group=None, pp_cache_group=None, mtp_draft_device_pools=())
+        page_size=PAGE,
+        token_to_kv_pool_allocator=FreshDevicePages(pool),
+        tp_cache_group=race._single_rank_group(),
+        attn_cp_cache_group=None,
+        attn_tp_cache_group=None,
+        pp_cache_group=None,
+        mtp_draft_device_pools=(),
+    )
     ratio = HOST_PAGES / (pool.size // PAGE)
     with dsv4_model.cpu_server_args(hicache_ratio=ratio, hicache_io_backend="direct", hicache_mem_layout="layer_first"):
         group, controller = asm.build_deepseek_v4_hicache_stack(
-            params=params, kvcache=pool, load_cache_event=threading.Event(), storage_backend=None)
+            params=params, kvcache=pool, load_cache_event=threading.Event(), storage_backend=None
+        )
         for entry in group.entries:  # their buffers were never registered (above): nothing is pinned on CPU
             if hasattr(entry.host_pool, "pin_memory"):
                 entry.host_pool.pin_memory = False
@@ -83,12 +90,18 @@ def build(monkeypatch, l3_dir: Optional[str] = None):
     for layer, buf in enumerate(pool.c4_indexer_kv_pool.index_k_with_scale_buffer):
         g = torch.Generator().manual_seed(100 + layer)
         list.__getitem__(pool.c4_indexer_kv_pool.index_k_with_scale_buffer, layer).copy_(
-            torch.randint(0, 256, buf.shape, dtype=torch.uint8, generator=g))
-    return types.SimpleNamespace(pool=pool, group=group, controller=controller, anchor=group.get_pool(PoolName.KV),
-                                 c4_host=group.get_pool(PoolName.DEEPSEEK_V4_C4_INDEXER))
+            torch.randint(0, 256, buf.shape, dtype=torch.uint8, generator=g)
+        )
+    return types.SimpleNamespace(
+        pool=pool,
+        group=group,
+        controller=controller,
+        anchor=group.get_pool(PoolName.KV),
+        c4_host=group.get_pool(PoolName.DEEPSEEK_V4_C4_INDEXER),
+    )
 
 
-def c4_sidecar() -> List[object]:
+def c4_sidecar() -> list[object]:
     """The c4 indexer transfer UnifiedRadixCache adds to every KV transfer (its SidecarPoolSpec pairs it with KV)."""
     from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
 
@@ -100,7 +113,7 @@ def tokens(pages) -> torch.Tensor:
     return (torch.as_tensor(pages)[:, None] * PAGE + torch.arange(PAGE)).flatten()
 
 
-def pages_of(token_indices: torch.Tensor) -> List[int]:
+def pages_of(token_indices: torch.Tensor) -> list[int]:
     return (token_indices[::PAGE] // PAGE).tolist()
 
 
@@ -126,8 +139,10 @@ def read_c4_layers(pool, rids=("req-7",)) -> None:
         C4Indexer.forward(indexer, None, None, batch, backend)
 
 
-def c4_rows(pool, device_tokens: torch.Tensor) -> List[torch.Tensor]:
+def c4_rows(pool, device_tokens: torch.Tensor) -> list[torch.Tensor]:
     """The c4 indexer device rows of ``device_tokens``' pages, per layer (copies)."""
     rows = torch.as_tensor(pages_of(device_tokens))
-    return [list.__getitem__(pool.c4_indexer_kv_pool.index_k_with_scale_buffer, layer)[rows].clone()
-            for layer in range(len(pool.c4_indexer_kv_pool.index_k_with_scale_buffer))]
+    return [
+        list.__getitem__(pool.c4_indexer_kv_pool.index_k_with_scale_buffer, layer)[rows].clone()
+        for layer in range(len(pool.c4_indexer_kv_pool.index_k_with_scale_buffer))
+    ]

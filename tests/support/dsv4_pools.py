@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Optional
 
 import pytest
 import torch
@@ -16,20 +15,30 @@ TINY_BUDGET_BYTES = 256 << 20  # fits the c128 state bias of 8 requests plus ~20
 # fp8/fp4-layout index-K readers and writers called on a bf16 pool (layer 2 is V4-Flash's first
 # c4 layer). Shared by the plugin tests and the patched-source checks: both must refuse each one.
 BF16_POOL_LAYOUT_MISUSES = [
-    pytest.param(lambda p: p.set_index_k_scale_buffer(2, torch.tensor([0]), torch.zeros(1, 128), torch.zeros(1)),
-                 id="fp8-writer"),
+    pytest.param(
+        lambda p: p.set_index_k_scale_buffer(2, torch.tensor([0]), torch.zeros(1, 128), torch.zeros(1)), id="fp8-writer"
+    ),
     pytest.param(lambda p: p.set_index_k_fp4(2, torch.tensor([0]), torch.zeros(1, 128)), id="fp4-writer"),
-    pytest.param(lambda p: p.get_index_k_scale_buffer(2, torch.tensor([1]), torch.tensor([0]), 1, 1),
-                 id="fp8-nonpaged-gather"),
+    pytest.param(
+        lambda p: p.get_index_k_scale_buffer(2, torch.tensor([1]), torch.tensor([0]), 1, 1), id="fp8-nonpaged-gather"
+    ),
     pytest.param(lambda p: p.get_low_ratio_index_k_fp4(2, torch.tensor([0])), id="fp4-reader"),
     pytest.param(lambda p: p.get_low_ratio_index_k_dequant(2), id="fp4-dequant"),
 ]
 
 
 @contextlib.contextmanager
-def sized_pool(*, budget_bytes: int = TINY_BUDGET_BYTES, start_layer: int = 0, end_layer: Optional[int] = None,
-               speculative: Optional[str] = None, max_running_requests: int = 8, build: bool = True,
-               model: Optional[dsv4_model.Dsv4Model] = None, **server_args):
+def sized_pool(
+    *,
+    budget_bytes: int = TINY_BUDGET_BYTES,
+    start_layer: int = 0,
+    end_layer: int | None = None,
+    speculative: str | None = None,
+    max_running_requests: int = 8,
+    build: bool = True,
+    model: dsv4_model.Dsv4Model | None = None,
+    **server_args,
+):
     """Run the real DSV4PoolConfigurator for a budget, then build the real pool from its result.
 
     ``model``: the architecture (default: the bundled DeepSeek-V4-Flash config).
@@ -38,11 +47,16 @@ def sized_pool(*, budget_bytes: int = TINY_BUDGET_BYTES, start_layer: int = 0, e
     model = model or dsv4_model.load_model()
     fields = dict(max_running_requests=max_running_requests, **server_args)
     if speculative:
-        fields.update(speculative_algorithm=speculative, speculative_num_draft_tokens=2,
-                      speculative_num_steps=1, speculative_eagle_topk=1)
+        fields.update(
+            speculative_algorithm=speculative,
+            speculative_num_draft_tokens=2,
+            speculative_num_steps=1,
+            speculative_eagle_topk=1,
+        )
     with dsv4_model.cpu_server_args(**fields):
-        kvc = dsv4_model.kv_cache_configurator_stub(model, start_layer=start_layer, end_layer=end_layer,
-                                                    speculative=speculative)
+        kvc = dsv4_model.kv_cache_configurator_stub(
+            model, start_layer=start_layer, end_layer=end_layer, speculative=speculative
+        )
         configurator = dsv4_model.make_configurator(kvc)
         pool_config = configurator.calculate_pool_sizes(budget_bytes, dsv4_model.PAGE_SIZE)
         pool = dsv4_model.build_pool(kvc, pool_config, max_running_requests=max_running_requests) if build else None
@@ -54,10 +68,24 @@ def small_pool(compression_ratios=(0, 4, 128, 4), *, tokens: int = 4096):
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
     pool = DeepSeekV4TokenToKVPool(
-        max_num_reqs=4, swa_size=tokens, c4_size=tokens // 4, c128_size=tokens // 128, c4_state_pool_size=8,
-        c128_state_pool_size=8, page_size=256, swa_page_size=256, dtype=torch.float8_e4m3fn,
-        c4_state_dtype=torch.float32, c128_state_dtype=torch.float32, qk_nope_head_dim=448, qk_rope_head_dim=64,
-        indexer_head_dim=128, layer_num=len(compression_ratios), device="cpu", enable_memory_saver=False,
-        compression_ratios=list(compression_ratios), full_size=tokens,
+        max_num_reqs=4,
+        swa_size=tokens,
+        c4_size=tokens // 4,
+        c128_size=tokens // 128,
+        c4_state_pool_size=8,
+        c128_state_pool_size=8,
+        page_size=256,
+        swa_page_size=256,
+        dtype=torch.float8_e4m3fn,
+        c4_state_dtype=torch.float32,
+        c128_state_dtype=torch.float32,
+        qk_nope_head_dim=448,
+        qk_rope_head_dim=64,
+        indexer_head_dim=128,
+        layer_num=len(compression_ratios),
+        device="cpu",
+        enable_memory_saver=False,
+        compression_ratios=list(compression_ratios),
+        full_size=tokens,
     )
     return pool

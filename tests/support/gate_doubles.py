@@ -14,7 +14,7 @@ a hook target on the test-double pool class.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 import torch
 from sglang.srt.managers.cache_controller import LayerDoneCounter
@@ -31,11 +31,26 @@ TOKENS = 4096
 
 def _pool_kwargs(ratios: Sequence[int], **extra) -> dict:
     return dict(
-        max_num_reqs=4, swa_size=TOKENS, c4_size=TOKENS // 4, c128_size=TOKENS // 128, c4_state_pool_size=8,
-        c128_state_pool_size=8, page_size=256, swa_page_size=256, dtype=torch.float8_e4m3fn,
-        c4_state_dtype=torch.float32, c128_state_dtype=torch.float32, qk_nope_head_dim=448, qk_rope_head_dim=64,
-        indexer_head_dim=128, layer_num=len(ratios), device="cpu", enable_memory_saver=False,
-        compression_ratios=list(ratios), full_size=TOKENS, **extra,
+        max_num_reqs=4,
+        swa_size=TOKENS,
+        c4_size=TOKENS // 4,
+        c128_size=TOKENS // 128,
+        c4_state_pool_size=8,
+        c128_state_pool_size=8,
+        page_size=256,
+        swa_page_size=256,
+        dtype=torch.float8_e4m3fn,
+        c4_state_dtype=torch.float32,
+        c128_state_dtype=torch.float32,
+        qk_nope_head_dim=448,
+        qk_rope_head_dim=64,
+        indexer_head_dim=128,
+        layer_num=len(ratios),
+        device="cpu",
+        enable_memory_saver=False,
+        compression_ratios=list(ratios),
+        full_size=TOKENS,
+        **extra,
     )
 
 
@@ -80,8 +95,8 @@ class StreamWaits:
 
     def __init__(self, counter: LayerDoneCounter):
         self.counter = counter
-        self.wait_until_calls: List[int] = []
-        self.stream_waits: List[Tuple[int, int]] = []  # (event set, layer)
+        self.wait_until_calls: list[int] = []
+        self.stream_waits: list[tuple[int, int]] = []  # (event set, layer)
         cls_wait_until = type(counter).wait_until  # the class attribute, hooks included
 
         def wait_until(threshold: int) -> None:
@@ -99,7 +114,7 @@ class StreamWaits:
             events.wait = wait
 
     @classmethod
-    def on(cls, pool, num_layers: Optional[int] = None) -> "StreamWaits":
+    def on(cls, pool, num_layers: int | None = None) -> StreamWaits:
         counter = LayerDoneCounter(pool.layer_num if num_layers is None else num_layers)
         pool.register_layer_transfer_counter(counter)
         return cls(counter)

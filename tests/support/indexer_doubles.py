@@ -19,8 +19,8 @@ here is only what a real server would have built around them:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -54,8 +54,15 @@ class Projection:
         return F.linear(x, self.weight), None
 
 
-def c4_indexer(*, layer_id: int, q_lora_rank: int, freqs_cis: torch.Tensor, use_fp4_indexer: bool = False,
-               compressor=None, generator: Optional[torch.Generator] = None) -> C4Indexer:
+def c4_indexer(
+    *,
+    layer_id: int,
+    q_lora_rank: int,
+    freqs_cis: torch.Tensor,
+    use_fp4_indexer: bool = False,
+    compressor=None,
+    generator: torch.Generator | None = None,
+) -> C4Indexer:
     """A ``C4Indexer`` (the real class) with the attributes ``compute_q`` / ``compute_weights`` read."""
     g = generator
     indexer = object.__new__(C4Indexer)
@@ -69,8 +76,9 @@ def c4_indexer(*, layer_id: int, q_lora_rank: int, freqs_cis: torch.Tensor, use_
         use_fp4_indexer=use_fp4_indexer,
         weight_scale=HEAD_DIM**-0.5 * N_HEADS**-0.5,  # as C4Indexer.__init__ sets it
         freqs_cis=freqs_cis,
-        wq_b=Projection(torch.randn(N_HEADS * HEAD_DIM, q_lora_rank, generator=g).div(math.sqrt(q_lora_rank))
-                        .to(torch.bfloat16)),
+        wq_b=Projection(
+            torch.randn(N_HEADS * HEAD_DIM, q_lora_rank, generator=g).div(math.sqrt(q_lora_rank)).to(torch.bfloat16)
+        ),
         weights_proj=Projection(torch.randn(N_HEADS, q_lora_rank, generator=g).to(torch.bfloat16)),
         compressor=compressor,
         alt_streams=None,
@@ -87,8 +95,16 @@ class IndexerCompressorStandIn:
 
     get_state_pool = Compressor.get_state_pool  # the real method: the pool's gated state getter
 
-    def __init__(self, *, layer_id: int, freqs_cis: torch.Tensor, generator: Optional[torch.Generator] = None,
-                 is_in_indexer: bool = True, head_dim: int = HEAD_DIM, ratio: int = 4):
+    def __init__(
+        self,
+        *,
+        layer_id: int,
+        freqs_cis: torch.Tensor,
+        generator: torch.Generator | None = None,
+        is_in_indexer: bool = True,
+        head_dim: int = HEAD_DIM,
+        ratio: int = 4,
+    ):
         self.layer_id = layer_id
         self.is_in_indexer = is_in_indexer
         self.ratio = ratio
@@ -96,8 +112,7 @@ class IndexerCompressorStandIn:
         self.rotate = is_in_indexer
         self.overlap = ratio == 4
         self.ape = torch.randn(ratio, (1 + self.overlap) * head_dim, generator=generator)
-        self.norm = SimpleNamespace(weight=1 + 0.1 * torch.randn(head_dim, generator=generator),
-                                    variance_epsilon=1e-6)
+        self.norm = SimpleNamespace(weight=1 + 0.1 * torch.randn(head_dim, generator=generator), variance_epsilon=1e-6)
         self.freqs_cis = freqs_cis
         self.kv_score_input = torch.randn(8, 2 * (1 + self.overlap) * head_dim, generator=generator)
 
@@ -108,8 +123,9 @@ class IndexerCompressorStandIn:
 class BackendStandIn(C4IndexerBackendMixin, CompressorBackendMixin):
     """SGLang's DSV4 backend as the indexer/compressor mixins see it, on a real DSV4 pool."""
 
-    def __init__(self, pool, forward_metadata, *, topk_backend: DSATopKBackend = DSATopKBackend.TORCH,
-                 fp4_indexer: bool = False):
+    def __init__(
+        self, pool, forward_metadata, *, topk_backend: DSATopKBackend = DSATopKBackend.TORCH, fp4_indexer: bool = False
+    ):
         super().__init__()  # the mixins' own __init__: topk backend, debug flag, flashinfer transform
         self.token_to_kv_pool = pool
         self.forward_metadata = forward_metadata
@@ -121,13 +137,23 @@ class BackendStandIn(C4IndexerBackendMixin, CompressorBackendMixin):
 def forward_batch(mode) -> SimpleNamespace:
     """The ForwardBatch fields the indexer/compressor paths read (batch-size-1 extend shape)."""
     return SimpleNamespace(
-        forward_mode=mode, _original_forward_mode=None, tbo_parent_token_range=None, batch_size=1,
-        attn_cp_metadata=None, seq_lens=None, seq_lens_cpu=None, extend_seq_lens_cpu=None,
-        extend_seq_lens=None, extend_start_loc=None, extend_num_tokens=None, req_pool_indices=None,
+        forward_mode=mode,
+        _original_forward_mode=None,
+        tbo_parent_token_range=None,
+        batch_size=1,
+        attn_cp_metadata=None,
+        seq_lens=None,
+        seq_lens_cpu=None,
+        extend_seq_lens_cpu=None,
+        extend_seq_lens=None,
+        extend_start_loc=None,
+        extend_num_tokens=None,
+        req_pool_indices=None,
     )
 
 
 # --- compressor plans in SGLang's C++ byte layouts ------------------------------------------
+
 
 def decode_plan(seq_lens: Sequence[int]):
     """``CompressorDecodePlan``; per request
@@ -141,7 +167,7 @@ def decode_plan(seq_lens: Sequence[int]):
 INVALID = None  # a padding row of a CUDA-graph prefill plan (CompressPlan::invalid())
 
 
-def prefill_plan(entries: Sequence[Optional[Tuple[int, int]]]):
+def prefill_plan(entries: Sequence[tuple[int, int] | None]):
     """``CompressorPrefillPlan``; entries are ``(seq_len, ragged_id)`` or :data:`INVALID`.
 
     ``CompressPlan{u32 seq_len, u16 ragged_id, u16 buffer_len, i32 read_page_0, i32 read_page_1}``;
@@ -157,6 +183,7 @@ def prefill_plan(entries: Sequence[Optional[Tuple[int, int]]]):
 
 # --- CUDA-only launches, stubbed ------------------------------------------------------------
 
+
 class CudaStubs:
     """Install with :meth:`install`; ``calls[name]`` lists the keyword view of every call.
 
@@ -168,8 +195,8 @@ class CudaStubs:
 
     def __init__(self, monkeypatch):
         self.monkeypatch = monkeypatch
-        self.calls: Dict[str, List[dict]] = {}
-        self.compressed_rows: Optional[torch.Tensor] = None  # what compress_forward returns
+        self.calls: dict[str, list[dict]] = {}
+        self.compressed_rows: torch.Tensor | None = None  # what compress_forward returns
         self.schedule_marker = torch.zeros(1, 2, dtype=torch.int32)
 
     def _record(self, name: str, **kwargs) -> None:
@@ -178,7 +205,7 @@ class CudaStubs:
     def called(self, name: str) -> int:
         return len(self.calls.get(name, []))
 
-    def install(self) -> "CudaStubs":
+    def install(self) -> CudaStubs:
         import deep_gemm
         import sglang.kernels.ops.attention.dsv4 as sg_dsv4_ops
         import sglang.srt.layers.attention.dsv4.compressor_v2 as compressor_v2
@@ -206,8 +233,16 @@ class CudaStubs:
 
     # --- our kernels: float64 references ---
     def store_index_k_bf16(self, kv, norm_weight, norm_eps, freqs_cis, positions, out_loc, index_k_cache):
-        self._record("store_index_k_bf16", kv=kv, norm_weight=norm_weight, norm_eps=norm_eps, freqs_cis=freqs_cis,
-                     positions=positions.clone(), out_loc=out_loc.clone(), index_k_cache=index_k_cache)
+        self._record(
+            "store_index_k_bf16",
+            kv=kv,
+            norm_weight=norm_weight,
+            norm_eps=norm_eps,
+            freqs_cis=freqs_cis,
+            positions=positions.clone(),
+            out_loc=out_loc.clone(),
+            index_k_cache=index_k_cache,
+        )
         rows = reference.index_k_transform_reference(kv, norm_weight, norm_eps, freqs_cis, positions.long())
         reference.scatter_reference(index_k_cache, rows, out_loc)
 
@@ -217,16 +252,32 @@ class CudaStubs:
         return q_out.to(torch.bfloat16), w_out.float()
 
     def paged_mqa_logits_bf16(self, q, index_k_cache, weights, seq_lens, page_table, max_seq_len):
-        self._record("paged_mqa_logits_bf16", q=q, index_k_cache=index_k_cache, weights=weights,
-                     seq_lens=seq_lens, page_table=page_table, max_seq_len=max_seq_len)
+        self._record(
+            "paged_mqa_logits_bf16",
+            q=q,
+            index_k_cache=index_k_cache,
+            weights=weights,
+            seq_lens=seq_lens,
+            page_table=page_table,
+            max_seq_len=max_seq_len,
+        )
         rows = reference.index_k_cache_as_rows(index_k_cache)
         return reference.paged_mqa_logits_reference(q, rows, weights, seq_lens, page_table, max_seq_len).float()
 
     # --- SGLang's JIT kernels ---
-    def compress_forward(self, kv_score_buffer, kv_score_input, ape, plan, *, head_dim, compress_ratio,
-                         out=None, is_online=False):
-        self._record("compress_forward", kv_score_buffer=kv_score_buffer, kv_score_input=kv_score_input, ape=ape,
-                     plan=plan, head_dim=head_dim, compress_ratio=compress_ratio, is_online=is_online)
+    def compress_forward(
+        self, kv_score_buffer, kv_score_input, ape, plan, *, head_dim, compress_ratio, out=None, is_online=False
+    ):
+        self._record(
+            "compress_forward",
+            kv_score_buffer=kv_score_buffer,
+            kv_score_input=kv_score_input,
+            ape=ape,
+            plan=plan,
+            head_dim=head_dim,
+            compress_ratio=compress_ratio,
+            is_online=is_online,
+        )
         rows = plan[1].shape[0]
         if self.compressed_rows is None:
             return kv_score_input.new_zeros(rows, head_dim)
@@ -254,8 +305,16 @@ class CudaStubs:
 
     # --- DeepGEMM ---
     def _deep_gemm_logits(self, name, q, kv_cache, weights, seq_lens, page_table, schedule, max_seq_len, clean):
-        self._record(name, q=q, kv_cache=kv_cache, weights=weights, seq_lens=seq_lens, page_table=page_table,
-                     schedule=schedule, max_seq_len=max_seq_len)
+        self._record(
+            name,
+            q=q,
+            kv_cache=kv_cache,
+            weights=weights,
+            seq_lens=seq_lens,
+            page_table=page_table,
+            schedule=schedule,
+            max_seq_len=max_seq_len,
+        )
         rows = page_table.shape[0]
         return torch.arange(rows * max_seq_len, dtype=torch.float32).view(rows, max_seq_len)
 

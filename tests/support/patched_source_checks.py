@@ -40,6 +40,7 @@ def bf16_pool(monkeypatch):
 
 # ---- 0002 bf16 storage ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("call", BF16_POOL_LAYOUT_MISUSES)
 def test_fp8_and_fp4_layout_paths_refuse_a_bf16_pool(bf16_pool, call):
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DSV4IndexKLayoutError
@@ -59,6 +60,7 @@ def test_bf16_pages_view_round_trips_the_writer(bf16_pool):
 
 # ---- 0003 HiCache L3 tag ------------------------------------------------------------------------
 
+
 class _StopAfterAnchor(Exception):
     pass
 
@@ -77,8 +79,7 @@ def _anchor_of_real_stack_build(kvcache, monkeypatch):
     monkeypatch.setattr(asm, "build_pool_entry", first_entry)
     params = SimpleNamespace(page_size=256, mtp_draft_device_pools=[])
     with pytest.raises(_StopAfterAnchor):
-        asm.build_deepseek_v4_hicache_stack(params=params, kvcache=kvcache, load_cache_event=None,
-                                            storage_backend=None)
+        asm.build_deepseek_v4_hicache_stack(params=params, kvcache=kvcache, load_cache_event=None, storage_backend=None)
     return built["anchor"]
 
 
@@ -98,6 +99,7 @@ def test_l3_keys_of_a_bf16_stack_carry_the_index_k_dtype(monkeypatch):
 
 # ---- 0005 gate ----------------------------------------------------------------------------------
 
+
 def raw_item(buffers, index):
     return list.__getitem__(buffers, index)
 
@@ -109,8 +111,11 @@ def test_subpool_reads_wait_for_their_layer_in_auto_mode(gate_mode):
     waits = gd.StreamWaits.on(pool)
     for getter in ("c4_indexer_kv_pool", "index_pools", "_indexer_pool"):
         consumer = waits.start_load()
-        reader = {"c4_indexer_kv_pool": sub, "index_pools": pool.index_pools[4],
-                  "_indexer_pool": pool._indexer_pool(4)}[getter]
+        reader = {
+            "c4_indexer_kv_pool": sub,
+            "index_pools": pool.index_pools[4],
+            "_indexer_pool": pool._indexer_pool(4),
+        }[getter]
         data = reader.get_index_k_with_scale_buffer(1)  # sub-pool layer 1 = global layer 3
         assert (consumer, 3) in waits.stream_waits, getter  # waited before the data came back
         assert data is raw_item(sub.index_k_with_scale_buffer, 1)
@@ -140,7 +145,8 @@ def test_strict_mode_refuses_an_unwaited_subpool_read_naming_the_caller(gate_mod
     assert waits.stream_waits == []
     pool.wait_layer_transfer(1)
     assert pool.c4_indexer_kv_pool.get_index_k_with_scale_buffer(0) is raw_item(
-        pool.c4_indexer_kv_pool.index_k_with_scale_buffer, 0)
+        pool.c4_indexer_kv_pool.index_k_with_scale_buffer, 0
+    )
     waits.start_load()  # the next batch: nothing waited for under the new consumer
     with pytest.raises(DSV4IndexKGateError, match="layer 1's"):
         pool.c4_indexer_kv_pool.get_index_k_with_scale_buffer(0)
@@ -210,6 +216,7 @@ def test_prefill_replay_adds_nothing_without_a_pending_load_or_for_full_graphs(g
 
 # ---- 0006 bf16 indexer data path ----------------------------------------------------------------
 
+
 @pytest.fixture
 def stub_kernels(monkeypatch):
     """kernels_sm120 stand-in: the bf16 Triton kernels need CUDA; record the calls instead."""
@@ -231,7 +238,11 @@ def stub_kernels(monkeypatch):
 
 def _fake_c4_indexer(heads=4, dim=128):
     return SimpleNamespace(
-        use_fp4_indexer=False, n_local_heads=heads, head_dim=dim, weight_scale=0.5, freqs_cis=None,
+        use_fp4_indexer=False,
+        n_local_heads=heads,
+        head_dim=dim,
+        weight_scale=0.5,
+        freqs_cis=None,
         wq_b=lambda q_lora: (torch.ones(q_lora.shape[0], heads * dim, dtype=torch.bfloat16), None),
     )
 
@@ -240,8 +251,11 @@ def test_compute_q_takes_the_bf16_path_only_for_bf16(monkeypatch, stub_kernels):
     from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
 
     fp8_calls = []
-    monkeypatch.setattr(sg_indexer, "fused_q_indexer_rope_hadamard_quant",  # SGLang's fp8 JIT kernel
-                        lambda *args: fp8_calls.append(args) or ("fp8-q", "fp8-w"))
+    monkeypatch.setattr(
+        sg_indexer,
+        "fused_q_indexer_rope_hadamard_quant",  # SGLang's fp8 JIT kernel
+        lambda *args: fp8_calls.append(args) or ("fp8-q", "fp8-w"),
+    )
     fake = _fake_c4_indexer()
     q_lora, positions, weight = torch.zeros(3, 16), torch.arange(3), torch.ones(3, 4)
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "bf16")
@@ -273,5 +287,9 @@ def test_indexer_and_compressor_route_a_bf16_pool_to_the_bf16_path(monkeypatch, 
     monkeypatch.setenv("SGLANG_OPT_DSV4_NONPAGED_INDEXER", "1")
     monkeypatch.setattr(sg_indexer, "is_cuda", lambda: True)
     monkeypatch.setattr(sg_indexer, "is_hip", lambda: False)
-    assert C4IndexerBackendMixin._can_use_nonpaged_indexer(
-        backend, c4_indexer=None, forward_batch=None, indexer_metadata=None) is False
+    assert (
+        C4IndexerBackendMixin._can_use_nonpaged_indexer(
+            backend, c4_indexer=None, forward_batch=None, indexer_metadata=None
+        )
+        is False
+    )

@@ -13,11 +13,27 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
-PREFILL_INFO = dict(attn_tp_size=1, attn_cp_size=1, dp_size=1, pp_size=1, page_size=256, kv_cache_dtype="fp8_e4m3",
-                    follow_bootstrap_room=True, dsv41_spec_layout=None)
-DECODE_FIELDS = dict(prefill_info_table={}, kv_args=SimpleNamespace(page_size=256, state_types=()),
-                     kv_cache_dtype_str="fp8_e4m3", attn_tp_size=1, dsv41_spec_layout=None, is_mla_backend=True,
-                     is_hybrid_mla_backend=False, dcp_size=1, _resolve_rank_mapping=lambda info: None)
+PREFILL_INFO = dict(
+    attn_tp_size=1,
+    attn_cp_size=1,
+    dp_size=1,
+    pp_size=1,
+    page_size=256,
+    kv_cache_dtype="fp8_e4m3",
+    follow_bootstrap_room=True,
+    dsv41_spec_layout=None,
+)
+DECODE_FIELDS = dict(
+    prefill_info_table={},
+    kv_args=SimpleNamespace(page_size=256, state_types=()),
+    kv_cache_dtype_str="fp8_e4m3",
+    attn_tp_size=1,
+    dsv41_spec_layout=None,
+    is_mla_backend=True,
+    is_hybrid_mla_backend=False,
+    dcp_size=1,
+    _resolve_rank_mapping=lambda info: None,
+)
 
 
 class BootstrapRoute(BaseHTTPRequestHandler):

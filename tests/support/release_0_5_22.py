@@ -36,8 +36,11 @@ def _hooked_in_refused_modules() -> list:
             current = compat.resolve(target.path)[2]
         except (ImportError, AttributeError, ValueError):
             continue
-        if any(activation.carries_hook(current, h.fn) for h in activation.STATE.hooks
-               if h.fn is not activation._before_dsv4_build):
+        if any(
+            activation.carries_hook(current, h.fn)
+            for h in activation.STATE.hooks
+            if h.fn is not activation._before_dsv4_build
+        ):
             found.append(target.path)
     return found
 
@@ -52,8 +55,11 @@ def real_drift() -> dict:
     with contextlib.redirect_stderr(io.StringIO()) as printed:
         plugins.load_plugins()
         build_mha_pool()  # a non-DeepSeek-V4 model's pool
-        out = {"sglang": compat.installed_sglang_version(), "mha_pool_built": True,
-               "lines": [line for line in printed.getvalue().splitlines() if line.startswith("sglang-dsv4-ext")]}
+        out = {
+            "sglang": compat.installed_sglang_version(),
+            "mha_pool_built": True,
+            "lines": [line for line in printed.getvalue().splitlines() if line.startswith("sglang-dsv4-ext")],
+        }
         # SGLang imports every target module a DeepSeek-V4 server needs (as its model runner would).
         for module_name in compat.target_modules(activation.table_in_force()):
             try:
@@ -64,8 +70,9 @@ def real_drift() -> dict:
         out["activated_before_dsv4"] = activation.STATE.activated
         out["drifts"] = {d.target: d.describe() for d in compat.check_targets(activation.table_in_force())}
         # The names the hooks call (not wrapped), as the same untested release judges them.
-        out["called_drifts"] = {d.target: d.describe()
-                                for d in compat.check_targets(compat.table_for("0.5.22", compat.CALLED))}
+        out["called_drifts"] = {
+            d.target: d.describe() for d in compat.check_targets(compat.table_for("0.5.22", compat.CALLED))
+        }
         try:
             build_dsv4_pool()
             out["dsv4_error"] = None

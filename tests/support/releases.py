@@ -20,8 +20,11 @@ def only_on(release: str, instead: str):
 
 
 # DeepSeek-V4.1 (issue 23 item 5) was built on SGLang 0.5.23's V4.1 support.
-ONLY_WITH_0_5_23_V41 = only_on("0.5.23", "DeepSeek-V4.1 is supported on SGLang 0.5.23 only: 0.5.22 has no "
-                               "_dsv4_low_ratio_regions (V4.1's low-ratio HiCache regions) and sizes V4.1 differently")
+ONLY_WITH_0_5_23_V41 = only_on(
+    "0.5.23",
+    "DeepSeek-V4.1 is supported on SGLang 0.5.23 only: 0.5.22 has no "
+    "_dsv4_low_ratio_regions (V4.1's low-ratio HiCache regions) and sizes V4.1 differently",
+)
 
 
 def skip_unless_this_python_builds_wheels() -> None:
@@ -38,5 +41,7 @@ def skip_unless_this_python_builds_wheels() -> None:
 
     if Version(setuptools.__version__) >= Version("70.1") or importlib.util.find_spec("wheel") is not None:
         return
-    pytest.skip(f"this interpreter's own setuptools {setuptools.__version__} ({setuptools.__file__}) cannot build "
-                f"a wheel without the `wheel` package: an overlay environment with a setuptools of its own")
+    pytest.skip(
+        f"this interpreter's own setuptools {setuptools.__version__} ({setuptools.__file__}) cannot build "
+        f"a wheel without the `wheel` package: an overlay environment with a setuptools of its own"
+    )

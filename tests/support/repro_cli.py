@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import shutil
-from typing import List, Tuple
 
 from sglang_dsv4_ext.cli import main
 from tests.support.repro_server import InjectingServer
@@ -17,7 +16,7 @@ TINY = ["--sessions", "2", "--rounds", "2", "--concurrency", "2", "--system-prom
         "--tool-result-chars", "100", "--no-progress"]  # fmt: skip
 
 
-def run_cli(argv: List[str], capsys) -> Tuple[int, str, str]:
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of ``sglang-dsv4 <argv>``; argparse's own exit counts as a code."""
     capsys.readouterr()
     try:
@@ -47,7 +46,7 @@ def tree_digest(path: str) -> dict:
     return digest
 
 
-def make_run(out: str, capsys, rates=None, extra: List[str] = (), **server) -> str:
+def make_run(out: str, capsys, rates=None, extra: list[str] = (), **server) -> str:
     """A real run in ``out`` (8 requests unless ``extra`` changes the shape) made through the CLI;
     ``server``: keyword arguments of the stand-in server (e.g. ``stall_after``)."""
     with InjectingServer(rates or {"malformed_dsml": 0.4}, seed=1, **server) as srv:

@@ -33,7 +33,7 @@ def main(argv) -> int:
         signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     for sig in _signals(args.ignored_signals):
         signal.signal(sig, signal.SIG_IGN)
-    return cli_main(argv[split + 1:])
+    return cli_main(argv[split + 1 :])
 
 
 if __name__ == "__main__":

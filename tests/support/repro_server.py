@@ -65,7 +65,6 @@ import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, List, Optional
 
 from sglang_dsv4_ext.repro import dsml
 from sglang_dsv4_ext.repro.scenario import TOOLS_BY_NAME, _args_for, expected_from_user_text, prompt_sha256
@@ -102,19 +101,29 @@ SHAPES = {
 SHAPE_KINDS = tuple(SHAPES)
 CUT_KINDS = ("cut_stream", "cut_stream_chunked", "done_without_finish", "no_done")
 EXPECTED_VERDICT = {k: k for k in KINDS}
-EXPECTED_VERDICT.update({"http_500": "http_error", "reset": "http_error", "swallowed_malformed": "wrong_tool",
-                         "swallowed_ok": "wrong_tool"})
+EXPECTED_VERDICT.update(
+    {"http_500": "http_error", "reset": "http_error", "swallowed_malformed": "wrong_tool", "swallowed_ok": "wrong_tool"}
+)
 EXPECTED_VERDICT.update({k: "protocol_error" for k in SHAPE_KINDS})
-EXPECTED_VERDICT.update({"cut_stream": "protocol_error", "cut_stream_chunked": "http_error",
-                         "done_without_finish": "ok", "no_done": "ok"})
-EXPECTED_STREAM_VERDICT = dict(EXPECTED_VERDICT, cut_stream="stream_cut", cut_stream_chunked="stream_cut",
-                               done_without_finish="stream_cut")
+EXPECTED_VERDICT.update(
+    {"cut_stream": "protocol_error", "cut_stream_chunked": "http_error", "done_without_finish": "ok", "no_done": "ok"}
+)
+EXPECTED_STREAM_VERDICT = dict(
+    EXPECTED_VERDICT, cut_stream="stream_cut", cut_stream_chunked="stream_cut", done_without_finish="stream_cut"
+)
 TOOL_STEP_ONLY = {"swallowed_malformed", "swallowed_ok"}
 # The activation gauge's labels of a server running the extension with bf16 index-K (activation.py:
 # EVIDENCE_FIELDS), in launch 4242@1764590000.00 (launch_identity).
-ACTIVE_BF16 = {"version": "stand-in", "sglang": "0.5.23", "index_k_dtype": "bf16", "gate": "auto",
-               "fp4_budget": "exact", "integrity": "off", "launch": "4242@1764590000.00",
-               "process": "4243@1764590003.50"}
+ACTIVE_BF16 = {
+    "version": "stand-in",
+    "sglang": "0.5.23",
+    "index_k_dtype": "bf16",
+    "gate": "auto",
+    "fp4_budget": "exact",
+    "integrity": "off",
+    "launch": "4242@1764590000.00",
+    "process": "4243@1764590003.50",
+}
 ABORTING_KINDS = ("reset", "timeout")  # a real SGLang counts these as aborted requests
 READ_FAULTS = ("drip", "truncated", "bad_status", "long_header", "nan")
 
@@ -149,7 +158,7 @@ def _invalid_args(tool: str, args: dict, rng: random.Random) -> str:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
-    server: "_Server"
+    server: _Server
 
     def log_message(self, *args):  # keep test output quiet
         pass
@@ -182,14 +191,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, owner.models_reply)
         elif self.path == "/server_info" and owner.server_info:
             fault = owner.next_fault("server_info")
-            info = {"version": "stand-in", "tool_call_parser": "deepseekv4", "label": owner.label,
-                    "startup_time": 1764590001.0, "internal_states": owner.internal_states(),
-                    **owner.server_info_extra}
+            info = {
+                "version": "stand-in",
+                "tool_call_parser": "deepseekv4",
+                "label": owner.label,
+                "startup_time": 1764590001.0,
+                "internal_states": owner.internal_states(),
+                **owner.server_info_extra,
+            }
             self._send_body(200, "application/json", json.dumps(info).encode(), fault)
         else:
             self._send_json(404, {"error": "not found"})
 
-    def _send_body(self, status: int, content_type: str, body: bytes, fault: Optional[str]) -> None:
+    def _send_body(self, status: int, content_type: str, body: bytes, fault: str | None) -> None:
         """A reply, or the hostile answer ``fault`` (see the module doc) in its place."""
         if fault == "bad_status":
             self.wfile.write(b"SGLANG 200 OK-ish\r\n\r\n" + body)
@@ -214,7 +228,7 @@ class _Handler(BaseHTTPRequestHandler):
         for i in range(len(body)):
             if time.monotonic() > end:
                 return
-            self.wfile.write(body[i:i + 1])
+            self.wfile.write(body[i : i + 1])
             self.wfile.flush()
             time.sleep(owner.drip_s)
 
@@ -293,7 +307,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event) if chunked else event)
 
 
-def _stream_events(resp: dict) -> List[bytes]:
+def _stream_events(resp: dict) -> list[bytes]:
     """The SSE events of a reply, in SGLang's order: deltas, then a finish_reason chunk of its own."""
     choice = resp["choices"][0]
     msg = choice["message"]
@@ -324,16 +338,31 @@ def _stream_events(resp: dict) -> List[bytes]:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # many concurrent connects; the default 5 causes SYN retries
-    owner: "InjectingServer"
+    owner: InjectingServer
 
 
 class InjectingServer:
-    def __init__(self, rates: Dict[str, float], seed: int = 0, timeout_sleep: float = 2.0, delay: float = 0.0,
-                 label: str = "", models_reply=None, extension=(ACTIVE_BF16,), metrics: bool = True,
-                 stall_after: Optional[int] = None, stall_s: float = 5.0,
-                 records=None, server_info: bool = True, metrics_dir: Optional[str] = None,
-                 metrics_faults=(), server_info_faults=(), drip_s: float = 1.0, drip_limit_s: float = 60.0,
-                 server_info_extra: Optional[dict] = None):
+    def __init__(
+        self,
+        rates: dict[str, float],
+        seed: int = 0,
+        timeout_sleep: float = 2.0,
+        delay: float = 0.0,
+        label: str = "",
+        models_reply=None,
+        extension=(ACTIVE_BF16,),
+        metrics: bool = True,
+        stall_after: int | None = None,
+        stall_s: float = 5.0,
+        records=None,
+        server_info: bool = True,
+        metrics_dir: str | None = None,
+        metrics_faults=(),
+        server_info_faults=(),
+        drip_s: float = 1.0,
+        drip_limit_s: float = 60.0,
+        server_info_extra: dict | None = None,
+    ):
         known = KINDS + SHAPE_KINDS + CUT_KINDS
         unknown = set(rates) - set(known)
         if unknown:
@@ -347,7 +376,7 @@ class InjectingServer:
         self.timeout_sleep = timeout_sleep
         self.delay = delay
         self.label = label
-        self.injected: Dict[str, str] = {}
+        self.injected: dict[str, str] = {}
         self.requests = 0
         self.extension = [dict(labels) for labels in extension]
         self.metrics = metrics
@@ -364,9 +393,9 @@ class InjectingServer:
         self.faults = {"metrics": list(metrics_faults), "server_info": list(server_info_faults)}
         self.gets = {"metrics": 0, "server_info": 0}
         self.drip_s, self.drip_limit_s = drip_s, drip_limit_s
-        self.counters: Dict[str, float] = {"sglang:num_aborted_requests": 0.0}
+        self.counters: dict[str, float] = {"sglang:num_aborted_requests": 0.0}
         self._lock = threading.Lock()
-        self._httpd: Optional[_Server] = None
+        self._httpd: _Server | None = None
 
     # ----- lifecycle -----
     def start(self) -> str:
@@ -387,7 +416,7 @@ class InjectingServer:
     def __exit__(self, *exc):
         self.stop()
 
-    def next_fault(self, endpoint: str) -> Optional[str]:
+    def next_fault(self, endpoint: str) -> str | None:
         """How this read of ``endpoint`` is answered (None: normally); counts the read."""
         with self._lock:
             i = self.gets[endpoint]
@@ -403,7 +432,7 @@ class InjectingServer:
     def server_info_gets(self) -> int:
         return self.gets["server_info"]
 
-    def internal_states(self) -> List[dict]:
+    def internal_states(self) -> list[dict]:
         states = []
         for record in self.records:
             state = {"world_size": 1, "memory_usage": {}}
@@ -443,7 +472,7 @@ class InjectingServer:
         return "ok"
 
     def respond(self, req: dict):
-        messages: List[dict] = req["messages"]
+        messages: list[dict] = req["messages"]
         sha = prompt_sha256(messages, req.get("tools"))
         last = messages[-1]
         expected = expected_from_user_text(last["content"]) if last["role"] == "user" else None

@@ -11,8 +11,8 @@ from __future__ import annotations
 import atexit
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 from sglang_dsv4_ext.series.gitrepo import GitRepo, run_git_in
 from sglang_dsv4_ext.series.upstream_history import DEFAULT_VERSIONS, build_history
@@ -28,7 +28,7 @@ def shared_history() -> GitRepo:
     return _CACHE["repo"]
 
 
-def clone_history(dest: Path, checkout: str, sparse: Optional[Sequence[str]] = None) -> GitRepo:
+def clone_history(dest: Path, checkout: str, sparse: Sequence[str] | None = None) -> GitRepo:
     """A private clone (objects shared, refs and work tree its own) checked out at ``checkout``.
 
     ``sparse``: check out only these paths (a sparse checkout, as a user may have); SGLang's

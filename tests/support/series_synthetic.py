@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 from sglang_dsv4_ext.series.checkrepo import export_range
 from sglang_dsv4_ext.series.gitrepo import GitRepo
@@ -41,12 +40,12 @@ PATCHES = {
 }
 
 
-def lines(tag: str, n: int = 30, changes: Optional[Dict[int, str]] = None) -> str:
+def lines(tag: str, n: int = 30, changes: dict[int, str] | None = None) -> str:
     changes = changes or {}
     return "".join(changes.get(i, f"{tag} line {i}") + "\n" for i in range(1, n + 1))
 
 
-def commit(repo: GitRepo, files: Dict[str, Optional[str]], message: str, when: int) -> str:
+def commit(repo: GitRepo, files: dict[str, str | None], message: str, when: int) -> str:
     for rel, text in files.items():
         path = repo.work_tree / rel
         if text is None:
@@ -64,14 +63,14 @@ def file_of(name: str) -> str:
     return PKG + PATCHES[name][0]
 
 
-def base_files() -> Dict[str, str]:
+def base_files() -> dict[str, str]:
     files = {file_of(n): lines(Path(f).stem) for n, (f, _) in PATCHES.items()}
     files["python/sglang/__init__.py"] = "# synthetic sglang\n"
     files[PKG + "__init__.py"] = ""
     return files
 
 
-def our_change(name: str) -> Dict[str, str]:
+def our_change(name: str) -> dict[str, str]:
     stem = Path(PATCHES[name][0]).stem
     return {file_of(name): lines(stem, changes={10: f"{stem} line 10 FIXED"})}
 
@@ -83,7 +82,7 @@ def init_repo(path: Path) -> GitRepo:
     return repo
 
 
-def make_series(repo: GitRepo, series_dir: Path, names: List[str], base: str = "v1") -> Path:
+def make_series(repo: GitRepo, series_dir: Path, names: list[str], base: str = "v1") -> Path:
     """Commit our patches on top of ``base`` on a side branch and export them as the series."""
     series_dir.mkdir(parents=True, exist_ok=True)
     (series_dir / "series").write_text("# test series\n")
@@ -110,27 +109,60 @@ def make_upstream_v2(repo: GitRepo) -> str:
     # patch-id: the very same change in its own commit ...
     commit(repo, our_change("upstream-patch-id"), "upstream takes the patch-id fix", when)
     # ... then upstream edits those lines again (reverse no longer applies, forward neither)
-    commit(repo, {file_of("upstream-patch-id"): lines(stem("upstream-patch-id"), changes={
-        10: "patchid line 10 FIXED and refined", 11: "patchid line 11 refined"})}, "upstream refines patchid", when + 1)
+    commit(
+        repo,
+        {
+            file_of("upstream-patch-id"): lines(
+                stem("upstream-patch-id"),
+                changes={10: "patchid line 10 FIXED and refined", 11: "patchid line 11 refined"},
+            )
+        },
+        "upstream refines patchid",
+        when + 1,
+    )
     # reverse: same change plus an unrelated far-away edit, one commit (patch-id differs)
-    commit(repo, {file_of("upstream-reverse-applies"): lines(stem("upstream-reverse-applies"), changes={
-        10: "reverse line 10 FIXED", 25: "reverse line 25 upstream"})}, "upstream: reverse fix and more", when + 2)
+    commit(
+        repo,
+        {
+            file_of("upstream-reverse-applies"): lines(
+                stem("upstream-reverse-applies"), changes={10: "reverse line 10 FIXED", 25: "reverse line 25 upstream"}
+            )
+        },
+        "upstream: reverse fix and more",
+        when + 2,
+    )
     # absorbed: same change plus an edit two lines below it (inside the patch's context)
-    commit(repo, {file_of("upstream-absorbed"): lines(stem("upstream-absorbed"), changes={
-        10: "absorbed line 10 FIXED", 12: "absorbed line 12 upstream"})}, "upstream: absorbed fix and more", when + 3)
+    commit(
+        repo,
+        {
+            file_of("upstream-absorbed"): lines(
+                stem("upstream-absorbed"), changes={10: "absorbed line 10 FIXED", 12: "absorbed line 12 upstream"}
+            )
+        },
+        "upstream: absorbed fix and more",
+        when + 3,
+    )
     # 3-way: a context line edited, one unchanged line away from ours
-    commit(repo, {file_of("applies-3way"): lines(stem("applies-3way"), changes={12: "threeway line 12 upstream"})},
-           "upstream edits threeway context", when + 4)
+    commit(
+        repo,
+        {file_of("applies-3way"): lines(stem("applies-3way"), changes={12: "threeway line 12 upstream"})},
+        "upstream edits threeway context",
+        when + 4,
+    )
     # conflict: the same line, differently
-    commit(repo, {file_of("conflict"): lines(stem("conflict"), changes={10: "conflict line 10 UPSTREAM"})},
-           "upstream edits conflict line 10", when + 5)
+    commit(
+        repo,
+        {file_of("conflict"): lines(stem("conflict"), changes={10: "conflict line 10 UPSTREAM"})},
+        "upstream edits conflict line 10",
+        when + 5,
+    )
     # target gone
     commit(repo, {file_of("target-gone"): None}, "upstream removes gone.py", when + 6)
     repo.run("tag", "v2")
     return repo.must_rev_parse("v2")
 
 
-def build_scenario(tmp: Path, names: List[str]) -> Tuple[GitRepo, Path]:
+def build_scenario(tmp: Path, names: list[str]) -> tuple[GitRepo, Path]:
     repo = init_repo(tmp / "upstream")
     series_dir = make_series(repo, tmp / "patches", names)
     make_upstream_v2(repo)
@@ -155,6 +187,7 @@ def snapshot(repo: GitRepo, series_dir: Path) -> dict:
         "status": repo.out("status", "--porcelain=v1", "--untracked-files=all"),
         "files": files,
         "series": series_files,
-        "git_state_dirs": sorted(p.name for p in repo.git_dir.iterdir()
-                                 if p.name in ("rebase-apply", "dsv4-patches-rebase")),
+        "git_state_dirs": sorted(
+            p.name for p in repo.git_dir.iterdir() if p.name in ("rebase-apply", "dsv4-patches-rebase")
+        ),
     }

@@ -7,7 +7,6 @@ import functools
 import os
 import shlex
 import socket
-from typing import List, Tuple
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,7 +19,7 @@ def sglang_args():
     return SGLangArgs()
 
 
-def parse_like_sglang(argv: List[str]) -> argparse.Namespace:
+def parse_like_sglang(argv: list[str]) -> argparse.Namespace:
     """Parse a server command line exactly as SGLang 0.5.23's prepare_server_args does.
 
     A fresh ``argparse.ArgumentParser`` with ``ServerArgs.add_cli_args`` and
@@ -49,7 +48,7 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def dry_run_children(text: str) -> List[Tuple[List[str], dict, List[str]]]:
+def dry_run_children(text: str) -> list[tuple[list[str], dict, list[str]]]:
     """(unset, env, argv) of every command line printed by ``serve --dry-run``.
 
     Each line reads ``env [-u NAME]... [NAME=VALUE]... argv``, what env(1) would run.
@@ -70,12 +69,12 @@ def dry_run_children(text: str) -> List[Tuple[List[str], dict, List[str]]]:
     return out
 
 
-def commands_from_dry_run(text: str) -> List[Tuple[dict, List[str]]]:
+def commands_from_dry_run(text: str) -> list[tuple[dict, list[str]]]:
     """(env, argv) of every command line printed by ``serve --dry-run``."""
     return [(env, argv) for _, env, argv in dry_run_children(text)]
 
 
-def environment_from_dry_run(unset: List[str], env: dict, inherited: dict) -> dict:
+def environment_from_dry_run(unset: list[str], env: dict, inherited: dict) -> dict:
     """What env(1) gives the child when the printed line runs in a shell with ``inherited``."""
     out = {k: v for k, v in inherited.items() if k not in unset}
     out.update(env)

@@ -44,7 +44,9 @@ def _orphan() -> int:
     """Start a sleeper through a parent that exits at once; return the sleeper's pid."""
     parent = subprocess.run(
         [sys.executable, "-c", f"import subprocess; print(subprocess.Popen({SLEEPER!r}, stdout=-3).pid)"],
-        stdout=subprocess.PIPE, check=True, text=True,
+        stdout=subprocess.PIPE,
+        check=True,
+        text=True,
     )
     return int(parent.stdout)
 
@@ -102,8 +104,10 @@ class Handler(BaseHTTPRequestHandler):
         if os.environ.get("STANDIN_METRICS") == "html":
             return b"<html><body>metrics are elsewhere</body></html>\n"
         running = 4 if os.environ.get("STANDIN_WEDGED") == "1" else 0
-        return (f"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs {running}\n"
-                "# TYPE sglang:generation_tokens counter\nsglang:generation_tokens_total 100\n").encode()
+        return (
+            f"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs {running}\n"
+            "# TYPE sglang:generation_tokens counter\nsglang:generation_tokens_total 100\n"
+        ).encode()
 
     def do_GET(self):  # noqa: N802 (http.server API)
         if self.path == "/metrics" and os.environ.get("STANDIN_METRICS") == "drip":

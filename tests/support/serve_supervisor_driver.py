@@ -42,8 +42,9 @@ def main() -> int:
         signal.signal(sig, signal.SIG_IGN)
     with open(args.children_file) as f:
         children = [ChildSpec(**c) for c in json.load(f)]
-    return Supervisor(children, args.log_dir, grace_period=args.grace, health_timeout=60,
-                      wedge_seconds=args.wedge_timeout).run()
+    return Supervisor(
+        children, args.log_dir, grace_period=args.grace, health_timeout=60, wedge_seconds=args.wedge_timeout
+    ).run()
 
 
 if __name__ == "__main__":

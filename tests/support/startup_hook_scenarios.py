@@ -31,8 +31,11 @@ def _ours_loaded() -> list:
 def startup() -> dict:
     from sglang_dsv4_ext import bootstrap  # already imported by the .pth: this only fetches it
 
-    return {"sglang_modules": sorted(m for m in sys.modules if m == "sglang" or m.startswith("sglang.")),
-            "ours": _ours_loaded(), "installed": bootstrap.installed()}
+    return {
+        "sglang_modules": sorted(m for m in sys.modules if m == "sglang" or m.startswith("sglang.")),
+        "ours": _ours_loaded(),
+        "installed": bootstrap.installed(),
+    }
 
 
 def _build_dsv4(out: dict) -> dict:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import builtins
 from pathlib import Path
-from typing import Dict, Set
 
 import pytest
 
@@ -20,19 +19,21 @@ EXCEPTIONS_NOT_ERRORS = {
     "Bf16IndexKUnsupported": "named as its twin in the source patches (errors.py says why)",
     "Stopped": "a BaseException for a signal that stops a command, as KeyboardInterrupt is: not an error",
 }
-BUILTIN_EXCEPTIONS = {name for name, value in vars(builtins).items()
-                      if isinstance(value, type) and issubclass(value, BaseException)}
+BUILTIN_EXCEPTIONS = {
+    name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)
+}
 
 
-def exception_classes(sources: Dict[str, str]) -> Set[str]:
+def exception_classes(sources: dict[str, str]) -> set[str]:
     """Names of the classes that derive, directly or through each other, from an exception."""
     bases = {}
     for source in sources.values():
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.ClassDef):
-                bases[node.name] = {b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")
-                                    for b in node.bases}
-    found: Set[str] = set()
+                bases[node.name] = {
+                    b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases
+                }
+    found: set[str] = set()
     changed = True
     while changed:
         changed = False
@@ -43,10 +44,13 @@ def exception_classes(sources: Dict[str, str]) -> Set[str]:
     return found
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("class A(ValueError): pass\nclass B(A): pass\nclass C: pass\n", {"A", "B"}),
-    ("class D(errors.Dsv4ExtError): pass\nclass Dsv4ExtError(Exception): pass\n", {"D", "Dsv4ExtError"}),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("class A(ValueError): pass\nclass B(A): pass\nclass C: pass\n", {"A", "B"}),
+        ("class D(errors.Dsv4ExtError): pass\nclass Dsv4ExtError(Exception): pass\n", {"D", "Dsv4ExtError"}),
+    ],
+)
 def test_exception_classes_follows_bases_through_our_own_classes(source, expected):
     assert exception_classes({"m.py": source}) == expected
 

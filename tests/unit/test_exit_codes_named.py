@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import List
 
 import pytest
 
@@ -18,27 +17,36 @@ PACKAGE_DIR = Path(sglang_dsv4_ext.__file__).resolve().parent
 ENTRY_FUNCTIONS = ("run", "main")
 
 
-def bare_exit_codes(source: str) -> List[int]:
+def bare_exit_codes(source: str) -> list[int]:
     """Lines where ``run``/``main`` returns an integer literal."""
     lines = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef) and node.name in ENTRY_FUNCTIONS:
             for inner in ast.walk(node):
-                if isinstance(inner, ast.Return) and isinstance(inner.value, ast.Constant) \
-                        and type(inner.value.value) is int:
+                if (
+                    isinstance(inner, ast.Return)
+                    and isinstance(inner.value, ast.Constant)
+                    and type(inner.value.value) is int
+                ):
                     lines.append(inner.lineno)
                 elif isinstance(inner, ast.Return) and isinstance(inner.value, ast.IfExp):
-                    lines += [inner.lineno for side in (inner.value.body, inner.value.orelse)
-                              if isinstance(side, ast.Constant) and type(side.value) is int]
+                    lines += [
+                        inner.lineno
+                        for side in (inner.value.body, inner.value.orelse)
+                        if isinstance(side, ast.Constant) and type(side.value) is int
+                    ]
     return lines
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("def run(args):\n    return 0\n", [2]),
-    ("def main(argv):\n    if argv:\n        return exit_codes.USAGE\n    return 1 if argv else 0\n", [4, 4]),
-    ("def run(args):\n    return exit_codes.OK\n", []),
-    ("def helper():\n    return 0\n", []),  # not an entry function: a count, not an exit status
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("def run(args):\n    return 0\n", [2]),
+        ("def main(argv):\n    if argv:\n        return exit_codes.USAGE\n    return 1 if argv else 0\n", [4, 4]),
+        ("def run(args):\n    return exit_codes.OK\n", []),
+        ("def helper():\n    return 0\n", []),  # not an entry function: a count, not an exit status
+    ],
+)
 def test_bare_exit_codes_finds_integer_returns_of_entry_functions(source, expected):
     assert bare_exit_codes(source) == expected
 

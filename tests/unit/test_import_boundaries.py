@@ -16,8 +16,8 @@ The checker is tested on synthetic sources first (each rule on a deliberate bad 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -40,7 +40,7 @@ def is_module(name: str) -> bool:
     return (PACKAGE_DIR / relative).with_suffix(".py").is_file() or (PACKAGE_DIR / relative / "__init__.py").is_file()
 
 
-def imports(module: str, source: str, is_package: bool = False) -> Iterator[Tuple[int, str, Optional[str]]]:
+def imports(module: str, source: str, is_package: bool = False) -> Iterator[tuple[int, str, str | None]]:
     """``(line, imported module, imported name or None)`` for every import of ``source`` into our package.
 
     ``from A import b`` yields module ``A.b`` when that is a module of ours (``b`` then names no attribute).
@@ -66,18 +66,18 @@ def imports(module: str, source: str, is_package: bool = False) -> Iterator[Tupl
                     yield node.lineno, base, alias.name
 
 
-def world(module: str) -> Tuple[str, str]:
+def world(module: str) -> tuple[str, str]:
     """``(first part below the package, second part)`` of a dotted module name: ``("hooks", "gate")``."""
     parts = module.split(".")[1:] + ["", ""]
     return parts[0], parts[1]
 
 
-def _hook_area(module: str) -> Optional[str]:
+def _hook_area(module: str) -> str | None:
     first, second = world(module)
     return second or None if first == "hooks" else None
 
 
-def violations(module: str, source: str, is_package: bool = False) -> List[str]:
+def violations(module: str, source: str, is_package: bool = False) -> list[str]:
     found = []
     first, _ = world(module)
     for line, target, name in imports(module, source, is_package):

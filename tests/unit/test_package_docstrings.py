@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-from typing import Set
 
 import pytest
 
@@ -20,13 +19,13 @@ PACKAGES = sorted(p.parent for p in PACKAGE_DIR.rglob("__init__.py"))
 LISTED = re.compile(r":mod:`\.(\w+)`")
 
 
-def members(package: Path) -> Set[str]:
+def members(package: Path) -> set[str]:
     """The package's own modules and subpackages (not theirs)."""
     modules = {p.stem for p in package.glob("*.py") if p.name != "__init__.py"}
     return modules | {p.parent.name for p in package.glob("*/__init__.py")}
 
 
-def listed(docstring: str) -> Set[str]:
+def listed(docstring: str) -> set[str]:
     return set(LISTED.findall(docstring))
 
 

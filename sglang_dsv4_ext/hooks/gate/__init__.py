@@ -64,8 +64,17 @@ from sglang_dsv4_ext.index_k import pool_lifecycle
 from sglang_dsv4_ext.plugin import compat
 
 __all__ = [
-    "DSV4IndexKGateError", "EXTENSION_GATED", "GatedLayerBuffers", "SUBPOOL_READERS", "TOPLEVEL_READERS",
-    "UPSTREAM_GATED", "before_subpool_read", "gate_toplevel_reader", "hooks", "link_subpools", "logger",
+    "DSV4IndexKGateError",
+    "EXTENSION_GATED",
+    "GatedLayerBuffers",
+    "SUBPOOL_READERS",
+    "TOPLEVEL_READERS",
+    "UPSTREAM_GATED",
+    "before_subpool_read",
+    "gate_toplevel_reader",
+    "hooks",
+    "link_subpools",
+    "logger",
     "probe_readers",
 ]
 
@@ -98,8 +107,13 @@ def hooks(ctx):
         Hook(compat.COUNTER_WAIT_UNTIL, waits.around_wait_until, "around"),
         Hook(compat.PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS, replay.around_wait_for_layer_loads, "around"),
         # Where SGLang has no _wait_for_layer_loads (0.5.22), the replay's own hook waits first.
-        Hook(compat.PREFILL_GRAPH_EXECUTE, replay.around_prefill_execute if ctx.has(
-            compat.PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS) else replay.around_prefill_execute_waiting_first, "around"),
+        Hook(
+            compat.PREFILL_GRAPH_EXECUTE,
+            replay.around_prefill_execute
+            if ctx.has(compat.PREFILL_GRAPH_WAIT_FOR_LAYER_LOADS)
+            else replay.around_prefill_execute_waiting_first,
+            "around",
+        ),
     ]
     result += _reader_hooks(ctx, compat.TOPLEVEL_INDEX_K_READERS, lambda name: gate_toplevel_reader)
     result += _reader_hooks(ctx, compat.SUBPOOL_INDEX_K_READERS, subpool.make_subpool_reader_gate)

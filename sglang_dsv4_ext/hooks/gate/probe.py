@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Dict
-
 from sglang_dsv4_ext.plugin import compat
 
 UPSTREAM_GATED = "upstream-gated"
 EXTENSION_GATED = "extension-gated"
 
 # {method name: positional args after layer_id}, derived from the compat table's signatures.
-TOPLEVEL_READERS: Dict[str, int] = {
+TOPLEVEL_READERS: dict[str, int] = {
     t.attribute: t.required_args_after_layer_id() for t in compat.TOPLEVEL_INDEX_K_READERS
 }
-SUBPOOL_READERS: Dict[str, int] = {
+SUBPOOL_READERS: dict[str, int] = {
     t.attribute: t.required_args_after_layer_id() for t in compat.SUBPOOL_INDEX_K_READERS
 }
 
@@ -77,7 +75,7 @@ def probe_accessor(cls, name: str, extra_args: int, *, probe_layer: int = 7, sta
     return (probe_layer - start_layer) in counter.waits
 
 
-def probe_readers(pool_cls, readers: Dict[str, int]) -> Dict[str, str]:
+def probe_readers(pool_cls, readers: dict[str, int]) -> dict[str, str]:
     return {
         name: (UPSTREAM_GATED if probe_accessor(pool_cls, name, extra) else EXTENSION_GATED)
         for name, extra in readers.items()

@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 import weakref
-from typing import Callable, Dict
+from collections.abc import Callable
 
 from sglang_dsv4_ext.errors import DSV4IndexKGateError
 from sglang_dsv4_ext.hooks.gate.waits import waited_upto
@@ -128,7 +128,7 @@ class GatedLayerBuffers(list):
         return list.__getitem__(self, key)
 
 
-def loading_layers(pool) -> Dict[int, Dict[int, int]]:
+def loading_layers(pool) -> dict[int, dict[int, int]]:
     """``{ratio: {sub-pool layer: global layer whose HiCache load carries it}}``.
 
     That is the layer's *source*: for ratios 4/128 each sub-pool layer belongs to one layer;
@@ -137,7 +137,7 @@ def loading_layers(pool) -> Dict[int, Dict[int, int]]:
     (``hybrid_pool_assembler._dsv4_low_ratio_regions``), not with the later readers'.
     """
     sources = getattr(pool, "sources_by_ratio", None) or {}
-    result: Dict[int, Dict[int, int]] = {
+    result: dict[int, dict[int, int]] = {
         ratio: {local_id: global_layer for local_id, global_layer in enumerate(layers)}
         for ratio, layers in sources.items()
     }
@@ -173,6 +173,7 @@ def link_subpools(pool) -> None:
 # ---------------------------------------------------------------------------------------
 # Top-level readers that the probe found ungated (older SGLang, or a drifted method)
 # ---------------------------------------------------------------------------------------
+
 
 def gate_toplevel_reader(original, self, layer_id, *args, **kwargs):
     """Wait for the layer's load before an ungated top-level index-K reader returns data."""

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextvars
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sglang_dsv4_ext.sglang_types import LayerDoneCounter
 
 # The pool whose waits look one layer ahead: set while a non-full prefill graph replays.
-wait_ahead_pool: contextvars.ContextVar[Optional[int]] = contextvars.ContextVar("dsv4_ext_wait_ahead", default=None)
+wait_ahead_pool: contextvars.ContextVar[int | None] = contextvars.ContextVar("dsv4_ext_wait_ahead", default=None)
 
 
 def note_wait(counter: LayerDoneCounter, threshold: int) -> None:
@@ -32,7 +32,7 @@ def waited_upto(counter: LayerDoneCounter) -> int:
     return record[1]
 
 
-def load_pending(counter: Optional[LayerDoneCounter]) -> bool:
+def load_pending(counter: LayerDoneCounter | None) -> bool:
     return counter is not None and getattr(counter, "consumer_index", -1) >= 0
 
 

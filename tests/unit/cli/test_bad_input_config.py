@@ -18,7 +18,10 @@ from sglang_dsv4_ext.config import ConfigError, ExtConfig, load_config
 from tests.support.serve_helpers import dry_run_children, environment_from_dry_run
 
 ALIAS, DTYPE, GATE, EXT = (
-    "SGLANG_DSV4_BF16_INDEX_K", "SGLANG_DSV4_INDEX_K_DTYPE", "SGLANG_DSV4_INDEX_K_GATE", "SGLANG_DSV4_EXT"
+    "SGLANG_DSV4_BF16_INDEX_K",
+    "SGLANG_DSV4_INDEX_K_DTYPE",
+    "SGLANG_DSV4_INDEX_K_GATE",
+    "SGLANG_DSV4_EXT",
 )
 CAPTURE, LAYERS = "SGLANG_DSV4_INDEX_K_CAPTURE", "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS"
 
@@ -44,21 +47,35 @@ def test_empty_means_unset(env, expected):
 # (row, environment, the error the user sees)
 REFUSED_ROWS = [
     ("alias not 0/1", {ALIAS: "yes"}, "SGLANG_DSV4_BF16_INDEX_K='yes' is not valid; allowed values: '0', '1'"),
-    ("alias 1 next to fp8", {ALIAS: "1", DTYPE: "fp8"},
-     "SGLANG_DSV4_BF16_INDEX_K=1 (alias for bf16) contradicts SGLANG_DSV4_INDEX_K_DTYPE='fp8'"),
-    ("alias 0 next to bf16", {ALIAS: "0", DTYPE: "bf16"},
-     "SGLANG_DSV4_BF16_INDEX_K=0 contradicts SGLANG_DSV4_INDEX_K_DTYPE='bf16'"),
+    (
+        "alias 1 next to fp8",
+        {ALIAS: "1", DTYPE: "fp8"},
+        "SGLANG_DSV4_BF16_INDEX_K=1 (alias for bf16) contradicts SGLANG_DSV4_INDEX_K_DTYPE='fp8'",
+    ),
+    (
+        "alias 0 next to bf16",
+        {ALIAS: "0", DTYPE: "bf16"},
+        "SGLANG_DSV4_BF16_INDEX_K=0 contradicts SGLANG_DSV4_INDEX_K_DTYPE='bf16'",
+    ),
     ("unknown dtype", {DTYPE: "int8"}, "SGLANG_DSV4_INDEX_K_DTYPE='int8' is not valid; allowed values: 'fp8', 'bf16'"),
     ("unknown gate", {GATE: "maybe"}, "SGLANG_DSV4_INDEX_K_GATE='maybe' is not valid; allowed values: 'auto'"),
     ("kill switch not 0/1", {EXT: "off"}, "SGLANG_DSV4_EXT='off' is not valid; allowed values: '0', '1'"),
     # str.isdigit() accepts '²', int() does not: each must be the variable's own error, not a ValueError
-    *[(f"superscript digit in {name}", {name: "²"}, f"{name}='²' is not valid; allowed values: a whole number >= 1")
-      for name in ("SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS", "SGLANG_DSV4_INDEX_K_CAPTURE_ROWS",
-                   "SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB")],
+    *[
+        (f"superscript digit in {name}", {name: "²"}, f"{name}='²' is not valid; allowed values: a whole number >= 1")
+        for name in (
+            "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS",
+            "SGLANG_DSV4_INDEX_K_CAPTURE_ROWS",
+            "SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB",
+        )
+    ],
     ("superscript digit in a layer id", {LAYERS: "2,²"}, f"{LAYERS}='2,²' is not valid; allowed values: 'all'"),
     ("superscript digit in every:N", {LAYERS: "every:²"}, f"{LAYERS}='every:²' is not valid; allowed values: 'all'"),
-    ("layer id given more than once", {LAYERS: "2,2,2"},
-     f"{LAYERS}='2,2,2' lists layer 2 more than once; give each c4 layer id once"),
+    (
+        "layer id given more than once",
+        {LAYERS: "2,2,2"},
+        f"{LAYERS}='2,2,2' lists layer 2 more than once; give each c4 layer id once",
+    ),
 ]
 
 
@@ -76,7 +93,7 @@ def test_serve_without_a_preset_reads_an_empty_alias_as_unset(capsys, monkeypatc
     rc = main(["serve", "--dry-run", "--mode", "single", "--model-path", "m"])
     out, err = capsys.readouterr()
     assert rc == 0, err
-    (unset, env, _), = dry_run_children(out)
+    ((unset, env, _),) = dry_run_children(out)
     assert load_config(environment_from_dry_run(unset, env, dict(os.environ))).index_k_dtype == "bf16"
 
 
@@ -89,8 +106,11 @@ BUNDLED_WHY = "checked against the bundled DeepSeek-V4-Flash config"
 
 # (row, environment on top of bf16 + a capture directory, the error)
 POOL_BUILD_ROWS = [
-    ("layer ids that are not c4 layers", {LAYERS: "3,5"},
-     f"{LAYERS}='3,5': [3, 5] are not c4 indexer layers of this model; allowed ids: {C4_IDS} ({BUNDLED_WHY}"),
+    (
+        "layer ids that are not c4 layers",
+        {LAYERS: "3,5"},
+        f"{LAYERS}='3,5': [3, 5] are not c4 indexer layers of this model; allowed ids: {C4_IDS} ({BUNDLED_WHY}",
+    ),
     ("a layer id past the last layer", {LAYERS: "999"}, f"{LAYERS}='999': [999] are not c4 indexer layers"),
 ]
 
@@ -103,8 +123,7 @@ def _capture_env(monkeypatch, tmp_path, extra):
 
 
 @pytest.mark.parametrize("extra, needle", [r[1:] for r in POOL_BUILD_ROWS], ids=[r[0] for r in POOL_BUILD_ROWS])
-def test_serve_dry_run_refuses_capture_layers_the_pool_build_would_refuse(tmp_path, capsys, monkeypatch, extra,
-                                                                           needle):
+def test_serve_dry_run_refuses_capture_layers_the_pool_build_would_refuse(tmp_path, capsys, monkeypatch, extra, needle):
     _capture_env(monkeypatch, tmp_path, extra)
     rc = main(["serve", "--preset", "dsv4-flash-8gpu-pd-4p4d-bf16-hicache", "--dry-run"])
     out, err = capsys.readouterr()
@@ -132,14 +151,17 @@ def test_serve_dry_run_says_which_layers_and_which_model_config(tmp_path, capsys
     rc = main(["serve", "--preset", "dsv4-flash-8gpu-pd-4p4d-bf16-hicache", "--dry-run", "--model-path", str(model)])
     out, err = capsys.readouterr()
     assert rc == 0, err
-    assert (f"# note: decode-0: index-K capture into {tmp_path / 'capture'}: c4 layers 3 (1 of 2; ids checked "
-            f"against {model / 'config.json'})") in out
+    assert (
+        f"# note: decode-0: index-K capture into {tmp_path / 'capture'}: c4 layers 3 (1 of 2; ids checked "
+        f"against {model / 'config.json'})"
+    ) in out
     assert not (tmp_path / "capture").exists()  # a dry run creates nothing
 
 
 @pytest.mark.parametrize("extra, needle", [r[1:] for r in POOL_BUILD_ROWS], ids=[r[0] for r in POOL_BUILD_ROWS])
-def test_doctor_refuses_capture_layers_the_pool_build_would_refuse(tmp_path, capsys, monkeypatch, ext_active,
-                                                                    extra, needle):
+def test_doctor_refuses_capture_layers_the_pool_build_would_refuse(
+    tmp_path, capsys, monkeypatch, ext_active, extra, needle
+):
     _capture_env(monkeypatch, tmp_path, extra)
     rc = main(["doctor", "--json"])
     report = json.loads(capsys.readouterr().out)
@@ -176,8 +198,9 @@ def test_doctor_refuses_a_model_config_that_does_not_exist(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name", ["SGLANG_DSV4_INDEX_K_CAPTURE_ROWS", LAYERS])
-def test_doctor_and_serve_report_a_superscript_digit_without_a_traceback(tmp_path, capsys, monkeypatch, ext_active,
-                                                                         name):
+def test_doctor_and_serve_report_a_superscript_digit_without_a_traceback(
+    tmp_path, capsys, monkeypatch, ext_active, name
+):
     _capture_env(monkeypatch, tmp_path, {name: "²"})
     assert main(["doctor"]) == 1
     assert f"error           {name}='²' is not valid" in capsys.readouterr().out

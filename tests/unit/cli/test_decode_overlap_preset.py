@@ -18,11 +18,20 @@ PRESET = "dsv4-flash-8gpu-pd-4p4d-bf16-hicache"
 
 def _dry_run(*extra):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-m", "sglang_dsv4_ext.cli", "serve", "--preset", PRESET, "--dry-run",
-                           *extra], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_dsv4_ext.cli", "serve", "--preset", PRESET, "--dry-run", *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return {line.split("--disaggregation-mode ")[1].split()[0]: line for line in proc.stdout.splitlines()
-            if "--disaggregation-mode " in line}
+    return {
+        line.split("--disaggregation-mode ")[1].split()[0]: line
+        for line in proc.stdout.splitlines()
+        if "--disaggregation-mode " in line
+    }
 
 
 @pytest.mark.parametrize("opt_out", [False, True])

@@ -35,7 +35,7 @@ def test_row_sizes_and_layer_counts_are_the_real_pools(ext_active, monkeypatch, 
         indexer = pool.c4_indexer_kv_pool
         row = indexer.index_k_with_scale_buffer[0].shape[1] // indexer.index_page_size
         assert row == index_k_bytes_per_token(dtype, MODEL.index_head_dim)
-        ratios = MODEL.compress_ratios[:MODEL.num_hidden_layers]
+        ratios = MODEL.compress_ratios[: MODEL.num_hidden_layers]
         assert pool.swa_kv_pool.layer_num == len(ratios)
         assert pool.c4_kv_pool.layer_num == indexer.layer_num == ratios.count(4)
         assert pool.c128_kv_pool.layer_num == ratios.count(128)
@@ -46,7 +46,7 @@ def _walk_layers(model, context, dtype, start=0, end=None):
     kv = model.qk_nope_head_dim + 2 * model.qk_rope_head_dim + 8
     ik = index_k_bytes_per_token(dtype, model.index_head_dim)
     total = 0
-    for ratio in model.compress_ratios[start:model.num_hidden_layers if end is None else end]:
+    for ratio in model.compress_ratios[start : model.num_hidden_layers if end is None else end]:
         total += min(context, model.window_size) * kv
         if ratio == 4:
             total += (context // 4) * ik + min(model.index_topk, context // 4) * kv
@@ -88,8 +88,17 @@ def test_plan_json_has_the_contexts_asked_for(ext_active, capsys):
     assert list(plan["decode_reads"]) == ["8192", "131072", "1048576"]
     assert plan["decode_reads"]["131072"]["bf16"]["total"] == _walk_layers(MODEL, 131072, "bf16")
     assert plan["recall"] == {"source": None, "k": MODEL.index_topk, "by_format": {"fp8": None, "bf16": None}}
-    assert list(plan)[:9] == ["model", "layers", "stage", "kv_budget_bytes", "max_running_requests", "swa_mode",
-                              "mtp", "dtypes", "decode_reads"]  # 0.3.0's keys first, unchanged in order
+    assert list(plan)[:9] == [
+        "model",
+        "layers",
+        "stage",
+        "kv_budget_bytes",
+        "max_running_requests",
+        "swa_mode",
+        "mtp",
+        "dtypes",
+        "decode_reads",
+    ]  # 0.3.0's keys first, unchanged in order
 
 
 def test_plan_says_recall_is_not_measured_without_a_recall_file(ext_active, capsys):
@@ -120,11 +129,14 @@ def test_plan_shows_rows_weighted_recall_and_n_a_where_nothing_was_measured(ext_
     assert rc == 0 and "0.9900" in out and "n/a" in out
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--context", "0"], "argument --context: '0': allowed: comma-separated context lengths in tokens >= 1"),
-    (["--context", "8K,abc"], "argument --context: '8K,abc': allowed:"),
-    (["--context", ""], "argument --context: '': allowed:"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--context", "0"], "argument --context: '0': allowed: comma-separated context lengths in tokens >= 1"),
+        (["--context", "8K,abc"], "argument --context: '8K,abc': allowed:"),
+        (["--context", ""], "argument --context: '': allowed:"),
+    ],
+)
 def test_bad_context_is_refused_naming_the_flag(capsys, argv, needle):
     rc, out, err = _plan(capsys, *argv)
     assert rc == 2 and out == "" and "Traceback" not in err

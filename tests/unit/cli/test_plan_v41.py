@@ -42,10 +42,16 @@ def _host_pools(pool, monkeypatch):
     from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _dsv4_low_ratio_entries
 
     monkeypatch.setattr("sglang.srt.mem_cache.pool_host.common._cuda_host_register", lambda *args, **kwargs: None)
-    entries = _dsv4_low_ratio_entries(pool, dsv4_model.PAGE_SIZE, num_host_pages=2,
-                                      transfer_layer_id_max=V41.num_hidden_layers)
-    return {(r, kind): e.host_pool for e in entries for r in (1, 2) for kind in ("kv", "index_k")
-            if e.device_pool is (pool.kv_pools.get(r) if kind == "kv" else pool.index_pools.get(r))}
+    entries = _dsv4_low_ratio_entries(
+        pool, dsv4_model.PAGE_SIZE, num_host_pages=2, transfer_layer_id_max=V41.num_hidden_layers
+    )
+    return {
+        (r, kind): e.host_pool
+        for e in entries
+        for r in (1, 2)
+        for kind in ("kv", "index_k")
+        if e.device_pool is (pool.kv_pools.get(r) if kind == "kv" else pool.index_pools.get(r))
+    }
 
 
 @pytest.mark.parametrize("dtype", ["fp8", "bf16", "fp4"])
@@ -86,8 +92,16 @@ def test_v41_text_says_the_dtype_changes_no_pool_here(ext_active, capsys, tmp_pa
     assert "no c4/c128 layers" in out
     # With c4 layers next to the ratio-1/2 ones the columns differ, and the plan does not claim otherwise.
     mixed = tmp_path / "config.json"
-    mixed.write_text(json.dumps({"model_type": "deepseek_v41", "num_hidden_layers": 4,
-                                 "compress_ratios": [0, 4, 2, 2], "kv_source_layer_ids": [2]}))
+    mixed.write_text(
+        json.dumps(
+            {
+                "model_type": "deepseek_v41",
+                "num_hidden_layers": 4,
+                "compress_ratios": [0, 4, 2, 2],
+                "kv_source_layer_ids": [2],
+            }
+        )
+    )
     assert cli.main(["plan", "--model-config", str(mixed), *PLAN_ARGS]) == 0
     out = capsys.readouterr().out
     assert "(1 c4 layers here)" in out and "same pools" not in out
@@ -107,12 +121,18 @@ def test_a_released_nested_v41_config_loads_as_the_flat_one(tmp_path):
     filename, _ = dsv4_model.BUNDLED_MODELS["v4.1-flash"]
     flat = json.loads(resources.files("sglang_dsv4_ext.data").joinpath(filename).read_text())
     text = {k: v for k, v in flat.items() if not k.startswith("_") and k not in ("architectures", "model_type")}
-    nested = {"architectures": flat["architectures"], "model_type": flat["model_type"],
-              "text_config": {**text, "model_type": "deepseek_v41_text"}}
+    nested = {
+        "architectures": flat["architectures"],
+        "model_type": flat["model_type"],
+        "text_config": {**text, "model_type": "deepseek_v41_text"},
+    }
     (tmp_path / "config.json").write_text(json.dumps(nested))
     loaded = dsv4_model.load_model(str(tmp_path))
     assert (loaded.compress_ratios, loaded.kv_source_layer_ids, loaded.model_type) == (
-        V41.compress_ratios, V41.kv_source_layer_ids, V41.model_type)
+        V41.compress_ratios,
+        V41.kv_source_layer_ids,
+        V41.model_type,
+    )
     assert loaded.layer_counts() == V41.layer_counts()
 
 

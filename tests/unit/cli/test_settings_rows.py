@@ -39,10 +39,11 @@ def _serve_help(capsys) -> str:
 def test_the_readme_configuration_table_is_the_settings_table():
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
         readme = f.read()
-    section = readme[readme.index("## Configuration\n"):readme.index("\n## ", readme.index("## Configuration\n") + 1)]
+    section = readme[readme.index("## Configuration\n") : readme.index("\n## ", readme.index("## Configuration\n") + 1)]
     table = "\n".join(line for line in section.splitlines() if line.startswith("|"))
-    assert table == config.markdown_table(), "regenerate: python -c 'from sglang_dsv4_ext import config; " \
-                                             "print(config.markdown_table())'"
+    assert table == config.markdown_table(), (
+        "regenerate: python -c 'from sglang_dsv4_ext import config; print(config.markdown_table())'"
+    )
 
 
 def test_the_epilog_names_every_variable_the_stack_sets_in_its_children(capsys):
@@ -63,7 +64,7 @@ def test_fp4_budget_is_set_by_serve_and_by_a_preset(capsys, tmp_path):
     preset.write_text('mode = "single"\nmodel_path = "m"\n[extension]\nindex_k_dtype = "fp4"\nfp4_budget = "stock"\n')
     assert load_preset(str(preset)).ext.fp4_budget == "stock"
     _, cmds = _dry_run(capsys, "--preset", str(preset))
-    (env, argv), = cmds
+    ((env, argv),) = cmds
     assert load_config(env).fp4_budget == "stock" and "--enable-deepseek-v4-fp4-indexer" in argv
 
 

@@ -18,8 +18,10 @@ from tests.support.dsv4_pools import BF16_POOL_LAYOUT_MISUSES, sized_pool
 from tests.support.pd_handshake import decode_side_check
 from tests.support.releases import only_on
 
-_NO_PD_LAYOUT_0_5_22 = ("0.5.22 has no pd_kv_layout: bf16 PD is refused there at each role's KV manager "
-                        "(tests/unit/hooks/test_release_paths.py)")
+_NO_PD_LAYOUT_0_5_22 = (
+    "0.5.22 has no pd_kv_layout: bf16 PD is refused there at each role's KV manager "
+    "(tests/unit/hooks/test_release_paths.py)"
+)
 RATIO_MODE = dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True)
 # One page row = 64 compressed slots x bytes per index-K token (the formula under test lives in index_k).
 BF16_ROW = 64 * index_k.index_k_bytes_per_token("bf16", 128)
@@ -46,8 +48,13 @@ def _indexer_host_pool(kv_pool, layout: str, host_pages: int = 4):
 
     (region,) = _dsv4_indexer_regions(kv_pool, 256)
     host = DeepSeekV4PagedHostPool(
-        pool_name=str(region.name), device_buffers=region.device_buffers, item_bytes=region.item_bytes,
-        num_host_pages=host_pages, slot_page_size=region.slot_page_size, layout=layout, pin_memory=False,
+        pool_name=str(region.name),
+        device_buffers=region.device_buffers,
+        item_bytes=region.item_bytes,
+        num_host_pages=host_pages,
+        slot_page_size=region.slot_page_size,
+        layout=layout,
+        pin_memory=False,
         page_aligned_only=region.page_aligned_only,
     )
     return region, host
@@ -76,8 +83,11 @@ def test_fp8_region_keeps_stock_geometry(fp8_pool):
     assert region.page_aligned_only is True  # whole pages only for every dtype (test_index_k_page_aligned.py)
 
 
-@only_on("0.5.23", "0.5.22 has no backup_tokens_from_device_all_layer; its whole-layer backup's refusal is tested in "
-         "tests/unit/hooks/test_index_k_page_aligned.py")
+@only_on(
+    "0.5.23",
+    "0.5.22 has no backup_tokens_from_device_all_layer; its whole-layer backup's refusal is tested in "
+    "tests/unit/hooks/test_index_k_page_aligned.py",
+)
 def test_token_granular_index_k_transfers_refused_for_bf16(bf16_pool):
     _, host = _indexer_host_pool(bf16_pool, "layer_first")
     partial = torch.arange(100, dtype=torch.int64)  # not a multiple of the 256-token page
@@ -160,8 +170,7 @@ def test_bf16_writer_stores_rows_at_their_slots(bf16_pool):
     rows = torch.randn(5, 128).to(torch.bfloat16)
     slots = torch.tensor([0, 63, 64, 200, -1])  # page 0 first/last, page 1 first, page 3, padding
     bf16_pool.set_index_k_fused(layer, slots, rows)
-    pages = index_k.bf16_page_view(
-        bf16_pool.get_index_k_with_scale_buffer(layer), 64, 128)
+    pages = index_k.bf16_page_view(bf16_pool.get_index_k_with_scale_buffer(layer), 64, 128)
     for row, slot in zip(rows[:4], slots[:4].tolist()):
         assert torch.equal(pages[slot // 64, slot % 64], row)
     assert int((pages != 0).any(dim=-1).sum()) == 4  # the padding slot wrote nothing

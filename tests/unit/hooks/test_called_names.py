@@ -17,8 +17,8 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, List, Set, Tuple
 
 from sglang_dsv4_ext.plugin import compat
 
@@ -34,9 +34,9 @@ def _is_sglang_module(dotted: str) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-def _own_names() -> Set[str]:
+def _own_names() -> set[str]:
     """Functions and attributes our own code defines (a private call of one of them is not SGLang's)."""
-    names: Set[str] = set()
+    names: set[str] = set()
     for path in [*(ROOT / "sglang_dsv4_ext").rglob("*.py"), *(ROOT / "kernels_sm120").rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -48,7 +48,7 @@ def _own_names() -> Set[str]:
     return names
 
 
-def _imports(tree: ast.AST) -> Tuple[dict, dict, Set[str]]:
+def _imports(tree: ast.AST) -> tuple[dict, dict, set[str]]:
     """(local name -> SGLang module, local name -> SGLang object path, local names of other modules)."""
     modules, objects, others = {}, {}, set()
     for node in ast.walk(tree):
@@ -65,7 +65,7 @@ def _imports(tree: ast.AST) -> Tuple[dict, dict, Set[str]]:
     return modules, objects, others
 
 
-def sglang_references(source: str, own: Set[str]) -> Tuple[Set[str], Set[str]]:
+def sglang_references(source: str, own: set[str]) -> tuple[set[str], set[str]]:
     """(dotted SGLang names ``source`` imports or reads, private method names it calls that ``own`` lacks)."""
     tree = ast.parse(source)
     modules, objects, others = _imports(tree)
@@ -85,7 +85,7 @@ def sglang_references(source: str, own: Set[str]) -> Tuple[Set[str], Set[str]]:
     return references, private_calls
 
 
-def unlisted(source: str, rows: Iterable[compat.Target], own: Set[str]) -> List[str]:
+def unlisted(source: str, rows: Iterable[compat.Target], own: set[str]) -> list[str]:
     """What ``source`` reaches in SGLang that no row lists."""
     paths = [row.path for row in rows]
     attributes = {row.attribute for row in rows}
@@ -98,7 +98,7 @@ def unlisted(source: str, rows: Iterable[compat.Target], own: Set[str]) -> List[
 TABLE = [*compat.TARGETS, *compat.CALLED]
 
 
-def _hook_files() -> List[Path]:
+def _hook_files() -> list[Path]:
     return sorted(HOOKS.rglob("*.py"))
 
 
@@ -133,7 +133,9 @@ def test_a_hook_calling_a_name_the_table_drops_fails_the_scan():
     source = (HOOKS / "indexer.py").read_text()
     dropped = [row for row in TABLE if row.attribute not in ("_forward_prepare_normal", "plan_topk_v2")]
     assert unlisted(source, dropped, _own_names()) == [
-        "<obj>._forward_prepare_normal(...)", "sglang.srt.layers.attention.dsv4.indexer.plan_topk_v2"]
+        "<obj>._forward_prepare_normal(...)",
+        "sglang.srt.layers.attention.dsv4.indexer.plan_topk_v2",
+    ]
 
 
 def test_table_names_are_spelled_once():

@@ -46,7 +46,9 @@ def test_a_scheduler_that_built_no_dsv4_model_never_reports_active(checked, monk
     reply = _reply()
     evidence._after_get_internal_state(reply, object(), None)
     assert reply.internal_state[evidence.RECORD_KEY] == {
-        "active": False, "reason": "no DeepSeek-V4 model or pool was built with the extension verified in this process"}
+        "active": False,
+        "reason": "no DeepSeek-V4 model or pool was built with the extension verified in this process",
+    }
 
 
 def test_the_hook_is_on_sglangs_method_after_activation(ext_active):

@@ -17,8 +17,11 @@ from sglang_dsv4_ext import errors
 from tests.support.dsv4_pools import sized_pool
 from tests.support.releases import only_on
 
-pytestmark = only_on("0.5.23", "0.5.22 has no unified_cache.linker_factory; its refusal there is at the DeepSeek-V4 "
-                     "direct-linker pool group (tests/unit/hooks/test_release_paths.py)")
+pytestmark = only_on(
+    "0.5.23",
+    "0.5.22 has no unified_cache.linker_factory; its refusal there is at the DeepSeek-V4 "
+    "direct-linker pool group (tests/unit/hooks/test_release_paths.py)",
+)
 
 RATIO_MODE = dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True)
 

@@ -35,8 +35,9 @@ def test_the_switch_is_validated_and_defaults_to_exact():
     assert load_config({}).fp4_budget == "exact"
     assert load_config({"SGLANG_DSV4_FP4_BUDGET": "stock"}).fp4_budget == "stock"
     assert load_config({"SGLANG_DSV4_FP4_BUDGET": ""}).fp4_budget == "exact"
-    with pytest.raises(ConfigError, match="SGLANG_DSV4_FP4_BUDGET='sometimes' is not valid; allowed values: "
-                                          "'exact', 'stock'"):
+    with pytest.raises(
+        ConfigError, match="SGLANG_DSV4_FP4_BUDGET='sometimes' is not valid; allowed values: 'exact', 'stock'"
+    ):
         load_config({"SGLANG_DSV4_FP4_BUDGET": "sometimes"})
 
 

@@ -36,6 +36,7 @@ GATE_LOGGER = gate.logger.name
 # Oracle: does the function's source wait for its own layer before anything else?
 # ---------------------------------------------------------------------------------------
 
+
 def _is_wait_for_own_layer(stmt, self_name: str, layer_name: str) -> bool:
     call = stmt.value if isinstance(stmt, ast.Expr) else None
     return (
@@ -101,6 +102,7 @@ def raw_item(buffers, index):
 # 1. Probe verdicts against the source; 6. activation/doctor report them
 # ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("target", READER_TARGETS, ids=lambda t: t.rsplit(".", 2)[-2] + "." + t.rsplit(".", 1)[-1])
 def test_probe_verdict_matches_what_the_source_does(ext_active, target):
     owner, name, _ = compat.resolve(target)
@@ -143,6 +145,7 @@ def test_doctor_reports_each_accessor_as_upstream_or_extension_gated(ext_active)
 # ---------------------------------------------------------------------------------------
 # 2. A deliberately ungated top-level reader is found and wrapped (through HookRegistry)
 # ---------------------------------------------------------------------------------------
+
 
 def test_ungated_toplevel_reader_is_found_and_wrapped_through_hook_registry(ext_active, gate_mode):
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
@@ -353,8 +356,9 @@ def test_stock_writers_through_the_raw_list_are_not_reads(ext_active, gate_mode,
     received = []
     monkeypatch.setattr(mp, "fused_store_cache", lambda input, cache, indices, **kw: received.append(cache))
     index_k_store = getattr(mp, "dsa_index_k_cache", None) or mp.index_buf_accessor
-    monkeypatch.setattr(index_k_store.SetKAndS, "execute",
-                        classmethod(lambda cls, *args, buf, **kw: received.append(buf)))
+    monkeypatch.setattr(
+        index_k_store.SetKAndS, "execute", classmethod(lambda cls, *args, buf, **kw: received.append(buf))
+    )
 
     loc = torch.arange(4)
     pool.set_index_k_fused(3, loc, torch.zeros(4, 128, dtype=torch.bfloat16))
@@ -378,8 +382,13 @@ def test_hicache_own_host_pool_transfer_is_not_a_read(ext_active, gate_mode, mon
     pool = gd.build_pool()
     (region,) = _dsv4_indexer_regions(pool, 256)
     host = mph.DeepSeekV4PagedHostPool(
-        pool_name=str(region.name), device_buffers=region.device_buffers, item_bytes=region.item_bytes,
-        num_host_pages=2, slot_page_size=region.slot_page_size, layout="layer_first", pin_memory=False,
+        pool_name=str(region.name),
+        device_buffers=region.device_buffers,
+        item_bytes=region.item_bytes,
+        num_host_pages=2,
+        slot_page_size=region.slot_page_size,
+        layout="layer_first",
+        pin_memory=False,
         page_aligned_only=region.page_aligned_only,
     )
     assert isinstance(host.device_buffers, gate.GatedLayerBuffers)  # the very list the gate wraps
@@ -394,6 +403,7 @@ def test_hicache_own_host_pool_transfer_is_not_a_read(ext_active, gate_mode, mon
 # ---------------------------------------------------------------------------------------
 # V4.1 low-ratio layers share their kv_source layer's sub-pool layer
 # ---------------------------------------------------------------------------------------
+
 
 def test_shared_low_ratio_layers_are_gated_on_their_source_load(ext_active, gate_mode):
     """Ratio-2 sub-pool layer k is loaded with its kv_source layer (HiCache's layer mapping).
@@ -424,6 +434,7 @@ def test_shared_low_ratio_layers_are_gated_on_their_source_load(ext_active, gate
 # ---------------------------------------------------------------------------------------
 # 4. The regression replay: stock leaves a stale-read window, the gate closes it
 # ---------------------------------------------------------------------------------------
+
 
 def covered_when_the_read_returns(pool, read) -> int:
     """Start a load, run ``read`` (a sub-pool read of layer 3), return the highest layer the stream had waited for."""

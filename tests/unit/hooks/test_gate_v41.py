@@ -52,7 +52,7 @@ def test_every_low_ratio_reader_maps_to_its_kv_source_as_hicache_loads_it(v41_po
     pool = v41_pool("strict")
     hicache = _hicache_sources(pool)
     assert set(hicache) == {1, 2}
-    for layer, ratio in enumerate(V41.compress_ratios[:V41.num_hidden_layers]):
+    for layer, ratio in enumerate(V41.compress_ratios[: V41.num_hidden_layers]):
         if ratio not in (1, 2):
             continue
         local = pool.layer_mapping[layer].compress_layer_id
@@ -76,8 +76,11 @@ def test_strict_refuses_each_shared_subpool_read_until_its_source_load_was_waite
         payload, _ = sub.get_index_k_fp4(local, SLOTS)
         assert payload.shape == (4, 64)
         # SGLang's own getters for every layer reading this storage pass now.
-        readers = [layer for layer in range(V41.num_hidden_layers)
-                   if V41.compress_ratios[layer] == ratio and pool.source_layer_of(layer) == source]
+        readers = [
+            layer
+            for layer in range(V41.num_hidden_layers)
+            if V41.compress_ratios[layer] == ratio and pool.source_layer_of(layer) == source
+        ]
         for layer in readers:
             assert pool.get_low_ratio_index_k_dequant(layer, SLOTS).shape == (4, 128)
 

@@ -87,8 +87,9 @@ def _run(pool, rng, requests, layer=LAYER, **kwargs):
     backend, fb, page_table, lens = _batch(pool, rng, requests, layer=layer, **kwargs)
     ix = dbl.c4_indexer(layer_id=layer, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(), generator=rng)
     x = torch.randn(len(lens), Q_LORA_RANK, generator=rng).to(torch.bfloat16)
-    C4IndexerBackendMixin.forward_c4_indexer(backend, x=x, q_lora=x, c4_indexer=ix, forward_batch=fb,
-                                             skip_compressor=True)
+    C4IndexerBackendMixin.forward_c4_indexer(
+        backend, x=x, q_lora=x, c4_indexer=ix, forward_batch=fb, skip_compressor=True
+    )
     capture = index_k_capture.capture_for(pool)
     if capture is not None:
         capture.flush()
@@ -107,8 +108,10 @@ def _load(path):
 # What is written: exactly what the indexer read, in recall's format
 # ---------------------------------------------------------------------------------------
 
-def test_capture_holds_exactly_the_rows_the_indexer_read_and_recall_reads_it(stubs, monkeypatch, rng, capture_dir,
-                                                                              capsys):
+
+def test_capture_holds_exactly_the_rows_the_indexer_read_and_recall_reads_it(
+    stubs, monkeypatch, rng, capture_dir, capsys
+):
     requests = [("req-A", [600, 601, 602]), ("req-B", [700, 701])]
     with dsv4_pool(monkeypatch, "bf16") as pool:
         backend, page_table, lens = _run(pool, rng, requests)
@@ -139,7 +142,7 @@ def test_capture_holds_exactly_the_rows_the_indexer_read_and_recall_reads_it(stu
         # The capture reproduces the indexer's own choice: top-k of its logits, as pool slots.
         logits = recall.logits(rec["q"], rec["weights"], rec["k"])
         for i, r in enumerate(rows):
-            top = logits[i, :row_lens[i]].topk(TOPK).indices
+            top = logits[i, : row_lens[i]].topk(TOPK).indices
             assert sorted(rec["slots"][top].tolist()) == sorted(selected[r].tolist()), (rid, r)
 
     assert cli.main(["recall", str(capture_dir), "--json"]) == 0
@@ -180,6 +183,7 @@ def test_never_overwrites_a_capture(stubs, monkeypatch, rng, capture_dir):
 # ---------------------------------------------------------------------------------------
 # Bounds
 # ---------------------------------------------------------------------------------------
+
 
 def test_request_bound(stubs, monkeypatch, rng, capture_dir, caplog):
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS", "2")
@@ -234,8 +238,9 @@ def test_size_cap_stops_capture_with_one_log_line(stubs, monkeypatch, rng, captu
         _run(pool, rng, [("later", [900])], width=16)
         capture = index_k_capture.capture_for(pool)
     files = _files(capture_dir)
-    tensor_bytes = sum(t.numel() * t.element_size() for f in files for t in _load(f).values()
-                       if isinstance(t, torch.Tensor))
+    tensor_bytes = sum(
+        t.numel() * t.element_size() for f in files for t in _load(f).values() if isinstance(t, torch.Tensor)
+    )
     assert 1 <= len(files) < len(requests) and tensor_bytes <= 1 << 20
     assert "later" not in {_load(f)["request_id"] for f in files}
     assert capture.stopped and capture.writer.files == len(files)
@@ -246,16 +251,23 @@ def test_size_cap_stops_capture_with_one_log_line(stubs, monkeypatch, rng, captu
 # Bad configuration: refused, naming the variable and the allowed values
 # ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("env,named,allowed", [
-    ({"SGLANG_DSV4_INDEX_K_CAPTURE": "/tmp/c"}, "SGLANG_DSV4_INDEX_K_DTYPE", "'bf16'"),
-    ({"SGLANG_DSV4_INDEX_K_CAPTURE": "/tmp/c", "SGLANG_DSV4_INDEX_K_DTYPE": "fp4"}, "SGLANG_DSV4_INDEX_K_DTYPE",
-     "'bf16'"),
-    ({"SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS": "0"}, "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS", "whole number >= 1"),
-    ({"SGLANG_DSV4_INDEX_K_CAPTURE_ROWS": "many"}, "SGLANG_DSV4_INDEX_K_CAPTURE_ROWS", "whole number >= 1"),
-    ({"SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB": "-5"}, "SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB", "whole number >= 1"),
-    ({"SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS": "every:0"}, "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS", "every:N"),
-    ({"SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS": "2;4"}, "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS", "comma list"),
-])
+
+@pytest.mark.parametrize(
+    "env,named,allowed",
+    [
+        ({"SGLANG_DSV4_INDEX_K_CAPTURE": "/tmp/c"}, "SGLANG_DSV4_INDEX_K_DTYPE", "'bf16'"),
+        (
+            {"SGLANG_DSV4_INDEX_K_CAPTURE": "/tmp/c", "SGLANG_DSV4_INDEX_K_DTYPE": "fp4"},
+            "SGLANG_DSV4_INDEX_K_DTYPE",
+            "'bf16'",
+        ),
+        ({"SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS": "0"}, "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS", "whole number >= 1"),
+        ({"SGLANG_DSV4_INDEX_K_CAPTURE_ROWS": "many"}, "SGLANG_DSV4_INDEX_K_CAPTURE_ROWS", "whole number >= 1"),
+        ({"SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB": "-5"}, "SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB", "whole number >= 1"),
+        ({"SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS": "every:0"}, "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS", "every:N"),
+        ({"SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS": "2;4"}, "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS", "comma list"),
+    ],
+)
 def test_bad_values_are_refused_at_configuration_load(env, named, allowed):
     with pytest.raises(errors.ConfigError) as exc:
         load_config(env)
@@ -263,9 +275,15 @@ def test_bad_values_are_refused_at_configuration_load(env, named, allowed):
 
 
 def test_capture_bounds_parse():
-    cfg = load_config({"SGLANG_DSV4_INDEX_K_DTYPE": "bf16", "SGLANG_DSV4_INDEX_K_CAPTURE": " /d ",
-                       "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS": "Every:03", "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS": "",
-                       "SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB": "64"}).capture
+    cfg = load_config(
+        {
+            "SGLANG_DSV4_INDEX_K_DTYPE": "bf16",
+            "SGLANG_DSV4_INDEX_K_CAPTURE": " /d ",
+            "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS": "Every:03",
+            "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS": "",
+            "SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB": "64",
+        }
+    ).capture
     assert (cfg.directory, cfg.layers, cfg.requests, cfg.rows, cfg.max_mb) == ("/d", "every:3", 8, 16, 64)
     assert not load_config({}).capture.enabled
 
@@ -314,27 +332,34 @@ def _store_then_index(pool, stubs, rng, row_lens, store_batch=None, stored_keys=
     comp = dbl.IndexerCompressorStandIn(layer_id=LAYER, freqs_cis=dbl.rope_table(), generator=rng)
     stubs.compressed_rows = torch.randn(stored_keys, dbl.HEAD_DIM, generator=rng)  # fp32, like compress_forward
     store_backend = dbl.BackendStandIn(pool, forward_metadata(plan=plan, out_loc=slots.clone()))
-    CompressorBackendMixin.forward_indexer_compressor(store_backend, x=torch.zeros(stored_keys, 8),
-                                                      forward_batch=store_batch or fb, layer_id=LAYER,
-                                                      compressor=comp)
+    CompressorBackendMixin.forward_indexer_compressor(
+        store_backend, x=torch.zeros(stored_keys, 8), forward_batch=store_batch or fb, layer_id=LAYER, compressor=comp
+    )
     lens = torch.tensor(row_lens, dtype=torch.int32)
     page_table = torch.arange(1, 14, dtype=torch.int32).expand(len(row_lens), 13).contiguous()
     md = paged_metadata(page_table, lens)
-    backend = dbl.BackendStandIn(pool, forward_metadata(md, rows=len(row_lens), topk=TOPK,
-                                                        positions=lens.long() * 4 + 3))
+    backend = dbl.BackendStandIn(
+        pool, forward_metadata(md, rows=len(row_lens), topk=TOPK, positions=lens.long() * 4 + 3)
+    )
     ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(), generator=rng)
     x = torch.randn(len(row_lens), Q_LORA_RANK, generator=rng).to(torch.bfloat16)
-    C4IndexerBackendMixin.forward_c4_indexer(backend, x=x, q_lora=x, c4_indexer=ix, forward_batch=fb,
-                                             skip_compressor=True)
+    C4IndexerBackendMixin.forward_c4_indexer(
+        backend, x=x, q_lora=x, c4_indexer=ix, forward_batch=fb, skip_compressor=True
+    )
     index_k_capture.capture_for(pool).flush()
-    keys64 = reference.index_k_transform_reference(stubs.compressed_rows, comp.norm.weight.to(torch.float32),
-                                                   comp.norm.variance_epsilon, comp.freqs_cis,
-                                                   torch.arange(stored_keys) * 4)
+    keys64 = reference.index_k_transform_reference(
+        stubs.compressed_rows,
+        comp.norm.weight.to(torch.float32),
+        comp.norm.variance_epsilon,
+        comp.freqs_cis,
+        torch.arange(stored_keys) * 4,
+    )
     return keys64, slots
 
 
 def test_capture_carries_the_keys_before_bf16_rounding_and_recall_scores_bf16_against_them(
-        stubs, monkeypatch, rng, capture_dir):
+    stubs, monkeypatch, rng, capture_dir
+):
     """Found in review: bf16 was 1.0 by construction (the reference was built from the captured bf16 rows)."""
     row_lens = [700, 730, 760, 790]
     with dsv4_pool(monkeypatch, "bf16") as pool:
@@ -354,8 +379,10 @@ def test_capture_carries_the_keys_before_bf16_rounding_and_recall_scores_bf16_ag
     q, w = call["q"].double(), call["weights"].double()
     expected = []
     for r, length in enumerate(row_lens):
+
         def top(keys, r=r, length=length):
             return set((torch.relu(keys[:length].double() @ q[r].T) @ w[r]).topk(TOPK).indices.tolist())
+
         expected.append(len(top(pool_rows[slots]) & top(keys64)) / TOPK)
     rows = {(r["format"], r["k"]): r for r in recall.analyse(capture_dir, [TOPK])["rows"]}
     bf16 = rows[("bf16", TOPK)]
@@ -366,8 +393,9 @@ def test_capture_carries_the_keys_before_bf16_rounding_and_recall_scores_bf16_ag
 
 
 @pytest.mark.parametrize("case", ["stored in an earlier pass", "half stored in this pass"])
-def test_keys_stored_before_the_capture_saw_them_leave_bf16_as_the_reference(stubs, monkeypatch, rng, capture_dir,
-                                                                              case):
+def test_keys_stored_before_the_capture_saw_them_leave_bf16_as_the_reference(
+    stubs, monkeypatch, rng, capture_dir, case
+):
     """Keys from the prefix cache or an earlier chunk were rounded before this pass: no fp32 values for them."""
     with dsv4_pool(monkeypatch, "bf16") as pool:
         if case == "stored in an earlier pass":
@@ -385,6 +413,7 @@ def test_keys_stored_before_the_capture_saw_them_leave_bf16_as_the_reference(stu
 # A capturing call never waits for the GPU
 # ---------------------------------------------------------------------------------------
 
+
 def _direct_call(tmp_path, row_lens, *, seq_lens_cpu=None, tables=None, pages=14):
     """An indexer call's tensors for :meth:`IndexKCapture.record`, one request "a" at layer 2."""
     g = torch.Generator().manual_seed(5)
@@ -392,9 +421,13 @@ def _direct_call(tmp_path, row_lens, *, seq_lens_cpu=None, tables=None, pages=14
     rows = len(row_lens)
     cache = torch.randn(pages, dbl.C4_PAGE * dbl.HEAD_DIM, generator=g).to(torch.bfloat16).view(torch.uint8)
     table = torch.arange(1, pages, dtype=torch.int32).expand(rows, pages - 1).contiguous() if tables is None else tables
-    tensors = dict(q=torch.randn(rows, 4, dbl.HEAD_DIM, generator=g).to(torch.bfloat16),
-                   weights=torch.randn(rows, 4, generator=g), c4_seq_lens=torch.tensor(row_lens, dtype=torch.int32),
-                   page_table=table, cache=cache)
+    tensors = dict(
+        q=torch.randn(rows, 4, dbl.HEAD_DIM, generator=g).to(torch.bfloat16),
+        weights=torch.randn(rows, 4, generator=g),
+        c4_seq_lens=torch.tensor(row_lens, dtype=torch.int32),
+        page_table=table,
+        cache=cache,
+    )
     fb = SimpleNamespace(rids=["a"], extend_seq_lens_cpu=[rows], batch_size=1, seq_lens_cpu=seq_lens_cpu)
     return capture, fb, tensors
 
@@ -408,13 +441,25 @@ def test_a_capturing_call_reads_no_device_value_and_copies_non_blocking(tmp_path
     positions = torch.arange(KEYS) * 4
     stored_slots = torch.arange(dbl.C4_PAGE, dbl.C4_PAGE + KEYS)
     # What the store would have written for these rows (the float64 transform, rounded to bf16).
-    reference.scatter_reference(tensors["cache"], reference.index_k_transform_reference(
-        kv, norm_weight, 1e-6, dbl.rope_table(), positions), stored_slots)
+    reference.scatter_reference(
+        tensors["cache"],
+        reference.index_k_transform_reference(kv, norm_weight, 1e-6, dbl.rope_table(), positions),
+        stored_slots,
+    )
     DeviceResident.copies = []
-    capture.note_stored(LAYER, fb, on_device(kv), on_device(norm_weight), 1e-6, on_device(dbl.rope_table()),
-                        on_device(positions), on_device(stored_slots))
-    capture.record(SimpleNamespace(layer_id=LAYER, index_topk=TOPK), fb,
-                   **{name: on_device(t) for name, t in tensors.items()})
+    capture.note_stored(
+        LAYER,
+        fb,
+        on_device(kv),
+        on_device(norm_weight),
+        1e-6,
+        on_device(dbl.rope_table()),
+        on_device(positions),
+        on_device(stored_slots),
+    )
+    capture.record(
+        SimpleNamespace(layer_id=LAYER, index_topk=TOPK), fb, **{name: on_device(t) for name, t in tensors.items()}
+    )
     assert DeviceResident.copies and all(DeviceResident.copies)  # every device->host copy non-blocking
     capture.flush()
     (path,) = sorted(tmp_path.glob("*.pt"))
@@ -424,18 +469,25 @@ def test_a_capturing_call_reads_no_device_value_and_copies_non_blocking(tmp_path
         on_device(tensors["c4_seq_lens"]).cpu()
 
 
-@pytest.mark.parametrize("case,logged", [
-    ("rows with other page tables", "reads other pool slots than the request's last row"),
-    ("host bound too small", "a row reads 700 keys, more than the 500 gathered"),
-])
+@pytest.mark.parametrize(
+    "case,logged",
+    [
+        ("rows with other page tables", "reads other pool slots than the request's last row"),
+        ("host bound too small", "a row reads 700 keys, more than the 500 gathered"),
+    ],
+)
 def test_an_inconsistent_capture_is_not_written(tmp_path, caplog, case, logged):
     """What only the device knew is checked on the writer thread; a capture that does not add up is dropped."""
     tables = None
     if case == "rows with other page tables":
         tables = torch.arange(1, 14, dtype=torch.int32).expand(2, 13).contiguous()
         tables[0] = tables[0].flip(0)
-    capture, fb, tensors = _direct_call(tmp_path, [600, 700], tables=tables,
-                                        seq_lens_cpu=torch.tensor([2000]) if case == "host bound too small" else None)
+    capture, fb, tensors = _direct_call(
+        tmp_path,
+        [600, 700],
+        tables=tables,
+        seq_lens_cpu=torch.tensor([2000]) if case == "host bound too small" else None,
+    )
     caplog.set_level(logging.WARNING, logger=CAPTURE_LOG)
     capture.record(SimpleNamespace(layer_id=LAYER, index_topk=TOPK), fb, **tensors)
     capture.flush()

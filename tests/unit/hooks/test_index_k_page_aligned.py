@@ -42,8 +42,13 @@ def _host_pool(region):
     from sglang.srt.mem_cache.memory_pool_host import DeepSeekV4PagedHostPool
 
     return DeepSeekV4PagedHostPool(
-        pool_name=str(region.name), device_buffers=region.device_buffers, item_bytes=region.item_bytes,
-        num_host_pages=4, slot_page_size=region.slot_page_size, layout="layer_first", pin_memory=False,
+        pool_name=str(region.name),
+        device_buffers=region.device_buffers,
+        item_bytes=region.item_bytes,
+        num_host_pages=4,
+        slot_page_size=region.slot_page_size,
+        layout="layer_first",
+        pin_memory=False,
         page_aligned_only=region.page_aligned_only,
     )
 
@@ -52,9 +57,11 @@ def _try_token_granular(host):
     """Both token-granular entry points; returns the errors SGLang raised (None: it went on to the kernel)."""
     errors = []
     # SGLang 0.5.23's token backup; 0.5.22 has none, its whole-layer backup takes the same token-granular branch.
-    backup = (lambda: host.backup_tokens_from_device_all_layer(UNALIGNED, UNALIGNED)) \
-        if hasattr(host, "backup_tokens_from_device_all_layer") \
+    backup = (
+        (lambda: host.backup_tokens_from_device_all_layer(UNALIGNED, UNALIGNED))
+        if hasattr(host, "backup_tokens_from_device_all_layer")
         else (lambda: host.backup_from_device_all_layer(None, UNALIGNED, UNALIGNED, "kernel"))
+    )
     for call in (backup, lambda: host.load_to_device_per_layer(None, UNALIGNED, UNALIGNED, 0, "kernel")):
         try:
             call()

@@ -80,7 +80,10 @@ def paged_metadata(page_table, seq_lens, monkeypatch=None, *, sm120_row_cap=None
         monkeypatch.setattr(sg_metadata, "_IS_SM120", True)
         monkeypatch.setattr(sg_metadata, "_SM120_INDEXER_M_CHUNK", sm120_row_cap)
     return sg_metadata.PagedIndexerMetadata(
-        page_size=256, compressed_page_size=dbl.C4_PAGE, page_table=page_table, compressed_seq_lens=seq_lens,
+        page_size=256,
+        compressed_page_size=dbl.C4_PAGE,
+        page_table=page_table,
+        compressed_seq_lens=seq_lens,
         use_topk_v2=False,
     )
 
@@ -107,12 +110,14 @@ def slot_of(page_table_row: torch.Tensor, i: int) -> int:
 # 1. Dispatch on the real classes: bf16 -> our kernels, fp8/fp4 -> SGLang's own code
 # ---------------------------------------------------------------------------------------
 
+
 def test_the_real_class_functions_carry_our_hooks(ext_active):
     for name, (cls, hook_fn) in HOOKED.items():
         assert activation.carries_hook(cls.__dict__[name], hook_fn), f"{cls.__name__}.{name} is not hooked"
     # forward_core_compressor (the attention compressor) stays SGLang's: only the indexer alias is hooked.
-    assert not activation.carries_hook(CompressorBackendMixin.forward_core_compressor,
-                                       indexer_patch._around_forward_unified)
+    assert not activation.carries_hook(
+        CompressorBackendMixin.forward_core_compressor, indexer_patch._around_forward_unified
+    )
 
 
 def test_compute_q_bf16_uses_our_index_q_kernel(stubs, monkeypatch, rng):
@@ -140,8 +145,13 @@ def test_compute_q_bf16_uses_our_index_q_kernel(stubs, monkeypatch, rng):
 
 @pytest.mark.parametrize("dtype", ["fp8", "fp4"])
 def test_compute_q_fp8_fp4_stay_on_sglang_kernels(stubs, monkeypatch, rng, dtype):
-    ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(),
-                        use_fp4_indexer=dtype == "fp4", generator=rng)
+    ix = dbl.c4_indexer(
+        layer_id=LAYER,
+        q_lora_rank=Q_LORA_RANK,
+        freqs_cis=dbl.rope_table(),
+        use_fp4_indexer=dtype == "fp4",
+        generator=rng,
+    )
     q_lora = torch.randn(3, Q_LORA_RANK, generator=rng).to(torch.bfloat16)
     weight = torch.randn(3, dbl.N_HEADS, generator=rng).to(torch.bfloat16)
 
@@ -160,11 +170,16 @@ def test_compute_q_fp8_fp4_stay_on_sglang_kernels(stubs, monkeypatch, rng, dtype
 
 def test_compute_q_bf16_env_with_sglang_fp4_indexer_stays_fp4(stubs, monkeypatch, rng):
     """A C4Indexer built with SGLang's fp4 flag never takes the bf16 query path."""
-    ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(),
-                        use_fp4_indexer=True, generator=rng)
+    ix = dbl.c4_indexer(
+        layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(), use_fp4_indexer=True, generator=rng
+    )
     with indexer_patch.index_k_pool_scope(True):
-        C4Indexer.compute_q(ix, torch.zeros(2, Q_LORA_RANK, dtype=torch.bfloat16), torch.arange(2),
-                            torch.zeros(2, dbl.N_HEADS, dtype=torch.bfloat16))
+        C4Indexer.compute_q(
+            ix,
+            torch.zeros(2, Q_LORA_RANK, dtype=torch.bfloat16),
+            torch.arange(2),
+            torch.zeros(2, dbl.N_HEADS, dtype=torch.bfloat16),
+        )
     assert stubs.called("fused_q_fp4") == 1 and stubs.called("index_q_bf16") == 0
 
 
@@ -179,9 +194,14 @@ def test_query_dtype_follows_the_pool_not_the_environment(stubs, monkeypatch, rn
     with dsv4_pool(monkeypatch, pool_dtype) as pool:
         backend, ix, x, _ = _indexer_call(pool, rng)
         monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", env_later)
-        C4IndexerBackendMixin.forward_c4_indexer(backend, x=x, q_lora=x, c4_indexer=ix,
-                                                 forward_batch=dbl.forward_batch(ForwardMode.DECODE),
-                                                 skip_compressor=True)
+        C4IndexerBackendMixin.forward_c4_indexer(
+            backend,
+            x=x,
+            q_lora=x,
+            c4_indexer=ix,
+            forward_batch=dbl.forward_batch(ForwardMode.DECODE),
+            skip_compressor=True,
+        )
     if pool_dtype == "bf16":
         assert [stubs.called(k) for k in ("index_q_bf16", "paged_mqa_logits_bf16", "fused_q_fp8")] == [1, 1, 0]
     else:
@@ -209,7 +229,8 @@ def test_nonpaged_indexer_is_never_chosen_for_bf16(stubs, monkeypatch):
             backend = dbl.BackendStandIn(pool, forward_metadata(md, rows=1))
             ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table())
             answers[dtype] = C4IndexerBackendMixin._can_use_nonpaged_indexer(
-                backend, c4_indexer=ix, forward_batch=dbl.forward_batch(ForwardMode.EXTEND), indexer_metadata=md)
+                backend, c4_indexer=ix, forward_batch=dbl.forward_batch(ForwardMode.EXTEND), indexer_metadata=md
+            )
     assert answers == {"fp8": True, "bf16": False}
 
 
@@ -220,8 +241,9 @@ def _indexer_call(pool, rng, *, rows=4, fp4=False):
     seq_lens = torch.tensor([100, 3, 256, 17][:rows], dtype=torch.int32)
     md = paged_metadata(page_table, seq_lens)
     backend = dbl.BackendStandIn(pool, forward_metadata(md, rows=rows, topk=8), fp4_indexer=fp4)
-    ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(), use_fp4_indexer=fp4,
-                        generator=rng)
+    ix = dbl.c4_indexer(
+        layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(), use_fp4_indexer=fp4, generator=rng
+    )
     x = torch.randn(rows, Q_LORA_RANK, generator=rng).to(torch.bfloat16)
     return backend, ix, x, md
 
@@ -232,9 +254,14 @@ def test_forward_c4_indexer_dispatch(stubs, monkeypatch, rng, dtype):
         backend, ix, x, md = _indexer_call(pool, rng, fp4=dtype == "fp4")
         layer_buffer = pool.get_index_k_with_scale_buffer(LAYER)
 
-        C4IndexerBackendMixin.forward_c4_indexer(backend, x=x, q_lora=x, c4_indexer=ix,
-                                                 forward_batch=dbl.forward_batch(ForwardMode.DECODE),
-                                                 skip_compressor=True)
+        C4IndexerBackendMixin.forward_c4_indexer(
+            backend,
+            x=x,
+            q_lora=x,
+            c4_indexer=ix,
+            forward_batch=dbl.forward_batch(ForwardMode.DECODE),
+            skip_compressor=True,
+        )
 
     out = backend.forward_metadata.core_metadata.c4_sparse_page_indices
     assert not (out == -7).any()  # SGLang's top-k transform wrote every row
@@ -266,14 +293,19 @@ def test_forward_c4_indexer_dispatch(stubs, monkeypatch, rng, dtype):
 def test_forward_indexer_compressor_dispatch(stubs, monkeypatch, rng, dtype):
     with dsv4_pool(monkeypatch, dtype) as pool:
         plan = dbl.decode_plan([8, 9])
-        backend = dbl.BackendStandIn(pool, forward_metadata(plan=plan, out_loc=torch.tensor([70, 0])),
-                                     fp4_indexer=dtype == "fp4")
+        backend = dbl.BackendStandIn(
+            pool, forward_metadata(plan=plan, out_loc=torch.tensor([70, 0])), fp4_indexer=dtype == "fp4"
+        )
         comp = dbl.IndexerCompressorStandIn(layer_id=LAYER, freqs_cis=dbl.rope_table(), generator=rng)
         layer_buffer = pool.get_index_k_with_scale_buffer(LAYER)
 
         CompressorBackendMixin.forward_indexer_compressor(
-            backend, x=torch.zeros(2, 8), forward_batch=dbl.forward_batch(ForwardMode.DECODE), layer_id=LAYER,
-            compressor=comp)
+            backend,
+            x=torch.zeros(2, 8),
+            forward_batch=dbl.forward_batch(ForwardMode.DECODE),
+            layer_id=LAYER,
+            compressor=comp,
+        )
 
     assert stubs.called("compress_forward") == 1  # SGLang's compressor kernel in both paths
     assert stubs.calls["compress_forward"][0]["plan"] is plan
@@ -290,10 +322,12 @@ def test_attention_compressor_passes_through_on_a_bf16_pool(stubs, monkeypatch, 
     """The hooked alias only diverts the c4 indexer's compressor; another compressor on it runs stock."""
     with dsv4_pool(monkeypatch, "bf16") as pool:
         backend = dbl.BackendStandIn(pool, forward_metadata(plan=dbl.decode_plan([8]), out_loc=torch.tensor([3])))
-        comp = dbl.IndexerCompressorStandIn(layer_id=LAYER, freqs_cis=dbl.rope_table(), generator=rng,
-                                            is_in_indexer=False, head_dim=512)
+        comp = dbl.IndexerCompressorStandIn(
+            layer_id=LAYER, freqs_cis=dbl.rope_table(), generator=rng, is_in_indexer=False, head_dim=512
+        )
         CompressorBackendMixin.forward_indexer_compressor(
-            backend, torch.zeros(1, 8), dbl.forward_batch(ForwardMode.DECODE), LAYER, comp)
+            backend, torch.zeros(1, 8), dbl.forward_batch(ForwardMode.DECODE), LAYER, comp
+        )
         assert stubs.called("store_index_k_bf16") == 0 and stubs.called("compress_norm_rope_store") == 1
         assert same_storage(stubs.calls["compress_norm_rope_store"][0]["kvcache"], pool.get_extra_key_buffer(LAYER))
 
@@ -311,6 +345,7 @@ def test_idle_batches_do_nothing(stubs, monkeypatch, rng):
 # ---------------------------------------------------------------------------------------
 # 2. End to end on CPU: bf16 keys in the real pool -> logits -> SGLang's torch top-k
 # ---------------------------------------------------------------------------------------
+
 
 def _random_paged_batch(pool, rng, seq_lens, width):
     """Random bf16 index-K in every slot of pages 1.. of layer LAYER, and one page table per row."""
@@ -335,10 +370,14 @@ def _expected_page_indices(q, weights, pool, page_table, seq_lens, topk):
     return expected
 
 
-@pytest.mark.parametrize("topk,seq_lens,width", [
-    (8, [0, 5, 8, 9, 100, 300], 16),
-    (512, [1000, 700, 513, 512, 40, 0], 16),
-], ids=["k8", "k512"])
+@pytest.mark.parametrize(
+    "topk,seq_lens,width",
+    [
+        (8, [0, 5, 8, 9, 100, 300], 16),
+        (512, [1000, 700, 513, 512, 40, 0], 16),
+    ],
+    ids=["k8", "k512"],
+)
 @pytest.mark.parametrize("chunked", [False, True], ids=["one-call", "row-chunks"])
 def test_paged_bf16_branch_selects_reference_topk(stubs, monkeypatch, rng, topk, seq_lens, width, chunked):
     with dsv4_pool(monkeypatch, "bf16") as pool:
@@ -352,13 +391,19 @@ def test_paged_bf16_branch_selects_reference_topk(stubs, monkeypatch, rng, topk,
         x = torch.randn(rows, Q_LORA_RANK, generator=rng).to(torch.bfloat16)
         q_lora = torch.randn(rows, Q_LORA_RANK, generator=rng).to(torch.bfloat16)
 
-        C4IndexerBackendMixin.forward_c4_indexer(backend, x=x, q_lora=q_lora, c4_indexer=ix,
-                                                 forward_batch=dbl.forward_batch(ForwardMode.EXTEND),
-                                                 skip_compressor=True)
+        C4IndexerBackendMixin.forward_c4_indexer(
+            backend,
+            x=x,
+            q_lora=q_lora,
+            c4_indexer=ix,
+            forward_batch=dbl.forward_batch(ForwardMode.EXTEND),
+            skip_compressor=True,
+        )
 
         # What the queries are: SGLang's wq_b / weights_proj, then RoPE + Hadamard (float64 -> bf16).
-        q_ref, w_ref = reference.index_q_reference(ix.wq_b(q_lora)[0], ix.weights_proj(x)[0], ix.weight_scale,
-                                                   freqs, positions)
+        q_ref, w_ref = reference.index_q_reference(
+            ix.wq_b(q_lora)[0], ix.weights_proj(x)[0], ix.weight_scale, freqs, positions
+        )
         q_bf16, w32 = q_ref.to(torch.bfloat16), w_ref.float()
         expected = _expected_page_indices(q_bf16, w32, pool, page_table, lens, topk)
 
@@ -384,6 +429,7 @@ def test_paged_bf16_branch_selects_reference_topk(stubs, monkeypatch, rng, topk,
 # 3. The compressor's store: plan decoding, slots, the gated getter
 # ---------------------------------------------------------------------------------------
 
+
 def _pool_rows(pool):
     return reference.index_k_cache_as_rows(pool.get_index_k_with_scale_buffer(LAYER))
 
@@ -392,9 +438,13 @@ def _run_store(pool, stubs, rng, plan, out_loc, mode):
     backend = dbl.BackendStandIn(pool, forward_metadata(plan=plan, out_loc=out_loc))
     comp = dbl.IndexerCompressorStandIn(layer_id=LAYER, freqs_cis=dbl.rope_table(), generator=rng)
     stubs.compressed_rows = torch.randn(plan[1].shape[0], dbl.HEAD_DIM, generator=rng)  # fp32, like compress_forward
-    CompressorBackendMixin.forward_indexer_compressor(backend, x=torch.zeros(out_loc.numel(), 8),
-                                                      forward_batch=dbl.forward_batch(mode), layer_id=LAYER,
-                                                      compressor=comp)
+    CompressorBackendMixin.forward_indexer_compressor(
+        backend,
+        x=torch.zeros(out_loc.numel(), 8),
+        forward_batch=dbl.forward_batch(mode),
+        layer_id=LAYER,
+        compressor=comp,
+    )
     return comp
 
 
@@ -402,8 +452,9 @@ def _assert_only_slots_written(pool, before, comp, rows, expected):
     """``expected``: slot -> (row of compress_forward's output, RoPE position)."""
     after = _pool_rows(pool)
     for slot, (row, position) in expected.items():
-        want = reference.index_k_transform_reference(rows[row:row + 1], comp.norm.weight, comp.norm.variance_epsilon,
-                                                     comp.freqs_cis, torch.tensor([position]))
+        want = reference.index_k_transform_reference(
+            rows[row : row + 1], comp.norm.weight, comp.norm.variance_epsilon, comp.freqs_cis, torch.tensor([position])
+        )
         assert torch.equal(after[slot], want[0].to(torch.bfloat16)), f"slot {slot}"
     changed = (after != before).any(dim=-1).nonzero().flatten().tolist()
     assert changed == sorted(expected)
@@ -473,9 +524,14 @@ def test_logits_read_through_the_gated_getter_after_the_layer_load(stubs, monkey
         backend, ix, x, _ = _indexer_call(pool, rng)
         waits = StreamWaits.on(pool)
         waits.start_load()
-        C4IndexerBackendMixin.forward_c4_indexer(backend, x=x, q_lora=x, c4_indexer=ix,
-                                                 forward_batch=dbl.forward_batch(ForwardMode.DECODE),
-                                                 skip_compressor=True)
+        C4IndexerBackendMixin.forward_c4_indexer(
+            backend,
+            x=x,
+            q_lora=x,
+            c4_indexer=ix,
+            forward_batch=dbl.forward_batch(ForwardMode.DECODE),
+            skip_compressor=True,
+        )
         assert (waits.counter.consumer_index, LAYER) in waits.stream_waits
     assert stubs.called("paged_mqa_logits_bf16") == 1
 
@@ -484,13 +540,15 @@ def test_logits_read_through_the_gated_getter_after_the_layer_load(stubs, monkey
 # 4. Clear errors for what bf16 index-K does not support
 # ---------------------------------------------------------------------------------------
 
+
 def test_bf16_with_hisparse_is_refused(stubs, monkeypatch, rng):
     with dsv4_pool(monkeypatch, "bf16") as pool:
         backend, ix, x, _ = _indexer_call(pool, rng)
         backend.hisparse_coordinator = object()
         with pytest.raises(errors.Bf16IndexKUnsupported, match="HiSparse"):
-            C4IndexerBackendMixin.forward_c4_indexer(backend, x=x, q_lora=x, c4_indexer=ix,
-                                                     forward_batch=dbl.forward_batch(ForwardMode.DECODE))
+            C4IndexerBackendMixin.forward_c4_indexer(
+                backend, x=x, q_lora=x, c4_indexer=ix, forward_batch=dbl.forward_batch(ForwardMode.DECODE)
+            )
     assert all(stubs.called(k) == 0 for k in dbl.CudaStubs.OURS)
 
 
@@ -502,8 +560,9 @@ def test_bf16_with_the_indexer_topk_capturer_is_refused(stubs, monkeypatch, rng)
         set_global_indexer_capturer(object())
         try:
             with pytest.raises(errors.Bf16IndexKUnsupported, match="capturer"):
-                C4IndexerBackendMixin.forward_c4_indexer(backend, x=x, q_lora=x, c4_indexer=ix,
-                                                         forward_batch=dbl.forward_batch(ForwardMode.DECODE))
+                C4IndexerBackendMixin.forward_c4_indexer(
+                    backend, x=x, q_lora=x, c4_indexer=ix, forward_batch=dbl.forward_batch(ForwardMode.DECODE)
+                )
         finally:
             set_global_indexer_capturer(None)
 
@@ -511,6 +570,7 @@ def test_bf16_with_the_indexer_topk_capturer_is_refused(stubs, monkeypatch, rng)
 # ---------------------------------------------------------------------------------------
 # 4. End to end with our real kernels (Triton's interpreter on CPU), not their references
 # ---------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def interpreted_ours(stubs, monkeypatch):
@@ -539,8 +599,8 @@ def test_bf16_store_then_select_end_to_end_with_the_real_kernels(interpreted_our
         comp = _run_store(pool, stubs, rng, plan, out_loc, ForwardMode.EXTEND)
         stored = _pool_rows(pool)[slots].double()
         rows_ref = reference.index_k_transform_reference(
-            stubs.compressed_rows, comp.norm.weight, comp.norm.variance_epsilon, comp.freqs_cis,
-            torch.arange(keys) * 4)
+            stubs.compressed_rows, comp.norm.weight, comp.norm.variance_epsilon, comp.freqs_cis, torch.arange(keys) * 4
+        )
         assert (stored - rows_ref).norm() / rows_ref.norm() < 1e-2  # bf16 storage of the float64 rows
 
         seq_lens = [keys, 100, 17]
@@ -553,13 +613,19 @@ def test_bf16_store_then_select_end_to_end_with_the_real_kernels(interpreted_our
         ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=freqs, generator=rng)
         x = torch.randn(len(seq_lens), Q_LORA_RANK, generator=rng).to(torch.bfloat16)
         q_lora = torch.randn(len(seq_lens), Q_LORA_RANK, generator=rng).to(torch.bfloat16)
-        C4IndexerBackendMixin.forward_c4_indexer(backend, x=x, q_lora=q_lora, c4_indexer=ix,
-                                                 forward_batch=dbl.forward_batch(ForwardMode.EXTEND),
-                                                 skip_compressor=True)
+        C4IndexerBackendMixin.forward_c4_indexer(
+            backend,
+            x=x,
+            q_lora=q_lora,
+            c4_indexer=ix,
+            forward_batch=dbl.forward_batch(ForwardMode.EXTEND),
+            skip_compressor=True,
+        )
 
     # float64 all the way from the raw inputs: queries, weights, keys, logits, top-k.
-    q_ref, w_ref = reference.index_q_reference(ix.wq_b(q_lora)[0], ix.weights_proj(x)[0], ix.weight_scale,
-                                               freqs, positions)
+    q_ref, w_ref = reference.index_q_reference(
+        ix.wq_b(q_lora)[0], ix.weights_proj(x)[0], ix.weight_scale, freqs, positions
+    )
     logits = torch.einsum("rhd,td->rht", q_ref.double(), rows_ref.double()).relu()
     logits = (logits * w_ref.double().unsqueeze(-1)).sum(1)
     got = backend.forward_metadata.core_metadata.c4_sparse_page_indices

@@ -33,13 +33,20 @@ def integrity_mode(monkeypatch):
 
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp8")
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_GATE", "off")
-    monkeypatch.setattr(mph, "transfer_kv_all_layer_mla",
-                        lambda src_layers, dst_layers, src_indices, dst_indices, **kw: _copy_all_layers(
-                            [list.__getitem__(src_layers, i) for i in range(len(src_layers))], dst_layers,
-                            src_indices, dst_indices), raising=False)
-    monkeypatch.setattr(mph, "transfer_kv_per_layer_mla",
-                        lambda src, dst, src_indices, dst_indices, **kw: dst.__setitem__(dst_indices, src[src_indices]),
-                        raising=False)
+    monkeypatch.setattr(
+        mph,
+        "transfer_kv_all_layer_mla",
+        lambda src_layers, dst_layers, src_indices, dst_indices, **kw: _copy_all_layers(
+            [list.__getitem__(src_layers, i) for i in range(len(src_layers))], dst_layers, src_indices, dst_indices
+        ),
+        raising=False,
+    )
+    monkeypatch.setattr(
+        mph,
+        "transfer_kv_per_layer_mla",
+        lambda src, dst, src_indices, dst_indices, **kw: dst.__setitem__(dst_indices, src[src_indices]),
+        raising=False,
+    )
 
     def set_mode(mode: str) -> None:
         monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", mode)
@@ -55,8 +62,13 @@ def _stack(ext_active):
     pool = gd.build_pool()
     (region,) = _dsv4_indexer_regions(pool, PAGE)
     host = mph.DeepSeekV4PagedHostPool(
-        pool_name=region.name, device_buffers=region.device_buffers, item_bytes=region.item_bytes,
-        num_host_pages=4, slot_page_size=region.slot_page_size, layout="layer_first", pin_memory=False,
+        pool_name=region.name,
+        device_buffers=region.device_buffers,
+        item_bytes=region.item_bytes,
+        num_host_pages=4,
+        slot_page_size=region.slot_page_size,
+        layout="layer_first",
+        pin_memory=False,
         page_aligned_only=region.page_aligned_only,
     )
     host.device_ptrs = list(region.device_buffers)  # what the stubbed kernel reads
@@ -65,7 +77,8 @@ def _stack(ext_active):
     for layer, buf in enumerate(sub.index_k_with_scale_buffer):
         g = torch.Generator().manual_seed(layer)
         list.__getitem__(sub.index_k_with_scale_buffer, layer).copy_(
-            torch.randint(0, 256, buf.shape, dtype=torch.uint8, generator=g))
+            torch.randint(0, 256, buf.shape, dtype=torch.uint8, generator=g)
+        )
     return pool, host
 
 
@@ -92,8 +105,11 @@ def _backup_corrupt_load(pool, host, *, corrupt_host_page, layer):
 
 
 def _model_layer_of(pool, sub_layer):
-    return next(i for i, m in enumerate(pool.layer_mapping) if m is not None and m.compress_ratio == 4
-                and m.compress_layer_id == sub_layer)
+    return next(
+        i
+        for i, m in enumerate(pool.layer_mapping)
+        if m is not None and m.compress_ratio == 4 and m.compress_layer_id == sub_layer
+    )
 
 
 def test_corrupted_host_page_is_reported_with_layer_and_page(ext_active, integrity_mode, caplog):
@@ -170,8 +186,7 @@ def test_loads_no_reader_verified_are_counted_and_said_once(ext_active, integrit
     assert tracker.unverified_pages == before + 2 * (host.layer_num - 1)
 
 
-def test_a_new_load_drops_what_the_last_left_pending_instead_of_verifying_it_later(ext_active, integrity_mode,
-                                                                                 caplog):
+def test_a_new_load_drops_what_the_last_left_pending_instead_of_verifying_it_later(ext_active, integrity_mode, caplog):
     """Regression (seen on the GPU replay, sample mode): a layer the last load sampled but the next does not kept
     its pending rows; they were verified after the next load, against rows that hold other data by then."""
     integrity_mode("sample")
@@ -181,13 +196,15 @@ def test_a_new_load_drops_what_the_last_left_pending_instead_of_verifying_it_lat
     host_idx = torch.arange(0, 2 * PAGE)
     host.backup_from_device_all_layer(pool.c4_indexer_kv_pool, host_idx, torch.arange(PAGE, 3 * PAGE), "kernel")
     for sub_layer in range(host.layer_num):  # load #1 into device pages 1, 2; no reader runs
-        host.load_to_device_per_layer(pool.c4_indexer_kv_pool, host_idx, torch.arange(PAGE, 3 * PAGE), sub_layer,
-                                      "kernel")
+        host.load_to_device_per_layer(
+            pool.c4_indexer_kv_pool, host_idx, torch.arange(PAGE, 3 * PAGE), sub_layer, "kernel"
+        )
     assert tracker.has_pending(1) and not tracker.has_pending(0)
     list.__getitem__(pool.c4_indexer_kv_pool.index_k_with_scale_buffer, 1)[1:3] ^= 0xFF  # pages 1, 2 reused
     for sub_layer in range(host.layer_num):  # load #2 into device pages 3, 4
-        host.load_to_device_per_layer(pool.c4_indexer_kv_pool, host_idx, torch.arange(3 * PAGE, 5 * PAGE),
-                                      sub_layer, "kernel")
+        host.load_to_device_per_layer(
+            pool.c4_indexer_kv_pool, host_idx, torch.arange(3 * PAGE, 5 * PAGE), sub_layer, "kernel"
+        )
     caplog.set_level("WARNING", logger="sglang_dsv4_ext.integrity")
     for sub_layer in range(host.layer_num):
         _read_layer(pool, _model_layer_of(pool, sub_layer))

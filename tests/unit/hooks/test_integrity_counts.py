@@ -33,9 +33,11 @@ def _series_values(where):
     def value(name, **labels):
         return REGISTRY.get_sample_value(name, {"where": where, **labels})
 
-    return {"checked": value(ii.CHECKED_METRIC_NAME),
-            "mismatches": value(ii.METRIC_NAME),
-            **{r: value(ii.UNCHECKED_METRIC_NAME, reason=r) for r in ii.UNCHECKED_REASONS}}
+    return {
+        "checked": value(ii.CHECKED_METRIC_NAME),
+        "mismatches": value(ii.METRIC_NAME),
+        **{r: value(ii.UNCHECKED_METRIC_NAME, reason=r) for r in ii.UNCHECKED_REASONS},
+    }
 
 
 def test_the_three_series_exist_at_zero_from_pool_creation(ext_active, monkeypatch):
@@ -69,8 +71,13 @@ def test_every_loaded_page_is_counted_once_checked_or_why_not():
     total = tracker.pages_checked + sum(tracker.unchecked.values())
     assert total == 4 * 16 + 16 + 0  # load 1's 64 pages and load 2's 16 pages of layer 2: each counted once
     values = _series_values(where)
-    assert values == {"checked": 4.0, "mismatches": 0.0, ii.SAMPLING: 56.0 + 8.0, ii.NO_CHECKSUM: 4.0,
-                      ii.NO_EAGER_READER: 8.0}
+    assert values == {
+        "checked": 4.0,
+        "mismatches": 0.0,
+        ii.SAMPLING: 56.0 + 8.0,
+        ii.NO_CHECKSUM: 4.0,
+        ii.NO_EAGER_READER: 8.0,
+    }
 
 
 def test_a_poll_reads_the_newest_finished_snapshot_while_later_ones_are_still_in_flight():
@@ -95,8 +102,15 @@ class _DeviceMoves(TorchFunctionMode):
     """Records every tensor copy that names a device, every read-back to the host and every pinned allocation;
     with ``pretend`` it does not run copies to that device (there is none on this machine)."""
 
-    _READ_BACKS = (torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.nonzero, torch.unique,
-                   torch.Tensor.cpu, torch.Tensor.numpy)
+    _READ_BACKS = (
+        torch.Tensor.item,
+        torch.Tensor.tolist,
+        torch.Tensor.__bool__,
+        torch.Tensor.nonzero,
+        torch.unique,
+        torch.Tensor.cpu,
+        torch.Tensor.numpy,
+    )
 
     def __init__(self, pretend=None, allowed_reads=()):
         super().__init__()

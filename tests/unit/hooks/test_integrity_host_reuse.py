@@ -52,13 +52,15 @@ def _refill_from_l3(stack):
 
     host_a, host_b = _two_backed_up_prefixes(stack)
     b_rows = hs.c4_rows(stack.pool, hs.tokens([3, 4]))
-    stored = StorageOperation(host_b, list(range(2 * hs.PAGE)), hash_value=["b0", "b1"],
-                              pool_transfers=hs.c4_sidecar())  # what write_storage queues
+    stored = StorageOperation(
+        host_b, list(range(2 * hs.PAGE)), hash_value=["b0", "b1"], pool_transfers=hs.c4_sidecar()
+    )  # what write_storage queues
     stack.controller._page_backup(stored)  # the backup thread's body: B's pages to the file backend
     for host in (host_a, host_b):  # host eviction, as FullComponent.free_host_values does it
         stack.group.free(host, pool=PoolName.KV)
-    prefetch = PrefetchOperation(CacheRequestHandle("req-b", 0), list(range(2 * hs.PAGE)),
-                                 pool_transfers=hs.c4_sidecar())
+    prefetch = PrefetchOperation(
+        CacheRequestHandle("req-b", 0), list(range(2 * hs.PAGE)), pool_transfers=hs.c4_sidecar()
+    )
     prefetch.hash_value = ["b0", "b1"]
     prefetch.host_indices = stack.controller.alloc_prefetch_host_buffers(prefetch, 2 * hs.PAGE)
     assert hs.pages_of(prefetch.host_indices) == [0, 1]  # A's pages, reused for B
@@ -79,16 +81,18 @@ def _l3_refill_loaded_and_read(monkeypatch, l3_dir, caplog):
     return tracker
 
 
-def test_a_page_refilled_from_l3_is_not_checked_against_its_previous_occupant(integrity_full, monkeypatch, tmp_path,
-                                                                              caplog):
+def test_a_page_refilled_from_l3_is_not_checked_against_its_previous_occupant(
+    integrity_full, monkeypatch, tmp_path, caplog
+):
     tracker = _l3_refill_loaded_and_read(monkeypatch, str(tmp_path / "l3"), caplog)
     assert _mismatch_lines(caplog) == [] and tracker.mismatches == 0
     # B's pages came from L3: nothing recorded them, so they are counted as loaded but not checked
     assert tracker.pages_checked == 0 and tracker.unchecked[index_k_integrity.NO_CHECKSUM] == 2 * LAYERS
 
 
-def test_without_the_reuse_hooks_the_intact_l3_page_is_reported_as_a_mismatch(integrity_full, monkeypatch, tmp_path,
-                                                                                caplog):
+def test_without_the_reuse_hooks_the_intact_l3_page_is_reported_as_a_mismatch(
+    integrity_full, monkeypatch, tmp_path, caplog
+):
     """The false positive of 0.3.0, reproduced: the mirror's checksums of A survive A's eviction."""
     for target in _REUSE_HOOKS:
         owner, name, current = compat.resolve(target.path)
@@ -114,8 +118,9 @@ def test_host_receive_pages_are_not_checked_against_their_previous_occupant(inte
     assert hs.pages_of(received) == [0, 1]
     g = torch.Generator().manual_seed(7)
     for layer in range(LAYERS):  # what the KV transfer writes into the mirror's host buffers
-        stack.c4_host.kv_buffer[layer][[0, 1]] = torch.randint(0, 256, (2, stack.c4_host.item_bytes),
-                                                               dtype=torch.uint8, generator=g)
+        stack.c4_host.kv_buffer[layer][[0, 1]] = torch.randint(
+            0, 256, (2, stack.c4_host.item_bytes), dtype=torch.uint8, generator=g
+        )
     hs.load(stack, received)
     with caplog.at_level("ERROR", logger="sglang_dsv4_ext.integrity"):
         hs.read_c4_layers(stack.pool)
@@ -146,7 +151,8 @@ def test_a_corrupted_host_page_is_still_caught_on_the_real_stack(integrity_full,
         index_k_integrity.report(tracker.drain())
     page = hs.pages_of(device)[1]
     assert _mismatch_lines(caplog) == [
-        f"index-K integrity mismatch (load): 1 page(s); first at layer 1, page {page}, request(s) req-7"]
+        f"index-K integrity mismatch (load): 1 page(s); first at layer 1, page {page}, request(s) req-7"
+    ]
     assert tracker.pages_checked == 2 * LAYERS and tracker.unchecked[index_k_integrity.NO_CHECKSUM] == 0
 
 

@@ -14,14 +14,17 @@ from __future__ import annotations
 import pytest
 
 from sglang_dsv4_ext import errors
-from sglang_dsv4_ext.plugin import compat
 from sglang_dsv4_ext.hooks.gate import replay
+from sglang_dsv4_ext.plugin import compat
 from tests.support.dsv4_pools import sized_pool
 from tests.support.releases import only_on
 
 RATIO_MODE = dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True)
-pytestmark = only_on("0.5.22", "0.5.23's own paths are tested by test_bf16_storage.py (pd_kv_layout), "
-                     "test_external_linker.py and test_gate_prefill_replay.py")
+pytestmark = only_on(
+    "0.5.22",
+    "0.5.23's own paths are tested by test_bf16_storage.py (pd_kv_layout), "
+    "test_external_linker.py and test_gate_prefill_replay.py",
+)
 
 
 @pytest.fixture(params=["bf16", "fp8"])

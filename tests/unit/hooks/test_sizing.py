@@ -31,11 +31,19 @@ INDEX_BYTES = {
 MODES = {
     # name: (sized_pool kwargs, swa ratio in the coefficient, c4 ring size, spec inflation)
     "ratio": (dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True), 0.1, 8, False),
-    "mtp": (dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True, speculative="EAGLE"),
-            0.1, 16, True),
+    "mtp": (
+        dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True, speculative="EAGLE"),
+        0.1,
+        16,
+        True,
+    ),
     "cap": (dict(chunked_prefill_size=1024, swa_prefix_tails=0, budget_bytes=512 << 20), 0.0, 8, False),
-    "pp_stage_mid": (dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True,
-                          start_layer=21), 0.1, 8, False),
+    "pp_stage_mid": (
+        dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True, start_layer=21),
+        0.1,
+        8,
+        False,
+    ),
 }
 
 
@@ -48,14 +56,16 @@ def paged_kv_bytes_per_token(ratio: int) -> Fraction:
     return Fraction(page_bytes, slots_per_page)
 
 
-def expected_bytes_per_full_token(dtype: str, *, swa_ratio: float, ring: int, spec: bool,
-                                  start: int = 0, end: int = MODEL.num_hidden_layers) -> Fraction:
+def expected_bytes_per_full_token(
+    dtype: str, *, swa_ratio: float, ring: int, spec: bool, start: int = 0, end: int = MODEL.num_hidden_layers
+) -> Fraction:
     stage = MODEL.compress_ratios[start:end]
     n_c4, n_c128 = stage.count(4), stage.count(128)
     # SWA: main KV of every layer + fp32 c4 compress and indexer-compress state priced per SWA slot.
-    swa = paged_kv_bytes_per_token(0) * len(stage) + Fraction(ring, PAGE) * (
-        4 * ATTN_HEAD_DIM * 4 + 4 * INDEX_DIM * 4
-    ) * n_c4
+    swa = (
+        paged_kv_bytes_per_token(0) * len(stage)
+        + Fraction(ring, PAGE) * (4 * ATTN_HEAD_DIM * 4 + 4 * INDEX_DIM * 4) * n_c4
+    )
     c4 = paged_kv_bytes_per_token(4) / 4 + Fraction(INDEX_BYTES[dtype], 4)
     c128 = paged_kv_bytes_per_token(128) / 128
     total = Fraction(swa_ratio).limit_denominator(1000) * swa + c4 * n_c4 + c128 * n_c128
@@ -87,7 +97,7 @@ def test_configurator_budget_and_pool_allocation_agree(ext_active, monkeypatch, 
 
         index_pool = pool.index_pools[4]
         buffers = index_pool.contiguous_page_row_buffers()
-        n_c4 = MODEL.compress_ratios[start:MODEL.num_hidden_layers].count(4)
+        n_c4 = MODEL.compress_ratios[start : MODEL.num_hidden_layers].count(4)
         assert len(buffers) == n_c4  # one 2-D buffer per c4 layer (PD and HiCache rely on it)
         assert all(b.dim() == 2 and b.shape[1] == 64 * INDEX_BYTES[dtype] for b in buffers)
         # Allocation per full token, page rounding accounted: bytes over (pages x 256 tokens).
@@ -137,8 +147,9 @@ def test_stock_fp4_budget_on_cuda_disagrees_with_allocation(ext_active, monkeypa
     monkeypatch.setattr(pc, "get_dsv4_indexer_bytes_per_token", pc.get_dsv4_indexer_bytes_per_token.__wrapped__)
     budgeted_as_fp8 = MODEL.layer_counts()[4] * INDEX_BYTES["fp8"] / 4
     with pytest.raises(errors.IndexKSizingError, match=rf"budgeted {budgeted_as_fp8:.2f} B"):
-        with sized_pool(enable_deepseek_v4_fp4_indexer=True, swa_full_tokens_ratio=0.1,
-                        _swa_full_tokens_ratio_explicitly_set=True):
+        with sized_pool(
+            enable_deepseek_v4_fp4_indexer=True, swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True
+        ):
             pass
 
 

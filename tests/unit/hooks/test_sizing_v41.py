@@ -117,8 +117,10 @@ def test_self_check_refuses_low_ratio_pools_wider_than_budgeted(ext_active, monk
         budget = index_k_budget.last_budget()
         assert budget.low_ratio_index_bytes == FP4_BYTES
         assert dict(budget.low_ratio_index_layers) == {1: 1, 2: 3}
-        for wrong in (dataclasses.replace(budget, low_ratio_index_bytes=2 * 128),
-                      dataclasses.replace(budget, low_ratio_index_layers=((1, 1), (2, 2)))):
+        for wrong in (
+            dataclasses.replace(budget, low_ratio_index_bytes=2 * 128),
+            dataclasses.replace(budget, low_ratio_index_layers=((1, 1), (2, 2))),
+        ):
             index_k_budget.record(wrong)
             with pytest.raises(errors.IndexKSizingError, match=r"allocated r1: 1 x 68 B per slot, r2: 3 x 68 B"):
                 pool_patch.check_index_k_budget(pool)
@@ -126,7 +128,9 @@ def test_self_check_refuses_low_ratio_pools_wider_than_budgeted(ext_active, monk
 
 
 MIXED = {  # SGLang's model class takes c4 and ratio-1/2 layers together; no released config has both
-    "model_type": "deepseek_v41", "num_hidden_layers": 8, "compress_ratios": [0, 4, 2, 2, 4, 1, 1, 128, 0],
+    "model_type": "deepseek_v41",
+    "num_hidden_layers": 8,
+    "compress_ratios": [0, 4, 2, 2, 4, 1, 1, 128, 0],
     "kv_source_layer_ids": [2, 5],
 }
 

@@ -39,8 +39,9 @@ def test_shared_memory_fits(results):
         assert results[(name, 120)].shared <= 101376
 
 
-@pytest.mark.parametrize("kernel", ["paged_mqa_logits_kernel", "paged_mqa_logits_kernel[few rows]",
-                                    "paged_mqa_logits_kernel[prefill]"])
+@pytest.mark.parametrize(
+    "kernel", ["paged_mqa_logits_kernel", "paged_mqa_logits_kernel[few rows]", "paged_mqa_logits_kernel[prefill]"]
+)
 def test_logits_kernel_sm120_uses_hmma_only(results, kernel):
     tc = results[(kernel, 120)].tensor_core_ops
     assert tc["HMMA"] > 0, "the SM120 logits kernel must run on tensor cores (mma.sync -> HMMA)"

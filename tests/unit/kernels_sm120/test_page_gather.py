@@ -50,7 +50,7 @@ def test_gather_reads_exactly_the_rows_below_each_length(interp, cfg):
     used = 0
     for r, n in enumerate(lens):
         p = -(-min(n, 900) // 64)
-        page_table[r, :p] = perm[used:used + p]
+        page_table[r, :p] = perm[used : used + p]
         rows = cache.view(pages, 64, 128)
         for i, t0 in enumerate(range(0, min(n, 900), 64)):
             k = min(64, min(n, 900) - t0)
@@ -89,8 +89,14 @@ def test_programs_past_the_last_item_read_nothing():
     no key row at all. Run in a child process: the interpreter dereferences what a program
     asks for, so a stray read crashes the child instead of failing quietly."""
     root = Path(__file__).resolve().parents[3]
-    proc = subprocess.run([sys.executable, "-c", CHILD], cwd=root, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(root)})
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = torch.randn(8, 64 * 128, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16).view(8, 64, 128)
     want = rows[2].double().sum().item() + rows[7, :1].double().sum().item()

@@ -116,7 +116,7 @@ def test_index_q_reference_matches_naive_loop(gen):
     for t in range(3):
         f = [complex(z) for z in freqs[pos[t]].tolist()]
         for h in range(heads):
-            x = [float(v) for v in q[t, h * 128:(h + 1) * 128]]
+            x = [float(v) for v in q[t, h * 128 : (h + 1) * 128]]
             want = torch.tensor(naive_fwht(naive_rope_tail(x, f)), dtype=torch.float64)
             assert torch.allclose(q_ref[t, h], want, rtol=1e-6, atol=1e-6)
             assert w_ref[t, h].item() == pytest.approx(float(w[t, h]) * 0.25)
@@ -254,16 +254,38 @@ def test_store_and_q_tilings_agree(interp, gen):
     q = torch.randn(5, 64 * 128, generator=gen).to(torch.bfloat16)
     hw = torch.randn(5, 64, generator=gen).to(torch.bfloat16)
     caches, qs = [], []
-    for prefetch, per_sm, one_token, stream in ((True, 1, True, False), (False, 1, True, False),
-                                                (True, 64, True, False), (True, 1, False, False),
-                                                (False, 3, False, False), (True, 2, True, True)):
+    for prefetch, per_sm, one_token, stream in (
+        (True, 1, True, False),
+        (False, 1, True, False),
+        (True, 64, True, False),
+        (True, 1, False, False),
+        (False, 3, False, False),
+        (True, 2, True, True),
+    ):
         cache = poisoned_cache(4)
-        dispatch.store_index_k_bf16(kv, w, 1e-6, freqs, pos, loc, cache,
-                                    config=dispatch.StoreConfig(16, 4, programs_per_sm=per_sm, prefetch=prefetch))
+        dispatch.store_index_k_bf16(
+            kv,
+            w,
+            1e-6,
+            freqs,
+            pos,
+            loc,
+            cache,
+            config=dispatch.StoreConfig(16, 4, programs_per_sm=per_sm, prefetch=prefetch),
+        )
         caches.append(cache)
-        qs.append(dispatch.index_q_bf16(q, hw, 0.5, freqs, pos[:5],
-                                        config=dispatch.QConfig(16, 4, programs_per_sm=per_sm, prefetch=prefetch,
-                                                                one_token_tiles=one_token, streaming=stream)))
+        qs.append(
+            dispatch.index_q_bf16(
+                q,
+                hw,
+                0.5,
+                freqs,
+                pos[:5],
+                config=dispatch.QConfig(
+                    16, 4, programs_per_sm=per_sm, prefetch=prefetch, one_token_tiles=one_token, streaming=stream
+                ),
+            )
+        )
     for cache in caches[1:]:
         assert torch.equal(cache, caches[0])
     for q_out, w_out in qs[1:]:
@@ -320,7 +342,7 @@ def logits_case(gen, rows, lens, width, heads=64, pages=None):
     off = 0
     for r, n in enumerate(lens):
         p = min(-(-n // 64), width)
-        pt[r, :p] = perm[off:off + p]
+        pt[r, :p] = perm[off : off + p]
         off += p
     cache = torch.randn(pages, 64, 128, generator=gen).to(torch.bfloat16)
     q = torch.randn(rows, heads, 128, generator=gen).to(torch.bfloat16)
@@ -364,8 +386,9 @@ def test_logits_kernel_sglang_call_shapes(interp, gen):
     cache, q, w, seq, pt = logits_case(gen, 3, [130, 5, 256], width=5)
     cache_u8 = cache.view(torch.uint8).view(cache.shape[0], 64 * 256)
     out = torch.full((3, 320), float("nan"))
-    got = dispatch.paged_mqa_logits_bf16(q.unsqueeze(1), cache_u8, w.unsqueeze(-1), seq.unsqueeze(-1),
-                                         pt.to(torch.int64), 320, out=out)
+    got = dispatch.paged_mqa_logits_bf16(
+        q.unsqueeze(1), cache_u8, w.unsqueeze(-1), seq.unsqueeze(-1), pt.to(torch.int64), 320, out=out
+    )
     assert got is out
     ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 320)
     check_logits_contract(out, ref, seq, 320)
@@ -387,9 +410,13 @@ LOGITS_TILINGS = [
 ]
 
 
-@pytest.mark.parametrize("cfg", LOGITS_TILINGS,
-                         ids=lambda c: f"bn{c.block_n}-p{c.programs_per_sm}-r{c.rows_per_program}-pb{c.page_block}"
-                  f"{'-items' if c.item_grid else ''}")
+@pytest.mark.parametrize(
+    "cfg",
+    LOGITS_TILINGS,
+    ids=lambda c: (
+        f"bn{c.block_n}-p{c.programs_per_sm}-r{c.rows_per_program}-pb{c.page_block}{'-items' if c.item_grid else ''}"
+    ),
+)
 def test_logits_kernel_tilings_and_splits(interp, gen, cfg):
     """Any split of the rows' keys over programs, any rows per program: same logits, same
     written columns (a wide output, as under SGLang's decode CUDA graph)."""
@@ -411,8 +438,9 @@ def test_logits_batch_balanced_chunks_over_many_rows(interp, gen, item_grid):
     lens[7], lens[150], lens[299], lens[260], lens[529] = 700, 0, 513, 0, 300
     cache, q, w, seq, pt = logits_case(gen, rows, lens, width=12, heads=16)
     out = torch.full((rows, 768), float("nan"))
-    cfg = dispatch.LogitsConfig(64, 4, 2, programs_per_sm=1, max_chunk=256, busy_per_sm=1, page_block=8,
-                                item_grid=item_grid)
+    cfg = dispatch.LogitsConfig(
+        64, 4, 2, programs_per_sm=1, max_chunk=256, busy_per_sm=1, page_block=8, item_grid=item_grid
+    )
     dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, 768, out=out, config=cfg)
     ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, 768)
     check_logits_contract(out, ref, seq, 768)
@@ -597,25 +625,34 @@ def test_import_touches_no_gpu(monkeypatch):
 
 def _store_args():
     freqs = torch.polar(torch.ones(8, 32), torch.zeros(8, 32))
-    return dict(kv=torch.zeros(4, 128, dtype=torch.bfloat16), norm_weight=torch.ones(128), norm_eps=1e-6,
-                freqs_cis=freqs, positions=torch.zeros(4, dtype=torch.int64),
-                out_loc=torch.arange(4), index_k_cache=torch.zeros(2, 64 * 256, dtype=torch.uint8))
+    return dict(
+        kv=torch.zeros(4, 128, dtype=torch.bfloat16),
+        norm_weight=torch.ones(128),
+        norm_eps=1e-6,
+        freqs_cis=freqs,
+        positions=torch.zeros(4, dtype=torch.int64),
+        out_loc=torch.arange(4),
+        index_k_cache=torch.zeros(2, 64 * 256, dtype=torch.uint8),
+    )
 
 
-@pytest.mark.parametrize("change,match", [
-    (dict(kv=torch.zeros(4, 64, dtype=torch.bfloat16)), r"kv must be \[N, 128\]"),
-    (dict(kv=torch.zeros(4, 128, dtype=torch.int32)), r"kv must have dtype"),
-    (dict(norm_weight=torch.ones(64)), r"norm_weight must be \[128\]"),
-    (dict(norm_eps=0.0), r"norm_eps must be a positive float"),
-    (dict(freqs_cis=torch.zeros(8, 32)), r"freqs_cis as fp32 must be \[max_pos, 64\]"),
-    (dict(freqs_cis=torch.zeros(8, 32, dtype=torch.float16)), r"freqs_cis must be complex64"),
-    (dict(positions=torch.zeros(3, dtype=torch.int64)), r"positions must have 4 rows"),
-    (dict(positions=torch.zeros(4)), r"positions must have dtype"),
-    (dict(out_loc=torch.zeros(4, 2, dtype=torch.int64)), r"out_loc must be \[rows\] or \[rows, 1\]"),
-    (dict(index_k_cache=torch.zeros(2, 64 * 132, dtype=torch.uint8)), r"an fp8 page row is 8448 bytes"),
-    (dict(index_k_cache=torch.zeros(2, 64, 64, dtype=torch.bfloat16)), r"bf16 index_k_cache must be"),
-    (dict(index_k_cache=torch.zeros(2, 64 * 256, dtype=torch.uint8)[:, ::2]), r"index_k_cache must be contiguous"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (dict(kv=torch.zeros(4, 64, dtype=torch.bfloat16)), r"kv must be \[N, 128\]"),
+        (dict(kv=torch.zeros(4, 128, dtype=torch.int32)), r"kv must have dtype"),
+        (dict(norm_weight=torch.ones(64)), r"norm_weight must be \[128\]"),
+        (dict(norm_eps=0.0), r"norm_eps must be a positive float"),
+        (dict(freqs_cis=torch.zeros(8, 32)), r"freqs_cis as fp32 must be \[max_pos, 64\]"),
+        (dict(freqs_cis=torch.zeros(8, 32, dtype=torch.float16)), r"freqs_cis must be complex64"),
+        (dict(positions=torch.zeros(3, dtype=torch.int64)), r"positions must have 4 rows"),
+        (dict(positions=torch.zeros(4)), r"positions must have dtype"),
+        (dict(out_loc=torch.zeros(4, 2, dtype=torch.int64)), r"out_loc must be \[rows\] or \[rows, 1\]"),
+        (dict(index_k_cache=torch.zeros(2, 64 * 132, dtype=torch.uint8)), r"an fp8 page row is 8448 bytes"),
+        (dict(index_k_cache=torch.zeros(2, 64, 64, dtype=torch.bfloat16)), r"bf16 index_k_cache must be"),
+        (dict(index_k_cache=torch.zeros(2, 64 * 256, dtype=torch.uint8)[:, ::2]), r"index_k_cache must be contiguous"),
+    ],
+)
 def test_store_validation(change, match):
     args = {**_store_args(), **change}
     with pytest.raises((TypeError, ValueError), match=match):

@@ -74,8 +74,10 @@ def _fp4_rows() -> torch.Tensor:
     return torch.cat([x, torch.cat([ties] * 4).view(1, 128).to(torch.bfloat16)])
 
 
-@only_on("0.5.23", "SGLang 0.5.22 has no sglang.kernels.ops.quantization.fp4_indexer_quant (the reference this "
-         "compares with)")
+@only_on(
+    "0.5.23",
+    "SGLang 0.5.22 has no sglang.kernels.ops.quantization.fp4_indexer_quant (the reference this compares with)",
+)
 def test_fp4_equals_sglangs_torch_reference_and_triton_quantizer_bit_for_bit():
     from sglang.kernels.ops.quantization import fp4_indexer_quant
     from sglang.test.kernels.deepseek_v4.common import quantize_fp4_indexer_ref
@@ -105,8 +107,13 @@ def test_fp4_round_trip_equals_sglangs_pool_reader():
     buf[page.unsqueeze(1), (page_size * 64 + offset * 4).unsqueeze(1) + torch.arange(4)] = scale_bytes
 
     pool = object.__new__(DeepSeekV4IndexerPool)  # the real class; only the reader's fields are set
-    pool.__dict__.update(use_fp4_indexer=True, index_k_with_scale_buffer=[buf], start_layer=0,
-                         page_size=page_size, size=pages * page_size)
+    pool.__dict__.update(
+        use_fp4_indexer=True,
+        index_k_with_scale_buffer=[buf],
+        start_layer=0,
+        page_size=page_size,
+        size=pages * page_size,
+    )
     sglang_values = DeepSeekV4IndexerPool.get_index_k_dequant(pool, 0, slots)
     assert torch.equal(sglang_values, formats.fp4_round_trip(x).to(torch.bfloat16))
 

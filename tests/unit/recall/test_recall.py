@@ -34,11 +34,21 @@ def write_capture(path: Path, k_fp32=None, *, k=None, q=None, weights=None, seq_
     t = k.shape[-2]
     seq_lens = torch.full((rows,), t, dtype=torch.int64) if seq_lens is None else seq_lens
     read = torch.arange(t) < (int(seq_lens.max()) if k.dim() == 2 else seq_lens.unsqueeze(1))
-    rec = {"format_version": 3, "layer": 2, "request_id": "r", "request_index": 0, "index_topk": 512,
-           "dtype": "bf16", "page_size": 64,
-           "q": q, "weights": torch.ones(rows, q.shape[1]) if weights is None else weights,
-           "seq_lens": seq_lens, "query_rows": torch.arange(rows), "k": k,
-           "slots": torch.where(read, torch.arange(t).expand(read.shape), -1).clone()}
+    rec = {
+        "format_version": 3,
+        "layer": 2,
+        "request_id": "r",
+        "request_index": 0,
+        "index_topk": 512,
+        "dtype": "bf16",
+        "page_size": 64,
+        "q": q,
+        "weights": torch.ones(rows, q.shape[1]) if weights is None else weights,
+        "seq_lens": seq_lens,
+        "query_rows": torch.arange(rows),
+        "k": k,
+        "slots": torch.where(read, torch.arange(t).expand(read.shape), -1).clone(),
+    }
     if k_fp32 is not None and k_fp32 is not False:
         rec["k_fp32"] = k_fp32
     rec.update(fields)
@@ -67,11 +77,15 @@ def _rows(result):
 # Known answers
 # ---------------------------------------------------------------------------------------
 
+
 def test_separable_keys_give_recall_one_for_every_format(tmp_path):
     write_capture(tmp_path / "a.pt", _levels(1024, 0.0, 1.0, slice(512, None)))  # top-512 = the ones
     result = recall.analyse(tmp_path, [512])
     assert {(r["format"], r["reference"], r["recall"]) for r in result["rows"]} == {
-        ("bf16", "fp32", 1.0), ("fp8", "fp32", 1.0), ("fp4", "fp32", 1.0)}
+        ("bf16", "fp32", 1.0),
+        ("fp8", "fp32", 1.0),
+        ("fp4", "fp32", 1.0),
+    }
 
 
 def test_bf16_is_scored_against_the_fp32_keys_it_was_rounded_from(tmp_path):
@@ -127,6 +141,7 @@ def test_the_checksum_is_the_documented_sha256(tmp_path):
 # Rows with nothing to rank: counted, never scored; nothing scorable says so
 # ---------------------------------------------------------------------------------------
 
+
 def _four_rows(tmp_path, name, spoil):
     g = torch.Generator().manual_seed(3)
     k32 = torch.randn(700, D, generator=g) + 1.0
@@ -137,13 +152,16 @@ def _four_rows(tmp_path, name, spoil):
     write_capture(tmp_path / name, k32, q=q, weights=weights, seq_lens=lens)
 
 
-@pytest.mark.parametrize("name,spoil,reason", [
-    ("nan q", lambda q, w, k, n: q[1, 0, 5].fill_(float("nan")), "q not finite"),
-    ("inf weight", lambda q, w, k, n: w[1, 1].fill_(float("inf")), "weights not finite"),
-    ("zero q", lambda q, w, k, n: q[1].zero_(), "q all zero"),
-    ("inf key", lambda q, w, k, n: k[3].fill_(float("inf")), "keys not finite"),
-    ("zero length", lambda q, w, k, n: n.__setitem__(1, 0), "no keys (seq_lens 0)"),
-])
+@pytest.mark.parametrize(
+    "name,spoil,reason",
+    [
+        ("nan q", lambda q, w, k, n: q[1, 0, 5].fill_(float("nan")), "q not finite"),
+        ("inf weight", lambda q, w, k, n: w[1, 1].fill_(float("inf")), "weights not finite"),
+        ("zero q", lambda q, w, k, n: q[1].zero_(), "q all zero"),
+        ("inf key", lambda q, w, k, n: k[3].fill_(float("inf")), "keys not finite"),
+        ("zero length", lambda q, w, k, n: n.__setitem__(1, 0), "no keys (seq_lens 0)"),
+    ],
+)
 def test_degenerate_rows_are_counted_and_never_scored(tmp_path, capsys, name, spoil, reason):
     """Found in review: NaN/inf/all-zero q or keys gave 1.0000 or wild numbers with exit 0."""
     _four_rows(tmp_path, "a.pt", spoil)
@@ -181,6 +199,7 @@ def test_a_tie_at_the_kth_reference_logit_is_not_scored(tmp_path):
 # Inconsistent files: refused naming the file and the field, exit 2
 # ---------------------------------------------------------------------------------------
 
+
 def _refused(tmp_path, capsys, field_text):
     assert cli.main(["recall", str(tmp_path)]) == 2
     err = capsys.readouterr().err
@@ -188,16 +207,19 @@ def _refused(tmp_path, capsys, field_text):
     return err
 
 
-@pytest.mark.parametrize("fields,named", [
-    ({"dtype": "fp8"}, "a.pt: dtype: 'fp8'"),  # found in review: an fp8-rounded capture was scored as bf16
-    ({"format_version": 2}, "a.pt: format_version: 2 is not supported; allowed: 3"),
-    ({"weights": torch.ones(1, 1)}, "a.pt: weights: shape (1, 1), expected (1, 2)"),  # found in review: broadcast
-    ({"seq_lens": torch.tensor([601])}, "a.pt: seq_lens: row 0 reads 601 keys; the file holds 600"),  # was clipped
-    ({"seq_lens": torch.tensor([-3])}, "a.pt: seq_lens: row 0 reads -3 keys"),  # was n/a with exit 0
-    ({"layer": True}, "a.pt: layer: bool True, expected int"),
-    ({"extra": 1}, "a.pt: extra: not a field of a capture file"),
-    ({"slots": torch.arange(600).flip(0) - 1}, "a.pt: slots: not a pool slot"),
-])
+@pytest.mark.parametrize(
+    "fields,named",
+    [
+        ({"dtype": "fp8"}, "a.pt: dtype: 'fp8'"),  # found in review: an fp8-rounded capture was scored as bf16
+        ({"format_version": 2}, "a.pt: format_version: 2 is not supported; allowed: 3"),
+        ({"weights": torch.ones(1, 1)}, "a.pt: weights: shape (1, 1), expected (1, 2)"),  # found in review: broadcast
+        ({"seq_lens": torch.tensor([601])}, "a.pt: seq_lens: row 0 reads 601 keys; the file holds 600"),  # was clipped
+        ({"seq_lens": torch.tensor([-3])}, "a.pt: seq_lens: row 0 reads -3 keys"),  # was n/a with exit 0
+        ({"layer": True}, "a.pt: layer: bool True, expected int"),
+        ({"extra": 1}, "a.pt: extra: not a field of a capture file"),
+        ({"slots": torch.arange(600).flip(0) - 1}, "a.pt: slots: not a pool slot"),
+    ],
+)
 def test_inconsistent_fields_are_refused_naming_file_and_field(tmp_path, capsys, fields, named):
     q = torch.ones(1, 2, D, dtype=torch.bfloat16)
     write_capture(tmp_path / "a.pt", _keys(600), q=q, **fields)
@@ -269,6 +291,7 @@ def test_unreadable_capture_files_are_named_without_a_traceback(tmp_path, capsys
 # Finding files: each real file once, never a non-regular file, never a directory skipped
 # ---------------------------------------------------------------------------------------
 
+
 def test_a_file_reached_twice_counts_once_and_a_copy_is_refused(tmp_path, capsys):
     """Found in review: a file reached twice (a link) counted twice."""
     write_capture(tmp_path / "run" / "a.pt", _keys(600))
@@ -323,8 +346,12 @@ def test_an_unreadable_subdirectory_is_an_error_not_skipped(tmp_path, capsys, mo
 def test_json_into_a_closed_pipe_ends_without_a_traceback(tmp_path):
     write_capture(tmp_path / "a.pt", _keys(600))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
-    proc = subprocess.Popen([sys.executable, "-m", "sglang_dsv4_ext.cli", "recall", str(tmp_path), "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sglang_dsv4_ext.cli", "recall", str(tmp_path), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     proc.stdout.close()  # the reader is gone before the first byte (`| head -0`)
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0

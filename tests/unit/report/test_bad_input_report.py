@@ -108,8 +108,13 @@ def test_an_output_that_is_not_a_regular_file_is_refused_without_waiting(run, tm
     fifo = tmp_path / "page.html"
     os.mkfifo(fifo)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    proc = subprocess.run([sys.executable, "-m", "sglang_dsv4_ext.cli", "report", run_dir, "-o", str(fifo), "--force"],
-                          env=dict(os.environ, PYTHONPATH=root), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_dsv4_ext.cli", "report", run_dir, "-o", str(fifo), "--force"],
+        env=dict(os.environ, PYTHONPATH=root),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert_refused(proc.returncode, proc.stderr, f"-o {fifo}: exists and is not a regular file")
 
 
@@ -132,12 +137,16 @@ def _without_concurrency(rec):
 RECORD_ROWS = {
     # name: (edit of record 3, what the message says after FILE:3:)
     "concurrency missing": (_without_concurrency, "record lacks 'concurrency' (the level the request ran at)"),
-    "concurrency a word": (lambda r: r.update(concurrency="eight"),
-                           "concurrency: must be an integer >= 1 (the level the request ran at), got 'eight'"),
+    "concurrency a word": (
+        lambda r: r.update(concurrency="eight"),
+        "concurrency: must be an integer >= 1 (the level the request ran at), got 'eight'",
+    ),
     "concurrency 0": (lambda r: r.update(concurrency=0), "concurrency: must be an integer >= 1"),
     "concurrency 2.5": (lambda r: r.update(concurrency=2.5), "concurrency: must be an integer >= 1"),
-    "latency inf": (lambda r: r.update(latency_s=float("inf")),
-                    "latency_s: must be a finite number of seconds >= 0, got inf"),
+    "latency inf": (
+        lambda r: r.update(latency_s=float("inf")),
+        "latency_s: must be a finite number of seconds >= 0, got inf",
+    ),
     "latency NaN": (lambda r: r.update(latency_s=float("nan")), "latency_s: must be a finite number of seconds >= 0"),
     "latency a word": (lambda r: r.update(latency_s="slow"), "latency_s: must be a finite number of seconds >= 0"),
     "latency negative": (lambda r: r.update(latency_s=-1.0), "latency_s: must be a finite number of seconds >= 0"),
@@ -174,6 +183,5 @@ def test_server_evidence_that_is_not_a_list_of_servers_is_refused(evidence, show
         json.dump(summary, f)
     page = tmp_path / "report.html"
     rc, _, err = _report(capsys, run_dir, "-o", page)
-    assert_refused(rc, err, f"{path}: server_evidence: expected a list of objects, one per server with its url",
-                   shown)
+    assert_refused(rc, err, f"{path}: server_evidence: expected a list of objects, one per server with its url", shown)
     assert not page.exists()

@@ -23,18 +23,51 @@ def _run(tmp_path, name, bad_every, done=N, concurrency=(8, 80), **summary):
     with open(d / "requests.jsonl", "w") as f:
         for i in range(done):
             verdict = "dsml_in_content" if i % bad_every == 0 else "ok"
-            f.write(json.dumps({"key": f"k{i}", "level": i // 20, "concurrency": concurrency[i // 20],
-                                "session": i % 5, "step": "tool", "verdict": verdict, "latency_s": 1.0 + i / 10,
-                                "started_at": 1.8e9 + len(name) + i,
-                                "prompt_sha256": hashlib.sha256(str(i).encode()).hexdigest()}) + "\n")
-    evidence = [{"url": "http://prefill:30000", "aborted_requests": 3.0, "pd_transfer_failed": 70.0,
-                 "integrity_mismatches": 0.0}]
+            f.write(
+                json.dumps(
+                    {
+                        "key": f"k{i}",
+                        "level": i // 20,
+                        "concurrency": concurrency[i // 20],
+                        "session": i % 5,
+                        "step": "tool",
+                        "verdict": verdict,
+                        "latency_s": 1.0 + i / 10,
+                        "started_at": 1.8e9 + len(name) + i,
+                        "prompt_sha256": hashlib.sha256(str(i).encode()).hexdigest(),
+                    }
+                )
+                + "\n"
+            )
+    evidence = [
+        {
+            "url": "http://prefill:30000",
+            "aborted_requests": 3.0,
+            "pd_transfer_failed": 70.0,
+            "integrity_mismatches": 0.0,
+        }
+    ]
     config = RunConfig(endpoint="http://127.0.0.1:8000", out=str(d), sessions=5, concurrency=concurrency).as_dict()
     run_id = hashlib.sha256(name.encode()).hexdigest()[:32]
-    (d / "summary.json").write_text(json.dumps(dict(
-        {"label": name, "run_id": run_id, "server_evidence": evidence, "requests_planned": N, "requests_done": done,
-         "not_run": N - done, "interrupted": False, "interrupted_by": None, "stopped_by_time_limit": False,
-         "config": config}, **summary)))
+    (d / "summary.json").write_text(
+        json.dumps(
+            dict(
+                {
+                    "label": name,
+                    "run_id": run_id,
+                    "server_evidence": evidence,
+                    "requests_planned": N,
+                    "requests_done": done,
+                    "not_run": N - done,
+                    "interrupted": False,
+                    "interrupted_by": None,
+                    "stopped_by_time_limit": False,
+                    "config": config,
+                },
+                **summary,
+            )
+        )
+    )
     return str(d)
 
 
@@ -104,8 +137,9 @@ def test_page_says_first_that_settings_differ_and_a_run_did_not_finish(tmp_path,
         assert "the runs differ in settings" in listed and "--concurrency: A 8,80, B 16,80" in listed
         assert f"B ({b}) did not finish: interrupted by SIGTERM: 30 of 40 requests run, 10 not run" in listed
         # Above the comparison and every run.
-        top, ab, first_run = (loc.bounding_box()["y"] for loc in (warnings, page.locator("section.ab"),
-                                                                  page.locator("section.run").first))
+        top, ab, first_run = (
+            loc.bounding_box()["y"] for loc in (warnings, page.locator("section.ab"), page.locator("section.run").first)
+        )
         assert top < ab < first_run
         assert "30 paired requests (10 only in A, 0 only in B: not compared" in page.inner_text("section.ab")
         marked = page.locator("section.run .incomplete")

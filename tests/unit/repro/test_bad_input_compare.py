@@ -157,19 +157,24 @@ def _copy_without_summary(run, dst):
 
 SAME_RUN = {
     "the same directory": (lambda run, tmp: run, "the same directory"),
-    "the same directory by another path": (lambda run, tmp: os.path.join(run, "..", os.path.basename(run)),
-                                           "the same directory"),
+    "the same directory by another path": (
+        lambda run, tmp: os.path.join(run, "..", os.path.basename(run)),
+        "the same directory",
+    ),
     "a copied directory": (lambda run, tmp: copy_run(run, str(tmp / "copy")), "the same run (run_id"),
-    "a copy without its summary": (lambda run, tmp: _copy_without_summary(run, str(tmp / "copy")),
-                                   "hold the same requests"),
+    "a copy without its summary": (
+        lambda run, tmp: _copy_without_summary(run, str(tmp / "copy")),
+        "hold the same requests",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(SAME_RUN))
 def test_compare_refuses_a_run_compared_with_itself(case, good_run, tmp_path, capsys):
     make_b, fragment = SAME_RUN[case]
-    rc, _, err = run_cli(["repro", "compare", good_run, make_b(good_run, tmp_path), "--json",
-                          str(tmp_path / "cmp.json")], capsys)
+    rc, _, err = run_cli(
+        ["repro", "compare", good_run, make_b(good_run, tmp_path), "--json", str(tmp_path / "cmp.json")], capsys
+    )
     assert_refused(rc, err, fragment, "a run compared with itself")
     assert not (tmp_path / "cmp.json").exists()
 
@@ -187,14 +192,17 @@ DIFFERENT = {
 
 
 @pytest.mark.parametrize("case", sorted(DIFFERENT))
-def test_compare_refuses_runs_of_different_settings_unless_told_and_then_says_so_first(case, good_run, tmp_path,
-                                                                                        capsys):
+def test_compare_refuses_runs_of_different_settings_unless_told_and_then_says_so_first(
+    case, good_run, tmp_path, capsys
+):
     extra, fragment, n_b = DIFFERENT[case]
     other = make_run(str(tmp_path / "b"), capsys, extra=extra)
     rc, _, err = run_cli(["repro", "compare", good_run, other], capsys)
     assert_refused(rc, err, fragment, "not a paired comparison", "--allow-different-settings")
-    rc, out, err = run_cli(["repro", "compare", good_run, other, "--allow-different-settings", "--json",
-                            str(tmp_path / "cmp.json")], capsys)
+    rc, out, err = run_cli(
+        ["repro", "compare", good_run, other, "--allow-different-settings", "--json", str(tmp_path / "cmp.json")],
+        capsys,
+    )
     assert rc == 0, err
     first, second = out.splitlines()[:2]
     assert first.startswith("WARNING: the runs differ in settings") and fragment in first, out
@@ -207,8 +215,9 @@ def test_compare_refuses_runs_of_different_settings_unless_told_and_then_says_so
 
 def test_compare_checks_each_pairs_concurrency_when_a_summary_is_missing(good_run, tmp_path, capsys):
     """A run killed before its summary still records each request's concurrency."""
-    other = _copy_without_summary(make_run(str(tmp_path / "b"), capsys, extra=["--concurrency", "1"]),
-                                  str(tmp_path / "b-killed"))
+    other = _copy_without_summary(
+        make_run(str(tmp_path / "b"), capsys, extra=["--concurrency", "1"]), str(tmp_path / "b-killed")
+    )
     rc, _, err = run_cli(["repro", "compare", good_run, other], capsys)
     assert_refused(rc, err, "--concurrency: 8 of 8 paired requests ran at another concurrency")
     rc, out, err = run_cli(["repro", "compare", good_run, other, "--allow-different-settings"], capsys)
@@ -225,8 +234,10 @@ def test_compare_says_first_that_a_run_did_not_finish(good_run, tmp_path, capsys
     rc, out, err = run_cli(["repro", "compare", good_run, cut, "--json", str(tmp_path / "cmp.json")], capsys)
     assert rc == 0, err
     first, second = out.splitlines()[:2]
-    assert first == (f"WARNING: B ({cut}) did not finish: stopped at its time limit: 4 of 8 requests run, "
-                     "4 not run; only its recorded requests are paired")
+    assert first == (
+        f"WARNING: B ({cut}) did not finish: stopped at its time limit: 4 of 8 requests run, "
+        "4 not run; only its recorded requests are paired"
+    )
     assert "4 paired requests (4 only in A, 0 only in B: not compared" in second
     assert "cannot tell: 4 judged pairs" in out  # and 4 pairs are too few for any verdict
     result = json.load(open(tmp_path / "cmp.json"))

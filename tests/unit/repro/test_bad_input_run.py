@@ -44,18 +44,23 @@ FLAG_ROWS = {
     "extra-body model": (["--extra-body", '{"model": "other"}'], ["--extra-body", "model", "--model"]),
     "extra-body max_tokens": (["--extra-body", '{"max_tokens": 9}'], ["--extra-body", "--max-tokens"]),
     "extra-body seed": (["--extra-body", '{"seed": 1}'], ["--extra-body", "--seed"]),
-    "extra-body thinking": (["--extra-body", '{"chat_template_kwargs": {"thinking": true}}'],
-                            ["--extra-body", "chat_template_kwargs.thinking", "--thinking"]),
+    "extra-body thinking": (
+        ["--extra-body", '{"chat_template_kwargs": {"thinking": true}}'],
+        ["--extra-body", "chat_template_kwargs.thinking", "--thinking"],
+    ),
     "extra-body a list": (["--extra-body", "[1]"], ["--extra-body", "JSON object"]),
     "extra-body not JSON": (["--extra-body", "{messages"], ["--extra-body", "not JSON"]),
     "extra-body NaN": (["--extra-body", '{"top_p": NaN}'], ["--extra-body", "not JSON: NaN is not a JSON value"]),
-    "server-metrics port 99999": (["--server-metrics", "http://127.0.0.1:99999"],
-                                  ["--server-metrics", "http://127.0.0.1:99999", "port must be a number in 1..65535",
-                                   "'99999'"]),
+    "server-metrics port 99999": (
+        ["--server-metrics", "http://127.0.0.1:99999"],
+        ["--server-metrics", "http://127.0.0.1:99999", "port must be a number in 1..65535", "'99999'"],
+    ),
     "server-metrics port 0": (["--server-metrics", "http://127.0.0.1:0"], ["--server-metrics", "1..65535"]),
     "server-metrics no host": (["--server-metrics", "http://:30000"], ["--server-metrics", "no host"]),
-    "server-metrics twice": (["--server-metrics", "http://127.0.0.1:30000,http://127.0.0.1:30000/"],
-                             ["--server-metrics", "names one server twice", "name each server once"]),
+    "server-metrics twice": (
+        ["--server-metrics", "http://127.0.0.1:30000,http://127.0.0.1:30000/"],
+        ["--server-metrics", "names one server twice", "name each server once"],
+    ),
     "endpoint port 99999": (["--endpoint", "http://127.0.0.1:99999"], ["--endpoint", "1..65535"]),
     "detokenize-url port": (["--detokenize-url", "http://127.0.0.1:65536"], ["--detokenize-url", "1..65535"]),
 }
@@ -157,9 +162,15 @@ def test_ab_says_what_it_kept_when_b_is_refused_after_a_ran(tmp_path, capsys):
     with InjectingServer({}, seed=0) as a, InjectingServer({}, seed=0, server_info_faults=[None, "bad_status"]) as b:
         rc, _, err = run_cli(["repro", "ab", "--endpoint-a", a.url, "--endpoint-b", b.url, "--out", str(out),
                               *TINY], capsys)  # fmt: skip
-    assert_refused(rc, err, f"side B ({b.url}): refused before sending any request", "not HTTP: bad status line",
-                   f"Kept: side A's run is kept in {out / 'a'} (8 of 8 requests, its summary written)",
-                   "nothing was sent to B and no comparison was written", f"repro compare {out / 'a'} B_DIR")
+    assert_refused(
+        rc,
+        err,
+        f"side B ({b.url}): refused before sending any request",
+        "not HTTP: bad status line",
+        f"Kept: side A's run is kept in {out / 'a'} (8 of 8 requests, its summary written)",
+        "nothing was sent to B and no comparison was written",
+        f"repro compare {out / 'a'} B_DIR",
+    )
     assert a.requests == 8 and b.requests == 0
     assert sorted(os.listdir(out)) == ["a"] and read_json_strict(out / "a" / "summary.json")["requests_done"] == 8
 
@@ -182,8 +193,9 @@ def short_reads(monkeypatch):
 
 @pytest.mark.parametrize("when", ["before", "after"])
 @pytest.mark.parametrize("fault", sorted(READ_FAULT_ROWS))
-def test_unreadable_metrics_are_unavailable_evidence_and_the_summary_is_written(fault, when, short_reads, tmp_path,
-                                                                                capsys):
+def test_unreadable_metrics_are_unavailable_evidence_and_the_summary_is_written(
+    fault, when, short_reads, tmp_path, capsys
+):
     """A /metrics cut short after every request finished used to end the run with a traceback and no
     summary.json; a dripping one held the run without end."""
     out = tmp_path / "run"

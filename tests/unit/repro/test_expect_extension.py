@@ -51,13 +51,28 @@ def _line_fields() -> dict:
     return activation_check.activation_fields(line)
 
 
-def _write_serve_log(log_dir, name: str, port: int, activation_line: bool, args=None, line=None, module=None,
-                     after=("[2026-12-01 12:00:09] The server is fired up and ready to roll!",)) -> str:
+def _write_serve_log(
+    log_dir,
+    name: str,
+    port: int,
+    activation_line: bool,
+    args=None,
+    line=None,
+    module=None,
+    after=("[2026-12-01 12:00:09] The server is fired up and ready to roll!",),
+) -> str:
     """A child's log as `sglang-dsv4 serve` writes it: serve's start header, then the child's output."""
     args = args or ["--model-path", "m", "--host", "127.0.0.1",
                     "--port", str(port)]  # fmt: skip
-    spec = ChildSpec(name=name, role="prefill", python="python", module=module or "sglang.launch_server", args=args,
-                     env={"SGLANG_DSV4_INDEX_K_DTYPE": "bf16"}, health_url=None)
+    spec = ChildSpec(
+        name=name,
+        role="prefill",
+        python="python",
+        module=module or "sglang.launch_server",
+        args=args,
+        env={"SGLANG_DSV4_INDEX_K_DTYPE": "bf16"},
+        health_url=None,
+    )
     lines = [start_header(spec), "[2026-12-01 12:00:00] server_args=...\n"]
     if activation_line:
         lines.append((line or activation.activation_line(load_config({"SGLANG_DSV4_INDEX_K_DTYPE": "bf16"}))) + "\n")
@@ -74,8 +89,7 @@ def _write_serve_log(log_dir, name: str, port: int, activation_line: bool, args=
     # /server_info unreadable: the gauge alone (here a perfect one) cannot show the server answering now
     (dict(server_info=False), ["/server_info could not be read", "--server-metrics", "cannot show it alone"]),
 ])  # fmt: skip
-def test_a_server_not_shown_active_now_is_refused_before_any_request(server, fragments, tmp_path, capsys,
-                                                                     monkeypatch):
+def test_a_server_not_shown_active_now_is_refused_before_any_request(server, fragments, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with InjectingServer({}, **server) as srv:
         for out_flags in (["--out", str(tmp_path / "run")], []):  # named, and the default repro-runs/<time>
@@ -105,9 +119,14 @@ def test_a_stock_server_never_passes_whatever_its_metrics_and_logs_show(tmp_path
     with InjectingServer({}, extension=[earlier], records=[None], metrics=True) as srv:
         _write_serve_log(logs, "prefill-0", _port(srv.url), activation_line=True)
         rc, _, err = _run(capsys, srv.url, tmp_path / "run", "--serve-logs", str(logs))
-        assert_refused(rc, err, srv.url, "no sglang-dsv4-ext record",
-                       f"ignored sglang:dsv4_ext_active of launch {earlier['launch']}",
-                       "nothing ties that launch to the server answering now")
+        assert_refused(
+            rc,
+            err,
+            srv.url,
+            "no sglang-dsv4-ext record",
+            f"ignored sglang:dsv4_ext_active of launch {earlier['launch']}",
+            "nothing ties that launch to the server answering now",
+        )
         assert srv.requests == 0
     assert not (tmp_path / "run").exists()
 
@@ -120,8 +139,13 @@ def test_a_gauge_without_the_full_label_set_never_counts(gauge, tmp_path, capsys
     """Found in issue 19: a label-less `sglang:dsv4_ext_active 1` passed, and passed the dtype agreement."""
     with InjectingServer({}) as prefill, InjectingServer({}, extension=[gauge], server_info=False) as decode:
         rc, _, err = _run(capsys, prefill.url, tmp_path / "run", "--server-metrics", f"{prefill.url},{decode.url}")
-        assert_refused(rc, err, decode.url, "/server_info could not be read", "ignored 1 sglang:dsv4_ext_active "
-                       "sample(s) without the labels")
+        assert_refused(
+            rc,
+            err,
+            decode.url,
+            "/server_info could not be read",
+            "ignored 1 sglang:dsv4_ext_active sample(s) without the labels",
+        )
         assert prefill.requests == decode.requests == 0
 
 
@@ -163,8 +187,14 @@ def test_serve_logs_of_the_live_launch_are_noted_and_never_decide_alone(tmp_path
         port = _port(srv.url)
         # Another server and the router in the same directory: only the log of the URL's port is read.
         _write_serve_log(logs, "decode-0", port + 1, activation_line=False)
-        _write_serve_log(logs, "router", port + 2, activation_line=False,
-                         module="sglang_router.launch_router", args=["--port", str(port)])
+        _write_serve_log(
+            logs,
+            "router",
+            port + 2,
+            activation_line=False,
+            module="sglang_router.launch_router",
+            args=["--port", str(port)],
+        )
         path = _write_serve_log(logs, "prefill-0", port, activation_line=True)
         rc, _, err = _run(capsys, srv.url, tmp_path / "run", "--serve-logs", str(logs))
         assert rc == 0, err
@@ -181,8 +211,10 @@ def test_serve_logs_of_the_live_launch_are_noted_and_never_decide_alone(tmp_path
         assert srv.requests == 0
 
 
-_OLD_LINE = ("sglang-dsv4-ext active: version=0.1.0 sglang=0.5.23 index_k_dtype=bf16 gate=auto fp4_budget=exact "
-             "integrity=off pid=4243")
+_OLD_LINE = (
+    "sglang-dsv4-ext active: version=0.1.0 sglang=0.5.23 index_k_dtype=bf16 gate=auto fp4_budget=exact "
+    "integrity=off pid=4243"
+)
 
 
 @pytest.mark.parametrize("log, reason", [
@@ -201,12 +233,19 @@ def test_a_log_that_is_not_of_the_live_launch_is_not_evidence(log, reason, tmp_p
     logs.mkdir()
     live = _line_fields()
     real = activation.activation_line(load_config({"SGLANG_DSV4_INDEX_K_DTYPE": "bf16"}))
-    line = {"VERSION": real.replace(f"version={live['version']}", "version=0.1.0"),
-            "LAUNCH": real.replace(f"launch={live['launch']}", "launch=999@1577836800.00")}.get(log.get("line"),
-                                                                                             log.get("line"))
+    line = {
+        "VERSION": real.replace(f"version={live['version']}", "version=0.1.0"),
+        "LAUNCH": real.replace(f"launch={live['launch']}", "launch=999@1577836800.00"),
+    }.get(log.get("line"), log.get("line"))
     with InjectingServer({}, extension=[live], metrics=False) as srv:
-        path = _write_serve_log(logs, "prefill-0", _port(srv.url), activation_line=True, line=line,
-                                **{k: v for k, v in log.items() if k == "after"})
+        path = _write_serve_log(
+            logs,
+            "prefill-0",
+            _port(srv.url),
+            activation_line=True,
+            line=line,
+            **{k: v for k, v in log.items() if k == "after"},
+        )
         rc, _, err = _run(capsys, srv.url, tmp_path / "run", "--serve-logs", str(logs))
         assert rc == 0, err  # the live records decide: the server answering now is active
     [state] = _summary(tmp_path / "run")["extension"]["servers"]
@@ -277,7 +316,8 @@ def test_server_logs_prefers_the_urls_host_when_nodes_share_a_directory(tmp_path
     b = _write_serve_log(tmp_path, "prefill-1", 30000, True, args=args + ["10.0.0.2"])
     assert extension_check.server_logs(str(tmp_path), "http://10.0.0.2:30000") == [b]
     assert extension_check.server_logs(str(tmp_path), "http://10.0.0.1:30000/") == [a]
-    state = extension_check.server_state({"url": "http://node:30000", "error": "x"}, str(tmp_path),
-                                         live={"url": "http://node:30000", "error": "x"})
+    state = extension_check.server_state(
+        {"url": "http://node:30000", "error": "x"}, str(tmp_path), live={"url": "http://node:30000", "error": "x"}
+    )
     assert state["state"] == "unknown" and "several logs in" in state["notes"][0]
     assert "prefill-0.log, prefill-1.log" in state["notes"][0]

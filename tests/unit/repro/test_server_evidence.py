@@ -69,8 +69,7 @@ def test_metric_names_are_sglangs_own():
 
 def test_deltas_per_server_with_an_unreadable_one(server):
     url, metrics = server
-    metrics.values = {"sglang:num_aborted_requests": {"m": 3, "n": 1},
-                      "sglang:num_transfer_failed_reqs": {"0": 70}}
+    metrics.values = {"sglang:num_aborted_requests": {"m": 3, "n": 1}, "sglang:num_transfer_failed_reqs": {"0": 70}}
     dead = "http://127.0.0.1:9"  # discard port: nothing listens
     before = se.snapshot([url, dead])
     metrics.values["sglang:num_aborted_requests"]["m"] = 10
@@ -128,18 +127,26 @@ def test_integrity_counts_are_read_from_the_series_the_extension_exports_at_zero
         assert se.EVIDENCE_METRICS[label] in counters, label
 
 
-@pytest.mark.parametrize("checked, mismatches, cell", [
-    (0.0, 0.0, se.NOT_CHECKED),  # integrity ran, nothing was checked: never "0 mismatches"
-    (None, 0.0, "n/a"),  # the server does not say how many pages it checked: cannot tell
-    (None, None, "n/a"),  # integrity not exported at all
-    (1200.0, 0.0, "0"),  # 0 mismatches in 1200 checked pages
-    (0.0, 3.0, "3"),  # a mismatch is evidence whatever was counted (PD digests count no pages)
-])
+@pytest.mark.parametrize(
+    "checked, mismatches, cell",
+    [
+        (0.0, 0.0, se.NOT_CHECKED),  # integrity ran, nothing was checked: never "0 mismatches"
+        (None, 0.0, "n/a"),  # the server does not say how many pages it checked: cannot tell
+        (None, None, "n/a"),  # integrity not exported at all
+        (1200.0, 0.0, "0"),  # 0 mismatches in 1200 checked pages
+        (0.0, 3.0, "3"),  # a mismatch is evidence whatever was counted (PD digests count no pages)
+    ],
+)
 def test_zero_mismatches_are_shown_only_beside_checked_pages(checked, mismatches, cell):
-    row = {"url": "http://decode:30001", **dict.fromkeys(se.EVIDENCE_METRICS, 0.0),
-           "integrity_checked": checked, "integrity_mismatches": mismatches}
-    assert se.shown(row)["integrity_mismatches"] == (None if cell == "n/a" else se.NOT_CHECKED if cell == se.NOT_CHECKED
-                                                     else row["integrity_mismatches"])
+    row = {
+        "url": "http://decode:30001",
+        **dict.fromkeys(se.EVIDENCE_METRICS, 0.0),
+        "integrity_checked": checked,
+        "integrity_mismatches": mismatches,
+    }
+    assert se.shown(row)["integrity_mismatches"] == (
+        None if cell == "n/a" else se.NOT_CHECKED if cell == se.NOT_CHECKED else row["integrity_mismatches"]
+    )
     assert se.format_table([row]).splitlines()[1][-24:].strip() == cell
     assert row["integrity_mismatches"] == mismatches  # the summary's numbers stay as read
 
@@ -147,11 +154,17 @@ def test_zero_mismatches_are_shown_only_beside_checked_pages(checked, mismatches
 def test_the_report_page_says_not_checked_for_zero_checked_pages(tmp_path):
     from sglang_dsv4_ext.report import cli
 
-    evidence = [{"url": "http://prefill:30000", "integrity_checked": 0.0, "integrity_not_checked": 512.0,
-                 "integrity_mismatches": 0.0},
-                {"url": "http://old-summary:30000", "integrity_mismatches": 0.0}]
+    evidence = [
+        {
+            "url": "http://prefill:30000",
+            "integrity_checked": 0.0,
+            "integrity_not_checked": 512.0,
+            "integrity_mismatches": 0.0,
+        },
+        {"url": "http://old-summary:30000", "integrity_mismatches": 0.0},
+    ]
     page = cli.run_section(str(tmp_path), {"label": "run", "server_evidence": evidence}, {})
-    table = page[page.index("server evidence"):]
+    table = page[page.index("server evidence") :]
     head = re.findall(r"<th>(.*?)</th>", table)
     rows = [dict(zip(head, re.findall(r"<td>(.*?)</td>", tr))) for tr in re.findall(r"<tr><td>.*?</tr>", table)]
     assert [r["integrity_mismatches"] for r in rows] == [se.NOT_CHECKED, "n/a"]  # never a bare 0

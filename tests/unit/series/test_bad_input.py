@@ -101,11 +101,14 @@ def test_export_into_a_git_tracked_series_dir_with_edits_is_refused(tmp_path, ca
     assert "uncommitted changes" in line and patch.name in line
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["apply", "--series-dir", "{tmp}"], "give exactly one of --repo"),
-    (["status", "--series-dir", "{tmp}/nowhere"], "nowhere"),
-    (["rebase", "--repo", "{tmp}", "--onto", "v2", "--drop", "x"], "every --drop NAME needs its own --reason"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["apply", "--series-dir", "{tmp}"], "give exactly one of --repo"),
+        (["status", "--series-dir", "{tmp}/nowhere"], "nowhere"),
+        (["rebase", "--repo", "{tmp}", "--onto", "v2", "--drop", "x"], "every --drop NAME needs its own --reason"),
+    ],
+)
 def test_usage_mistakes_are_one_line(tmp_path, capsys, argv, needle):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     assert patches(*argv) == 2
@@ -130,13 +133,17 @@ def _another_project(tmp_path) -> GitRepo:
     return other
 
 
-@pytest.mark.parametrize("argv", [
-    ["status", "--repo", "{repo}"],
-    ["check", "--repo", "{repo}"],
-    ["apply", "--repo", "{repo}"],
-    ["rebase", "--repo", "{repo}", "--onto", "HEAD"],
-    ["export", "--repo", "{repo}", "--base", "HEAD"],
-], ids=lambda argv: argv[0])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "--repo", "{repo}"],
+        ["check", "--repo", "{repo}"],
+        ["apply", "--repo", "{repo}"],
+        ["rebase", "--repo", "{repo}", "--onto", "HEAD"],
+        ["export", "--repo", "{repo}", "--base", "HEAD"],
+    ],
+    ids=lambda argv: argv[0],
+)
 def test_a_repository_of_another_project_is_refused_naming_what_is_missing(tmp_path, capsys, argv):
     _, series_dir = S.build_scenario(tmp_path, ["applies"])
     other = _another_project(tmp_path)
@@ -206,8 +213,7 @@ def pinned_to_a_wheel(scenario):
     history), exported from a repository whose tag records no wheel (a plain clone)."""
     repo, series_dir = scenario
     assert patches("apply", "--repo", str(repo.path), "--series-dir", str(series_dir)) == 0
-    pin = (f'tag = "v1"\nwheel = "{PINNED_WHEEL}"\nwheel_sha256 = "{PINNED_SHA}"\n'
-           f'source_tree = "{"0" * 40}"\n')
+    pin = f'tag = "v1"\nwheel = "{PINNED_WHEEL}"\nwheel_sha256 = "{PINNED_SHA}"\nsource_tree = "{"0" * 40}"\n'
     (series_dir / "UPSTREAM_PIN").write_text(pin)
     return repo, series_dir
 
@@ -227,8 +233,13 @@ def test_export_keeps_the_wheel_it_cannot_recompute_and_says_what_changed(pinned
         assert f"UPSTREAM_PIN: source_tree: {'0' * 40} -> {tree}" in text
         assert f"UPSTREAM_PIN: commit: (none) -> {commit}" in text
     pin = read_pin(series_dir)
-    assert pin == {"tag": "v1", "commit": commit, "wheel": PINNED_WHEEL, "wheel_sha256": PINNED_SHA,
-                   "source_tree": tree}
+    assert pin == {
+        "tag": "v1",
+        "commit": commit,
+        "wheel": PINNED_WHEEL,
+        "wheel_sha256": PINNED_SHA,
+        "source_tree": tree,
+    }
 
 
 def test_export_sets_the_wheel_the_operator_gives(pinned_to_a_wheel, capsys):
@@ -254,12 +265,16 @@ def test_export_onto_another_release_leaves_the_old_wheel_out_and_says_so(tmp_pa
     assert "wheel" not in read_pin(series_dir)
 
 
-@pytest.mark.parametrize("extra,needle", [
-    (["--wheel", PINNED_WHEEL], "give --wheel NAME and --wheel-sha256 HEX together"),
-    (["--wheel", PINNED_WHEEL, "--wheel-sha256", "xyz"], "--wheel-sha256 'xyz': allowed: 64 hexadecimal digits"),
-    (["--wheel", "dist/x.tar.gz", "--wheel-sha256", PINNED_SHA], "--wheel 'dist/x.tar.gz': allowed: a wheel file"),
-    (["--wheel", "sglang-2-py3-none-any.whl", "--wheel-sha256", PINNED_SHA], "is not a wheel of sglang"),
-], ids=["wheel without sha256", "bad sha256", "not a wheel name", "another version"])
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--wheel", PINNED_WHEEL], "give --wheel NAME and --wheel-sha256 HEX together"),
+        (["--wheel", PINNED_WHEEL, "--wheel-sha256", "xyz"], "--wheel-sha256 'xyz': allowed: 64 hexadecimal digits"),
+        (["--wheel", "dist/x.tar.gz", "--wheel-sha256", PINNED_SHA], "--wheel 'dist/x.tar.gz': allowed: a wheel file"),
+        (["--wheel", "sglang-2-py3-none-any.whl", "--wheel-sha256", PINNED_SHA], "is not a wheel of sglang"),
+    ],
+    ids=["wheel without sha256", "bad sha256", "not a wheel name", "another version"],
+)
 def test_export_refuses_a_bad_wheel_and_writes_nothing(tmp_path, capsys, extra, needle):
     repo, series_dir = S.build_scenario(tmp_path, ["applies"])
     (series_dir / "UPSTREAM_PIN").write_text('tag = "v1.0"\n')  # a tag with a version, for the version check
@@ -271,7 +286,6 @@ def test_export_refuses_a_bad_wheel_and_writes_nothing(tmp_path, capsys, extra, 
     assert patches("export", "--repo", str(repo.path), "--series-dir", str(series_dir), *extra) == 2
     assert needle in _one_error_line(capsys)
     assert S.snapshot(repo, series_dir) == before
-
 
 
 def test_a_hunk_header_the_parser_cannot_read_is_a_patch_file_error():

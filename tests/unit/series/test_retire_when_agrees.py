@@ -37,8 +37,7 @@ def test_normalised_ignores_layout_but_not_words():
     assert normalised("SGLang ships a path") != normalised("SGLang ships a bf16 path")
 
 
-@pytest.mark.parametrize("patch", [p for _, p in PATCHES],
-                         ids=[f"{d.name}/{p.name[:4]}" for d, p in PATCHES])
+@pytest.mark.parametrize("patch", [p for _, p in PATCHES], ids=[f"{d.name}/{p.name[:4]}" for d, p in PATCHES])
 def test_patch_retire_when_agrees_with_its_hook_module(patch):
     (module,) = patch.mirrors
     assert normalised(patch.fields["Retire-When"]) == normalised(module_retire_when(module))

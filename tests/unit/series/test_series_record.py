@@ -51,21 +51,40 @@ def record_a_rebase(repo: GitRepo, series_dir: Path, into: Path, record: Path, c
     new message; the clean three-way patch is changed after it applies (--edit)."""
     threeway = name_of(series_dir, "applies-3way")
     args = ["--repo", str(repo.path)]
-    assert run_cli("rebase", *args, "--series-dir", str(series_dir), "--onto", "v2", "--into", str(into),
-                   "--resolutions", str(record), "--edit", threeway) == 1
+    assert (
+        run_cli(
+            "rebase",
+            *args,
+            "--series-dir",
+            str(series_dir),
+            "--onto",
+            "v2",
+            "--into",
+            str(into),
+            "--resolutions",
+            str(record),
+            "--edit",
+            threeway,
+        )
+        == 1
+    )
     assert f"stopped at {name_of(series_dir, 'conflict')}: conflict" in capsys.readouterr().out
     (repo.work_tree / CONFLICT_FILE).write_text(RESOLVED_CONFLICT)
     adapted = S.lines("applies", changes={10: "applies line 10 FIXED", 30: "applies line 30 adapted for v2"})
     (repo.work_tree / APPLIES_FILE).write_text(adapted)
     repo.run("add", CONFLICT_FILE, APPLIES_FILE)
     message = message_file(repo)
-    message.write_text(message.read_text().replace("Description: test patch conflict",
-                                                   "Description: test patch conflict, as v2 needs it"))
+    message.write_text(
+        message.read_text().replace(
+            "Description: test patch conflict", "Description: test patch conflict, as v2 needs it"
+        )
+    )
     assert run_cli("rebase", *args, "--continue") == 1
     out = capsys.readouterr().out
     assert f"stopped at {threeway}: applies-3way" in out and "(--edit)" in out
     (repo.work_tree / THREEWAY_FILE).write_text(
-        (repo.work_tree / THREEWAY_FILE).read_text().replace("threeway line 20\n", "threeway line 20 for v2\n"))
+        (repo.work_tree / THREEWAY_FILE).read_text().replace("threeway line 20\n", "threeway line 20 for v2\n")
+    )
     repo.run("add", THREEWAY_FILE)
     assert run_cli("rebase", *args, "--continue") == 0
     assert "resolution record" in capsys.readouterr().out
@@ -93,17 +112,36 @@ def test_a_recorded_rebase_replays_on_a_fresh_clone_byte_for_byte(tmp_path, caps
     edits = recorded[conflict + ".edits"].decode()
     assert f"diff --git a/{APPLIES_FILE} b/{APPLIES_FILE}" in edits and CONFLICT_FILE not in edits
     assert set(recorded) - {str(entry / "preimage"), str(entry / "postimage")} == {
-        conflict + ".edits", conflict + ".message", threeway + ".edits"}
+        conflict + ".edits",
+        conflict + ".message",
+        threeway + ".edits",
+    }
 
     # The same rebase on a fresh clone, with a copy of the record and no --edit: no stop, same bytes.
     clone = fresh_clone(repo, tmp_path / "fresh")
     replay_record, replay_into = tmp_path / "record-copy", tmp_path / "replayed-series"
     shutil.copytree(record, replay_record)
-    assert run_cli("rebase", "--repo", str(clone.path), "--series-dir", str(series_dir), "--onto", "v2",
-                   "--into", str(replay_into), "--resolutions", str(replay_record)) == 0
+    assert (
+        run_cli(
+            "rebase",
+            "--repo",
+            str(clone.path),
+            "--series-dir",
+            str(series_dir),
+            "--onto",
+            "v2",
+            "--into",
+            str(replay_into),
+            "--resolutions",
+            str(replay_record),
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert f"{conflict}  resolved (conflict resolved from the resolution record (git rerere, recorded edits, " \
-           "recorded message))" in out
+    assert (
+        f"{conflict}  resolved (conflict resolved from the resolution record (git rerere, recorded edits, "
+        "recorded message))" in out
+    )
     assert f"{threeway}  resolved (applies-3way, then edited from the resolution record (recorded edits))" in out
     assert files_of(replay_into) == files_of(into)
     assert files_of(replay_record) == recorded  # replaying adds nothing to the record
@@ -111,8 +149,20 @@ def test_a_recorded_rebase_replays_on_a_fresh_clone_byte_for_byte(tmp_path, caps
 
     # Without the record the same rebase stops at the conflict: the record is what replays it.
     control = fresh_clone(repo, tmp_path / "control")
-    assert run_cli("rebase", "--repo", str(control.path), "--series-dir", str(series_dir), "--onto", "v2",
-                   "--into", str(tmp_path / "control-series")) == 1
+    assert (
+        run_cli(
+            "rebase",
+            "--repo",
+            str(control.path),
+            "--series-dir",
+            str(series_dir),
+            "--onto",
+            "v2",
+            "--into",
+            str(tmp_path / "control-series"),
+        )
+        == 1
+    )
     assert f"stopped at {conflict}: conflict" in capsys.readouterr().out
 
 
@@ -174,8 +224,12 @@ def test_a_patch_stopped_for_edit_can_still_be_dropped(tmp_path, capsys):
     repo, series_dir = S.build_scenario(tmp_path, ["applies", "applies-3way"])
     threeway, into = name_of(series_dir, "applies-3way"), tmp_path / "new-series"
     args = ["--repo", str(repo.path)]
-    assert run_cli("rebase", *args, "--series-dir", str(series_dir), "--onto", "v2", "--into", str(into),
-                   "--edit", threeway) == 1
+    assert (
+        run_cli(
+            "rebase", *args, "--series-dir", str(series_dir), "--onto", "v2", "--into", str(into), "--edit", threeway
+        )
+        == 1
+    )
     assert f"stopped at {threeway}: applies-3way" in capsys.readouterr().out
     assert run_cli("rebase", *args, "--continue", "--drop", threeway, "--reason", "not wanted on v2") == 0
     assert load_series(into).names == [name_of(series_dir, "applies")]

@@ -94,8 +94,12 @@ def test_rebase_stops_at_conflict_and_resumes(tmp_path, capsys):
     assert (repo.work_tree / "python/sglang/srt/conflict.py").read_text() == resolved
     # the standalone range-diff of the two series directories (each on its pinned base)
     capsys.readouterr()
-    assert run_cli("range-diff", "--repo", str(repo.path), "--old-series", str(old_series),
-                   "--new-series", str(series_dir)) == 0
+    assert (
+        run_cli(
+            "range-diff", "--repo", str(repo.path), "--old-series", str(old_series), "--new-series", str(series_dir)
+        )
+        == 0
+    )
     pairs = capsys.readouterr().out
     assert re.search(r"^1: +[0-9a-f]+ = 1: +[0-9a-f]+ applies: change line 10$", pairs, re.M)
     assert re.search(r"^3: +[0-9a-f]+ ! 3: +[0-9a-f]+ threeway: change line 10$", pairs, re.M)
@@ -143,15 +147,30 @@ def test_upstream_and_gone_patches_leave_only_with_a_reason(tmp_path, capsys):
     assert run_cli("rebase", *args, "--continue", "--drop", "nope.patch", "--reason", "x") == 2
     assert "'nope.patch': no such patch" in capsys.readouterr().err
 
-    assert run_cli(
-        "rebase", *args, "--continue",
-        "--drop", names["upstream-reverse-applies"], "--reason", "in upstream v2",
-        "--drop", names["upstream-patch-id"], "--reason", "upstream took it verbatim",
-        "--drop", names["upstream-absorbed"], "--reason", "upstream absorbed it",
-    ) == 1
+    assert (
+        run_cli(
+            "rebase",
+            *args,
+            "--continue",
+            "--drop",
+            names["upstream-reverse-applies"],
+            "--reason",
+            "in upstream v2",
+            "--drop",
+            names["upstream-patch-id"],
+            "--reason",
+            "upstream took it verbatim",
+            "--drop",
+            names["upstream-absorbed"],
+            "--reason",
+            "upstream absorbed it",
+        )
+        == 1
+    )
     assert f"stopped at {names['target-gone']}: target-gone" in capsys.readouterr().out
-    continued = run_cli("rebase", *args, "--continue", "--drop", names["target-gone"],
-                        "--reason", "gone.py was removed")
+    continued = run_cli(
+        "rebase", *args, "--continue", "--drop", names["target-gone"], "--reason", "gone.py was removed"
+    )
     assert continued == 0
 
     assert load_series(series_dir).names == [names["applies"]]

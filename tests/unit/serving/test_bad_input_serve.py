@@ -41,44 +41,90 @@ FLAG_ROWS = [
     ("negative node rank", ["--node-rank", "-1"], "argument --node-rank: '-1': allowed: an integer >= 0"),
     ("HiCache ratio nan", ["--hicache-ratio", "nan"], "argument --hicache-ratio: 'nan': allowed: a finite number > 0"),
     ("HiCache ratio inf", ["--hicache-ratio", "inf"], "argument --hicache-ratio: 'inf': allowed: a finite number > 0"),
-    ("health timeout nan", ["--health-timeout", "nan"],
-     "argument --health-timeout: 'nan': allowed: a finite number of seconds > 0"),
-    ("health timeout inf", ["--health-timeout", "inf"],
-     "argument --health-timeout: 'inf': allowed: a finite number of seconds > 0"),
-    ("negative grace period", ["--grace-period", "-1"],
-     "argument --grace-period: '-1': allowed: a finite number of seconds >= 0"),
-    ("flag repeated in one source", ["--prefill-args", "--tp 4 --tp 8"],
-     "--prefill-args: --tp-size is given more than once"),
-    ("flag repeated through its alias", ["--decode-args", "--tp-size 4 --tp 4"],
-     "--decode-args: --tp-size is given more than once"),
-    ("router flag repeated", ["--router-args", "--policy random --policy cache_aware"],
-     "router: router args: --policy is given more than once"),
+    (
+        "health timeout nan",
+        ["--health-timeout", "nan"],
+        "argument --health-timeout: 'nan': allowed: a finite number of seconds > 0",
+    ),
+    (
+        "health timeout inf",
+        ["--health-timeout", "inf"],
+        "argument --health-timeout: 'inf': allowed: a finite number of seconds > 0",
+    ),
+    (
+        "negative grace period",
+        ["--grace-period", "-1"],
+        "argument --grace-period: '-1': allowed: a finite number of seconds >= 0",
+    ),
+    (
+        "flag repeated in one source",
+        ["--prefill-args", "--tp 4 --tp 8"],
+        "--prefill-args: --tp-size is given more than once",
+    ),
+    (
+        "flag repeated through its alias",
+        ["--decode-args", "--tp-size 4 --tp 4"],
+        "--decode-args: --tp-size is given more than once",
+    ),
+    (
+        "router flag repeated",
+        ["--router-args", "--policy random --policy cache_aware"],
+        "router: router args: --policy is given more than once",
+    ),
     ("children's interpreter missing", ["--python", "/nonexistent"], "--python '/nonexistent': no such file"),
-    ("children's interpreter a directory", ["--python", os.path.dirname(os.path.abspath(__file__))],
-     "not an executable file"),
-    ("router module that does not exist", ["--router-module", "no_such_router_xyz.launch"],
-     "--router-module 'no_such_router_xyz.launch': no such module"),
+    (
+        "children's interpreter a directory",
+        ["--python", os.path.dirname(os.path.abspath(__file__))],
+        "not an executable file",
+    ),
+    (
+        "router module that does not exist",
+        ["--router-module", "no_such_router_xyz.launch"],
+        "--router-module 'no_such_router_xyz.launch': no such module",
+    ),
     ("router module that is not a module name", ["--router-module", "my router"], "not a module name"),
     ("no node address", ["--node-hosts", ","], "--node-hosts ',': give a comma list of node addresses"),
-    ("node address given twice", ["--node-hosts", "10.0.0.1,10.0.0.1"],
-     "--node-hosts '10.0.0.1,10.0.0.1': nodes 0 and 1 are both '10.0.0.1': their servers would share"),
-    ("node address with a space", ["--node-hosts", "host a"],
-     "--node-hosts 'host a': node 0: 'host a' is not a host name or an IP address; allowed: a host name"),
-    ("node address as a URL", ["--node-hosts", "http://10.0.0.1:30000"],
-     "node 0: 'http://10.0.0.1:30000' is not a host name or an IP address"),
-    ("bracketed IPv6 node address", ["--node-hosts", "[fe80::1]"],
-     "node 0: '[fe80::1]': give the IPv6 address without brackets (fe80::1)"),
+    (
+        "node address given twice",
+        ["--node-hosts", "10.0.0.1,10.0.0.1"],
+        "--node-hosts '10.0.0.1,10.0.0.1': nodes 0 and 1 are both '10.0.0.1': their servers would share",
+    ),
+    (
+        "node address with a space",
+        ["--node-hosts", "host a"],
+        "--node-hosts 'host a': node 0: 'host a' is not a host name or an IP address; allowed: a host name",
+    ),
+    (
+        "node address as a URL",
+        ["--node-hosts", "http://10.0.0.1:30000"],
+        "node 0: 'http://10.0.0.1:30000' is not a host name or an IP address",
+    ),
+    (
+        "bracketed IPv6 node address",
+        ["--node-hosts", "[fe80::1]"],
+        "node 0: '[fe80::1]': give the IPv6 address without brackets (fe80::1)",
+    ),
     ("empty node address among others", ["--node-hosts", "10.0.0.1,,10.0.0.2"], "node 1: an empty address"),
-    ("keep-overlap next to a pass-through disable-overlap", ["--keep-overlap-schedule",
-                                                             "--decode-args=--disable-overlap-schedule"],
-     "--keep-overlap-schedule contradicts --disable-overlap-schedule in --decode-args of decode-0; give one of them"),
-    ("keep-overlap next to an abbreviated disable-overlap after --", ["--keep-overlap-schedule", "--",
-                                                                       "--disable-overlap"],
-     "--keep-overlap-schedule contradicts --disable-overlap-schedule in the args after -- of decode-0"),
-    ("server module that does not exist", ["--server-module", "no_such_server_xyz"],
-     "--server-module 'no_such_server_xyz': no such module"),
-    ("Ray scheduler actors (never load plugins)", ["--decode-args=--use-ray"],
-     "decode-0: --decode-args sets --use-ray, which sglang-dsv4 serve refuses: SGLang's Ray scheduler actors"),
+    (
+        "keep-overlap next to a pass-through disable-overlap",
+        ["--keep-overlap-schedule", "--decode-args=--disable-overlap-schedule"],
+        "--keep-overlap-schedule contradicts --disable-overlap-schedule in --decode-args of decode-0; give one of them",
+    ),
+    (
+        "keep-overlap next to an abbreviated disable-overlap after --",
+        ["--keep-overlap-schedule", "--", "--disable-overlap"],
+        "--keep-overlap-schedule contradicts --disable-overlap-schedule in the args after -- of decode-0",
+    ),
+    (
+        "server module that does not exist",
+        ["--server-module", "no_such_server_xyz"],
+        "--server-module 'no_such_server_xyz': no such module",
+    ),
+    (
+        "Ray scheduler actors (never load plugins)",
+        ["--decode-args=--use-ray"],
+        "decode-0: --decode-args sets --use-ray, which sglang-dsv4 serve refuses: SGLang's Ray scheduler actors",
+    ),
     ("Ray for every server", ["--", "--use-ray"], "sets --use-ray, which sglang-dsv4 serve refuses"),
 ]
 
@@ -109,30 +155,51 @@ PRESET_SLOTS = ("hicache", "env", "prefill", "router", "cluster")
 # (row, preset fragments, what the user sees after "<preset file>: ")
 PRESET_ROWS = [
     ("server port above 65535", {"prefill": "port = 70000"}, "prefill[0].port = 70000: allowed range 1-65535"),
-    ("negative bootstrap port", {"prefill": "bootstrap_port = -1"},
-     "prefill[0].bootstrap_port = -1: allowed range 1-65535"),
+    (
+        "negative bootstrap port",
+        {"prefill": "bootstrap_port = -1"},
+        "prefill[0].bootstrap_port = -1: allowed range 1-65535",
+    ),
     ("router port above 65535", {"router": "port = 65536"}, "router.port = 65536: allowed range 1-65535"),
     ("negative base_gpu_id", {"prefill": "base_gpu_id = -1"}, "prefill[0].base_gpu_id = -1: allowed: an integer >= 0"),
     ("HiCache ratio nan", {"hicache": "ratio = nan"}, "hicache.ratio = nan: allowed: a finite number > 0"),
     ("HiCache ratio inf", {"hicache": "ratio = inf"}, "hicache.ratio = inf: allowed: a finite number > 0"),
     ("env name with '='", {"env": '"A=B" = "1"'}, "common.env: environment variable name 'A=B' contains '='"),
-    ("env name with NUL", {"env": '"A\\u0000B" = "1"'},
-     "common.env: environment variable name 'A\\x00B' contains a NUL"),
+    (
+        "env name with NUL",
+        {"env": '"A\\u0000B" = "1"'},
+        "common.env: environment variable name 'A\\x00B' contains a NUL",
+    ),
     ("env value with NUL", {"env": 'A = "x\\u0000y"'}, "common.env: the value of A contains a NUL byte"),
     ("env name empty", {"env": '"" = "1"'}, "common.env: an environment variable name cannot be empty"),
-    ("env sets the extension's variable", {"env": 'SGLANG_DSV4_BF16_INDEX_K = "1"'},
-     "common.env: SGLANG_DSV4_BF16_INDEX_K is set by the [extension] table in every child"),
-    ("server env with '='", {"prefill": 'env = { "X=1" = "2" }'},
-     "prefill[0].env: environment variable name 'X=1' contains '='"),
-    ("router module not a module name", {"router": 'module = "bad name"'},
-     "router.module = 'bad name': not a module name"),
+    (
+        "env sets the extension's variable",
+        {"env": 'SGLANG_DSV4_BF16_INDEX_K = "1"'},
+        "common.env: SGLANG_DSV4_BF16_INDEX_K is set by the [extension] table in every child",
+    ),
+    (
+        "server env with '='",
+        {"prefill": 'env = { "X=1" = "2" }'},
+        "prefill[0].env: environment variable name 'X=1' contains '='",
+    ),
+    (
+        "router module not a module name",
+        {"router": 'module = "bad name"'},
+        "router.module = 'bad name': not a module name",
+    ),
     ("port written as a string", {"prefill": 'port = "30000"'}, "prefill[0].port = '30000': expected an integer"),
     ("typo in a key", {"prefill": "bootstrap_prot = 1"}, "prefill[0].bootstrap_prot: unknown key; known keys here:"),
     ("empty node addresses", {"cluster": 'nodes = ["", ""]'}, "cluster.nodes: node 0: an empty address; allowed:"),
-    ("node address given twice", {"cluster": 'nodes = ["10.0.0.1", "10.0.0.1"]'},
-     "cluster.nodes: nodes 0 and 1 are both '10.0.0.1'"),
-    ("node address with a space", {"cluster": 'nodes = ["host a"]'},
-     "cluster.nodes: node 0: 'host a' is not a host name or an IP address"),
+    (
+        "node address given twice",
+        {"cluster": 'nodes = ["10.0.0.1", "10.0.0.1"]'},
+        "cluster.nodes: nodes 0 and 1 are both '10.0.0.1'",
+    ),
+    (
+        "node address with a space",
+        {"cluster": 'nodes = ["host a"]'},
+        "cluster.nodes: node 0: 'host a' is not a host name or an IP address",
+    ),
 ]
 
 
@@ -165,8 +232,9 @@ def test_preset_that_is_not_toml(tmp_path, capsys):
 def test_log_dir_that_is_a_file_is_refused_before_anything_starts(tmp_path, capsys):
     evidence = tmp_path / "not-a-dir"
     evidence.write_text("an earlier run's notes\n")
-    _assert_refused(capsys, ["--preset", BF16, "--log-dir", str(evidence)],
-                    f"--log-dir '{evidence}': exists and is not a directory")
+    _assert_refused(
+        capsys, ["--preset", BF16, "--log-dir", str(evidence)], f"--log-dir '{evidence}': exists and is not a directory"
+    )
     assert evidence.read_text() == "an earlier run's notes\n"  # untouched
 
 
@@ -231,8 +299,11 @@ def test_inherited_bf16_alias_does_not_reach_the_children_of_an_fp8_stack(capsys
 def test_dry_run_without_a_router_parser_still_refuses_owned_router_flags(capsys, tmp_path, monkeypatch):
     (tmp_path / "my_router.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
-    _assert_refused(capsys, ["--preset", BF16, "--dry-run", "--router-module", "my_router",
-                             "--router-args", "--port 9"], "router: router args set --port")
+    _assert_refused(
+        capsys,
+        ["--preset", BF16, "--dry-run", "--router-module", "my_router", "--router-args", "--port 9"],
+        "router: router args set --port",
+    )
 
 
 def test_preset_text_in_this_module_is_a_valid_stack_without_the_bad_fragment(tmp_path, capsys):
@@ -245,30 +316,35 @@ def test_preset_text_in_this_module_is_a_valid_stack_without_the_bad_fragment(tm
     assert len(dry_run_children(out)) == 3
 
 
-
 # ----------------------------------------------------------------------------- accepted, with what it did said
+
 
 def _accepted(capsys, argv):
     """(notes, children) of a dry run that must succeed."""
     rc = _serve(argv)
     out, err = capsys.readouterr()
     assert rc == 0, err
-    return [line[len("# note: "):] for line in out.splitlines() if line.startswith("# note: ")], dry_run_children(out)
+    return [line[len("# note: ") :] for line in out.splitlines() if line.startswith("# note: ")], dry_run_children(out)
 
 
 def test_keep_overlap_in_single_mode_says_it_has_no_effect(capsys):
-    notes, _ = _accepted(capsys, ["--preset", "dsv4-flash-8gpu-single-tp8-bf16-hicache", "--dry-run",
-                                  "--keep-overlap-schedule"])
-    assert ("--keep-overlap-schedule has no effect in single mode (only PD decode servers get "
-            "--disable-overlap-schedule from the presets)") in notes
+    notes, _ = _accepted(
+        capsys, ["--preset", "dsv4-flash-8gpu-single-tp8-bf16-hicache", "--dry-run", "--keep-overlap-schedule"]
+    )
+    assert (
+        "--keep-overlap-schedule has no effect in single mode (only PD decode servers get "
+        "--disable-overlap-schedule from the presets)"
+    ) in notes
 
 
 def test_keep_overlap_on_a_stack_without_the_flag_says_it_has_no_effect(tmp_path, capsys):
     preset = tmp_path / "ok.toml"
     preset.write_text(PRESET_TEMPLATE.format(**dict.fromkeys(PRESET_SLOTS, "")))
     notes, _ = _accepted(capsys, ["--preset", str(preset), "--dry-run", "--keep-overlap-schedule"])
-    assert ("--keep-overlap-schedule has no effect: no decode server of this stack has --disable-overlap-schedule "
-            "in its preset args") in notes
+    assert (
+        "--keep-overlap-schedule has no effect: no decode server of this stack has --disable-overlap-schedule "
+        "in its preset args"
+    ) in notes
 
 
 def test_keep_overlap_on_a_pd_preset_drops_the_flag_without_a_note(capsys):
@@ -296,9 +372,11 @@ def test_an_invalid_shell_value_the_stack_replaces_is_said(capsys, monkeypatch):
     """The preset sets integrity for the children; the shell's invalid value is noted as a valid one would be."""
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", "on")
     notes, children = _accepted(capsys, ["--preset", BF16, "--dry-run"])
-    assert ("this shell's SGLANG_DSV4_INDEX_K_INTEGRITY='on' is not valid; allowed values: 'off', 'sample', 'full'; "
-            "the children get SGLANG_DSV4_INDEX_K_INTEGRITY=off from the stack (--index-k-integrity or [extension] "
-            "index_k_integrity sets it)") in notes
+    assert (
+        "this shell's SGLANG_DSV4_INDEX_K_INTEGRITY='on' is not valid; allowed values: 'off', 'sample', 'full'; "
+        "the children get SGLANG_DSV4_INDEX_K_INTEGRITY=off from the stack (--index-k-integrity or [extension] "
+        "index_k_integrity sets it)"
+    ) in notes
     assert all(env["SGLANG_DSV4_INDEX_K_INTEGRITY"] == "off" for _, env, _ in children)
 
 

@@ -79,14 +79,26 @@ def test_dry_run_follows_the_breakable_flag_on_prefill_only(capsys):
 def test_doctor_in_a_fresh_process_says_there_are_no_server_args():
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4")}
     env["PYTHONPATH"] = REPO
-    done = subprocess.run([sys.executable, "-m", "sglang_dsv4_ext.cli", "doctor", "--json"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "sglang_dsv4_ext.cli", "doctor", "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["prefill_graph"] == "no server args in this process"
 
 
 def test_dry_run_says_integrity_does_not_cover_graph_replayed_readers(capsys):
-    said = _dry_run_statements(capsys, "--preset", BF16, "--index-k-integrity", "sample",
-                               "--prefill-args=--cuda-graph-backend-prefill breakable")
+    said = _dry_run_statements(
+        capsys,
+        "--preset",
+        BF16,
+        "--index-k-integrity",
+        "sample",
+        "--prefill-args=--cuda-graph-backend-prefill breakable",
+    )
     assert "integrity does not check readers replayed from the graph" in said["prefill-0"]
     assert "integrity" not in said["decode-0"]  # its prefill graph is off: every reader runs eagerly

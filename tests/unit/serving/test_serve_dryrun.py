@@ -83,8 +83,12 @@ def test_router_command_parses_with_the_router_parser(capsys):
 
 def test_multi_node_pd_preset_every_node(capsys):
     out, cmds = _dry_run(
-        capsys, "--preset", "dsv4-flash-2node-pd-1p1d-tp8-bf16-hicache", "--all-nodes",
-        "--node-hosts", "127.0.0.1,127.0.0.2",
+        capsys,
+        "--preset",
+        "dsv4-flash-2node-pd-1p1d-tp8-bf16-hicache",
+        "--all-nodes",
+        "--node-hosts",
+        "127.0.0.1,127.0.0.2",
     )
     servers = _servers(cmds)
     modes = sorted(parse_like_sglang(argv[3:]).disaggregation_mode for _, argv in servers)
@@ -188,9 +192,11 @@ def test_every_shipped_preset_validates_on_every_node(name):
     "argv, needle",
     [
         (["--", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-        pytest.param(["--decode-args=--enable-hicache"], "--decode-args sets --enable-hierarchical-cache",
-                     marks=only_on("0.5.23", "--enable-hicache is 0.5.23's alias; 0.5.22's parser refuses it as "
-                                   "unrecognized")),
+        pytest.param(
+            ["--decode-args=--enable-hicache"],
+            "--decode-args sets --enable-hierarchical-cache",
+            marks=only_on("0.5.23", "--enable-hicache is 0.5.23's alias; 0.5.22's parser refuses it as unrecognized"),
+        ),
         (["--prefill-args", "--disaggregation-mode decode"], "sets --disaggregation-mode"),
         (["--", "--enable-deepseek-v4-fp4-indexer"], "--index-k-dtype fp4"),
         (["--", "--port", "1234"], "sets --port"),
@@ -266,12 +272,12 @@ def test_integrity_from_the_preset_and_from_the_shell_without_a_preset(capsys, t
     preset = tmp_path / "p.toml"
     preset.write_text('mode = "single"\nmodel_path = "m"\n[extension]\nindex_k_integrity = "full"\n')
     _, cmds = _dry_run(capsys, "--preset", str(preset))
-    (env, argv), = _servers(cmds)
+    ((env, argv),) = _servers(cmds)
     assert load_config(env).integrity == "full"
     assert parse_like_sglang(argv[3:]).disaggregation_enable_kv_checksum is False  # no PD transfer to check
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", "sample")
     _, cmds = _dry_run(capsys, "--mode", "single", "--model-path", "m")
-    (env, _), = _servers(cmds)
+    ((env, _),) = _servers(cmds)
     assert load_config(env).integrity == "sample"
 
 

@@ -119,11 +119,14 @@ def canned():
     server.server_close()
 
 
-@pytest.mark.parametrize("path, reason", [
-    ("/html", "not Prometheus text"),
-    ("/missing", "HTTP 404 (was the server started with --enable-metrics?)"),
-    ("/drip", "no answer (no complete answer within 2 s)"),  # a deadline for the whole read, not per recv
-])
+@pytest.mark.parametrize(
+    "path, reason",
+    [
+        ("/html", "not Prometheus text"),
+        ("/missing", "HTTP 404 (was the server started with --enable-metrics?)"),
+        ("/drip", "no answer (no complete answer within 2 s)"),  # a deadline for the whole read, not per recv
+    ],
+)
 def test_an_unreadable_metrics_endpoint_is_no_verdict_and_says_why(canned, path, reason):
     with pytest.raises(MetricsUnreadableError, match=re.escape(reason)):
         scrape(canned + path)
@@ -136,8 +139,14 @@ def test_the_watch_says_an_unreadable_server_once_and_goes_on_to_find_a_wedge(ca
     metrics, url = served
     metrics.running.labels(**metrics.labels).set(4)
     said = []
-    watch = WedgeWatch([WedgeDetector("decode-0", canned + "/html", stall_seconds=0.5),
-                        WedgeDetector("decode-1", url, stall_seconds=0.5)], interval=0.05, say=said.append).start()
+    watch = WedgeWatch(
+        [
+            WedgeDetector("decode-0", canned + "/html", stall_seconds=0.5),
+            WedgeDetector("decode-1", url, stall_seconds=0.5),
+        ],
+        interval=0.05,
+        say=said.append,
+    ).start()
     try:
         for _ in range(200):
             if watch.verdict:
@@ -148,4 +157,5 @@ def test_the_watch_says_an_unreadable_server_once_and_goes_on_to_find_a_wedge(ca
     assert watch.verdict and watch.verdict.startswith("decode-1 looks wedged: 4 request(s) running"), said
     assert [line for line in said if "decode-0" in line] == [
         f"decode-0: cannot read {canned}/html: not Prometheus text "
-        f"({said[0].split('not Prometheus text (', 1)[1].split(')', 1)[0]}); the wedge watch goes on"]
+        f"({said[0].split('not Prometheus text (', 1)[1].split(')', 1)[0]}); the wedge watch goes on"
+    ]
