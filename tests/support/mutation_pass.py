@@ -814,7 +814,7 @@ MUTATIONS: list[Mutation] = [
         "serve: fp4_budget is set by a flag and a preset key",
         "sglang_dsv4_ext/config.py",
         ('        preset_key="fp4_budget",\n        children=SET_BY_STACK,\n'),
-        (),
+        "",
         (
             f"{_ROWS}::test_fp4_budget_is_set_by_serve_and_by_a_preset",
             f"{_ROWS}::test_a_shell_fp4_budget_is_the_stacks_without_a_preset_and_said_when_a_preset_replaces_it",
@@ -849,7 +849,7 @@ MUTATIONS: list[Mutation] = [
         "serve: children never inherit SGLANG_DSV4_BF16_INDEX_K",
         "sglang_dsv4_ext/config.py",
         "        children=UNSET_IN_CHILD,\n",
-        (),
+        "",
         (f"{_SERVE}::test_inherited_bf16_alias_does_not_reach_the_children_of_an_fp8_stack", f"{_SUP}[SIGHUP]"),
     ),
     Mutation(
