@@ -649,7 +649,7 @@ def register() -> None:
     DeepSeek-V4 model or pool is built (:func:`complete_before_dsv4_build`); other models serve with stock
     SGLang and a warning. Any failure here stops the process (SGLang's loader would swallow it).
     """
-    global _TABLE
+    global _TABLE, _CALLED
     if kill_switch_set():
         logger.info("sglang-dsv4-ext disabled by SGLANG_DSV4_EXT=0; SGLang left untouched")
         return

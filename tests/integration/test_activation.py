@@ -86,7 +86,7 @@ def test_drifted_signature_refuses_naming_the_target_and_patches_nothing(phases)
 def test_a_drifted_name_the_hooks_call_refuses_naming_it_and_patches_nothing(phases):
     drift = phases["called_drift"]
     assert drift["error"] is not None
-    assert f"{drift['victim']}: signature drifted" in drift["error"] and "q_lora_quant=None" in drift["error"]
+    assert f"{drift['victim']}: signature drifted" in drift["error"] and "skip_compressor=True" in drift["error"]
     assert drift["wrapped"] == []
 
 

@@ -47,6 +47,8 @@ RELEASE_PATH_TESTS = [
     "tests/unit/hooks/test_release_paths.py",
     "tests/integration/test_gate_prefill_replay.py",
     "tests/unit/hooks/test_sizing.py",
+    # the lazy path (SGLang's entry point) checks the called rows of the running release before a DSV4 build
+    "tests/integration/test_activation_scope.py::test_building_a_dsv4_pool_completes_and_verifies_every_target",
 ]
 
 

@@ -1680,6 +1680,13 @@ MUTATIONS: list[Mutation] = [
         "            index_k_page8=False,\n",
         (_R0522_PATHS,),
     ),
+    Mutation(
+        "activation: the entry point checks the called rows of the running release",
+        "sglang_dsv4_ext/plugin/activation.py",
+        "    global _TABLE, _CALLED\n    if kill_switch_set():",
+        "    global _TABLE\n    if kill_switch_set():",
+        (_R0522_PATHS,),
+    ),
 ]
 
 
