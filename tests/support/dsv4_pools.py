@@ -63,11 +63,9 @@ def sized_pool(
         yield configurator, pool_config, pool
 
 
-def small_pool(compression_ratios=(0, 4, 128, 4), *, tokens: int = 4096):
-    """A directly constructed DeepSeekV4TokenToKVPool (no configurator) for gate tests."""
-    from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
-
-    pool = DeepSeekV4TokenToKVPool(
+def small_pool_kwargs(compression_ratios, *, tokens: int = 4096, **extra) -> dict:
+    """Constructor arguments of a small CPU DeepSeekV4TokenToKVPool with these layers (no configurator)."""
+    return dict(
         max_num_reqs=4,
         swa_size=tokens,
         c4_size=tokens // 4,
@@ -87,5 +85,12 @@ def small_pool(compression_ratios=(0, 4, 128, 4), *, tokens: int = 4096):
         enable_memory_saver=False,
         compression_ratios=list(compression_ratios),
         full_size=tokens,
+        **extra,
     )
-    return pool
+
+
+def small_pool(compression_ratios=(0, 4, 128, 4), *, tokens: int = 4096):
+    """A directly constructed DeepSeekV4TokenToKVPool (no configurator) for gate tests."""
+    from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
+
+    return DeepSeekV4TokenToKVPool(**small_pool_kwargs(compression_ratios, tokens=tokens))

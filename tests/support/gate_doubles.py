@@ -20,6 +20,8 @@ import torch
 from sglang.srt.managers.cache_controller import LayerDoneCounter
 from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
+from tests.support.dsv4_pools import small_pool_kwargs
+
 # Global layers of build_pool(): ratio 0, c4, c128, c4 -> c4 sub-pool layers 0 and 1 are global 1 and 3.
 RATIOS = (0, 4, 128, 4)
 C4_GLOBAL_OF_LOCAL = {0: 1, 1: 3}
@@ -30,28 +32,7 @@ TOKENS = 4096
 
 
 def _pool_kwargs(ratios: Sequence[int], **extra) -> dict:
-    return dict(
-        max_num_reqs=4,
-        swa_size=TOKENS,
-        c4_size=TOKENS // 4,
-        c128_size=TOKENS // 128,
-        c4_state_pool_size=8,
-        c128_state_pool_size=8,
-        page_size=256,
-        swa_page_size=256,
-        dtype=torch.float8_e4m3fn,
-        c4_state_dtype=torch.float32,
-        c128_state_dtype=torch.float32,
-        qk_nope_head_dim=448,
-        qk_rope_head_dim=64,
-        indexer_head_dim=128,
-        layer_num=len(ratios),
-        device="cpu",
-        enable_memory_saver=False,
-        compression_ratios=list(ratios),
-        full_size=TOKENS,
-        **extra,
-    )
+    return small_pool_kwargs(ratios, tokens=TOKENS, **extra)
 
 
 def _forget_budget() -> None:
