@@ -116,7 +116,7 @@ def _release_row(target: compat.Target, release: str, state) -> dict[str, object
     else:
         row.update(status=state.statuses.get(target.path, activation.REFUSED), signature=here.signature)
     # What each other supported release lacks for this row (one table serves them all).
-    row["releases"] = {r.version: r.lacks for r in target.releases if r.version != release}
+    row["releases"] = _other_releases(target, release)
     return row
 
 
@@ -143,13 +143,21 @@ def _target_rows(state) -> list[dict[str, object]]:
 MATCHES = "matches"  # a called name as the table expects it
 
 
-def _called_rows() -> list[dict[str, str]]:
-    """Each SGLang name the hooks call (compat.CALLED), checked against the installed SGLang as activation checks it."""
+def _other_releases(target: compat.Target, release: str) -> dict[str, str]:
+    """What each supported release other than ``release`` has differently for this row (one table serves all)."""
+    return {r.version: r.lacks for r in target.releases if r.version != release}
+
+
+def _called_rows() -> list[dict[str, object]]:
+    """Each SGLang name the hooks call (compat.CALLED), as the installed release has it, checked as activation
+    checks it; ``releases``: what each other supported release has differently."""
     from sglang_dsv4_ext.plugin import activation
 
-    drifts = {d.target: d for d in compat.check_targets(compat.CALLED)}
+    release = compat.rows_release(compat.installed_sglang_version())
+    called = compat.table_for(release, compat.CALLED)
+    drifts = {d.target: d for d in compat.check_targets(called)}
     rows = []
-    for target in compat.CALLED:
+    for target in called:
         row = {
             "called": target.path,
             "status": activation.DRIFTED if target.path in drifts else MATCHES,
@@ -158,6 +166,7 @@ def _called_rows() -> list[dict[str, str]]:
         }
         if target.path in drifts:
             row["detail"] = drifts[target.path].describe()
+        row["releases"] = _other_releases(target, release)
         rows.append(row)
     return rows
 
@@ -269,6 +278,8 @@ def _print_human(report: dict[str, object]) -> None:
         print(f"{row['called'].removeprefix('sglang.srt.'):<{width}}  {row['status']}")
         if "detail" in row:
             print(f"{'':<{width}}  {row['detail']}")
+        for version, lacks in row["releases"].items():
+            print(f"{'':<{width}}  on SGLang {version}: {lacks}")
     print()
     cuda = report["cuda"]
     if cuda.get("available"):

@@ -1641,8 +1641,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "releases: doctor says per row what the other release lacks",
         "sglang_dsv4_ext/doctor/cli.py",
-        '    row["releases"] = {r.version: r.lacks for r in target.releases if r.version != release}',
-        '    row["releases"] = {}',
+        "    return {r.version: r.lacks for r in target.releases if r.version != release}",
+        "    return {}",
         (f"{_R0522}test_doctor_says_per_row_what_the_other_release_lacks",),
     ),
     Mutation(
@@ -1685,6 +1685,13 @@ MUTATIONS: list[Mutation] = [
         "sglang_dsv4_ext/plugin/activation.py",
         "    global _TABLE, _CALLED\n    if kill_switch_set():",
         "    global _TABLE\n    if kill_switch_set():",
+        (_R0522_PATHS,),
+    ),
+    Mutation(
+        "doctor: the called names are judged by the running release's rows",
+        "sglang_dsv4_ext/doctor/cli.py",
+        "    called = compat.table_for(release, compat.CALLED)\n",
+        "    called = compat.CALLED\n",
         (_R0522_PATHS,),
     ),
 ]
