@@ -36,34 +36,13 @@ def _log(message: str) -> None:
 
 def _tiny_pool():
     """SGLang's real DeepSeekV4TokenToKVPool: layers (0, 4, 128, 4), fp8 index-K, 4096 tokens, CPU."""
-    import torch
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
     from sglang_dsv4_ext.index_k import budget as index_k_budget
+    from sglang_dsv4_ext.sglang_cpu import dsv4_model
 
     index_k_budget.forget_budget()  # built without the configurator: no budget to check against
-    tokens, ratios = 4096, [0, 4, 128, 4]
-    return DeepSeekV4TokenToKVPool(
-        max_num_reqs=4,
-        swa_size=tokens,
-        c4_size=tokens // 4,
-        c128_size=tokens // 128,
-        c4_state_pool_size=8,
-        c128_state_pool_size=8,
-        page_size=256,
-        swa_page_size=256,
-        dtype=torch.float8_e4m3fn,
-        c4_state_dtype=torch.float32,
-        c128_state_dtype=torch.float32,
-        qk_nope_head_dim=448,
-        qk_rope_head_dim=64,
-        indexer_head_dim=128,
-        layer_num=len(ratios),
-        device="cpu",
-        enable_memory_saver=False,
-        compression_ratios=ratios,
-        full_size=tokens,
-    )
+    return DeepSeekV4TokenToKVPool(**dsv4_model.small_pool_kwargs((0, 4, 128, 4), tokens=4096))
 
 
 def _gate_hooked_targets() -> list[tuple[object, str]]:

@@ -200,22 +200,9 @@ def _around_forward_c4_indexer(
     **release_kwargs,
 ):
     # release_kwargs: 0.5.23's q_lora_quant (SGLang passes it by name); 0.5.22 has no such parameter.
-    if c4_indexer.use_fp4_indexer or not backend_stores_bf16_index_k(self):
-        with index_k_pool_scope(False):
-            return original(
-                self,
-                x,
-                q_lora,
-                c4_indexer,
-                forward_batch,
-                alt_streams=alt_streams,
-                enable_multi_stream=enable_multi_stream,
-                q_lora_ready=q_lora_ready,
-                skip_compressor=skip_compressor,
-                **release_kwargs,
-            )
-    with index_k_pool_scope(True):
-        return forward_c4_indexer_bf16(
+    bf16 = not c4_indexer.use_fp4_indexer and backend_stores_bf16_index_k(self)
+    with index_k_pool_scope(bf16):
+        return (forward_c4_indexer_bf16 if bf16 else original)(
             self,
             x,
             q_lora,

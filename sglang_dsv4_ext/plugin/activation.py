@@ -179,6 +179,13 @@ def _load_config(config: ExtConfig | None) -> ExtConfig:
     return cfg
 
 
+def _take_rows_of(version: str | None) -> None:
+    """Check and patch against the table's two sections as the release judging ``version`` has them."""
+    global _TABLE, _CALLED
+    _TABLE = compat.table_for(version)
+    _CALLED = compat.table_for(version, compat.CALLED)
+
+
 def activate(
     *,
     config: ExtConfig | None = None,
@@ -203,8 +210,9 @@ def activate(
             return STATE
         try:
             reason = _untested_version(cfg)
-            _TABLE = compat.table_for(STATE.sglang_version) if targets is None else targets
-            _CALLED = compat.table_for(STATE.sglang_version, compat.CALLED) if called is None else called
+            _take_rows_of(STATE.sglang_version)
+            _TABLE = _TABLE if targets is None else targets
+            _CALLED = _CALLED if called is None else called
             if reason:
                 raise ActivationError(reason)
             drifts = compat.check_targets([*_TABLE, *_CALLED])
@@ -649,7 +657,6 @@ def register() -> None:
     DeepSeek-V4 model or pool is built (:func:`complete_before_dsv4_build`); other models serve with stock
     SGLang and a warning. Any failure here stops the process (SGLang's loader would swallow it).
     """
-    global _TABLE, _CALLED
     if kill_switch_set():
         logger.info("sglang-dsv4-ext disabled by SGLANG_DSV4_EXT=0; SGLang left untouched")
         return
@@ -661,8 +668,7 @@ def register() -> None:
         if not cfg.enabled:
             return
         STATE.version_refusal = _untested_version(cfg)
-        _TABLE = compat.table_for(STATE.sglang_version)
-        _CALLED = compat.table_for(STATE.sglang_version, compat.CALLED)
+        _take_rows_of(STATE.sglang_version)
         if STATE.version_refusal:
             logger.warning(
                 "sglang-dsv4-ext: %s; SGLang is left stock and a DeepSeek-V4 pool will be refused",
@@ -717,6 +723,5 @@ def reset_for_tests() -> None:
     """Forget this process's activation state (does not un-patch)."""
     global _TABLE, _CALLED, _CONTEXT
     STATE.__dict__.update(ActivationState().__dict__)
-    _TABLE = compat.installed_table()
-    _CALLED = compat.table_for(compat.installed_sglang_version(), compat.CALLED)
+    _take_rows_of(compat.installed_sglang_version())
     _CONTEXT = None

@@ -301,3 +301,32 @@ def build_pool(kvc, pool_config, *, max_running_requests: int = 8):
         c128_state_dtype=torch.float32,
         req_to_token_pool=req_to_token_pool,
     )
+
+
+def small_pool_kwargs(compression_ratios, *, tokens: int = 4096, **extra) -> dict:
+    """Constructor arguments of a small CPU ``DeepSeekV4TokenToKVPool`` with these layers, built without the
+    configurator (fp8 index-K, 256-token pages, 4 requests): for the tests and the gate benchmark."""
+    import torch
+
+    return dict(
+        max_num_reqs=4,
+        swa_size=tokens,
+        c4_size=tokens // 4,
+        c128_size=tokens // 128,
+        c4_state_pool_size=8,
+        c128_state_pool_size=8,
+        page_size=PAGE_SIZE,
+        swa_page_size=PAGE_SIZE,
+        dtype=torch.float8_e4m3fn,
+        c4_state_dtype=torch.float32,
+        c128_state_dtype=torch.float32,
+        qk_nope_head_dim=448,
+        qk_rope_head_dim=64,
+        indexer_head_dim=128,
+        layer_num=len(compression_ratios),
+        device="cpu",
+        enable_memory_saver=False,
+        compression_ratios=list(compression_ratios),
+        full_size=tokens,
+        **extra,
+    )

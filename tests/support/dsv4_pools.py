@@ -63,34 +63,8 @@ def sized_pool(
         yield configurator, pool_config, pool
 
 
-def small_pool_kwargs(compression_ratios, *, tokens: int = 4096, **extra) -> dict:
-    """Constructor arguments of a small CPU DeepSeekV4TokenToKVPool with these layers (no configurator)."""
-    return dict(
-        max_num_reqs=4,
-        swa_size=tokens,
-        c4_size=tokens // 4,
-        c128_size=tokens // 128,
-        c4_state_pool_size=8,
-        c128_state_pool_size=8,
-        page_size=256,
-        swa_page_size=256,
-        dtype=torch.float8_e4m3fn,
-        c4_state_dtype=torch.float32,
-        c128_state_dtype=torch.float32,
-        qk_nope_head_dim=448,
-        qk_rope_head_dim=64,
-        indexer_head_dim=128,
-        layer_num=len(compression_ratios),
-        device="cpu",
-        enable_memory_saver=False,
-        compression_ratios=list(compression_ratios),
-        full_size=tokens,
-        **extra,
-    )
-
-
 def small_pool(compression_ratios=(0, 4, 128, 4), *, tokens: int = 4096):
     """A directly constructed DeepSeekV4TokenToKVPool (no configurator) for gate tests."""
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
-    return DeepSeekV4TokenToKVPool(**small_pool_kwargs(compression_ratios, tokens=tokens))
+    return DeepSeekV4TokenToKVPool(**dsv4_model.small_pool_kwargs(compression_ratios, tokens=tokens))

@@ -20,7 +20,7 @@ import torch
 from sglang.srt.managers.cache_controller import LayerDoneCounter
 from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
-from tests.support.dsv4_pools import small_pool_kwargs
+from sglang_dsv4_ext.sglang_cpu.dsv4_model import small_pool_kwargs
 
 # Global layers of build_pool(): ratio 0, c4, c128, c4 -> c4 sub-pool layers 0 and 1 are global 1 and 3.
 RATIOS = (0, 4, 128, 4)

@@ -1681,10 +1681,10 @@ MUTATIONS: list[Mutation] = [
         (_R0522_PATHS,),
     ),
     Mutation(
-        "activation: the entry point checks the called rows of the running release",
+        "activation: the called rows are those of the running release",
         "sglang_dsv4_ext/plugin/activation.py",
-        "    global _TABLE, _CALLED\n    if kill_switch_set():",
-        "    global _TABLE\n    if kill_switch_set():",
+        "    _CALLED = compat.table_for(version, compat.CALLED)\n",
+        "    _CALLED = compat.CALLED\n",
         (_R0522_PATHS,),
     ),
     Mutation(
