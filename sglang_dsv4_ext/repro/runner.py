@@ -165,8 +165,8 @@ class Runner:
             body["chat_template_kwargs"] = dict(body.get("chat_template_kwargs") or {}, thinking=cfg.thinking)
         return body
 
-    async def _raw_text(self, session, obs, raw: dict):
-        if obs.transport != "ok":
+    async def _raw_text(self, session, obs, raw: dict, verdict: str):
+        if verdict in TRANSPORT_CLASSES:  # a cut or aborted output is kept raw, never re-parsed
             return None, "none"
         if obs.token_ids is None:
             return raw_from_visible(raw)
@@ -205,7 +205,7 @@ class Runner:
             rec["stream_note"] = obs.stream_note
         if verdict != "ok":
             rec["raw"] = obs.raw_dict()
-            raw_text, source = await self._raw_text(session, obs, rec["raw"])
+            raw_text, source = await self._raw_text(session, obs, rec["raw"], verdict)
             attach_reference(rec, raw_text, source, TOOLS_BY_NAME, cfg.repetition, cfg.exact_args)
         return rec
 

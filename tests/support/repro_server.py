@@ -17,6 +17,12 @@ Kinds and the verdict each must produce:
     (``choices: [null]``, ``choices`` a string, ``message`` a string, ``tool_calls``
     holding strings, the body or SSE chunk a list)
 
+ABORT_KINDS: SGLang's graceful abort (a scheduler or session-controller abort without a status code):
+HTTP 200 whose choice ends with ``finish_reason: "abort"`` and the partial output so far, here half the
+tool call's arguments (half the answer text on an answer step), streamed or not, as ``serving_chat.py``
+passes ``FINISH_ABORT`` through (``_generate_chat_stream``; ``tokenizer_manager._handle_abort_finish_reason``
+for the non-streaming reply) -> aborted; counted as an aborted request like SGLang's scheduler counts it.
+
 CUT_KINDS: a reply the transport cuts. Streaming (``EXPECTED_STREAM_VERDICT``): ``cut_stream`` sends
 the deltas up to half the tool call's arguments (half the answer text on an answer step) and closes
 the connection (no finish_reason, no ``[DONE]``) -> stream_cut; ``cut_stream_chunked`` does the same
@@ -100,7 +106,9 @@ SHAPES = {
 }
 SHAPE_KINDS = tuple(SHAPES)
 CUT_KINDS = ("cut_stream", "cut_stream_chunked", "done_without_finish", "no_done")
+ABORT_KINDS = ("abort",)
 EXPECTED_VERDICT = {k: k for k in KINDS}
+EXPECTED_VERDICT["abort"] = "aborted"
 EXPECTED_VERDICT.update(
     {"http_500": "http_error", "reset": "http_error", "swallowed_malformed": "wrong_tool", "swallowed_ok": "wrong_tool"}
 )
@@ -124,7 +132,7 @@ ACTIVE_BF16 = {
     "launch": "4242@1764590000.00",
     "process": "4243@1764590003.50",
 }
-ABORTING_KINDS = ("reset", "timeout")  # a real SGLang counts these as aborted requests
+ABORTING_KINDS = ("reset", "timeout", "abort")  # a real SGLang counts these as aborted requests
 READ_FAULTS = ("drip", "truncated", "bad_status", "long_header", "nan")
 
 
@@ -363,7 +371,7 @@ class InjectingServer:
         drip_limit_s: float = 60.0,
         server_info_extra: dict | None = None,
     ):
-        known = KINDS + SHAPE_KINDS + CUT_KINDS
+        known = KINDS + SHAPE_KINDS + CUT_KINDS + ABORT_KINDS
         unknown = set(rates) - set(known)
         if unknown:
             raise ValueError(f"unknown kinds {sorted(unknown)}; known: {known}")
@@ -551,6 +559,18 @@ def _build_swallowed_ok(out: _Output, step, tool, args, rng) -> None:
     out.raw = dsml.render([(tool, args)])
 
 
+def _build_abort(out: _Output, step, tool, args, rng) -> None:
+    """What was generated before the abort: half the call's arguments (half the answer)."""
+    _build_ok(out, step, tool, args, rng)
+    if out.calls:
+        name, arguments = out.calls[0]
+        out.calls = [(name, arguments[: len(arguments) // 2])]
+        out.raw = out.raw[: len(out.raw) // 2]
+    else:
+        out.content = out.raw = out.content[: len(out.content) // 2]
+    out.finish = "abort"
+
+
 def _build_nothing(out: _Output, step, tool, args, rng) -> None:
     """Transport and shape kinds: the handler sends something else."""
 
@@ -567,6 +587,7 @@ _BUILDERS = {
     "truncated_length": _build_truncated,
     "swallowed_malformed": _build_swallowed_malformed,
     "swallowed_ok": _build_swallowed_ok,
+    "abort": _build_abort,
     # Cut replies: what was cut is a good reply.
     "cut_stream": _build_ok,
     "cut_stream_chunked": _build_ok,
