@@ -41,7 +41,7 @@ from tqdm import tqdm
 from sglang_dsv4_ext import __version__
 from sglang_dsv4_ext.errors import ReproInputError
 from sglang_dsv4_ext.repro import client as http
-from sglang_dsv4_ext.repro import extension_check, rundir, server_evidence, strict_json
+from sglang_dsv4_ext.repro import extension_check, rundir, server_evidence, server_info, strict_json
 from sglang_dsv4_ext.repro.reparse import attach_reference, format_origin_table, origin_table, raw_from_visible
 from sglang_dsv4_ext.repro.scenario import TOOLS, TOOLS_BY_NAME, RequestSpec, session_requests
 from sglang_dsv4_ext.repro.settings import RunConfig, metrics_urls, requests_planned
@@ -76,14 +76,16 @@ def auth_headers(api_key_env: str | None) -> dict:
     return {"Authorization": f"Bearer {key}"}
 
 
-def preflight(urls, log_dir: str | None, expect: str) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+def preflight(
+    urls, log_dir: str | None, expect: str, expect_dtype: str | None = None
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """(snapshot, extension states) of ``urls``; raises ServerActivationError when the run must not start,
     :class:`~sglang_dsv4_ext.tool_support.stop_signals.Stopped` at a fatal signal (each read is bounded; nothing is
     written)."""
     with stop_signals.raising():
         before = server_evidence.snapshot(urls)
         states = extension_check.server_states(before, log_dir)
-    extension_check.check(states, expect)
+    extension_check.check(states, expect, expect_dtype)
     return before, states
 
 
@@ -317,7 +319,7 @@ class Runner:
     def _run_and_summarize(self, headers: dict) -> dict:
         # Before the first request and before the directory is claimed: a refusal or a signal writes nothing.
         self.evidence_before, self.extension_states = preflight(
-            self.metrics_urls, self.cfg.serve_logs, self.cfg.expect_extension
+            self.metrics_urls, self.cfg.serve_logs, self.cfg.expect_extension, self.cfg.expect_index_k_dtype
         )
         if self.signal is not None:
             raise stop_signals.Stopped(self.signal)
@@ -354,7 +356,12 @@ class Runner:
         summary["detokenize"] = self.detokenizer.state
         summary["aborted_by"] = self.aborted_by
         summary["server_evidence"] = self._server_evidence()
-        summary["extension"] = {"expect": self.cfg.expect_extension, "servers": self.extension_states}
+        summary["extension"] = {
+            "expect": self.cfg.expect_extension,
+            "expect_index_k_dtype": self.cfg.expect_index_k_dtype,
+            "servers": self.extension_states,
+        }
+        summary["servers"] = servers_recorded(self.extension_states, summary["server_evidence"])
         cleaned, not_finite = strict_json.finite(summary)  # e.g. a NaN in a server's /server_info: null, and said
         summary = cast(dict, cleaned)  # finite gives a dict back for a dict
         if not_finite:
@@ -365,18 +372,18 @@ class Runner:
         rundir.write_json_new(os.path.join(self.cfg.out, rundir.SUMMARY), summary)
         return summary
 
-    def _read_after(self) -> list[dict]:
-        """Every server's /metrics once more, each read bounded; a fatal signal gives up the reads left."""
+    def _read_after(self, path: str, read) -> list[dict]:
+        """Every server's ``path`` once more, each read bounded; a fatal signal gives up the reads left."""
         entries: list[dict] = []
         for url in self.metrics_urls:
             try:
                 with stop_signals.raising():
-                    entries.append(server_evidence.read_metrics(url))
+                    entries.append(read(url))
             except stop_signals.Stopped as stop:
                 self._note_signal(stop.signum)
                 left = self.metrics_urls[len(entries) :]
                 entries += [
-                    {"url": u, "error": f"{u.rstrip('/')}/metrics: the read was given up at {stop}"} for u in left
+                    {"url": u, "error": f"{u.rstrip('/')}{path}: the read was given up at {stop}"} for u in left
                 ]
                 break
         return entries
@@ -385,10 +392,56 @@ class Runner:
         """Per server: counter deltas since the preflight snapshot and the extension state found then."""
         if self.evidence_before is None or self.extension_states is None:  # no preflight (it sets both)
             return None
-        rows = server_evidence.deltas(self.evidence_before, self._read_after())
-        for row, state in zip(rows, self.extension_states):
+        rows = server_evidence.deltas(self.evidence_before, self._read_after("/metrics", server_evidence.read_metrics))
+        infos_after = self._read_after("/server_info", server_info.read)
+        for row, state, after in zip(rows, self.extension_states, infos_after):
             row["extension"] = extension_check.describe(state)
+            why = extension_check.restart_reason(state, after)
+            if why:
+                server_evidence.mark_restarted(row, why)
+            note = extension_check.recheck_note(state, after)
+            if note and not row.get("restarted"):
+                row["restart_check"] = note
         return rows
+
+
+def servers_recorded(states: list[dict] | None, rows: list[dict] | None) -> list[dict] | None:
+    """Per server, what a comparison reads: state, built index-K dtype, ranks, SGLang and parsing path,
+    and whether it restarted during the run (from the re-read after it)."""
+    if states is None:
+        return None
+    by_url = {str(r.get("url")): r for r in rows or []}
+    out = []
+    for state in states:
+        found = state.get("evidence") or {}
+        row = by_url.get(str(state["url"]), {})
+        out.append(
+            {
+                "url": state["url"],
+                "state": state["state"],
+                "index_k": found.get("index_k"),
+                "ranks": found.get("ranks"),
+                "sglang": found.get("sglang"),
+                "parsing": found.get("parsing"),
+                "restarted": row.get("restarted"),
+                "restart_check": row.get("restart_check"),
+            }
+        )
+    return out
+
+
+def server_lines(servers: list[dict] | None) -> list[str]:
+    """One line per server: its state, built index-K dtype, ranks, SGLang and parsing path; restarts first."""
+    if servers is None:
+        return ["servers: not recorded (a summary of an earlier release): state, index-K dtype and parser unknown"]
+    lines = [f"RESTARTED: {s['url']}: {s['restarted']}" for s in servers if s.get("restarted")]
+    for s in servers:
+        parsing = (s.get("parsing") or {}).get("path", extension_check.CANNOT_TELL)
+        lines.append(
+            f"server {s['url']}: extension {s['state']}; {extension_check.index_k_text(s.get('index_k'))}; "
+            f"{extension_check.ranks_text(s.get('ranks'))}; SGLang {s.get('sglang') or '?'}, parsing {parsing}"
+        )
+    return lines
 
 
 def _class_table(records: list[dict]) -> dict:
@@ -486,6 +539,7 @@ def format_summary(summary: dict) -> str:
 
     done, planned = summary["requests_done"], summary["requests_planned"]
     lines = [f"{summary.get('label') or 'run'}: {done}/{planned} requests{_stop_note(summary)}"]
+    lines += server_lines(summary.get("servers"))
     lines.append(f"{'class':<24}" + "".join(f"{'c=' + str(t['concurrency']):>26}" for t in levels) + f"{'all':>26}")
     for c in summary["classes"]:
         lines.append(row(c, lambda t, c=c: t["per_class"][c]))

@@ -63,6 +63,7 @@ any HTTP client reads (64 KiB); ``nan`` (``/metrics`` only) reports the aborted-
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
@@ -349,6 +350,14 @@ class _Server(ThreadingHTTPServer):
     owner: InjectingServer
 
 
+_PROCESSES = itertools.count(4243)
+
+
+def _next_process() -> str:
+    """A scheduler's ``pid@start time`` no other stand-in of this test process reports (launch_identity's form)."""
+    return f"{next(_PROCESSES)}@1764590003.50"
+
+
 class InjectingServer:
     def __init__(
         self,
@@ -390,8 +399,8 @@ class InjectingServer:
         self.metrics = metrics
         self.stall_after, self.stall_s = stall_after, stall_s
         self.metrics_dir = metrics_dir
-        if records is None:
-            records = [dict(self.extension[0], active=True) if self.extension else None]
+        if records is None:  # one scheduler of its own: a process of the labels' launch that no other stand-in has
+            records = [dict(self.extension[0], active=True, process=_next_process()) if self.extension else None]
         self.records = records
         self.server_info = server_info
         self.server_info_extra = dict(server_info_extra or {})
