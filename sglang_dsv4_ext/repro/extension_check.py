@@ -507,7 +507,8 @@ def restart_reason(before: dict[str, object], after: dict[str, object]) -> str |
     now = server_info.identities(_records_of(after))
     if now == was:
         return None
-    return f"its schedulers' launch/process changed: before {', '.join(sorted(was))}; after {', '.join(sorted(now)) or 'none'}"
+    after_text = ", ".join(sorted(now)) or "none"
+    return f"its schedulers' launch/process changed: before {', '.join(sorted(was))}; after {after_text}"
 
 
 def recheck_note(before: dict[str, object], after: dict[str, object]) -> str | None:
@@ -517,3 +518,43 @@ def recheck_note(before: dict[str, object], after: dict[str, object]) -> str | N
     if not cast(dict, before.get("evidence") or {}).get("identities"):
         return "cannot tell whether it restarted during the run: its records name no launch and process"
     return None
+
+
+# ----- what a run records per server, and its lines -------------------------------------------
+def servers_recorded(states: list[dict] | None, rows: list[dict] | None) -> list[dict] | None:
+    """Per server, what a comparison reads: state, built index-K dtype, ranks, SGLang and parsing path,
+    and whether it restarted during the run (from the re-read after it)."""
+    if states is None:
+        return None
+    by_url = {str(r.get("url")): r for r in rows or []}
+    out = []
+    for state in states:
+        found = state.get("evidence") or {}
+        row = by_url.get(str(state["url"]), {})
+        out.append(
+            {
+                "url": state["url"],
+                "state": state["state"],
+                "index_k": found.get("index_k"),
+                "ranks": found.get("ranks"),
+                "sglang": found.get("sglang"),
+                "parsing": found.get("parsing"),
+                "restarted": row.get("restarted"),
+                "restart_check": row.get("restart_check"),
+            }
+        )
+    return out
+
+
+def server_lines(servers: list[dict] | None) -> list[str]:
+    """One line per server: its state, built index-K dtype, ranks, SGLang and parsing path; restarts first."""
+    if servers is None:
+        return ["servers: not recorded (a summary of an earlier release): state, index-K dtype and parser unknown"]
+    lines = [f"RESTARTED: {s['url']}: {s['restarted']}" for s in servers if s.get("restarted")]
+    for s in servers:
+        parsing = (s.get("parsing") or {}).get("path", CANNOT_TELL)
+        lines.append(
+            f"server {s['url']}: extension {s['state']}; {index_k_text(s.get('index_k'))}; "
+            f"{ranks_text(s.get('ranks'))}; SGLang {s.get('sglang') or '?'}, parsing {parsing}"
+        )
+    return lines

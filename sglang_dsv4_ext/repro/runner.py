@@ -39,7 +39,7 @@ from typing import IO, Any, cast
 from tqdm import tqdm
 
 from sglang_dsv4_ext import __version__
-from sglang_dsv4_ext.errors import ReproInputError
+from sglang_dsv4_ext.errors import ReproInputError, ServerActivationError
 from sglang_dsv4_ext.repro import client as http
 from sglang_dsv4_ext.repro import extension_check, rundir, server_evidence, server_info, strict_json
 from sglang_dsv4_ext.repro.reparse import attach_reference, format_origin_table, origin_table, raw_from_visible
@@ -77,14 +77,17 @@ def auth_headers(api_key_env: str | None) -> dict:
 
 
 def preflight(
-    urls, log_dir: str | None, expect: str, expect_dtype: str | None = None
+    urls, log_dir: str | None, expect: str, expect_dtype: str | None = None, require_records: bool = False
 ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """(snapshot, extension states) of ``urls``; raises ServerActivationError when the run must not start,
     :class:`~sglang_dsv4_ext.tool_support.stop_signals.Stopped` at a fatal signal (each read is bounded; nothing is
-    written)."""
+    written). ``require_records`` (an A/B): every server's records must be readable, whatever ``expect``."""
     with stop_signals.raising():
         before = server_evidence.snapshot(urls)
         states = extension_check.server_states(before, log_dir)
+    unrecorded = extension_check.refuse_unrecorded(states) if require_records else None
+    if unrecorded:
+        raise ServerActivationError(f"refused before sending any request: {unrecorded}")
     extension_check.check(states, expect, expect_dtype)
     return before, states
 
@@ -123,9 +126,10 @@ class Runner:
     """One run. ``out_given``: the user named ``cfg.out`` (refused when it holds anything);
     otherwise it is a default name, made unique."""
 
-    def __init__(self, cfg: RunConfig, out_given: bool = True):
+    def __init__(self, cfg: RunConfig, out_given: bool = True, require_records: bool = False):
         self.cfg = cfg
         self.out_given = out_given
+        self.require_records = require_records  # an A/B side: no side runs with its servers unchecked
         self.records: list[dict] = []
         self.planned = requests_planned(cfg)
         self.stopped_by_time_limit = False
@@ -319,7 +323,11 @@ class Runner:
     def _run_and_summarize(self, headers: dict) -> dict:
         # Before the first request and before the directory is claimed: a refusal or a signal writes nothing.
         self.evidence_before, self.extension_states = preflight(
-            self.metrics_urls, self.cfg.serve_logs, self.cfg.expect_extension, self.cfg.expect_index_k_dtype
+            self.metrics_urls,
+            self.cfg.serve_logs,
+            self.cfg.expect_extension,
+            self.cfg.expect_index_k_dtype,
+            self.require_records,
         )
         if self.signal is not None:
             raise stop_signals.Stopped(self.signal)
@@ -361,7 +369,7 @@ class Runner:
             "expect_index_k_dtype": self.cfg.expect_index_k_dtype,
             "servers": self.extension_states,
         }
-        summary["servers"] = servers_recorded(self.extension_states, summary["server_evidence"])
+        summary["servers"] = extension_check.servers_recorded(self.extension_states, summary["server_evidence"])
         cleaned, not_finite = strict_json.finite(summary)  # e.g. a NaN in a server's /server_info: null, and said
         summary = cast(dict, cleaned)  # finite gives a dict back for a dict
         if not_finite:
@@ -403,45 +411,6 @@ class Runner:
             if note and not row.get("restarted"):
                 row["restart_check"] = note
         return rows
-
-
-def servers_recorded(states: list[dict] | None, rows: list[dict] | None) -> list[dict] | None:
-    """Per server, what a comparison reads: state, built index-K dtype, ranks, SGLang and parsing path,
-    and whether it restarted during the run (from the re-read after it)."""
-    if states is None:
-        return None
-    by_url = {str(r.get("url")): r for r in rows or []}
-    out = []
-    for state in states:
-        found = state.get("evidence") or {}
-        row = by_url.get(str(state["url"]), {})
-        out.append(
-            {
-                "url": state["url"],
-                "state": state["state"],
-                "index_k": found.get("index_k"),
-                "ranks": found.get("ranks"),
-                "sglang": found.get("sglang"),
-                "parsing": found.get("parsing"),
-                "restarted": row.get("restarted"),
-                "restart_check": row.get("restart_check"),
-            }
-        )
-    return out
-
-
-def server_lines(servers: list[dict] | None) -> list[str]:
-    """One line per server: its state, built index-K dtype, ranks, SGLang and parsing path; restarts first."""
-    if servers is None:
-        return ["servers: not recorded (a summary of an earlier release): state, index-K dtype and parser unknown"]
-    lines = [f"RESTARTED: {s['url']}: {s['restarted']}" for s in servers if s.get("restarted")]
-    for s in servers:
-        parsing = (s.get("parsing") or {}).get("path", extension_check.CANNOT_TELL)
-        lines.append(
-            f"server {s['url']}: extension {s['state']}; {extension_check.index_k_text(s.get('index_k'))}; "
-            f"{extension_check.ranks_text(s.get('ranks'))}; SGLang {s.get('sglang') or '?'}, parsing {parsing}"
-        )
-    return lines
 
 
 def _class_table(records: list[dict]) -> dict:
@@ -539,7 +508,7 @@ def format_summary(summary: dict) -> str:
 
     done, planned = summary["requests_done"], summary["requests_planned"]
     lines = [f"{summary.get('label') or 'run'}: {done}/{planned} requests{_stop_note(summary)}"]
-    lines += server_lines(summary.get("servers"))
+    lines += extension_check.server_lines(summary.get("servers"))
     lines.append(f"{'class':<24}" + "".join(f"{'c=' + str(t['concurrency']):>26}" for t in levels) + f"{'all':>26}")
     for c in summary["classes"]:
         lines.append(row(c, lambda t, c=c: t["per_class"][c]))

@@ -155,7 +155,9 @@ def deltas(before: list[dict[str, object]], after: list[dict[str, object]]) -> l
             notes += [f"{label}: {why}"] if why else []
         if notes:
             row["notes"] = "; ".join(notes)
-        went_down = [f"{label} went down by {-v:g}" for label in EVIDENCE_METRICS if _negative(row.get(label))]
+        went_down = [
+            f"{lbl} went down by {-cast(float, row[lbl]):g}" for lbl in EVIDENCE_METRICS if _negative(row.get(lbl))
+        ]
         if went_down:  # counters only rise within one launch: from zero again means another launch
             mark_restarted(row, ", ".join(went_down))
         rows.append(row)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import urllib.parse
+from typing import cast
 
 from sglang_dsv4_ext.plugin.activation import EVIDENCE_RECORD_KEY as RECORD_KEY
 from sglang_dsv4_ext.repro import server_http, strict_json
@@ -83,3 +84,24 @@ def identities(records: list) -> set[str]:
         for r in records
         if isinstance(r, dict) and isinstance(r.get("launch"), str) and isinstance(r.get("process"), str)
     }
+
+
+# ----- the workers behind an sglang-router -------------------------------------------------------
+def parse_workers(body: object) -> list[str]:
+    """The worker URLs of sglang-router's ``GET /workers`` reply (``{"workers": [{"url": ...}, ...], "total"}``,
+    SGLang's ``docs/advanced_features/sgl_model_gateway.md``, "List Workers"); ValueError for another shape."""
+    workers = body.get("workers") if isinstance(body, dict) else None
+    if not isinstance(workers, list) or not workers:
+        raise ValueError("no worker list in the reply (not sglang-router's GET /workers)")
+    urls = [w.get("url") for w in workers if isinstance(w, dict)]
+    if len(urls) != len(workers) or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
+        raise ValueError("a worker without an http:// URL (a gRPC worker has no /server_info to read)")
+    return cast(list[str], urls)
+
+
+def router_workers(url: str) -> list[str] | None:
+    """The workers a router at ``url`` lists, or None when ``url`` serves no worker list (a server itself)."""
+    try:
+        return parse_workers(strict_json.loads(server_http.get_text(url, "/workers")))
+    except (server_http.ServerReadError, ValueError):
+        return None

@@ -48,8 +48,8 @@ gauge out (a stock server, or one where the extension did not load); ``metrics=F
 
 ``GET /server_info`` answers like SGLang's, with ``internal_states``: one per DP rank, each carrying the
 scheduler's activation record from ``records`` under ``sglang_dsv4_ext`` (``None``: a stock scheduler,
-no record). By default one rank, active with the first label set of ``extension``, or stock when
-``extension`` is empty; ``server_info=False`` answers 404. ``server_info_extra`` adds top-level keys.
+no record). By default one rank, active with the first label set of ``extension`` (a process of its own, the
+built index-K dtype as requested, ``ranks`` 1 of 1), or stock when ``extension`` is empty; ``server_info=False`` answers 404. ``server_info_extra`` adds top-level keys.
 
 Hostile answers (:data:`READ_FAULTS`): ``metrics_faults[i]`` is how the i-th ``GET /metrics`` (0: the
 read before a run, 1: the read after it) is answered, ``server_info_faults[i]`` the i-th ``GET
@@ -358,6 +358,18 @@ def _next_process() -> str:
     return f"{next(_PROCESSES)}@1764590003.50"
 
 
+def _record(labels: dict) -> dict:
+    """A scheduler's record as the extension answers it in /server_info (hooks/evidence.py): active, the built
+    index-K dtype beside the requested one, and its ranks counted (one rank of one TP group)."""
+    return dict(
+        labels,
+        active=True,
+        process=_next_process(),
+        index_k_dtype_requested=labels.get("index_k_dtype"),
+        ranks={"active": 1, "total": 1, "group": "tp"},
+    )
+
+
 class InjectingServer:
     def __init__(
         self,
@@ -400,7 +412,7 @@ class InjectingServer:
         self.stall_after, self.stall_s = stall_after, stall_s
         self.metrics_dir = metrics_dir
         if records is None:  # one scheduler of its own: a process of the labels' launch that no other stand-in has
-            records = [dict(self.extension[0], active=True, process=_next_process()) if self.extension else None]
+            records = [_record(self.extension[0]) if self.extension else None]
         self.records = records
         self.server_info = server_info
         self.server_info_extra = dict(server_info_extra or {})
