@@ -48,8 +48,9 @@ gauge out (a stock server, or one where the extension did not load); ``metrics=F
 
 ``GET /server_info`` answers like SGLang's, with ``internal_states``: one per DP rank, each carrying the
 scheduler's activation record from ``records`` under ``sglang_dsv4_ext`` (``None``: a stock scheduler,
-no record). By default one rank, active with the first label set of ``extension`` (a process of its own, the
-built index-K dtype as requested, ``ranks`` 1 of 1), or stock when ``extension`` is empty; ``server_info=False`` answers 404. ``server_info_extra`` adds top-level keys.
+no record). By default one rank, active with the first label set of ``extension`` (a process of its own,
+the built index-K dtype as requested, ``ranks`` 1 of 1), or stock when ``extension`` is empty;
+``server_info=False`` answers 404. ``server_info_extra`` adds top-level keys.
 
 Hostile answers (:data:`READ_FAULTS`): ``metrics_faults[i]`` is how the i-th ``GET /metrics`` (0: the
 read before a run, 1: the read after it) is answered, ``server_info_faults[i]`` the i-th ``GET
@@ -59,6 +60,11 @@ of unbounded code fails instead of hanging); ``truncated`` declares the whole bo
 half of it; ``bad_status`` answers a status line that is not HTTP; ``long_header`` a header line longer than
 any HTTP client reads (64 KiB); ``nan`` (``/metrics`` only) reports the aborted-requests counter as ``NaN``.
 ``metrics_gets`` / ``server_info_gets`` count the reads that began.
+
+``workers=[URL, ...]`` makes it answer ``GET /workers`` as sglang-router does (``{"workers": [{"url", "worker_type",
+"is_healthy", ...}], "total", "stats"}``, SGLang's ``docs/advanced_features/sgl_model_gateway.md``); a router has no
+``/server_info`` of its own here (``server_info=False``). ``restart_at=N``: when the N-th chat request arrives the
+server is started again, as after a crash: counters from zero, a new launch and process in its records.
 """
 
 from __future__ import annotations
@@ -194,6 +200,20 @@ class _Handler(BaseHTTPRequestHandler):
             if fault == "nan":
                 text = re.sub(r"^(sglang:num_aborted_requests_total) .*$", r"\1 NaN", text, flags=re.M)
             self._send_body(200, "text/plain; version=0.0.4", text.encode(), None if fault == "nan" else fault)
+        elif self.path == "/workers" and owner.workers is not None:
+            workers = [
+                {
+                    "id": str(i),
+                    "url": u,
+                    "worker_type": "regular",
+                    "is_healthy": True,
+                    "load": 0,
+                    "connection_mode": "Http",
+                }
+                for i, u in enumerate(owner.workers)
+            ]
+            stats = {"prefill_count": 0, "decode_count": 0, "regular_count": len(workers)}
+            self._send_json(200, {"workers": workers, "total": len(workers), "stats": stats})
         elif self.path == "/health":
             self._send_json(200, {})
         elif self.path == "/v1/models":
@@ -391,6 +411,8 @@ class InjectingServer:
         drip_s: float = 1.0,
         drip_limit_s: float = 60.0,
         server_info_extra: dict | None = None,
+        workers: list[str] | None = None,
+        restart_at: int | None = None,
     ):
         known = KINDS + SHAPE_KINDS + CUT_KINDS + ABORT_KINDS
         unknown = set(rates) - set(known)
@@ -423,6 +445,8 @@ class InjectingServer:
         self.gets = {"metrics": 0, "server_info": 0}
         self.drip_s, self.drip_limit_s = drip_s, drip_limit_s
         self.counters: dict[str, float] = {"sglang:num_aborted_requests": 0.0}
+        self.workers = workers
+        self.restart_at = restart_at
         self._lock = threading.Lock()
         self._httpd: _Server | None = None
 
@@ -460,6 +484,14 @@ class InjectingServer:
     @property
     def server_info_gets(self) -> int:
         return self.gets["server_info"]
+
+    def _restart(self) -> None:
+        """Started again (under the lock): counters from zero, every record of a new launch and process."""
+        self.counters = {family: 0.0 for family in self.counters}
+        self.requests = 1
+        self.records = [
+            None if r is None else dict(r, launch="5151@1764599999.00", process=_next_process()) for r in self.records
+        ]
 
     def internal_states(self) -> list[dict]:
         states = []
@@ -510,6 +542,8 @@ class InjectingServer:
         with self._lock:
             self.injected[sha] = kind
             self.requests += 1
+            if self.restart_at is not None and self.requests == self.restart_at:
+                self._restart()
             self.counters["sglang:num_aborted_requests"] += kind in ABORTING_KINDS
         rng = random.Random(f"body:{self.seed}:{sha}")
         if expected:
