@@ -16,7 +16,6 @@ import pytest
 
 from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.repro import server_info
-from sglang_dsv4_ext.repro.extension_check import parsing_path
 from tests.support.repro_cli import TINY, assert_refused, run_cli
 from tests.support.repro_server import ACTIVE_BF16, InjectingServer
 
@@ -181,6 +180,8 @@ def test_compare_flags_a_side_whose_dtype_is_only_configured_and_sides_on_two_pa
 
 
 def test_parsing_path_follows_the_release_and_says_cannot_tell_otherwise():
+    from sglang_dsv4_ext.repro.extension_check import parsing_path
+
     assert parsing_path("0.5.23", "deepseekv4")["path"] == "deepseek-recipe"
     assert parsing_path("0.5.22", "deepseekv41")["path"] == "sglang-detectors"
     assert parsing_path("0.5.23", None)["path"] == "cannot tell"  # then the checkpoint's architecture decides
