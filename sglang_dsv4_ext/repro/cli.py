@@ -35,7 +35,13 @@ before the first request every server named by --server-metrics (default: the en
 /metrics counters become the "before" of the summary's server evidence, and --expect-extension on (the
 default) refuses a server whose schedulers do not report sglang-dsv4-ext active in its /server_info (the
 sglang:dsv4_ext_active gauge and the activation line in --serve-logs DIR are checked against that launch, never
-enough alone) or servers that disagree on the index-K dtype; nothing is written then.
+enough alone), a record with fewer active ranks than ranks, or servers that disagree on the index-K dtype;
+--expect-index-k-dtype D refuses a server whose records do not report a D pool built; one server named twice
+is refused; nothing is written then. After the run the records are read again: a changed launch or process
+(or a counter that went down) marks the server "restarted during the run: deltas not comparable".
+`ab` reads each side's servers (--server-metrics-a/-b, else its sglang-router's GET /workers, else the
+endpoint) and needs all their records whatever --expect-extension says; compare/ab/report print first what
+each side ran and flag "not comparable as asked" (--fail-if-not-comparable: exit 4).
 
 exit codes: 0 done; 2 bad input or a refused extension check (nothing written); 3 a finding asked for
 with --fail-on-corruption or --fail-if-significant; 4 an A/B not comparable as asked

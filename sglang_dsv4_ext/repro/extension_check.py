@@ -553,8 +553,9 @@ def server_lines(servers: list[dict] | None) -> list[str]:
     lines = [f"RESTARTED: {s['url']}: {s['restarted']}" for s in servers if s.get("restarted")]
     for s in servers:
         parsing = (s.get("parsing") or {}).get("path", CANNOT_TELL)
+        index_k = index_k_text(s.get("index_k")) if s["state"] == ACTIVE else "index-K not reported (no active record)"
         lines.append(
-            f"server {s['url']}: extension {s['state']}; {index_k_text(s.get('index_k'))}; "
+            f"server {s['url']}: extension {s['state']}; {index_k}; "
             f"{ranks_text(s.get('ranks'))}; SGLang {s.get('sglang') or '?'}, parsing {parsing}"
         )
     return lines

@@ -188,7 +188,8 @@ def _built_dtypes(servers: list[dict]) -> set[str] | None:
     """The built index-K dtypes of a side's servers; None when one server's is not known."""
     found: set[str] = set()
     for x in servers:
-        built = (x.get("index_k") or {}).get("built") if x.get("state") == "active" else ["stock (fp8)"]
+        # A stock server reports nothing: "stock" (SGLang's fp8, or fp4 under its fp4-indexer flag) differs from bf16
+        built = (x.get("index_k") or {}).get("built") if x.get("state") == "active" else ["stock"]
         if x.get("state") not in ("active", "inactive") or built is None:
             return None
         found |= set(built)

@@ -218,3 +218,17 @@ def test_a_counter_that_went_down_marks_a_restart_even_when_the_records_cannot_b
         and row["aborted_requests"] is None
     )
     assert "RESTARTED" in server_evidence.format_table([row])
+
+
+def test_a_stock_baseline_is_named_as_such_and_not_taken_for_the_same_dtype(tmp_path, capsys):
+    dirs = []
+    for name, server, flags in (("stock", dict(extension=[]), ["--expect-extension", "off"]), ("bf16", {}, [])):
+        with InjectingServer({"malformed_dsml": 0.3}, seed=1, **server) as srv:
+            rc, _, err = _run(capsys, srv.url, tmp_path / name, *flags)
+            assert rc == 0, err
+        dirs.append(str(tmp_path / name))
+    rc, out, err = run_cli(["repro", "compare", *dirs, "--fail-if-not-comparable"], capsys)
+    assert rc == exit_codes.OK, err
+    first = out.splitlines()[0]
+    assert "extension inactive; index-K not reported (no active record)" in first
+    assert "not comparable as asked" not in out
