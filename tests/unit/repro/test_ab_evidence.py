@@ -222,7 +222,9 @@ def test_a_counter_that_went_down_marks_a_restart_even_when_the_records_cannot_b
 
 def test_a_stock_baseline_is_named_as_such_and_not_taken_for_the_same_dtype(tmp_path, capsys):
     dirs = []
-    for name, server, flags in (("stock", dict(extension=[]), ["--expect-extension", "off"]), ("bf16", {}, [])):
+    # SGLang's /server_info reports its release at the top ("version"), record or not.
+    stock = dict(extension=[], server_info_extra={"version": "0.5.23"})
+    for name, server, flags in (("stock", stock, ["--expect-extension", "off"]), ("bf16", {}, [])):
         with InjectingServer({"malformed_dsml": 0.3}, seed=1, **server) as srv:
             rc, _, err = _run(capsys, srv.url, tmp_path / name, *flags)
             assert rc == 0, err
@@ -231,4 +233,5 @@ def test_a_stock_baseline_is_named_as_such_and_not_taken_for_the_same_dtype(tmp_
     assert rc == exit_codes.OK, err
     first = out.splitlines()[0]
     assert "extension inactive; index-K not reported (no active record)" in first
+    assert "SGLang 0.5.23, parsing deepseek-recipe" in first  # the release read from the top of /server_info
     assert "not comparable as asked" not in out
