@@ -170,6 +170,60 @@ def ab_section(ab: dict) -> str:
     )
 
 
+# What each piece of evidence on the page proves, and what it cannot (the README's tables, in short).
+READING_GUIDE = (
+    (
+        "what each side ran (state, index-K built, ranks, SGLang, parsing)",
+        "what each server's schedulers reported when its run started: the dtype of the index-K pool their "
+        "processes built, the ranks their records count, the release and the path it parses DeepSeek-V4 through",
+        "ranks a record does not count ('ranks not counted': run doctor on every node); 'configured, not built' "
+        "is what was asked, not what was built",
+    ),
+    (
+        "not comparable as asked",
+        "the evidence does not show the A/B compared what it was asked (same dtype on both sides, a side unknown "
+        "or only configured, a restart, two parsing paths)",
+        "that the stacks differ or not: the numbers are still the paired comparison of what ran",
+    ),
+    (
+        "RESTARTED",
+        "the server answering after the run is another launch or process, or a counter went down",
+        "when it restarted or what served the requests after it; its deltas are not shown",
+    ),
+    (
+        "corruption rate with its Wilson 95% interval",
+        "the rate on this workload, per concurrency level",
+        "the rate on other traffic; requests of one session are not independent, so the interval is too narrow "
+        "when failures cluster",
+    ),
+    (
+        "A/B: significant / no significant difference / cannot tell",
+        "on identical prompts with identical settings the stacks corrupt at different rates / differ by at most "
+        "the printed bound / too few judged pairs to tell",
+        "that the index-K dtype is the cause (any difference between the stacks counts); that the stacks are "
+        "equal when the bound is wider than the effect looked for",
+    ),
+    (
+        "transport classes (http_error, protocol_error, stream_cut, aborted, timeout)",
+        "the request says nothing about the model's output: left out of the corruption rate and of every pair",
+        "that nothing was corrupt: a cut or aborted output is kept raw, never judged",
+    ),
+    (
+        "server evidence (deltas during the run)",
+        "what each server counted while the harness ran: aborts, PD transfer failures, HiCache traffic, "
+        "integrity pages checked and mismatches ('not checked' when no page was)",
+        "which request a counter belongs to; 0 mismatches says nothing about pages not checked",
+    ),
+)
+
+
+def guide_block() -> str:
+    head = "<tr><th>evidence</th><th>proves</th><th>cannot prove</th></tr>"
+    rows = "".join(f"<tr><td>{_esc(a)}</td><td>{_esc(b)}</td><td>{_esc(c)}</td></tr>" for a, b, c in READING_GUIDE)
+    title = "<h2>What this page proves, and what it cannot</h2>"
+    return f'<section class="guide">{title}<table>{head}{rows}</table></section>'
+
+
 def sides_block(lines: list[str]) -> str:
     """What each side's servers recorded: state, built index-K dtype, ranks, SGLang, parsing path."""
     items = "".join(f"<li>{_esc(line)}</li>" for line in lines)
@@ -254,7 +308,7 @@ def _sections(run_dirs: list[str], allow_different_settings: bool) -> tuple[list
         sections.insert(0, ab_section(ab))
         sections.insert(0, warnings_block(ab["warnings"]))
         sections.insert(0, sides_block(ab["sides"]))
-    return sections, ab
+    return sections + [guide_block()], ab
 
 
 def _page(sections: list[str], ab: dict | None = None) -> str:

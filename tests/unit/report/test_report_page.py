@@ -187,6 +187,9 @@ def test_page_names_what_each_side_ran_first_and_flags_one_dtype_and_a_restart(t
         assert top < flagged < ab
         marked = page.locator("section.run >> nth=1").locator(".restarted")
         assert marked.count() == 1 and marked.is_visible() and "RESTARTED" in marked.inner_text()
+        guide = page.locator("section.guide")
+        assert guide.is_visible() and "cannot prove" in guide.inner_text()
+        assert "not comparable as asked" in guide.inner_text() and "RESTARTED" in guide.inner_text()
 
     _open(out, check)
     # Scripts can refuse it: the page is written and the exit code says so (exit_codes.NOT_COMPARABLE).
