@@ -147,8 +147,7 @@ def _side_servers(endpoint: str, named) -> tuple[str, ...]:
     return tuple(workers) if workers else (base_url(endpoint),)
 
 
-def _refuse_one_server(args, states_a, states_b) -> None:
-    from sglang_dsv4_ext.repro.extension_check import refuse_one_server_twice
+def _refuse_one_endpoint(args) -> None:
     from sglang_dsv4_ext.repro.server_info import address_key
 
     if address_key(args.endpoint_a) == address_key(args.endpoint_b):
@@ -156,6 +155,11 @@ def _refuse_one_server(args, states_a, states_b) -> None:
             f"--endpoint-a {args.endpoint_a} and --endpoint-b {args.endpoint_b} are one server: an A/B of one stack "
             "against itself shows no difference whatever the stacks do. Give the two stacks' endpoints"
         )
+
+
+def _refuse_one_server(states_a, states_b) -> None:
+    from sglang_dsv4_ext.repro.extension_check import refuse_one_server_twice
+
     why = refuse_one_server_twice(states_a + states_b, "--endpoint-a/--endpoint-b")
     if why:
         raise ReproInputError(f"A and B share a server: {why}")
@@ -166,6 +170,7 @@ def _ab_preflight(args) -> list[tuple[str, ...]]:
     from sglang_dsv4_ext.repro.runner import preflight
 
     _refuse_one_stack_flags(args)
+    _refuse_one_endpoint(args)  # before any read: one server under two spellings
     sides = []
     for endpoint, named, dtype in (
         (args.endpoint_a, args.server_metrics_a, args.expect_index_k_dtype_a),
@@ -173,7 +178,7 @@ def _ab_preflight(args) -> list[tuple[str, ...]]:
     ):
         servers = _side_servers(endpoint, named)
         sides.append((servers, preflight(servers, None, args.expect_extension, dtype, require_records=True)[1]))
-    _refuse_one_server(args, sides[0][1], sides[1][1])
+    _refuse_one_server(sides[0][1], sides[1][1])
     return [servers for servers, _ in sides]
 
 

@@ -105,6 +105,12 @@ def test_ab_of_one_server_under_two_spellings_is_refused(tmp_path, capsys):
                               "--out", str(tmp_path / "ab"), *TINY], capsys)  # fmt: skip
         assert_refused(rc, err, "are one server", "shows no difference")
         assert srv.requests == 0
+    record = _record()  # two addresses, one set of schedulers: their records are of one launch and process
+    with InjectingServer({}, records=[record]) as a, InjectingServer({}, records=[record]) as b:
+        rc, _, err = run_cli(["repro", "ab", "--endpoint-a", a.url, "--endpoint-b", b.url,
+                              "--out", str(tmp_path / "ab"), *TINY], capsys)  # fmt: skip
+        assert_refused(rc, err, "A and B share a server", f"launch/process {record['launch']}")
+        assert a.requests == b.requests == 0
     assert not (tmp_path / "ab").exists()
 
 
