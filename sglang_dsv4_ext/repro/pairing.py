@@ -229,13 +229,18 @@ def evidence_problems(result: dict) -> list[str]:
         problems.append(
             f"both sides report the same index-K dtype ({'/'.join(sorted(dtypes[0]))}): the A/B does not compare dtypes"
         )
-    paths = [_values(x, lambda s: (s.get("parsing") or {}).get("path")) for x in (a, b)]
-    if paths[0] != paths[1]:
-        problems.append(
-            f"the sides parse through different paths (A {'/'.join(sorted(paths[0]))}, B {'/'.join(sorted(paths[1]))}):"
-            " a difference may be the parser, not the index-K dtype"
-        )
+    problems += _parsing_problem(a, b)
     return problems
+
+
+def _parsing_problem(a: list[dict], b: list[dict]) -> list[str]:
+    paths = [_values(x, lambda s: (s.get("parsing") or {}).get("path")) or {"cannot tell"} for x in (a, b)]
+    if paths[0] == paths[1] and len(paths[0]) == 1 and "cannot tell" not in paths[0]:
+        return []
+    shown = f"A {'/'.join(sorted(paths[0]))}, B {'/'.join(sorted(paths[1]))}"
+    if "cannot tell" in paths[0] | paths[1]:
+        return [f"cannot tell that the sides parse through one path ({shown})"]
+    return [f"the sides parse through different paths ({shown}): a difference may be the parser, not the index-K dtype"]
 
 
 def warnings(result: dict) -> list[str]:
