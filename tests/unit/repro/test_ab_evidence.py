@@ -139,9 +139,20 @@ def test_ab_behind_routers_reads_the_workers_records_and_requires_them(tmp_path,
 def test_sglang_routers_worker_list_is_parsed_and_anything_else_is_not_one():
     body = {"workers": [{"url": "http://10.0.0.1:30000", "worker_type": "prefill"}], "total": 1}
     assert server_info.parse_workers(body) == ["http://10.0.0.1:30000"]
-    for other in ({"workers": []}, {"internal_states": []}, [1], {"workers": [{"url": "grpc://h:1"}]}):
+    for other in ({"workers": []}, {"internal_states": []}, [1]):
         with pytest.raises(ValueError):
             server_info.parse_workers(other)
+    with pytest.raises(server_info.UnreadableWorkers):  # a router, but its workers cannot be read from here
+        server_info.parse_workers({"workers": [{"url": "grpc://10.0.0.1:50051"}], "total": 1})
+
+
+def test_ab_behind_a_router_of_grpc_workers_is_refused_not_read_through_the_router(tmp_path, capsys):
+    with InjectingServer({}) as a, InjectingServer({}, workers=["grpc://10.0.0.1:50051"]) as router:
+        rc, _, err = run_cli(["repro", "ab", "--endpoint-a", a.url, "--endpoint-b", router.url,
+                              "--out", str(tmp_path / "ab"), *TINY], capsys)  # fmt: skip
+        assert_refused(rc, err, f"{router.url} is a router", "grpc://10.0.0.1:50051", "--server-metrics-b")
+        assert a.requests == router.requests == 0
+    assert not (tmp_path / "ab").exists()
 
 
 # ----- compare: what each side ran, first -------------------------------------------------------------
