@@ -252,3 +252,14 @@ def test_a_stock_baseline_is_named_as_such_and_not_taken_for_the_same_dtype(tmp_
     assert "extension inactive; index-K not reported (no active record)" in first
     assert "SGLang 0.5.23, parsing deepseek-recipe" in first  # the release read from the top of /server_info
     assert "not comparable as asked" not in out
+
+
+def test_records_unreadable_after_the_run_say_cannot_tell_not_same_server(tmp_path, capsys):
+    # /server_info reads: 0 the check before the run, 1 the run's own server_info, 2 the re-read after it.
+    with InjectingServer({}, server_info_faults=[None, None, "truncated"]) as srv:
+        rc, out, err = _run(capsys, srv.url, tmp_path / "run")
+    assert rc == 0, err
+    [row] = _summary(tmp_path / "run")["server_evidence"]
+    assert "restarted" not in row
+    assert row["restart_check"].startswith("cannot tell whether it restarted during the run: ")
+    assert "(read after the run)" in row["restart_check"] and "cannot tell whether it restarted" in out
