@@ -9,6 +9,10 @@ A wrapper script (CI, a cluster job) can rely on these across subcommands:
   written. argparse uses the same code for its own errors.
 * ``FINDING`` (3): a run finished and found what the caller asked to be told about
   (``repro --fail-on-corruption``, ``--fail-if-significant``).
+* ``NOT_COMPARABLE`` (4): an A/B finished, but its evidence does not show it compared what it was
+  asked (both sides report the same index-K dtype, a side's state or built dtype is unknown, a
+  server restarted during the run, the sides parse through different paths), and the caller asked
+  to be told (``repro compare``/``ab``/``report --fail-if-not-comparable``).
 * ``for_signal(signum)`` (128 + signal number, e.g. 130 for SIGINT, 143 for SIGTERM): the
   command stopped because of that signal after cleaning up (the shell's convention).
 """
@@ -19,6 +23,7 @@ OK = 0
 ATTENTION = 1
 USAGE = 2
 FINDING = 3
+NOT_COMPARABLE = 4
 
 _SIGNAL_BASE = 128
 

@@ -28,8 +28,8 @@ from collections import Counter
 
 from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.errors import PairingError, ReproInputError
-from sglang_dsv4_ext.repro import pairing, rundir, server_evidence
-from sglang_dsv4_ext.repro.cli import add_allow_different_settings
+from sglang_dsv4_ext.repro import extension_check, pairing, rundir, server_evidence
+from sglang_dsv4_ext.repro.cli import add_allow_different_settings, add_not_comparable
 from sglang_dsv4_ext.repro.compare import compare_loaded, pairing_line
 from sglang_dsv4_ext.repro.stats import wilson_interval
 from sglang_dsv4_ext.repro.verdict import CORRUPTION_CLASSES
@@ -137,6 +137,7 @@ def run_section(run_dir: str, summary: dict, records: dict[str, dict]) -> str:
         f'<section class="run"><h2>{_esc(summary.get("label") or os.path.basename(run_dir.rstrip("/")))}</h2>',
         f"<p>{_esc(run_dir)}: {len(recs)} requests{_esc(of_planned)}</p>",
         f'<p class="incomplete">did not finish: {_esc(unfinished)}</p>' if unfinished else "",
+        _server_list(summary),
         _rate_svg(rates),
         _table(rates, ["concurrency", "class", "count", "n", "rate", "lo", "hi"]),
         "<h3>latency</h3>",
@@ -152,12 +153,81 @@ def run_section(run_dir: str, summary: dict, records: dict[str, dict]) -> str:
     return "".join(parts)
 
 
+def _server_list(summary: dict) -> str:
+    """Each server's recorded state, built index-K dtype, ranks, SGLang and parsing path; restarts marked."""
+    lines = extension_check.server_lines(summary.get("servers"))
+    items = "".join(
+        f'<li class="{"restarted" if line.startswith("RESTARTED") else "server"}">{_esc(line)}</li>' for line in lines
+    )
+    return f'<ul class="servers">{items}</ul>'
+
+
 def ab_section(ab: dict) -> str:
     primary = ab["corruption"]
     return (
         f'<section class="ab"><h2>A/B</h2><p>{_esc(pairing_line(ab))}</p><p>{_esc(ab["verdict"])}</p>'
         f"<p>p-value {_esc(_fmt(primary.get('p_value')))}, pairs {_esc(ab.get('pairs'))}</p></section>"
     )
+
+
+# What each piece of evidence on the page proves, and what it cannot (the README's tables, in short).
+READING_GUIDE = (
+    (
+        "what each side ran (state, index-K built, ranks, SGLang, parsing)",
+        "what each server's schedulers reported when its run started: the dtype of the index-K pool their "
+        "processes built, the ranks their records count, the release and the path it parses DeepSeek-V4 through",
+        "ranks a record does not count ('ranks not counted': run doctor on every node); 'configured, not built' "
+        "is what was asked, not what was built",
+    ),
+    (
+        "not comparable as asked",
+        "the evidence does not show the A/B compared what it was asked (same dtype on both sides, a side unknown "
+        "or only configured, a restart, two parsing paths)",
+        "that the stacks differ or not: the numbers are still the paired comparison of what ran",
+    ),
+    (
+        "RESTARTED",
+        "the server answering after the run is another launch or process, or a counter went down",
+        "when it restarted or what served the requests after it; its deltas are not shown",
+    ),
+    (
+        "corruption rate with its Wilson 95% interval",
+        "the rate on this workload, per concurrency level",
+        "the rate on other traffic; requests of one session are not independent, so the interval is too narrow "
+        "when failures cluster",
+    ),
+    (
+        "A/B: significant / no significant difference / cannot tell",
+        "on identical prompts with identical settings the stacks corrupt at different rates / differ by at most "
+        "the printed bound / too few judged pairs to tell",
+        "that the index-K dtype is the cause (any difference between the stacks counts); that the stacks are "
+        "equal when the bound is wider than the effect looked for",
+    ),
+    (
+        "transport classes (http_error, protocol_error, stream_cut, aborted, timeout)",
+        "the request says nothing about the model's output: left out of the corruption rate and of every pair",
+        "that nothing was corrupt: a cut or aborted output is kept raw, never judged",
+    ),
+    (
+        "server evidence (deltas during the run)",
+        "what each server counted while the harness ran: aborts, PD transfer failures, HiCache traffic, "
+        "integrity pages checked and mismatches ('not checked' when no page was)",
+        "which request a counter belongs to; 0 mismatches says nothing about pages not checked",
+    ),
+)
+
+
+def guide_block() -> str:
+    head = "<tr><th>evidence</th><th>proves</th><th>cannot prove</th></tr>"
+    rows = "".join(f"<tr><td>{_esc(a)}</td><td>{_esc(b)}</td><td>{_esc(c)}</td></tr>" for a, b, c in READING_GUIDE)
+    title = "<h2>What this page proves, and what it cannot</h2>"
+    return f'<section class="guide">{title}<table>{head}{rows}</table></section>'
+
+
+def sides_block(lines: list[str]) -> str:
+    """What each side's servers recorded: state, built index-K dtype, ranks, SGLang, parsing path."""
+    items = "".join(f"<li>{_esc(line)}</li>" for line in lines)
+    return f'<div class="sides"><h2>What each side ran</h2><ul>{items}</ul></div>'
 
 
 def warnings_block(lines: list[str]) -> str:
@@ -226,16 +296,27 @@ def check_output(path: str, run_dirs: list[str], force: bool) -> None:
 
 
 def build_page(run_dirs: list[str], allow_different_settings: bool = False) -> str:
+    return _page(*_sections(run_dirs, allow_different_settings))
+
+
+def _sections(run_dirs: list[str], allow_different_settings: bool) -> tuple[list[str], dict | None]:
     runs = [_load(d) for d in run_dirs]
     sections = [run_section(r.path, r.summary, r.records) for r in runs]
+    ab = None
     if len(runs) == 2:
         ab = compare_loaded(runs[0], runs[1], allow_different_settings=allow_different_settings)
         sections.insert(0, ab_section(ab))
         sections.insert(0, warnings_block(ab["warnings"]))
+        sections.insert(0, sides_block(ab["sides"]))
+    return sections + [guide_block()], ab
+
+
+def _page(sections: list[str], ab: dict | None = None) -> str:
+    del ab  # the sections hold what the page shows of it
     style = (
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}"
-        ".warnings,.incomplete{background:#fee;border:2px solid #c33;padding:0.5em}"
+        ".warnings,.incomplete,.restarted{background:#fee;border:2px solid #c33;padding:0.5em}"
     )
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>sglang-dsv4 report</title>"
@@ -256,12 +337,15 @@ def _write(path: str, page: str, force: bool) -> None:
 def run(args) -> int:
     try:
         check_output(args.output, args.run_dirs, args.force)
-        page = build_page(args.run_dirs, args.allow_different_settings)
-        _write(args.output, page, args.force)
+        sections, ab = _sections(args.run_dirs, args.allow_different_settings)
+        _write(args.output, _page(sections, ab), args.force)
     except (ReproInputError, PairingError) as exc:  # bad input, named
         print(f"sglang-dsv4 report: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     print(f"wrote {args.output} ({len(args.run_dirs)} run(s))")
+    if ab is not None and getattr(args, "fail_if_not_comparable", False) and not ab["comparable"]:
+        print(f"not comparable as asked: {'; '.join(ab['evidence_problems'])}", file=sys.stderr)
+        return exit_codes.NOT_COMPARABLE
     return exit_codes.OK
 
 
@@ -271,4 +355,5 @@ def add_subparser(subparsers) -> None:
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default %(default)s)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     add_allow_different_settings(p)
+    add_not_comparable(p)
     p.set_defaults(func=run)

@@ -35,10 +35,17 @@ before the first request every server named by --server-metrics (default: the en
 /metrics counters become the "before" of the summary's server evidence, and --expect-extension on (the
 default) refuses a server whose schedulers do not report sglang-dsv4-ext active in its /server_info (the
 sglang:dsv4_ext_active gauge and the activation line in --serve-logs DIR are checked against that launch, never
-enough alone) or servers that disagree on the index-K dtype; nothing is written then.
+enough alone), a record with fewer active ranks than ranks, or servers that disagree on the index-K dtype;
+--expect-index-k-dtype D refuses a server whose records do not report a D pool built; one server named twice
+is refused; nothing is written then. After the run the records are read again: a changed launch or process
+(or a counter that went down) marks the server "restarted during the run: deltas not comparable".
+`ab` reads each side's servers (--server-metrics-a/-b, else its sglang-router's GET /workers, else the
+endpoint) and needs all their records whatever --expect-extension says; compare/ab/report print first what
+each side ran and flag "not comparable as asked" (--fail-if-not-comparable: exit 4).
 
 exit codes: 0 done; 2 bad input or a refused extension check (nothing written); 3 a finding asked for
-with --fail-on-corruption or --fail-if-significant; 128 + N stopped by signal N (129 SIGHUP, 130 SIGINT,
+with --fail-on-corruption or --fail-if-significant; 4 an A/B not comparable as asked
+(--fail-if-not-comparable); 128 + N stopped by signal N (129 SIGHUP, 130 SIGINT,
 143 SIGTERM, ...: the summary of what finished is written; before the first request nothing is).
 """
 
@@ -60,6 +67,15 @@ def _url(text: str) -> str:
 
     url_check(text)
     return text
+
+
+def _server_urls(text: str) -> tuple[str, ...]:
+    from sglang_dsv4_ext.repro.settings import SETTINGS_BY_NAME
+
+    setting = SETTINGS_BY_NAME["server_metrics"]
+    urls = setting.parse(text)
+    setting.check(urls)
+    return urls
 
 
 def _alpha(text: str) -> float:
@@ -106,30 +122,96 @@ def _do_run(args) -> int:
     return exit_codes.OK
 
 
-def _ab_preflight(args) -> None:
-    """Both stacks' extension state, checked before anything runs (each side reads its own endpoint)."""
+_AB_ONE_STACK_FLAGS = {
+    "--server-metrics": "--server-metrics-a / --server-metrics-b",
+    "--serve-logs": "`repro run ... --serve-logs` per stack, compared with `repro compare`",
+    "--expect-index-k-dtype": "--expect-index-k-dtype-a / --expect-index-k-dtype-b",
+}
+
+
+def _refuse_one_stack_flags(args) -> None:
+    for flag, instead in _AB_ONE_STACK_FLAGS.items():
+        if getattr(args, flag[2:].replace("-", "_")) is not None:
+            raise ReproInputError(f"{flag} names one stack's servers or dtype, and `repro ab` runs two: use {instead}")
+
+
+def _side_servers(endpoint: str, named) -> tuple[str, ...]:
+    """A side's servers: those named, else the workers its sglang-router lists, else the endpoint itself."""
     from sglang_dsv4_ext.repro.client import base_url
+    from sglang_dsv4_ext.repro.server_info import UnreadableWorkers, router_workers
+
+    if named:
+        return tuple(named)
+    try:
+        with stop_signals.raising():
+            workers = router_workers(base_url(endpoint))
+    except UnreadableWorkers as exc:  # a router whose workers cannot be checked: never its /server_info instead
+        raise ReproInputError(
+            f"{endpoint} is a router whose GET /workers lists {exc}; name that side's servers with "
+            "--server-metrics-a / --server-metrics-b URL[,URL...]"
+        ) from None
+    return tuple(workers) if workers else (base_url(endpoint),)
+
+
+def _refuse_one_endpoint(args) -> None:
+    from sglang_dsv4_ext.repro.server_info import address_key
+
+    if address_key(args.endpoint_a) == address_key(args.endpoint_b):
+        raise ReproInputError(
+            f"--endpoint-a {args.endpoint_a} and --endpoint-b {args.endpoint_b} are one server: an A/B of one stack "
+            "against itself shows no difference whatever the stacks do. Give the two stacks' endpoints"
+        )
+
+
+def _refuse_one_server(states_a, states_b) -> None:
+    from sglang_dsv4_ext.repro.extension_check import refuse_one_server_twice
+
+    why = refuse_one_server_twice(states_a + states_b, "--endpoint-a/--endpoint-b")
+    if why:
+        raise ReproInputError(f"A and B share a server: {why}")
+
+
+def _ab_preflight(args) -> list[tuple[str, ...]]:
+    """Both stacks' servers, checked before anything runs; each side's servers must answer with records."""
     from sglang_dsv4_ext.repro.runner import preflight
 
-    for flag in ("--server-metrics", "--serve-logs"):
-        if getattr(args, flag[2:].replace("-", "_")) is not None:
-            raise ReproInputError(
-                f"{flag} names one stack's servers, and `repro ab` runs two: run each stack with "
-                f"`repro run ... {flag} ...` and compare the two runs with `repro compare`"
-            )
-    for endpoint in (args.endpoint_a, args.endpoint_b):
-        preflight([base_url(endpoint)], None, args.expect_extension)
+    _refuse_one_stack_flags(args)
+    _refuse_one_endpoint(args)  # before any read: one server under two spellings
+    sides = []
+    for endpoint, named, dtype in (
+        (args.endpoint_a, args.server_metrics_a, args.expect_index_k_dtype_a),
+        (args.endpoint_b, args.server_metrics_b, args.expect_index_k_dtype_b),
+    ):
+        servers = _side_servers(endpoint, named)
+        sides.append((servers, preflight(servers, None, args.expect_extension, dtype, require_records=True)[1]))
+    _refuse_one_server(sides[0][1], sides[1][1])
+    return [servers for servers, _ in sides]
 
 
 def _ab_configs(args):
+    import dataclasses
+
     from sglang_dsv4_ext.repro.runner import auth_headers
     from sglang_dsv4_ext.repro.settings import run_config_from_args
 
     auth_headers(args.api_key_env)  # refuse before the directory is claimed
-    _ab_preflight(args)
+    servers = _ab_preflight(args)
     out = rundir.claim(args.out or rundir.default_out("ab"), explicit=args.out is not None)
-    sides = zip(rundir.AB_SIDES, (args.endpoint_a, args.endpoint_b), (args.label_a, args.label_b))
-    return out, [run_config_from_args(args, ep, os.path.join(out, side), label) for side, ep, label in sides]
+    sides = zip(
+        rundir.AB_SIDES,
+        (args.endpoint_a, args.endpoint_b),
+        (args.label_a, args.label_b),
+        servers,
+        (args.expect_index_k_dtype_a, args.expect_index_k_dtype_b),
+    )
+    return out, [
+        dataclasses.replace(
+            run_config_from_args(args, ep, os.path.join(out, side), label),
+            server_metrics=urls,
+            expect_index_k_dtype=dtype,
+        )
+        for side, ep, label, urls, dtype in sides
+    ]
 
 
 def _ab_kept(out: str, done: list) -> str:
@@ -156,7 +238,7 @@ def _do_ab(args) -> int:
         return _stopped_before_start("ab", stop)
     done: list = []  # (RunConfig, summary) of each side that ran
     for side, cfg in zip(("A", "B"), cfgs):  # one after the other, so neither stack loads the other's run
-        runner = Runner(cfg)
+        runner = Runner(cfg, require_records=True)
         try:
             summary = runner.run()  # checks its stack again: B may have changed while A ran
         except ReproInputError as exc:
@@ -175,7 +257,16 @@ def _do_ab(args) -> int:
     rundir.write_json_new(os.path.join(out, rundir.AB), result)
     print(format_comparison(result))
     print(f"results: {cfgs[0].out}, {cfgs[1].out}, {os.path.join(out, rundir.AB)}")
-    return exit_codes.FINDING if (args.fail_if_significant and result["significant"]) else exit_codes.OK
+    return comparison_exit(args, result)
+
+
+def comparison_exit(args, result: dict) -> int:
+    """A comparison's exit code: not comparable as asked first (its finding would not mean what it says)."""
+    if getattr(args, "fail_if_not_comparable", False) and not result.get("comparable", True):
+        return exit_codes.NOT_COMPARABLE
+    if getattr(args, "fail_if_significant", False) and result["significant"]:
+        return exit_codes.FINDING
+    return exit_codes.OK
 
 
 def _check_json_out(path: str) -> None:
@@ -198,7 +289,7 @@ def _do_compare(args) -> int:
     if args.json:
         rundir.write_json_new(args.json, result)
     print(format_comparison(result))
-    return exit_codes.FINDING if (args.fail_if_significant and result["significant"]) else exit_codes.OK
+    return comparison_exit(args, result)
 
 
 def _decoder(args):
@@ -248,11 +339,24 @@ def add_allow_different_settings(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_not_comparable(p: argparse.ArgumentParser) -> None:
+    from sglang_dsv4_ext.repro.pairing import NOT_COMPARABLE_FLAG
+
+    p.add_argument(
+        NOT_COMPARABLE_FLAG,
+        action="store_true",
+        help=f"exit {exit_codes.NOT_COMPARABLE} when the evidence does not show the A/B compared what it was asked "
+        "(both sides report the same index-K dtype, a side's state or built dtype unknown, a server restarted "
+        "during the run, the sides parse through different paths); the output says so at the top either way",
+    )
+
+
 def _add_significance_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=_arg_type(_alpha), default=0.05, help="significance level in (0, 1) (default 0.05)")
     p.add_argument(
         "--fail-if-significant", action="store_true", help=f"exit {exit_codes.FINDING} on a significant difference"
     )
+    add_not_comparable(p)
 
 
 def _add_run(sub) -> None:
@@ -288,6 +392,21 @@ def _add_ab(sub) -> None:
     ab.add_argument("--endpoint-b", required=True, type=_arg_type(_url), help="base URL of stack B")
     ab.add_argument("--label-a", default="A")
     ab.add_argument("--label-b", default="B")
+    for side in ("a", "b"):
+        ab.add_argument(
+            f"--server-metrics-{side}",
+            type=_arg_type(_server_urls),
+            default=None,
+            metavar="URL[,URL...]",
+            help=f"stack {side.upper()}'s prefill and decode servers, whose records are required (default: the "
+            "workers its sglang-router lists in GET /workers, else the endpoint itself)",
+        )
+        ab.add_argument(
+            f"--expect-index-k-dtype-{side}",
+            choices=("fp8", "bf16", "fp4"),
+            default=None,
+            help=f"refuse unless every server of stack {side.upper()} reports this index-K dtype built",
+        )
     ab.add_argument("--out", default=None, help="output directory; must be new or empty (default repro-runs/ab-<time>)")
     _add_significance_args(ab)
     _add_workload_args(ab)

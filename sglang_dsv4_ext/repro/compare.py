@@ -121,6 +121,9 @@ def compare_loaded(
         pairing.refuse_different_settings(differ)
     result = compare_records(a.records, b.records, alpha)
     result.update(settings_differ=differ, settings_unchecked=unchecked, a=pairing.side(a), b=pairing.side(b))
+    result["evidence_problems"] = pairing.evidence_problems(result)
+    result["comparable"] = not result["evidence_problems"]
+    result["sides"] = pairing.side_lines(result)
     result["warnings"] = pairing.warnings(result)
     return result
 
@@ -140,7 +143,8 @@ def pairing_line(result: dict) -> str:
 def format_comparison(result: dict) -> str:
     la = (result.get("a") or {}).get("label") or "A"
     lb = (result.get("b") or {}).get("label") or "B"
-    lines = [f"WARNING: {w}" for w in result.get("warnings") or []]
+    lines = list(result.get("sides") or [])
+    lines += [f"WARNING: {w}" for w in result.get("warnings") or []]
     lines.append(f"A = {la}, B = {lb}: {pairing_line(result)}")
     lines.append(f"{'outcome':<24}{'A rate':>10}{'B rate':>10}{'A-only':>8}{'B-only':>8}{'p':>10}")
 

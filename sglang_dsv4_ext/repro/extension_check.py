@@ -22,14 +22,24 @@ label set or of another launch is ignored, and so is a log that is not evidence 
 (:func:`sglang_dsv4_ext.serving.activation_check.check_server_log`: ended, another version, another
 launch). A stock server therefore never passes, whatever is left in a metrics or log directory.
 
-``on`` refuses a server that is not active, and servers that disagree on ``index_k_dtype``;
-``off`` (a stock baseline) refuses an active one; ``any`` records only.
+``on`` refuses a server that is not active, a record that counts fewer active ranks than ranks
+(``ranks``), and servers that disagree on ``index_k_dtype``; ``off`` (a stock baseline) refuses an active
+one; ``any`` records only. Whatever ``--expect-extension`` says, one server named twice (two spellings of
+its address, or two URLs whose records are of the same launch and process) is refused, and
+``--expect-index-k-dtype`` refuses a server whose records do not report that dtype as built.
+
+What a record reports beside its state (:func:`evidence`): the index-K dtype of the c4 indexer pool its
+process built (``index_k_dtype``, ``none-built`` before any; a record without ``index_k_dtype_requested``
+is of a release that reported the configured value there: "configured, not built"), its ranks
+(``{"active", "total", "group"}``, absent where not counted), the SGLang release and the path that release
+renders and parses DeepSeek-V4 through (:func:`parsing_path`).
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 import shlex
 from collections.abc import Iterable
 from typing import TypeGuard, cast
@@ -218,6 +228,7 @@ def server_state(
         decided = _from_records(url, cast(list[dict | None], live["records"]))  # server_info.parse's list
     launch = _label_sets(decided)[0]["launch"] if decided["state"] == ACTIVE else None
     decided["notes"] = [n for n in (_gauge_note(entry, launch), _log_note(url, log_dir, launch)) if n]
+    decided["evidence"] = evidence(live)
     return decided
 
 
@@ -225,12 +236,116 @@ def server_states(snapshot: list[dict[str, object]], log_dir: str | None) -> lis
     return [server_state(entry, log_dir) for entry in snapshot]
 
 
+# ----- what the records report beside the state ------------------------------------------------
+INDEX_K_DTYPES = ("fp8", "bf16", "fp4")
+NONE_BUILT = "none-built"
+RECIPE, DETECTORS, CANNOT_TELL = "deepseek-recipe", "sglang-detectors", "cannot tell"
+_DSV4_PARSERS = ("deepseekv4", "deepseekv41")
+_RECIPE_SINCE = (0, 5, 23)
+
+
+def _records_of(live: dict[str, object]) -> list[dict]:
+    return [r for r in cast(list, live.get("records") or []) if isinstance(r, dict)]
+
+
+def _index_k(records: list[dict]) -> dict[str, object]:
+    """``{"built": [dtypes] or None, "requested"/"configured": [dtypes]}`` over a server's records."""
+    if not records:
+        return {"built": None, "configured": []}
+    if all("index_k_dtype_requested" in r for r in records):
+        return {
+            "built": sorted({str(r.get("index_k_dtype")) for r in records}),
+            "requested": sorted({str(r.get("index_k_dtype_requested")) for r in records}),
+        }
+    return {"built": None, "configured": sorted({str(r.get("index_k_dtype")) for r in records if "index_k_dtype" in r})}
+
+
+def index_k_text(index_k: dict | None) -> str:
+    """One phrase: the built dtype, or why it is not known."""
+    if not index_k:
+        return "index-K dtype not recorded"
+    if index_k.get("built") is None:
+        configured = "/".join(index_k.get("configured") or []) or "?"
+        return f"index-K {configured} configured, not built (the record does not say which pool was built)"
+    built = "/".join(index_k["built"])
+    if built == NONE_BUILT:
+        return f"index-K none built yet ({'/'.join(index_k.get('requested') or [])} requested)"
+    return f"index-K {built} built"
+
+
+def _ranks(records: list[dict]) -> dict[str, object] | None:
+    """Summed over the records (one per DP group answering); None when a record does not count them."""
+    counted = [r.get("ranks") for r in records]
+    if not counted or not all(
+        isinstance(c, dict) and isinstance(c.get("active"), int) and isinstance(c.get("total"), int) for c in counted
+    ):
+        return None
+    groups = sorted({str(c.get("group")) for c in cast(list[dict], counted)})
+    return {
+        "active": sum(int(c["active"]) for c in cast(list[dict], counted)),
+        "total": sum(int(c["total"]) for c in cast(list[dict], counted)),
+        "group": ",".join(groups),
+        "short": [c for c in cast(list[dict], counted) if c["active"] < c["total"]],
+    }
+
+
+def ranks_text(ranks: dict | None) -> str:
+    if not ranks:
+        return "ranks not counted"
+    return f"active on {ranks['active']} of {ranks['total']} ranks ({ranks['group']})"
+
+
+def _version_tuple(version: str) -> tuple[int, ...] | None:
+    m = re.match(r"^\s*v?(\d+)\.(\d+)\.(\d+)", version)
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def parsing_path(version: str | None, tool_call_parser: str | None) -> dict[str, str]:
+    """``{"path", "why"}``: how this SGLang renders DeepSeek-V4 prompts and parses DSML/think output.
+
+    Both releases choose the DeepSeek-V4 encoding in ``chat_encoding.resolve_chat_encoding_spec`` (the
+    ``deepseekv4``/``deepseekv41`` tool-call parser, else the checkpoint's architecture); 0.5.23 serves it
+    through DeepSeek's ``deepseek-recipe`` package at token level (``serving_deepseek_recipe.py``), 0.5.22
+    through SGLang's own ``encoding_dsv4.py`` and Python detectors (``function_call/deepseekv4_detector.py``).
+    """
+    release = _version_tuple(version) if version else None
+    if release is None:
+        return {"path": CANNOT_TELL, "why": f"SGLang version {version!r} not a release number"}
+    if tool_call_parser not in _DSV4_PARSERS:
+        return {
+            "path": CANNOT_TELL,
+            "why": f"tool_call_parser {tool_call_parser!r}: SGLang then picks the encoding by the checkpoint's "
+            "architecture, which /server_info does not report",
+        }
+    if release >= _RECIPE_SINCE:
+        return {"path": RECIPE, "why": f"SGLang {version} with {tool_call_parser}: deepseek-recipe, token level"}
+    return {"path": DETECTORS, "why": f"SGLang {version} with {tool_call_parser}: SGLang's Python detectors"}
+
+
+def evidence(live: dict[str, object]) -> dict[str, object]:
+    """What one server's live ``/server_info`` reports beside the state (see the module doc); {} unread."""
+    if "error" in live:
+        return {}
+    records = _records_of(live)
+    versions = sorted({str(r["sglang"]) for r in records if isinstance(r.get("sglang"), str)})
+    version = versions[0] if len(versions) == 1 else cast(str | None, live.get("version"))
+    return {
+        "identities": sorted(server_info.identities(records)),
+        "index_k": _index_k(records),
+        "ranks": _ranks(records),
+        "sglang": version,
+        "parsing": parsing_path(version, cast(str | None, live.get("tool_call_parser"))),
+    }
+
+
 def describe(state: dict[str, object]) -> str:
     """One line for tables: the state, the configuration it reports and where it was read (notes left out)."""
     if state["state"] != ACTIVE:
         return f"{state['state']}: {state['found']}"
     fields = [f"{k}={'/'.join(_values(state, k))}" for k in _SHOWN_FIELDS if _values(state, k)]
-    return f"active {' '.join(fields)} ({state['source']})"
+    found = cast(dict, state.get("evidence") or {})
+    extra = f"; {index_k_text(found.get('index_k'))}; {ranks_text(found.get('ranks'))}" if found else ""
+    return f"active {' '.join(fields)} ({state['source']}){extra}"
 
 
 def _values(state: dict[str, object], key: str) -> list[str]:
@@ -292,17 +407,155 @@ def _refuse_active(states: list[dict[str, object]]) -> str | None:
     )
 
 
-def refusal(states: list[dict[str, object]], expect: str) -> str | None:
+def _refuse_missing_ranks(states: list[dict[str, object]]) -> str | None:
+    short = [
+        (s["url"], c)
+        for s in states
+        for c in cast(dict, (cast(dict, s.get("evidence") or {}).get("ranks") or {})).get("short", [])
+    ]
+    if not short:
+        return None
+    found = "; ".join(f"{url}: active on {c['active']} of {c['total']} ranks ({c.get('group')})" for url, c in short)
+    return (
+        f"--expect-extension on: the extension is not active on every rank ({found}): a rank without it builds "
+        "stock pools and the run would measure a mix. Fix: start every node of the server with the extension "
+        "(`sglang-dsv4 doctor` on each node says why it did not load), or pass --expect-extension any to only "
+        "record the state."
+    )
+
+
+def _server_dtype_refusal(state: dict[str, object], wanted: str) -> str | None:
+    index_k = cast(dict, (cast(dict, state.get("evidence") or {})).get("index_k") or {})
+    if state["state"] != ACTIVE:
+        return f"{state['url']}: not shown active ({state['state']}), so no built index-K dtype is reported"
+    if index_k.get("built") is None:
+        return f"{state['url']}: {index_k_text(index_k)}: cannot tell which dtype it runs"
+    if index_k["built"] != [wanted]:
+        return f"{state['url']}: {index_k_text(index_k)}"
+    return None
+
+
+def _refuse_other_dtype(states: list[dict[str, object]], wanted: str | None) -> str | None:
+    if wanted is None:
+        return None
+    found = [why for why in (_server_dtype_refusal(s, wanted) for s in states) if why]
+    if not found:
+        return None
+    return (
+        f"--expect-index-k-dtype {wanted}: not every server reports a {wanted} index-K pool built "
+        f"({'; '.join(found)}). Fix: point the run at the {wanted} stack (SGLANG_DSV4_INDEX_K_DTYPE={wanted}; "
+        "SGLang's --enable-deepseek-v4-fp4-indexer builds fp4), or ask for the dtype it runs."
+    )
+
+
+def refuse_one_server_twice(states: list[dict[str, object]], what: str = "--server-metrics") -> str | None:
+    """Two states that are one server: the same address key, or records of the same launch and process."""
+    seen: dict[str, str] = {}
+    for s in states:
+        url = str(s["url"])
+        keys = [server_info.address_key(url)] + list(cast(dict, s.get("evidence") or {}).get("identities") or [])
+        for key in keys:
+            if key in seen and seen[key] != url:
+                how = "its address" if key.startswith(("http", "https")) else f"launch/process {key}"
+                return (
+                    f"{what}: {seen[key]} and {url} are one server ({how}); each server has one row of evidence "
+                    "and one server compared with itself shows no difference. Name each server once"
+                )
+            seen.setdefault(key, url)
+    return None
+
+
+def refusal(states: list[dict[str, object]], expect: str, expect_dtype: str | None = None) -> str | None:
     """Why the run must not start with ``--expect-extension expect``, or None."""
+    first = refuse_one_server_twice(states) or _refuse_other_dtype(states, expect_dtype)
+    if first:
+        return first
     if expect == "on":
-        return _refuse_inactive(states) or _refuse_mixed_dtypes(states)
+        return _refuse_inactive(states) or _refuse_missing_ranks(states) or _refuse_mixed_dtypes(states)
     if expect == "off":
         return _refuse_active(states)
     return None
 
 
-def check(states: list[dict[str, object]], expect: str) -> None:
+def refuse_unrecorded(states: list[dict[str, object]]) -> str | None:
+    """For an A/B: every server's records must have been read, whatever ``--expect-extension`` says."""
+    unread = [s for s in states if s["state"] == UNKNOWN]
+    if not unread:
+        return None
+    found = "; ".join(f"{s['url']}: {s['found']}" for s in unread)
+    return (
+        f"an A/B needs every server's record, and these could not be read ({found}): a side whose state is "
+        "not known could be running anything. Fix: name each side's prefill and decode servers with "
+        "--server-metrics-a / --server-metrics-b URL[,URL...] (behind sglang-router, its GET /workers list is "
+        "read when it serves one), each answering /server_info"
+    )
+
+
+def check(states: list[dict[str, object]], expect: str, expect_dtype: str | None = None) -> None:
     """Raise :class:`ServerActivationError` (one paragraph) when the run must not start."""
-    reason = refusal(states, expect)
+    reason = refusal(states, expect, expect_dtype)
     if reason:
         raise ServerActivationError(f"refused before sending any request: {reason}")
+
+
+# ----- the same server after the run ---------------------------------------------------------
+def restart_reason(before: dict[str, object], after: dict[str, object]) -> str | None:
+    """Why the server answering after the run is not the one checked before it (None: the same, or cannot tell)."""
+    was = set(cast(dict, before.get("evidence") or {}).get("identities") or [])
+    if not was or "error" in after:
+        return None
+    now = server_info.identities(_records_of(after))
+    if now == was:
+        return None
+    after_text = ", ".join(sorted(now)) or "none"
+    return f"its schedulers' launch/process changed: before {', '.join(sorted(was))}; after {after_text}"
+
+
+def recheck_note(before: dict[str, object], after: dict[str, object]) -> str | None:
+    """What could not be re-checked after the run (None when it was)."""
+    if "error" in after:
+        return f"cannot tell whether it restarted during the run: {after['error']} (read after the run)"
+    if not cast(dict, before.get("evidence") or {}).get("identities"):
+        return "cannot tell whether it restarted during the run: its records name no launch and process"
+    return None
+
+
+# ----- what a run records per server, and its lines -------------------------------------------
+def servers_recorded(states: list[dict] | None, rows: list[dict] | None) -> list[dict] | None:
+    """Per server, what a comparison reads: state, built index-K dtype, ranks, SGLang and parsing path,
+    and whether it restarted during the run (from the re-read after it)."""
+    if states is None:
+        return None
+    by_url = {str(r.get("url")): r for r in rows or []}
+    out = []
+    for state in states:
+        found = state.get("evidence") or {}
+        row = by_url.get(str(state["url"]), {})
+        out.append(
+            {
+                "url": state["url"],
+                "state": state["state"],
+                "index_k": found.get("index_k"),
+                "ranks": found.get("ranks"),
+                "sglang": found.get("sglang"),
+                "parsing": found.get("parsing"),
+                "restarted": row.get("restarted"),
+                "restart_check": row.get("restart_check"),
+            }
+        )
+    return out
+
+
+def server_lines(servers: list[dict] | None) -> list[str]:
+    """One line per server: its state, built index-K dtype, ranks, SGLang and parsing path; restarts first."""
+    if servers is None:
+        return ["servers: not recorded (a summary of an earlier release): state, index-K dtype and parser unknown"]
+    lines = [f"RESTARTED: {s['url']}: {s['restarted']}" for s in servers if s.get("restarted")]
+    for s in servers:
+        parsing = (s.get("parsing") or {}).get("path", CANNOT_TELL)
+        index_k = index_k_text(s.get("index_k")) if s["state"] == ACTIVE else "index-K not reported (no active record)"
+        lines.append(
+            f"server {s['url']}: extension {s['state']}; {index_k}; "
+            f"{ranks_text(s.get('ranks'))}; SGLang {s.get('sglang') or '?'}, parsing {parsing}"
+        )
+    return lines

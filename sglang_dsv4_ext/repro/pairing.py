@@ -19,11 +19,13 @@ import os
 from dataclasses import dataclass
 from typing import cast
 
+from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.errors import PairingError
 from sglang_dsv4_ext.repro import rundir
 from sglang_dsv4_ext.repro.settings import SHAPE_SETTINGS
 
 ALLOW_FLAG = "--allow-different-settings"
+NOT_COMPARABLE_FLAG = "--fail-if-not-comparable"
 
 
 @dataclass
@@ -154,6 +156,14 @@ def incomplete(summary: dict) -> str:
     return ""
 
 
+def _servers(summary: dict) -> list[dict] | None:
+    """The run's per-server record (``summary["servers"]``; None for a summary of an earlier release)."""
+    servers = summary.get("servers")
+    if isinstance(servers, list) and all(isinstance(x, dict) and "url" in x for x in servers):
+        return servers
+    return None
+
+
 def side(run: LoadedRun) -> dict:
     """What a comparison records about one of its runs."""
     s = run.summary
@@ -165,12 +175,80 @@ def side(run: LoadedRun) -> dict:
         "requests": len(run.records),
         "requests_planned": s.get("requests_planned"),
         "incomplete": incomplete(s),
+        "servers": _servers(s),
     }
+
+
+# ----- what the two sides ran ------------------------------------------------------------------
+def _values(servers: list[dict], pick) -> set[str]:
+    return {str(v) for v in (pick(x) for x in servers) if v is not None}
+
+
+def _built_dtypes(servers: list[dict]) -> set[str] | None:
+    """The built index-K dtypes of a side's servers; None when one server's is not known."""
+    found: set[str] = set()
+    for x in servers:
+        # A stock server reports nothing: "stock" (SGLang's fp8, or fp4 under its fp4-indexer flag) differs from bf16
+        built = (x.get("index_k") or {}).get("built") if x.get("state") == "active" else ["stock"]
+        if x.get("state") not in ("active", "inactive") or built is None:
+            return None
+        found |= set(built)
+    return found
+
+
+def side_lines(result: dict) -> list[str]:
+    """The first lines of every comparison: what each side's servers recorded."""
+    from sglang_dsv4_ext.repro.extension_check import server_lines
+
+    lines = []
+    for name in ("a", "b"):
+        info = result.get(name) or {}
+        label = info.get("label") or name.upper()
+        lines += [f"{name.upper()} ({label}): {line}" for line in server_lines(info.get("servers"))]
+    return lines
+
+
+def _side_problems(name: str, servers: list[dict] | None) -> list[str]:
+    if servers is None:
+        return [f"{name}'s summary records no servers' state: what {name} ran is unknown"]
+    problems = [f"{name}: {x['url']} {x['restarted']}" for x in servers if x.get("restarted")]
+    problems += [f"{name}: {x['url']} extension state {x['state']}" for x in servers if x.get("state") == "unknown"]
+    if _built_dtypes(servers) is None and not any(x.get("state") == "unknown" for x in servers):
+        problems.append(f"{name}: the index-K dtype built is not reported (configured only, or none built)")
+    return problems
+
+
+def evidence_problems(result: dict) -> list[str]:
+    """Why the evidence does not show that the A/B compared what it was asked ([] when it does)."""
+    a, b = ((result.get(n) or {}).get("servers") for n in ("a", "b"))
+    problems = _side_problems("A", a) + _side_problems("B", b)
+    if a is None or b is None:
+        return problems
+    dtypes = (_built_dtypes(a), _built_dtypes(b))
+    if dtypes[0] is not None and dtypes[0] == dtypes[1]:
+        problems.append(
+            f"both sides report the same index-K dtype ({'/'.join(sorted(dtypes[0]))}): the A/B does not compare dtypes"
+        )
+    problems += _parsing_problem(a, b)
+    return problems
+
+
+def _parsing_problem(a: list[dict], b: list[dict]) -> list[str]:
+    paths = [_values(x, lambda s: (s.get("parsing") or {}).get("path")) or {"cannot tell"} for x in (a, b)]
+    if paths[0] == paths[1] and len(paths[0]) == 1 and "cannot tell" not in paths[0]:
+        return []
+    shown = f"A {'/'.join(sorted(paths[0]))}, B {'/'.join(sorted(paths[1]))}"
+    if "cannot tell" in paths[0] | paths[1]:
+        return [f"cannot tell that the sides parse through one path ({shown})"]
+    return [f"the sides parse through different paths ({shown}): a difference may be the parser, not the index-K dtype"]
 
 
 def warnings(result: dict) -> list[str]:
     """The lines every output of a comparison shows first (terminal and report page alike)."""
-    lines = []
+    lines = [
+        f"not comparable as asked ({NOT_COMPARABLE_FLAG} exits {exit_codes.NOT_COMPARABLE}): {p}"
+        for p in result.get("evidence_problems") or []
+    ]
     if result.get("settings_differ"):
         listed = "; ".join(f"{flag}: {text}" for flag, text in result["settings_differ"].items())
         lines.append(

@@ -39,9 +39,9 @@ from typing import IO, Any, cast
 from tqdm import tqdm
 
 from sglang_dsv4_ext import __version__
-from sglang_dsv4_ext.errors import ReproInputError
+from sglang_dsv4_ext.errors import ReproInputError, ServerActivationError
 from sglang_dsv4_ext.repro import client as http
-from sglang_dsv4_ext.repro import extension_check, rundir, server_evidence, strict_json
+from sglang_dsv4_ext.repro import extension_check, rundir, server_evidence, server_info, strict_json
 from sglang_dsv4_ext.repro.reparse import attach_reference, format_origin_table, origin_table, raw_from_visible
 from sglang_dsv4_ext.repro.scenario import TOOLS, TOOLS_BY_NAME, RequestSpec, session_requests
 from sglang_dsv4_ext.repro.settings import RunConfig, metrics_urls, requests_planned
@@ -76,14 +76,19 @@ def auth_headers(api_key_env: str | None) -> dict:
     return {"Authorization": f"Bearer {key}"}
 
 
-def preflight(urls, log_dir: str | None, expect: str) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+def preflight(
+    urls, log_dir: str | None, expect: str, expect_dtype: str | None = None, require_records: bool = False
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """(snapshot, extension states) of ``urls``; raises ServerActivationError when the run must not start,
     :class:`~sglang_dsv4_ext.tool_support.stop_signals.Stopped` at a fatal signal (each read is bounded; nothing is
-    written)."""
+    written). ``require_records`` (an A/B): every server's records must be readable, whatever ``expect``."""
     with stop_signals.raising():
         before = server_evidence.snapshot(urls)
         states = extension_check.server_states(before, log_dir)
-    extension_check.check(states, expect)
+    unrecorded = extension_check.refuse_unrecorded(states) if require_records else None
+    if unrecorded:
+        raise ServerActivationError(f"refused before sending any request: {unrecorded}")
+    extension_check.check(states, expect, expect_dtype)
     return before, states
 
 
@@ -121,9 +126,10 @@ class Runner:
     """One run. ``out_given``: the user named ``cfg.out`` (refused when it holds anything);
     otherwise it is a default name, made unique."""
 
-    def __init__(self, cfg: RunConfig, out_given: bool = True):
+    def __init__(self, cfg: RunConfig, out_given: bool = True, require_records: bool = False):
         self.cfg = cfg
         self.out_given = out_given
+        self.require_records = require_records  # an A/B side: no side runs with its servers unchecked
         self.records: list[dict] = []
         self.planned = requests_planned(cfg)
         self.stopped_by_time_limit = False
@@ -165,8 +171,8 @@ class Runner:
             body["chat_template_kwargs"] = dict(body.get("chat_template_kwargs") or {}, thinking=cfg.thinking)
         return body
 
-    async def _raw_text(self, session, obs, raw: dict):
-        if obs.transport != "ok":
+    async def _raw_text(self, session, obs, raw: dict, verdict: str):
+        if verdict in TRANSPORT_CLASSES:  # a cut or aborted output is kept raw, never re-parsed
             return None, "none"
         if obs.token_ids is None:
             return raw_from_visible(raw)
@@ -205,7 +211,7 @@ class Runner:
             rec["stream_note"] = obs.stream_note
         if verdict != "ok":
             rec["raw"] = obs.raw_dict()
-            raw_text, source = await self._raw_text(session, obs, rec["raw"])
+            raw_text, source = await self._raw_text(session, obs, rec["raw"], verdict)
             attach_reference(rec, raw_text, source, TOOLS_BY_NAME, cfg.repetition, cfg.exact_args)
         return rec
 
@@ -317,7 +323,11 @@ class Runner:
     def _run_and_summarize(self, headers: dict) -> dict:
         # Before the first request and before the directory is claimed: a refusal or a signal writes nothing.
         self.evidence_before, self.extension_states = preflight(
-            self.metrics_urls, self.cfg.serve_logs, self.cfg.expect_extension
+            self.metrics_urls,
+            self.cfg.serve_logs,
+            self.cfg.expect_extension,
+            self.cfg.expect_index_k_dtype,
+            self.require_records,
         )
         if self.signal is not None:
             raise stop_signals.Stopped(self.signal)
@@ -354,7 +364,12 @@ class Runner:
         summary["detokenize"] = self.detokenizer.state
         summary["aborted_by"] = self.aborted_by
         summary["server_evidence"] = self._server_evidence()
-        summary["extension"] = {"expect": self.cfg.expect_extension, "servers": self.extension_states}
+        summary["extension"] = {
+            "expect": self.cfg.expect_extension,
+            "expect_index_k_dtype": self.cfg.expect_index_k_dtype,
+            "servers": self.extension_states,
+        }
+        summary["servers"] = extension_check.servers_recorded(self.extension_states, summary["server_evidence"])
         cleaned, not_finite = strict_json.finite(summary)  # e.g. a NaN in a server's /server_info: null, and said
         summary = cast(dict, cleaned)  # finite gives a dict back for a dict
         if not_finite:
@@ -365,18 +380,18 @@ class Runner:
         rundir.write_json_new(os.path.join(self.cfg.out, rundir.SUMMARY), summary)
         return summary
 
-    def _read_after(self) -> list[dict]:
-        """Every server's /metrics once more, each read bounded; a fatal signal gives up the reads left."""
+    def _read_after(self, path: str, read) -> list[dict]:
+        """Every server's ``path`` once more, each read bounded; a fatal signal gives up the reads left."""
         entries: list[dict] = []
         for url in self.metrics_urls:
             try:
                 with stop_signals.raising():
-                    entries.append(server_evidence.read_metrics(url))
+                    entries.append(read(url))
             except stop_signals.Stopped as stop:
                 self._note_signal(stop.signum)
                 left = self.metrics_urls[len(entries) :]
                 entries += [
-                    {"url": u, "error": f"{u.rstrip('/')}/metrics: the read was given up at {stop}"} for u in left
+                    {"url": u, "error": f"{u.rstrip('/')}{path}: the read was given up at {stop}"} for u in left
                 ]
                 break
         return entries
@@ -385,9 +400,16 @@ class Runner:
         """Per server: counter deltas since the preflight snapshot and the extension state found then."""
         if self.evidence_before is None or self.extension_states is None:  # no preflight (it sets both)
             return None
-        rows = server_evidence.deltas(self.evidence_before, self._read_after())
-        for row, state in zip(rows, self.extension_states):
+        rows = server_evidence.deltas(self.evidence_before, self._read_after("/metrics", server_evidence.read_metrics))
+        infos_after = self._read_after("/server_info", server_info.read)
+        for row, state, after in zip(rows, self.extension_states, infos_after):
             row["extension"] = extension_check.describe(state)
+            why = extension_check.restart_reason(state, after)
+            if why:
+                server_evidence.mark_restarted(row, why)
+            note = extension_check.recheck_note(state, after)
+            if note and not row.get("restarted"):
+                row["restart_check"] = note
         return rows
 
 
@@ -486,6 +508,7 @@ def format_summary(summary: dict) -> str:
 
     done, planned = summary["requests_done"], summary["requests_planned"]
     lines = [f"{summary.get('label') or 'run'}: {done}/{planned} requests{_stop_note(summary)}"]
+    lines += extension_check.server_lines(summary.get("servers"))
     lines.append(f"{'class':<24}" + "".join(f"{'c=' + str(t['concurrency']):>26}" for t in levels) + f"{'all':>26}")
     for c in summary["classes"]:
         lines.append(row(c, lambda t, c=c: t["per_class"][c]))

@@ -49,6 +49,7 @@ EVIDENCE_METRICS = {
     "integrity_not_checked": "sglang:dsv4_index_k_integrity_pages_unchecked",  # summed over its reasons
     "integrity_mismatches": "sglang:dsv4_index_k_integrity_mismatches",
 }
+RESTARTED = "restarted during the run: deltas not comparable"
 NOT_CHECKED = "not checked"  # shown instead of a mismatch count of 0 when no page was checked
 # The extension's activation gauge (sglang_dsv4_ext/plugin/activation.py): value 1, one label set per process.
 EXTENSION_GAUGE = "sglang:dsv4_ext_active"
@@ -154,8 +155,25 @@ def deltas(before: list[dict[str, object]], after: list[dict[str, object]]) -> l
             notes += [f"{label}: {why}"] if why else []
         if notes:
             row["notes"] = "; ".join(notes)
+        went_down = [
+            f"{lbl} went down by {-cast(float, row[lbl]):g}" for lbl in EVIDENCE_METRICS if _negative(row.get(lbl))
+        ]
+        if went_down:  # counters only rise within one launch: from zero again means another launch
+            mark_restarted(row, ", ".join(went_down))
         rows.append(row)
     return rows
+
+
+def _negative(value) -> bool:
+    return isinstance(value, (int, float)) and value < 0
+
+
+def mark_restarted(row: dict[str, object], why: str) -> None:
+    """The server restarted during the run: its deltas are of two launches, so none is shown."""
+    for label in EVIDENCE_METRICS:
+        row[label] = None
+    earlier = str(row["restarted"]).removeprefix(RESTARTED + " (").removesuffix(")") if row.get("restarted") else ""
+    row["restarted"] = f"{RESTARTED} ({'; '.join(w for w in (earlier, why) if w)})"
 
 
 def shown(row: dict[str, object]) -> dict[str, object]:
@@ -185,8 +203,13 @@ def format_table(rows: list[dict[str, object]]) -> str:
         if "error" in row:
             lines.append(f"{row['url']:<28}  unavailable: {row['error']}")
             continue
+        if row.get("restarted"):
+            lines.append(f"{row['url']:<28}  RESTARTED: {row['restarted']}")
+            continue
         cells = [_cell(row[lbl]) for lbl in labels]
         lines.append(f"{row['url']:<28}" + "".join(c.rjust(24) for c in cells))
         if row.get("notes"):
             lines.append(f"{'':<28}  n/a: {row['notes']}")
+        if row.get("restart_check"):
+            lines.append(f"{'':<28}  {row['restart_check']}")
     return "\n".join(lines)

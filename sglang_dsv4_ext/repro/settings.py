@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglang_dsv4_ext.repro import strict_json
-from sglang_dsv4_ext.repro.extension_check import EXPECT_CHOICES
+from sglang_dsv4_ext.repro.extension_check import EXPECT_CHOICES, INDEX_K_DTYPES
 from sglang_dsv4_ext.repro.scenario import ScenarioConfig
 from sglang_dsv4_ext.repro.verdict import RepetitionRule
 
@@ -172,8 +172,9 @@ def _parse_urls(text: str) -> tuple[str, ...]:
 
 
 def _same_server(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
+    from sglang_dsv4_ext.repro.server_info import address_key
+
+    return address_key(url)
 
 
 def _check_urls(urls) -> None:
@@ -198,6 +199,11 @@ def _check_dir(path) -> None:
 def _check_expect(value) -> None:
     if value not in EXPECT_CHOICES:
         raise ValueError(f"expected one of {', '.join(EXPECT_CHOICES)}, got {value!r}")
+
+
+def _check_index_k_dtype(value) -> None:
+    if value not in INDEX_K_DTYPES:
+        raise ValueError(f"expected one of {', '.join(INDEX_K_DTYPES)}, got {value!r}")
 
 
 def _no_check(value) -> None:
@@ -361,6 +367,14 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="{on,off,any}",
     ),
     Setting(
+        "expect_index_k_dtype",
+        None,
+        "refuse, before the first request, unless every server's records report an index-K pool of this "
+        "dtype built (not only configured)",
+        check=_check_index_k_dtype,
+        metavar="{fp8,bf16,fp4}",
+    ),
+    Setting(
         "thinking",
         None,
         "send chat_template_kwargs.thinking on|off (default: the server's default)",
@@ -472,6 +486,7 @@ class RunConfig:
     server_metrics: tuple[str, ...] | None = _default("server_metrics")
     serve_logs: str | None = _default("serve_logs")
     expect_extension: str = _default("expect_extension")
+    expect_index_k_dtype: str | None = _default("expect_index_k_dtype")
     thinking: bool | None = _default("thinking")
     extra_body: dict[str, Any] = _default("extra_body")
     exact_args: bool = _default("exact_args")

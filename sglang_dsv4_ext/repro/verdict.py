@@ -8,6 +8,13 @@ Order of the checks (first match wins), and why:
                                    before any chunk carried a finish_reason (the partial
                                    output is kept as evidence, never judged: half the
                                    arguments of a cut call are not the model's arguments)
+  aborted                          a finish_reason outside stop/length/tool_calls: SGLang's
+                                   graceful abort (scheduler or session-controller abort
+                                   without a status code) ends the request with
+                                   finish_reason "abort" and its partial output
+                                   (serving_chat.py; tokenizer_manager.py
+                                   _handle_abort_finish_reason). Transport too: the partial
+                                   output is kept raw and never judged, like a cut stream
   finish_reason == "length"        degenerate_repetition if the text loops, else
                                    truncated_length: a cut-off output has unclosed
                                    markup, which must not count as malformed
@@ -49,6 +56,7 @@ CLASSES = (
     "http_error",
     "protocol_error",
     "stream_cut",
+    "aborted",
     "timeout",
 )
 # Classes that mean the model output (or its parsing) was broken: the incident metric.
@@ -61,7 +69,10 @@ CORRUPTION_CLASSES = (
     "degenerate_repetition",
 )
 # Classes that say nothing about the output: excluded from paired corruption tests.
-TRANSPORT_CLASSES = ("http_error", "protocol_error", "stream_cut", "timeout")
+TRANSPORT_CLASSES = ("http_error", "protocol_error", "stream_cut", "aborted", "timeout")
+# The finish reasons of a choice that ended on its own (OpenAI's, as SGLang sends them); any other
+# ("abort", or one this version does not know) ended the request from outside the model.
+ENDED_BY_MODEL = ("stop", "length", "tool_calls")
 
 
 @dataclass
@@ -138,6 +149,16 @@ def _transport_verdict(obs: Observation) -> tuple[str, str] | None:
     if obs.transport not in TRANSPORT_CLASSES:
         raise ValueError(f"unknown transport outcome {obs.transport!r}; known: {TRANSPORT_CLASSES}")
     return obs.transport, obs.error or (f"HTTP {obs.http_status}" if obs.http_status else obs.transport)
+
+
+def _finish_verdict(obs: Observation) -> tuple[str, str] | None:
+    """``aborted`` for a choice the server ended (finish_reason outside :data:`ENDED_BY_MODEL`)."""
+    if obs.finish_reason is None or obs.finish_reason in ENDED_BY_MODEL:
+        return None
+    return "aborted", (
+        f"finish_reason={obs.finish_reason!r}: the server ended the request (not stop, length or tool_calls); "
+        "partial output kept, not judged"
+    )[:300]
 
 
 def _loop_text(obs: Observation) -> str:
@@ -238,7 +259,7 @@ def classify(
     exact_args: bool = True,
 ) -> tuple[str, str]:
     """Return (class, detail) for one request; see the module docstring for the order."""
-    early = _transport_verdict(obs) or _length_verdict(obs, repetition) or _markup_verdict(obs)
+    early = _transport_verdict(obs) or _finish_verdict(obs) or _length_verdict(obs, repetition) or _markup_verdict(obs)
     if early:
         return early
     loop = repetition.find(_loop_text(obs))

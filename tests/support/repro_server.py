@@ -17,6 +17,12 @@ Kinds and the verdict each must produce:
     (``choices: [null]``, ``choices`` a string, ``message`` a string, ``tool_calls``
     holding strings, the body or SSE chunk a list)
 
+ABORT_KINDS: SGLang's graceful abort (a scheduler or session-controller abort without a status code):
+HTTP 200 whose choice ends with ``finish_reason: "abort"`` and the partial output so far, here half the
+tool call's arguments (half the answer text on an answer step), streamed or not, as ``serving_chat.py``
+passes ``FINISH_ABORT`` through (``_generate_chat_stream``; ``tokenizer_manager._handle_abort_finish_reason``
+for the non-streaming reply) -> aborted; counted as an aborted request like SGLang's scheduler counts it.
+
 CUT_KINDS: a reply the transport cuts. Streaming (``EXPECTED_STREAM_VERDICT``): ``cut_stream`` sends
 the deltas up to half the tool call's arguments (half the answer text on an answer step) and closes
 the connection (no finish_reason, no ``[DONE]``) -> stream_cut; ``cut_stream_chunked`` does the same
@@ -42,8 +48,9 @@ gauge out (a stock server, or one where the extension did not load); ``metrics=F
 
 ``GET /server_info`` answers like SGLang's, with ``internal_states``: one per DP rank, each carrying the
 scheduler's activation record from ``records`` under ``sglang_dsv4_ext`` (``None``: a stock scheduler,
-no record). By default one rank, active with the first label set of ``extension``, or stock when
-``extension`` is empty; ``server_info=False`` answers 404. ``server_info_extra`` adds top-level keys.
+no record). By default one rank, active with the first label set of ``extension`` (a process of its own,
+the built index-K dtype as requested, ``ranks`` 1 of 1), or stock when ``extension`` is empty;
+``server_info=False`` answers 404. ``server_info_extra`` adds top-level keys.
 
 Hostile answers (:data:`READ_FAULTS`): ``metrics_faults[i]`` is how the i-th ``GET /metrics`` (0: the
 read before a run, 1: the read after it) is answered, ``server_info_faults[i]`` the i-th ``GET
@@ -53,10 +60,16 @@ of unbounded code fails instead of hanging); ``truncated`` declares the whole bo
 half of it; ``bad_status`` answers a status line that is not HTTP; ``long_header`` a header line longer than
 any HTTP client reads (64 KiB); ``nan`` (``/metrics`` only) reports the aborted-requests counter as ``NaN``.
 ``metrics_gets`` / ``server_info_gets`` count the reads that began.
+
+``workers=[URL, ...]`` makes it answer ``GET /workers`` as sglang-router does (``{"workers": [{"url", "worker_type",
+"is_healthy", ...}], "total", "stats"}``, SGLang's ``docs/advanced_features/sgl_model_gateway.md``); a router has no
+``/server_info`` of its own here (``server_info=False``). ``restart_at=N``: when the N-th chat request arrives the
+server is started again, as after a crash: counters from zero, a new launch and process in its records.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
@@ -100,7 +113,9 @@ SHAPES = {
 }
 SHAPE_KINDS = tuple(SHAPES)
 CUT_KINDS = ("cut_stream", "cut_stream_chunked", "done_without_finish", "no_done")
+ABORT_KINDS = ("abort",)
 EXPECTED_VERDICT = {k: k for k in KINDS}
+EXPECTED_VERDICT["abort"] = "aborted"
 EXPECTED_VERDICT.update(
     {"http_500": "http_error", "reset": "http_error", "swallowed_malformed": "wrong_tool", "swallowed_ok": "wrong_tool"}
 )
@@ -124,7 +139,7 @@ ACTIVE_BF16 = {
     "launch": "4242@1764590000.00",
     "process": "4243@1764590003.50",
 }
-ABORTING_KINDS = ("reset", "timeout")  # a real SGLang counts these as aborted requests
+ABORTING_KINDS = ("reset", "timeout", "abort")  # a real SGLang counts these as aborted requests
 READ_FAULTS = ("drip", "truncated", "bad_status", "long_header", "nan")
 
 
@@ -185,6 +200,20 @@ class _Handler(BaseHTTPRequestHandler):
             if fault == "nan":
                 text = re.sub(r"^(sglang:num_aborted_requests_total) .*$", r"\1 NaN", text, flags=re.M)
             self._send_body(200, "text/plain; version=0.0.4", text.encode(), None if fault == "nan" else fault)
+        elif self.path == "/workers" and owner.workers is not None:
+            workers = [
+                {
+                    "id": str(i),
+                    "url": u,
+                    "worker_type": "regular",
+                    "is_healthy": True,
+                    "load": 0,
+                    "connection_mode": "Http",
+                }
+                for i, u in enumerate(owner.workers)
+            ]
+            stats = {"prefill_count": 0, "decode_count": 0, "regular_count": len(workers)}
+            self._send_json(200, {"workers": workers, "total": len(workers), "stats": stats})
         elif self.path == "/health":
             self._send_json(200, {})
         elif self.path == "/v1/models":
@@ -341,6 +370,26 @@ class _Server(ThreadingHTTPServer):
     owner: InjectingServer
 
 
+_PROCESSES = itertools.count(4243)
+
+
+def _next_process() -> str:
+    """A scheduler's ``pid@start time`` no other stand-in of this test process reports (launch_identity's form)."""
+    return f"{next(_PROCESSES)}@1764590003.50"
+
+
+def _record(labels: dict) -> dict:
+    """A scheduler's record as the extension answers it in /server_info (hooks/evidence.py): active, the built
+    index-K dtype beside the requested one, and its ranks counted (one rank of one TP group)."""
+    return dict(
+        labels,
+        active=True,
+        process=_next_process(),
+        index_k_dtype_requested=labels.get("index_k_dtype"),
+        ranks={"active": 1, "total": 1, "group": "tp"},
+    )
+
+
 class InjectingServer:
     def __init__(
         self,
@@ -362,8 +411,10 @@ class InjectingServer:
         drip_s: float = 1.0,
         drip_limit_s: float = 60.0,
         server_info_extra: dict | None = None,
+        workers: list[str] | None = None,
+        restart_at: int | None = None,
     ):
-        known = KINDS + SHAPE_KINDS + CUT_KINDS
+        known = KINDS + SHAPE_KINDS + CUT_KINDS + ABORT_KINDS
         unknown = set(rates) - set(known)
         if unknown:
             raise ValueError(f"unknown kinds {sorted(unknown)}; known: {known}")
@@ -382,8 +433,8 @@ class InjectingServer:
         self.metrics = metrics
         self.stall_after, self.stall_s = stall_after, stall_s
         self.metrics_dir = metrics_dir
-        if records is None:
-            records = [dict(self.extension[0], active=True) if self.extension else None]
+        if records is None:  # one scheduler of its own: a process of the labels' launch that no other stand-in has
+            records = [_record(self.extension[0]) if self.extension else None]
         self.records = records
         self.server_info = server_info
         self.server_info_extra = dict(server_info_extra or {})
@@ -394,6 +445,8 @@ class InjectingServer:
         self.gets = {"metrics": 0, "server_info": 0}
         self.drip_s, self.drip_limit_s = drip_s, drip_limit_s
         self.counters: dict[str, float] = {"sglang:num_aborted_requests": 0.0}
+        self.workers = workers
+        self.restart_at = restart_at
         self._lock = threading.Lock()
         self._httpd: _Server | None = None
 
@@ -431,6 +484,14 @@ class InjectingServer:
     @property
     def server_info_gets(self) -> int:
         return self.gets["server_info"]
+
+    def _restart(self) -> None:
+        """Started again (under the lock): counters from zero, every record of a new launch and process."""
+        self.counters = {family: 0.0 for family in self.counters}
+        self.requests = 1
+        self.records = [
+            None if r is None else dict(r, launch="5151@1764599999.00", process=_next_process()) for r in self.records
+        ]
 
     def internal_states(self) -> list[dict]:
         states = []
@@ -481,6 +542,8 @@ class InjectingServer:
         with self._lock:
             self.injected[sha] = kind
             self.requests += 1
+            if self.restart_at is not None and self.requests == self.restart_at:
+                self._restart()
             self.counters["sglang:num_aborted_requests"] += kind in ABORTING_KINDS
         rng = random.Random(f"body:{self.seed}:{sha}")
         if expected:
@@ -551,6 +614,18 @@ def _build_swallowed_ok(out: _Output, step, tool, args, rng) -> None:
     out.raw = dsml.render([(tool, args)])
 
 
+def _build_abort(out: _Output, step, tool, args, rng) -> None:
+    """What was generated before the abort: half the call's arguments (half the answer)."""
+    _build_ok(out, step, tool, args, rng)
+    if out.calls:
+        name, arguments = out.calls[0]
+        out.calls = [(name, arguments[: len(arguments) // 2])]
+        out.raw = out.raw[: len(out.raw) // 2]
+    else:
+        out.content = out.raw = out.content[: len(out.content) // 2]
+    out.finish = "abort"
+
+
 def _build_nothing(out: _Output, step, tool, args, rng) -> None:
     """Transport and shape kinds: the handler sends something else."""
 
@@ -567,6 +642,7 @@ _BUILDERS = {
     "truncated_length": _build_truncated,
     "swallowed_malformed": _build_swallowed_malformed,
     "swallowed_ok": _build_swallowed_ok,
+    "abort": _build_abort,
     # Cut replies: what was cut is a good reply.
     "cut_stream": _build_ok,
     "cut_stream_chunked": _build_ok,

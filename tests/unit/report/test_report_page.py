@@ -16,6 +16,21 @@ from sglang_dsv4_ext.repro.settings import RunConfig
 N = 40
 
 
+def _server(dtype: str, **fields) -> dict:
+    """One entry of a summary's ``servers`` as `repro run` writes it (extension_check.servers_recorded)."""
+    return {
+        "url": "http://prefill:30000",
+        "state": "active",
+        "index_k": {"built": [dtype], "requested": [dtype]},
+        "ranks": {"active": 8, "total": 8, "group": "tp"},
+        "sglang": "0.5.23",
+        "parsing": {"path": "deepseek-recipe", "why": "SGLang 0.5.23 with deepseekv4"},
+        "restarted": None,
+        "restart_check": None,
+        **fields,
+    }
+
+
 def _run(tmp_path, name, bad_every, done=N, concurrency=(8, 80), **summary):
     """A synthetic run: ``done`` of 40 requests recorded, its summary as `repro run` writes it."""
     d = tmp_path / name
@@ -63,6 +78,7 @@ def _run(tmp_path, name, bad_every, done=N, concurrency=(8, 80), **summary):
                     "interrupted_by": None,
                     "stopped_by_time_limit": False,
                     "config": config,
+                    "servers": [_server("bf16" if name.startswith("bf16") else "fp8")],
                 },
                 **summary,
             )
@@ -148,6 +164,38 @@ def test_page_says_first_that_settings_differ_and_a_run_did_not_finish(tmp_path,
         assert "30 requests of 40 planned" in page.inner_text("section.run >> nth=1")
 
     _open(out, check)
+
+
+def test_page_names_what_each_side_ran_first_and_flags_one_dtype_and_a_restart(tmp_path, capsys):
+    """Both stacks reported bf16 (the "fp8 baseline" was not fp8), and B's server restarted during its run."""
+    _browser_path()
+    restarted = "restarted during the run: deltas not comparable (aborted_requests went down by 4)"
+    a = _run(tmp_path, "fp8-run", 4, servers=[_server("bf16")])
+    b = _run(tmp_path, "bf16-run", 40, servers=[_server("bf16", restarted=restarted)])
+    out = tmp_path / "report.html"
+    assert cli.main(["report", a, b, "-o", str(out)]) == 0  # flagged on the page, not refused
+
+    def check(page):
+        sides, warnings = page.locator(".sides"), page.locator(".warnings")
+        listed = sides.inner_text()
+        assert "A (fp8-run): server http://prefill:30000: extension active; index-K bf16 built" in listed
+        assert "active on 8 of 8 ranks (tp); SGLang 0.5.23, parsing deepseek-recipe" in listed
+        flags = warnings.inner_text()
+        assert "both sides report the same index-K dtype (bf16)" in flags
+        assert f"B: http://prefill:30000 {restarted}" in flags
+        top, flagged, ab = (loc.bounding_box()["y"] for loc in (sides, warnings, page.locator("section.ab")))
+        assert top < flagged < ab
+        marked = page.locator("section.run >> nth=1").locator(".restarted")
+        assert marked.count() == 1 and marked.is_visible() and "RESTARTED" in marked.inner_text()
+        guide = page.locator("section.guide")
+        assert guide.is_visible() and "cannot prove" in guide.inner_text()
+        assert "not comparable as asked" in guide.inner_text() and "RESTARTED" in guide.inner_text()
+
+    _open(out, check)
+    # Scripts can refuse it: the page is written and the exit code says so (exit_codes.NOT_COMPARABLE).
+    capsys.readouterr()
+    assert cli.main(["report", a, b, "-o", str(tmp_path / "flagged.html"), "--fail-if-not-comparable"]) == 4
+    assert "both sides report the same index-K dtype (bf16)" in capsys.readouterr().err
 
 
 def test_report_refuses_a_run_compared_with_itself(tmp_path, capsys):

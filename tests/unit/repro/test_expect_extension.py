@@ -304,7 +304,7 @@ def test_ab_checks_both_stacks_before_anything_and_refuses_server_metrics(tmp_pa
         rc, _, err = run_cli(base, capsys)
         assert_refused(rc, err, b.url, "no sglang-dsv4-ext record")
         rc, _, err = run_cli([*base, "--server-metrics", a.url], capsys)
-        assert_refused(rc, err, "--server-metrics", "repro compare")
+        assert_refused(rc, err, "--server-metrics names one stack's servers", "--server-metrics-a / --server-metrics-b")
         assert a.requests == b.requests == 0
     assert not (tmp_path / "ab").exists()
 

@@ -19,7 +19,8 @@ NON_DEFAULT = {
     "temperature": 0.25, "max_tokens": 64, "request_timeout": 12.5, "time_limit": 90.0,
     "system_prompt_chars": 111, "tool_result_chars": 222, "stream": True, "token_ids": False,
     "detokenize_url": "http://127.0.0.1:30000", "server_metrics": ("http://10.0.0.1:30000", "http://10.0.0.2:30001"),
-    "serve_logs": os.path.dirname(os.path.abspath(__file__)), "expect_extension": "off", "thinking": False,
+    "serve_logs": os.path.dirname(os.path.abspath(__file__)), "expect_extension": "off",
+    "expect_index_k_dtype": "bf16", "thinking": False,
     "extra_body": {"top_k": 5},
     "exact_args": False, "repetition": RepetitionRule(4, 50, 20), "api_key_env": "MY_KEY", "progress": False,
 }  # fmt: skip
@@ -49,7 +50,7 @@ def test_rerun_command_reproduces_every_setting():
                                          ("detokenize_url", "localhost:1"),
                                          ("server_metrics", ("http://10.0.0.1:30000", "10.0.0.2:30000")),
                                          ("server_metrics", ()), ("serve_logs", "/no/such/serve-logs"),
-                                         ("expect_extension", "maybe")])  # fmt: skip
+                                         ("expect_extension", "maybe"), ("expect_index_k_dtype", "int8")])  # fmt: skip
 def test_run_config_built_in_code_refuses_bad_values_naming_the_flag(name, value):
     flag = "--" + name.replace("_", "-")
     with pytest.raises(ValueError, match=flag):
