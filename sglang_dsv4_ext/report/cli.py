@@ -33,6 +33,7 @@ from sglang_dsv4_ext.repro.cli import add_allow_different_settings
 from sglang_dsv4_ext.repro.compare import compare_loaded, pairing_line
 from sglang_dsv4_ext.repro.stats import wilson_interval
 from sglang_dsv4_ext.repro.verdict import CORRUPTION_CLASSES
+from sglang_dsv4_ext.tool_support import urls
 
 _W, _H = 560, 200
 
@@ -237,10 +238,11 @@ def build_page(run_dirs: list[str], allow_different_settings: bool = False) -> s
         "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}"
         ".warnings,.incomplete{background:#fee;border:2px solid #c33;padding:0.5em}"
     )
-    return (
+    page = (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>sglang-dsv4 report</title>"
         f"<style>{style}</style></head><body><h1>sglang-dsv4 repro report</h1>{''.join(sections)}</body></html>"
     )
+    return urls.redact(page)  # also runs whose summary.json was written before URLs were redacted there
 
 
 def _write(path: str, page: str, force: bool) -> None:
@@ -259,7 +261,7 @@ def run(args) -> int:
         page = build_page(args.run_dirs, args.allow_different_settings)
         _write(args.output, page, args.force)
     except (ReproInputError, PairingError) as exc:  # bad input, named
-        print(f"sglang-dsv4 report: {exc}", file=sys.stderr)
+        print(urls.redact(f"sglang-dsv4 report: {exc}"), file=sys.stderr)
         return exit_codes.USAGE
     print(f"wrote {args.output} ({len(args.run_dirs)} run(s))")
     return exit_codes.OK

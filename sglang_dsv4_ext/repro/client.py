@@ -6,6 +6,11 @@ holding strings, an SSE chunk that is a list) is a ``protocol_error`` observatio
 request, not a crash of the run. A stream that ends before any chunk carried a
 ``finish_reason`` (the connection closed, or a chunked body cut) is ``stream_cut``: a transport
 failure whose partial output is kept, never judged (see :func:`_stream_end`).
+
+Redirects are never followed (aiohttp follows them by default, and re-sends a POST on a 307 or 308):
+the server a run measures is the one it checked before the first request (its extension state, its
+evidence), and a redirect leads to one that nobody checked. A redirect is an ``http_error`` naming
+its target (:func:`_redirect_note`); a side request that is redirected gives no answer.
 """
 
 from __future__ import annotations
@@ -239,14 +244,22 @@ async def _read_body(resp: aiohttp.ClientResponse) -> Observation:
     return observation_from_body(data)
 
 
+def _redirect_note(resp: aiohttp.ClientResponse) -> str:
+    """`` redirect to LOCATION not followed`` for a redirect status, else ""."""
+    if not 300 <= resp.status < 400:
+        return ""
+    where = resp.headers.get("Location")
+    return f" redirect to {where!r} not followed" if where else " redirect (no Location) not followed"
+
+
 async def _post(session: aiohttp.ClientSession, url: str, body: dict, headers: dict) -> Observation:
-    async with session.post(url, json=body, headers=headers) as resp:
+    async with session.post(url, json=body, headers=headers, allow_redirects=False) as resp:
         if resp.status != 200:
             text = await resp.text(errors="replace")
             return Observation(
                 transport="http_error",
                 http_status=resp.status,
-                error=f"HTTP {resp.status}",
+                error=f"HTTP {resp.status}{_redirect_note(resp)}"[:500],
                 body_snippet=text[:_SNIPPET],
             )
         obs = await (_read_stream(resp) if body.get("stream") else _read_body(resp))
@@ -275,7 +288,7 @@ async def chat(
 async def get_json(session: aiohttp.ClientSession, url: str, timeout_s: float = 5.0):
     """GET returning parsed JSON, or None when the server does not answer it with JSON."""
     try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s), allow_redirects=False) as resp:
             if resp.status != 200:
                 return None
             return await resp.json(content_type=None)
@@ -345,9 +358,10 @@ class Detokenizer:
 
     async def _post(self, session: aiohttp.ClientSession, ids: list[int]) -> str:
         body = {"tokens": ids, "skip_special_tokens": False}
-        async with session.post(self.url, json=body, timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as resp:
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        async with session.post(self.url, json=body, timeout=timeout, allow_redirects=False) as resp:
             if resp.status != 200:
-                raise DetokenizeError(f"HTTP {resp.status}")
+                raise DetokenizeError(f"HTTP {resp.status}{_redirect_note(resp)}")
             try:
                 return _Detokenized.model_validate(await resp.json(content_type=None)).text
             except (ValueError, ValidationError) as exc:

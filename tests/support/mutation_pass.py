@@ -676,7 +676,7 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         "repro: a URL's port must be 1..65535",
-        "sglang_dsv4_ext/repro/settings.py",
+        "sglang_dsv4_ext/tool_support/urls.py",
         "    if port is not None and not PORTS[0] <= port <= PORTS[1]:",
         "    if False:",
         (
