@@ -403,10 +403,21 @@ def add_flags(group) -> None:
             )
 
 
+def _check_one_authorization(cfg) -> None:
+    """aiohttp sends a URL's user and password as an Authorization header and refuses a request that also has
+    one of its own (``Cannot combine AUTHORIZATION header ...``, raised per request): refuse the pair up front."""
+    if cfg.api_key_env and urls.has_credentials(cfg.endpoint):
+        raise ValueError(
+            f"--endpoint {urls.redact(cfg.endpoint)} carries a user and password and --api-key-env "
+            f"{cfg.api_key_env} an API key; a request has one Authorization header: give one of them"
+        )
+
+
 def _check_run(cfg) -> None:
     check_url("--endpoint", cfg.endpoint)
     for s in SETTINGS:
         s.validate(getattr(cfg, s.name))
+    _check_one_authorization(cfg)
 
 
 def metrics_urls(cfg) -> tuple[str, ...]:

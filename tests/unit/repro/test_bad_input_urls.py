@@ -174,3 +174,15 @@ def test_a_redirected_chat_request_is_not_followed_and_the_record_names_the_targ
     assert len(records) == 8 and {r["verdict"] for r in records} == {"http_error"}
     assert {r["http_status"] for r in records} == {307}
     assert f"redirect to '{target.url}/v1/chat/completions' not followed" in records[0]["detail"]
+
+
+def test_credentials_in_the_endpoint_and_an_api_key_are_refused_before_anything(tmp_path, capsys, monkeypatch):
+    """aiohttp refuses every such request ("Cannot combine AUTHORIZATION header ..."): the run used to start,
+    write its directory and end on the first request."""
+    monkeypatch.setenv("REPRO_KEY", "k")
+    out = tmp_path / "run"
+    with InjectingServer({}, seed=1) as srv:
+        argv = ["repro", "run", "--endpoint", _with_credentials(srv.url), "--api-key-env", "REPRO_KEY"]
+        rc, _, err = run_cli([*argv, "--out", str(out), *TINY], capsys)
+    assert_refused(rc, err, "carries a user and password and --api-key-env REPRO_KEY an API key", "give one of them")
+    assert SECRET not in err and not out.exists() and srv.requests == 0
