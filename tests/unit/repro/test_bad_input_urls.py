@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -82,14 +83,22 @@ def _with_credentials(url: str) -> str:
     return f"{scheme}://operator:{SECRET}@{rest}"
 
 
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_credentials_in_the_endpoint_are_written_and_shown_nowhere(tmp_path, capsys):
+    """The failing /detokenize URL puts a URL into the records and reparsed.jsonl too (their raw_source says why)."""
     out, page = str(tmp_path / "run"), str(tmp_path / "page.html")
+    refusing = _with_credentials(f"http://127.0.0.1:{_closed_port()}")
     with InjectingServer({"malformed_dsml": 0.5}, seed=1) as srv:
         secret_url = _with_credentials(srv.url)
-        flags = ["--server-metrics", secret_url, "--detokenize-url", secret_url]
+        flags = ["--server-metrics", secret_url, "--detokenize-url", refusing]
         rc, stdout, err = run_cli(["repro", "run", "--endpoint", secret_url, "--out", out, *TINY, *flags], capsys)
         assert rc == 0, err
-        rc, stdout2, err2 = run_cli(["repro", "reparse", out, "--detokenize-url", secret_url], capsys)
+        rc, stdout2, err2 = run_cli(["repro", "reparse", out, "--detokenize-url", refusing], capsys)
         assert rc == 0, err2
     rc, stdout3, err3 = run_cli(["report", out, "-o", page], capsys)
     assert rc == 0, err3
@@ -101,6 +110,18 @@ def test_credentials_in_the_endpoint_are_written_and_shown_nowhere(tmp_path, cap
     assert summary["endpoint"] == redacted and summary["config"]["server_metrics"] == [redacted]
     assert f"--endpoint {redacted}" in summary["rerun_command"]
     assert f"re-run: sglang-dsv4 repro run --endpoint {redacted}" in stdout
+    failed = [r for r in _records(out) if r["verdict"] != "ok"]
+    assert failed and all("unavailable: http://***@127.0.0.1:" in r["reference"]["raw_source"] for r in failed)
+    with open(os.path.join(out, "reparsed.jsonl")) as f:
+        assert "decode failed: unavailable: http://***@127.0.0.1:" in f.read()
+
+
+def test_a_refused_server_is_named_without_its_credentials(tmp_path, capsys):
+    with InjectingServer({}, extension=[]) as srv:  # a stock server: refused by --expect-extension on
+        argv = ["repro", "run", "--endpoint", _with_credentials(srv.url), "--out", str(tmp_path / "run"), *TINY]
+        rc, _, err = run_cli(argv, capsys)
+    assert_refused(rc, err, "http://***@" + srv.url.split("://", 1)[1], "no sglang-dsv4-ext record")
+    assert SECRET not in err
 
 
 def test_a_summary_written_with_credentials_is_shown_without_them(tmp_path, capsys):
