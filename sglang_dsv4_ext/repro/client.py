@@ -11,6 +11,10 @@ Redirects are never followed (aiohttp follows them by default, and re-sends a PO
 the server a run measures is the one it checked before the first request (its extension state, its
 evidence), and a redirect leads to one that nobody checked. A redirect is an ``http_error`` naming
 its target (:func:`_redirect_note`); a side request that is redirected gives no answer.
+
+What this client says about a request (an error, the detokenizer's state) names URLs without their user
+and password (:func:`sglang_dsv4_ext.tool_support.urls.redact`): those texts go into the records. The
+model's output is kept as it came, URLs in it included: it is the evidence.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sglang_dsv4_ext.errors import DetokenizeError
 from sglang_dsv4_ext.repro.verdict import Observation
+from sglang_dsv4_ext.tool_support import urls
 
 _SNIPPET = 2000
 
@@ -249,7 +254,7 @@ def _redirect_note(resp: aiohttp.ClientResponse) -> str:
     if not 300 <= resp.status < 400:
         return ""
     where = resp.headers.get("Location")
-    return f" redirect to {where!r} not followed" if where else " redirect (no Location) not followed"
+    return f" redirect to {urls.redact(where)!r} not followed" if where else " redirect (no Location) not followed"
 
 
 async def _post(session: aiohttp.ClientSession, url: str, body: dict, headers: dict) -> Observation:
@@ -281,7 +286,7 @@ async def chat(
         return Observation(transport="timeout", error=f"no complete response within {timeout_s:g} s")
     except (aiohttp.ClientError, ConnectionError, OSError) as exc:
         # Resets, refused connections, truncated bodies.
-        return Observation(transport="http_error", error=f"{type(exc).__name__}: {exc}"[:500])
+        return Observation(transport="http_error", error=urls.redact(f"{type(exc).__name__}: {exc}")[:500])
 
 
 # ----- side requests ---------------------------------------------------------------------------
@@ -336,7 +341,7 @@ class Detokenizer:
         try:
             text = await self._post(session, ids)
         except (DetokenizeError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            self.state = (
+            self.state = urls.redact(
                 f"unavailable: {self.url} failed ({exc}); run `sglang-dsv4 repro reparse` "
                 "with --detokenize-url or --tokenizer"
             )

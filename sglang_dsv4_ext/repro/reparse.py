@@ -18,7 +18,6 @@ from typing import cast
 from sglang_dsv4_ext.errors import DetokenizeError, ReproInputError
 from sglang_dsv4_ext.repro import dsml, rundir
 from sglang_dsv4_ext.repro.verdict import Observation, RepetitionRule, classify, reference_origin
-from sglang_dsv4_ext.tool_support import urls
 
 Decoder = Callable[[list[int]], str]  # raises DetokenizeError (or OSError ...) when it cannot
 
@@ -162,6 +161,6 @@ def reparse_run(run_dir: str, decode: Decoder | None) -> dict:
     out = rundir.free_name(run_dir, rundir.REPARSED)
     with open(out, "x", encoding="utf-8") as fout:
         for rec in records:
-            fout.write(urls.redact(json.dumps(rec, ensure_ascii=False)) + "\n")
+            fout.write(json.dumps(rec, ensure_ascii=False) + "\n")
     failures = [r for r in records if r["verdict"] != "ok"]
     return {"failures": len(failures), "origin_by_verdict": origin_table(failures), "path": out}

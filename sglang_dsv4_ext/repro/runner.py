@@ -212,7 +212,7 @@ class Runner:
 
     def _record(self, rec: dict, tally: _Tally, bar: tqdm) -> None:
         assert self._jsonl is not None, "records are made only while requests.jsonl is open"
-        self._jsonl.write(urls.redact(json.dumps(rec, ensure_ascii=False)) + "\n")
+        self._jsonl.write(json.dumps(rec, ensure_ascii=False) + "\n")
         self._jsonl.flush()
         self.records.append(rec)
         tally.add(rec["verdict"])
