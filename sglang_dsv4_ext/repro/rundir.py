@@ -206,6 +206,19 @@ def _check_level(summary: dict, rec: dict) -> None:
         raise ValueError(f"level {level} at concurrency {conc!r}, but the run's levels are {shown} ({SUMMARY})")
 
 
+def _check_shape(summary: dict, rec: dict) -> None:
+    """The record's session and round are within the run's --sessions and --rounds, its step one the run has."""
+    config = summary.get("config")
+    if not isinstance(config, dict):
+        return
+    for field, setting in (("session", "sessions"), ("round", "rounds")):
+        value, count = rec.get(field), config.get(setting)
+        if _int(value) and _int(count) and not 0 <= value < count:
+            raise ValueError(f"{field} {value} is past the run's {count} {setting} ({SUMMARY} config.{setting})")
+    if rec["step"] == "answer" and config.get("answer_step") is False:
+        raise ValueError(f"an answer step, but the run had none ({SUMMARY} config.answer_step is false)")
+
+
 def _check_time(summary: dict, rec: dict) -> None:
     start, duration, started = summary.get("started_at"), summary.get("duration_s"), rec.get("started_at")
     if not (_number(start) and _number(duration) and _number(started)):
@@ -218,11 +231,12 @@ def _check_time(summary: dict, rec: dict) -> None:
 
 
 def record_of_summary(summary: dict) -> RecordCheck:
-    """The check that a record is one of the run ``summary`` describes (run id, level, start time)."""
+    """The check that a record is one of the run ``summary`` describes (run id, level, shape, start time)."""
 
     def check(rec: dict) -> None:
         _check_run_id(summary, rec)
         _check_level(summary, rec)
+        _check_shape(summary, rec)
         _check_time(summary, rec)
 
     return check

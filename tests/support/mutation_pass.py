@@ -768,6 +768,13 @@ MUTATIONS: list[Mutation] = [
         ),
     ),
     Mutation(
+        "repro: a record past the run's sessions or rounds is refused",
+        "sglang_dsv4_ext/repro/rundir.py",
+        "        _check_shape(summary, rec)\n",
+        "",
+        ("tests/unit/repro/test_bad_input_run_files.py::test_a_record_past_the_runs_sessions_or_rounds_is_refused",),
+    ),
+    Mutation(
         "repro: a run file linked into another directory is refused",
         "sglang_dsv4_ext/repro/rundir.py",
         "    for name in (REQUESTS, SUMMARY):\n        check_own_file(run_dir, name)\n",

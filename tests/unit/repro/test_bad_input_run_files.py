@@ -111,6 +111,32 @@ def test_a_record_at_a_concurrency_that_is_none_of_the_runs_levels_is_refused(co
              "(2, summary.json config.concurrency)")  # fmt: skip
 
 
+@pytest.mark.parametrize("field, value, message", [
+    ("session", 5, "session 5 is past the run's 2 sessions (summary.json config.sessions)"),
+    ("round", 2, "round 2 is past the run's 2 rounds (summary.json config.rounds)"),
+], ids=["session", "round"])  # fmt: skip
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_record_past_the_runs_sessions_or_rounds_is_refused(command, field, value, message, run, runs, tmp_path,
+                                                              capsys):  # fmt: skip
+    """A summary of a smaller run (--sessions 2 --rounds 2) beside records of a bigger one."""
+    records = _records(run)
+    records[2][field] = value
+    _write_records(run, records)
+    _refused(command, run, _other_run(runs, tmp_path), tmp_path, capsys, f"{requests_file(run)}:3: {message}")
+
+
+def test_an_answer_step_of_a_run_without_answer_steps_is_refused(run, runs, tmp_path, capsys):
+    path = os.path.join(run, "summary.json")
+    with open(path) as f:
+        summary = json.load(f)
+    summary["config"]["answer_step"] = False  # as --no-answer-step writes it
+    with open(path, "w") as f:
+        json.dump(summary, f)
+    _refused("reparse", run, _other_run(runs, tmp_path), tmp_path, capsys,
+             f"{requests_file(run)}:",  # the first answer step's line (records are written as requests end)
+             "an answer step, but the run had none (summary.json config.answer_step is false)")  # fmt: skip
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_records_fewer_than_the_summary_says_are_refused(command, run, runs, tmp_path, capsys):
     _write_records(run, _records(run)[:-1])
