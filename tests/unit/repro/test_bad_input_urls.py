@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from sglang_dsv4_ext.repro import settings
+from sglang_dsv4_ext.tool_support import urls
 from tests.support.repro_cli import TINY, assert_refused, make_run, run_cli
 from tests.support.repro_server import InjectingServer
 
@@ -81,6 +82,18 @@ def test_ab_takes_endpoints_with_their_scheme_in_capitals(tmp_path, capsys):
 def _with_credentials(url: str) -> str:
     scheme, rest = url.split("://", 1)
     return f"{scheme}://operator:{SECRET}@{rest}"
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("http://u:p@h:1", "http://***@h:1"),
+    ("HTTPS://token@h/v1", "HTTPS://***@h/v1"),  # a user alone (a token) is a secret too
+    ("http://a:b@c@h:1/x", "http://***@h:1/x"),  # urlsplit's host is after the last @
+    ('{"u": "http://u:p@h:1", "v": "x@y"}', '{"u": "http://***@h:1", "v": "x@y"}'),
+    ("http://u:p@a:1,http://u:p@b:2", "http://***@a:1,http://***@b:2"),  # --server-metrics' list
+    ("http://h:1/path@x and me@example.org", "http://h:1/path@x and me@example.org"),  # no user before the host
+])  # fmt: skip
+def test_redact_hides_the_user_information_of_every_url_and_nothing_else(text, shown):
+    assert urls.redact(text) == shown
 
 
 def _closed_port() -> int:
