@@ -151,3 +151,12 @@ def test_a_run_directory_that_is_a_link_reads_as_the_run(runs, tmp_path, capsys)
     os.symlink(runs[0], link)
     rc, _, err = run_cli(["report", str(link), "-o", str(tmp_path / "page.html")], capsys)
     assert rc == 0, err
+
+
+def test_a_record_with_the_runs_id_is_its_record_whatever_the_wall_clock_said(run, capsys):
+    """The wall clock set back an hour during the run: the start times are off, the run id decides."""
+    records = _records(run)
+    records[-1]["started_at"] -= 3600
+    _write_records(run, records)
+    rc, out, err = run_cli(["repro", "reparse", run], capsys)
+    assert rc == 0 and "re-parsed" in out, err
