@@ -33,6 +33,7 @@ from sglang_dsv4_ext.repro.cli import add_allow_different_settings, add_not_comp
 from sglang_dsv4_ext.repro.compare import compare_loaded, pairing_line
 from sglang_dsv4_ext.repro.stats import wilson_interval
 from sglang_dsv4_ext.repro.verdict import CORRUPTION_CLASSES
+from sglang_dsv4_ext.tool_support import urls
 
 _W, _H = 560, 200
 
@@ -318,10 +319,11 @@ def _page(sections: list[str], ab: dict | None = None) -> str:
         "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}"
         ".warnings,.incomplete,.restarted{background:#fee;border:2px solid #c33;padding:0.5em}"
     )
-    return (
+    page = (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>sglang-dsv4 report</title>"
         f"<style>{style}</style></head><body><h1>sglang-dsv4 repro report</h1>{''.join(sections)}</body></html>"
     )
+    return urls.redact(page)  # also runs whose summary.json was written before URLs were redacted there
 
 
 def _write(path: str, page: str, force: bool) -> None:
@@ -340,7 +342,7 @@ def run(args) -> int:
         sections, ab = _sections(args.run_dirs, args.allow_different_settings)
         _write(args.output, _page(sections, ab), args.force)
     except (ReproInputError, PairingError) as exc:  # bad input, named
-        print(f"sglang-dsv4 report: {exc}", file=sys.stderr)
+        print(urls.redact(f"sglang-dsv4 report: {exc}"), file=sys.stderr)
         return exit_codes.USAGE
     print(f"wrote {args.output} ({len(args.run_dirs)} run(s))")
     if ab is not None and getattr(args, "fail_if_not_comparable", False) and not ab["comparable"]:

@@ -15,7 +15,7 @@ from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.errors import PairingError, ReproInputError
 from sglang_dsv4_ext.repro import rundir
 from sglang_dsv4_ext.repro.verdict import CLASSES
-from sglang_dsv4_ext.tool_support import stop_signals
+from sglang_dsv4_ext.tool_support import stop_signals, urls
 
 _EPILOG = """\
 examples:
@@ -56,7 +56,7 @@ def _arg_type(check):
         try:
             return check(text)
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+            raise argparse.ArgumentTypeError(urls.redact(str(exc))) from None
 
     parse.__name__ = check.__name__.strip("_")
     return parse
@@ -89,7 +89,7 @@ def _alpha(text: str) -> float:
 
 
 def _error(action: str, exc: object) -> int:
-    print(f"sglang-dsv4 repro {action}: {exc}", file=sys.stderr)
+    print(urls.redact(f"sglang-dsv4 repro {action}: {exc}"), file=sys.stderr)
     return exit_codes.USAGE
 
 
@@ -113,7 +113,7 @@ def _do_run(args) -> int:
         return _error("run", exc)
     except stop_signals.Stopped as stop:
         return _stopped_before_start("run", stop)
-    print(format_summary(summary))
+    print(urls.redact(format_summary(summary)))
     print(f"results: {os.path.join(cfg.out, rundir.REQUESTS)}, {os.path.join(cfg.out, rundir.SUMMARY)}")
     if runner.signal is not None:
         return exit_codes.for_signal(runner.signal)
@@ -245,7 +245,7 @@ def _do_ab(args) -> int:
             return _error("ab", f"side {side} ({cfg.endpoint}): {exc}. Kept: {_ab_kept(out, done)}")
         except stop_signals.Stopped as stop:
             return _stopped_before_start("ab", stop, f"before side {side}'s first request: {_ab_kept(out, done)}")
-        print(format_summary(summary))
+        print(urls.redact(format_summary(summary)))
         if runner.signal is not None:
             print(f"results so far: {cfg.out} (no comparison: stopped by {stop_signals.signal_name(runner.signal)})")
             return exit_codes.for_signal(runner.signal)

@@ -6,6 +6,15 @@ holding strings, an SSE chunk that is a list) is a ``protocol_error`` observatio
 request, not a crash of the run. A stream that ends before any chunk carried a
 ``finish_reason`` (the connection closed, or a chunked body cut) is ``stream_cut``: a transport
 failure whose partial output is kept, never judged (see :func:`_stream_end`).
+
+Redirects are never followed (aiohttp follows them by default, and re-sends a POST on a 307 or 308):
+the server a run measures is the one it checked before the first request (its extension state, its
+evidence), and a redirect leads to one that nobody checked. A redirect is an ``http_error`` naming
+its target (:func:`_redirect_note`); a side request that is redirected gives no answer.
+
+What this client says about a request (an error, the detokenizer's state) names URLs without their user
+and password (:func:`sglang_dsv4_ext.tool_support.urls.redact`): those texts go into the records. The
+model's output is kept as it came, URLs in it included: it is the evidence.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sglang_dsv4_ext.errors import DetokenizeError
 from sglang_dsv4_ext.repro.verdict import Observation
+from sglang_dsv4_ext.tool_support import urls
 
 _SNIPPET = 2000
 
@@ -239,14 +249,22 @@ async def _read_body(resp: aiohttp.ClientResponse) -> Observation:
     return observation_from_body(data)
 
 
+def _redirect_note(resp: aiohttp.ClientResponse) -> str:
+    """`` redirect to LOCATION not followed`` for a redirect status, else ""."""
+    if not 300 <= resp.status < 400:
+        return ""
+    where = resp.headers.get("Location")
+    return f" redirect to {urls.redact(where)!r} not followed" if where else " redirect (no Location) not followed"
+
+
 async def _post(session: aiohttp.ClientSession, url: str, body: dict, headers: dict) -> Observation:
-    async with session.post(url, json=body, headers=headers) as resp:
+    async with session.post(url, json=body, headers=headers, allow_redirects=False) as resp:
         if resp.status != 200:
             text = await resp.text(errors="replace")
             return Observation(
                 transport="http_error",
                 http_status=resp.status,
-                error=f"HTTP {resp.status}",
+                error=f"HTTP {resp.status}{_redirect_note(resp)}"[:500],
                 body_snippet=text[:_SNIPPET],
             )
         obs = await (_read_stream(resp) if body.get("stream") else _read_body(resp))
@@ -268,14 +286,14 @@ async def chat(
         return Observation(transport="timeout", error=f"no complete response within {timeout_s:g} s")
     except (aiohttp.ClientError, ConnectionError, OSError) as exc:
         # Resets, refused connections, truncated bodies.
-        return Observation(transport="http_error", error=f"{type(exc).__name__}: {exc}"[:500])
+        return Observation(transport="http_error", error=urls.redact(f"{type(exc).__name__}: {exc}")[:500])
 
 
 # ----- side requests ---------------------------------------------------------------------------
 async def get_json(session: aiohttp.ClientSession, url: str, timeout_s: float = 5.0):
     """GET returning parsed JSON, or None when the server does not answer it with JSON."""
     try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s), allow_redirects=False) as resp:
             if resp.status != 200:
                 return None
             return await resp.json(content_type=None)
@@ -323,7 +341,7 @@ class Detokenizer:
         try:
             text = await self._post(session, ids)
         except (DetokenizeError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            self.state = (
+            self.state = urls.redact(
                 f"unavailable: {self.url} failed ({exc}); run `sglang-dsv4 repro reparse` "
                 "with --detokenize-url or --tokenizer"
             )
@@ -345,9 +363,10 @@ class Detokenizer:
 
     async def _post(self, session: aiohttp.ClientSession, ids: list[int]) -> str:
         body = {"tokens": ids, "skip_special_tokens": False}
-        async with session.post(self.url, json=body, timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as resp:
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        async with session.post(self.url, json=body, timeout=timeout, allow_redirects=False) as resp:
             if resp.status != 200:
-                raise DetokenizeError(f"HTTP {resp.status}")
+                raise DetokenizeError(f"HTTP {resp.status}{_redirect_note(resp)}")
             try:
                 return _Detokenized.model_validate(await resp.json(content_type=None)).text
             except (ValueError, ValidationError) as exc:

@@ -37,8 +37,9 @@ class LoadedRun:
 
 def load(run_dir: str, check: rundir.RecordCheck | None = None) -> LoadedRun:
     """A run directory's records (a bad line, or one ``check`` refuses, is refused naming FILE:LINE) and summary."""
-    _, records = rundir.load_records(run_dir, check)
-    return LoadedRun(run_dir, rundir.load_summary(run_dir, required=False), records)
+    summary = rundir.load_summary(run_dir, required=False)
+    _, records = rundir.load_run_records(run_dir, summary, check)
+    return LoadedRun(run_dir, summary, records)
 
 
 # ----- a run compared with itself --------------------------------------------------------------

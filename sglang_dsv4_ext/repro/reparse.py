@@ -129,9 +129,9 @@ def _decode_record(rec: dict, decode: Decoder | None):
     return text, "token_ids"
 
 
-def _verdict_settings(run_dir: str):
+def _verdict_settings(run_dir: str, summary: dict):
     """(repetition rule, exact-args mode) the run was judged with, from its summary."""
-    cfg = rundir.load_summary(run_dir, required=True).get("config")
+    cfg = summary.get("config")
     where = os.path.join(run_dir, rundir.SUMMARY)
     if not isinstance(cfg, dict):
         raise ReproInputError(f"{where}: has no 'config' object (not written by `sglang-dsv4 repro run`?)")
@@ -149,9 +149,11 @@ def reparse_run(run_dir: str, decode: Decoder | None) -> dict:
     """Re-parse every failure of ``run_dir``; write a new reparsed file; return counts and its path."""
     from sglang_dsv4_ext.repro.scenario import TOOLS_BY_NAME
 
-    src = rundir.requests_path(run_dir)
-    rep, exact = _verdict_settings(run_dir)
-    records = list(rundir.iter_records(src))  # every line checked before anything is written
+    rundir.requests_path(run_dir)
+    summary = rundir.load_summary(run_dir, required=True)
+    rep, exact = _verdict_settings(run_dir, summary)
+    _, by_key = rundir.load_run_records(run_dir, summary)  # every line checked before anything is written
+    records = list(by_key.values())
     for rec in records:
         if rec["verdict"] != "ok":
             raw, source = _decode_record(rec, decode)

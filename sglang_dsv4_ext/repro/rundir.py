@@ -2,7 +2,11 @@
 
 Why here: a run is evidence. Every module that writes or reads a run goes through these names
 and functions, so no code path can truncate an earlier run's ``requests.jsonl``, and every
-reader reports a bad line as ``FILE:LINE: what is wrong`` instead of a traceback.
+reader reports a bad line as ``FILE:LINE: what is wrong`` instead of a traceback. A run's records
+and its summary are read as one run (:func:`load_run_records`): a records file that is a link into
+another directory, a record of another run (its ``run_id``, its start time outside the run's), at a
+concurrency that is none of the run's levels, or a record count the summary does not say, is refused,
+since a summary judged beside records it did not describe is a verdict about nothing.
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import TypeGuard
 
 from sglang_dsv4_ext.errors import ReproInputError
 from sglang_dsv4_ext.repro import strict_json
 from sglang_dsv4_ext.repro.verdict import CLASSES
+from sglang_dsv4_ext.tool_support import urls
 
 REQUESTS = "requests.jsonl"  # one line per finished request
 SUMMARY = "summary.json"  # rates, configuration, counts, re-run command
@@ -131,12 +137,6 @@ def _numbered_records(path: str) -> Iterator[tuple[int, dict]]:
             yield i, _record_from_line(path, i, line, i == len(lines))
 
 
-def iter_records(path: str) -> Iterator[dict]:
-    """Every record of a ``requests.jsonl``, checked; a bad line raises naming FILE:LINE."""
-    for _, rec in _numbered_records(path):
-        yield rec
-
-
 RecordCheck = Callable[[dict], None]  # raises ValueError naming the field; the caller adds FILE:LINE
 
 
@@ -156,6 +156,120 @@ def load_records(run_dir: str, check: RecordCheck | None = None) -> tuple[str, d
         if key in records:
             raise ReproInputError(f"{path}: request {key!r} is recorded twice (records {first_line[key]} and {n})")
         records[key], first_line[key] = rec, n
+    return path, records
+
+
+# ----- one run's records and summary, read as one run ------------------------------------------
+CLOCK_SLACK_S = 2.0  # records' started_at and the summary's started_at/duration_s are rounded to 1 ms
+
+
+def check_own_file(run_dir: str, name: str) -> None:
+    """Refuse a run file that is a symbolic link into another directory (another run's file)."""
+    path = os.path.join(run_dir, name)
+    if not os.path.islink(path):
+        return
+    real = os.path.realpath(path)
+    if os.path.dirname(real) != os.path.realpath(run_dir):
+        raise ReproInputError(
+            f"{path}: a link to {real}, a file of another directory; a run's {name} must be its own "
+            "(copy the run directory instead of linking its files)"
+        )
+
+
+def _int(value) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_run_id(summary: dict, rec: dict) -> None:
+    run_id, of_record = summary.get("run_id"), rec.get("run_id")
+    if isinstance(run_id, str) and of_record is not None and of_record != run_id:
+        raise ValueError(
+            f"a record of run {of_record!r}, but {SUMMARY} is of run {run_id!r}: one run's records beside "
+            "another run's summary"
+        )
+
+
+def _check_level(summary: dict, rec: dict) -> None:
+    config = summary.get("config")
+    levels = config.get("concurrency") if isinstance(config, dict) else None
+    if not isinstance(levels, list) or not levels or "concurrency" not in rec:
+        return
+    conc, level = rec["concurrency"], rec.get("level")
+    shown = ",".join(str(c) for c in levels)
+    if conc not in levels:
+        raise ValueError(f"concurrency {conc!r} is none of the run's levels ({shown}, {SUMMARY} config.concurrency)")
+    if _int(level) and not (0 <= level < len(levels) and levels[level] == conc):
+        raise ValueError(f"level {level} at concurrency {conc!r}, but the run's levels are {shown} ({SUMMARY})")
+
+
+def _check_shape(summary: dict, rec: dict) -> None:
+    """The record's session and round are within the run's --sessions and --rounds, its step one the run has."""
+    config = summary.get("config")
+    if not isinstance(config, dict):
+        return
+    for field, setting in (("session", "sessions"), ("round", "rounds")):
+        value, count = rec.get(field), config.get(setting)
+        if _int(value) and _int(count) and not 0 <= value < count:
+            raise ValueError(f"{field} {value} is past the run's {count} {setting} ({SUMMARY} config.{setting})")
+    if rec["step"] == "answer" and config.get("answer_step") is False:
+        raise ValueError(f"an answer step, but the run had none ({SUMMARY} config.answer_step is false)")
+
+
+def _check_time(summary: dict, rec: dict) -> None:
+    """For a record without a run id (sglang-dsv4-ext 0.3.0 wrote none): it started while the run ran.
+
+    A record with one is judged by it alone, so a wall clock set back during a run refuses no record of it."""
+    start, duration, started = summary.get("started_at"), summary.get("duration_s"), rec.get("started_at")
+    if "run_id" in rec or not (_number(start) and _number(duration) and _number(started)):
+        return
+    if not start - CLOCK_SLACK_S <= started <= start + duration + CLOCK_SLACK_S:
+        raise ValueError(
+            f"started at {started} (epoch seconds), outside the run {SUMMARY} describes "
+            f"({start:.3f} for {duration} s): a record of another run"
+        )
+
+
+def record_of_summary(summary: dict) -> RecordCheck:
+    """The check that a record is one of the run ``summary`` describes (run id, level, shape, start time)."""
+
+    def check(rec: dict) -> None:
+        _check_run_id(summary, rec)
+        _check_level(summary, rec)
+        _check_shape(summary, rec)
+        _check_time(summary, rec)
+
+    return check
+
+
+def _both(first: RecordCheck | None, second: RecordCheck) -> RecordCheck:
+    def check(rec: dict) -> None:
+        if first is not None:
+            first(rec)
+        second(rec)
+
+    return check
+
+
+def _check_count(run_dir: str, summary: dict, count: int) -> None:
+    done = summary.get("requests_done")
+    if _int(done) and done != count:
+        raise ReproInputError(
+            f"{os.path.join(run_dir, REQUESTS)}: holds {count} records, but {os.path.join(run_dir, SUMMARY)} says "
+            f"the run recorded {done} (requests_done): the records and the summary are not of one run"
+        )
+
+
+def load_run_records(run_dir: str, summary: dict, check: RecordCheck | None = None) -> tuple[str, dict[str, dict]]:
+    """:func:`load_records`, each record also checked against the run's ``summary`` ({} when it wrote none):
+    refused naming FILE:LINE when it is not a record of that run, and when the count is not the summary's."""
+    for name in (REQUESTS, SUMMARY):
+        check_own_file(run_dir, name)
+    path, records = load_records(run_dir, _both(check, record_of_summary(summary)))
+    _check_count(run_dir, summary, len(records))
     return path, records
 
 
@@ -216,4 +330,4 @@ def write_json_new(path: str, obj) -> None:
     text = io.StringIO()
     strict_json.dump(obj, text)
     with open(path, "x", encoding="utf-8") as f:
-        f.write(text.getvalue())
+        f.write(urls.redact(text.getvalue()))

@@ -47,7 +47,7 @@ from sglang_dsv4_ext.repro.scenario import TOOLS, TOOLS_BY_NAME, RequestSpec, se
 from sglang_dsv4_ext.repro.settings import RunConfig, metrics_urls, requests_planned
 from sglang_dsv4_ext.repro.stats import rate_with_interval
 from sglang_dsv4_ext.repro.verdict import CLASSES, CORRUPTION_CLASSES, TRANSPORT_CLASSES, classify
-from sglang_dsv4_ext.tool_support import stop_signals
+from sglang_dsv4_ext.tool_support import stop_signals, urls
 
 # Server-info keys worth recording next to the results (SGLang names).
 _SERVER_INFO_KEYS = (
@@ -191,6 +191,7 @@ class Runner:
         )
         rec: dict[str, Any] = {
             "key": spec.key,
+            "run_id": self.run_id,  # readers refuse a record beside another run's summary (rundir.load_run_records)
             "level": level_idx,
             "concurrency": concurrency,
             "session": spec.session,
@@ -268,7 +269,7 @@ class Runner:
         if not self.cfg.model:
             self.cfg.model, self.model_note = await http.first_model(session, self.cfg.endpoint)
             if self.model_note:
-                print(f"sglang-dsv4 repro: {self.model_note}", file=sys.stderr)
+                print(urls.redact(f"sglang-dsv4 repro: {self.model_note}"), file=sys.stderr)
         info = await http.get_json(session, http.base_url(self.cfg.endpoint) + "/server_info")
         if isinstance(info, dict):
             self.server_info = {k: info.get(k) for k in _SERVER_INFO_KEYS if k in info}

@@ -27,6 +27,7 @@ from sglang_dsv4_ext.repro import strict_json
 from sglang_dsv4_ext.repro.extension_check import EXPECT_CHOICES, INDEX_K_DTYPES
 from sglang_dsv4_ext.repro.scenario import ScenarioConfig
 from sglang_dsv4_ext.repro.verdict import RepetitionRule
+from sglang_dsv4_ext.tool_support import urls
 
 # Request-body keys the harness sets itself; --extra-body may not replace them, or the server
 # would get a different workload than the records claim. Value: what to use instead.
@@ -139,24 +140,9 @@ def _check_extra_body(body) -> None:
         raise ValueError(f"chat_template_kwargs.{owned[0]} is the harness's (use {HARNESS_TEMPLATE_KEYS[owned[0]]})")
 
 
-PORTS = (1, 65535)
-
-
 def url_check(url) -> None:
-    """Refuse a URL the HTTP client would fail on for every request (no scheme, no host, a port out of range)."""
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or not url.split("://", 1)[1]:
-        raise ValueError(f"must be an http:// or https:// URL, got {url!r}")
-    parts = urllib.parse.urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:  # not a number, or past 65535
-        port = -1
-    if port is not None and not PORTS[0] <= port <= PORTS[1]:
-        raise ValueError(
-            f"{url!r}: the port must be a number in {PORTS[0]}..{PORTS[1]}, got {parts.netloc.rsplit(':', 1)[-1]!r}"
-        )
-    if not parts.hostname:
-        raise ValueError(f"{url!r}: no host (expected http://HOST[:PORT], e.g. http://127.0.0.1:8000)")
+    """Refuse a URL the HTTP client would fail on for every request (:func:`urls.check_http_url`)."""
+    urls.check_http_url(url)
 
 
 def check_url(flag: str, url) -> None:
@@ -256,7 +242,7 @@ class Setting:
             value = self.parse(text)
             self.check(value)
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+            raise argparse.ArgumentTypeError(urls.redact(str(exc))) from None
         return value
 
     def argv(self, value) -> list[str]:
@@ -431,10 +417,21 @@ def add_flags(group) -> None:
             )
 
 
+def _check_one_authorization(cfg) -> None:
+    """aiohttp sends a URL's user and password as an Authorization header and refuses a request that also has
+    one of its own (``Cannot combine AUTHORIZATION header ...``, raised per request): refuse the pair up front."""
+    if cfg.api_key_env and urls.has_credentials(cfg.endpoint):
+        raise ValueError(
+            f"--endpoint {urls.redact(cfg.endpoint)} carries a user and password and --api-key-env "
+            f"{cfg.api_key_env} an API key; a request has one Authorization header: give one of them"
+        )
+
+
 def _check_run(cfg) -> None:
     check_url("--endpoint", cfg.endpoint)
     for s in SETTINGS:
         s.validate(getattr(cfg, s.name))
+    _check_one_authorization(cfg)
 
 
 def metrics_urls(cfg) -> tuple[str, ...]:
