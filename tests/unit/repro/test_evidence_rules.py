@@ -93,7 +93,9 @@ def test_compare_says_when_one_summary_lacks_a_setting(pair, capsys):
     _drop_setting(b, "temperature")
     rc, out, err = run_cli(["repro", "compare", a, b], capsys)
     assert rc == 0, err
-    assert out.splitlines()[0] == f"WARNING: {NOTE}"
+    lines = out.splitlines()
+    pairing = next(i for i, line in enumerate(lines) if "paired requests" in line)
+    assert f"WARNING: {NOTE}" in lines[:pairing]  # among the warnings above the comparison, after each side's line
 
 
 def test_report_says_when_one_summary_lacks_a_setting(pair, tmp_path, capsys):
