@@ -438,17 +438,28 @@ def kill_switch_set(environ: Mapping[str, str] | None = None) -> bool:
 
 
 # ----- SGLANG_PLUGINS, read as SGLang reads it -----
+def sglang_plugin_allowlist(environ: Mapping[str, str] | None = None) -> frozenset[str] | None:
+    """The allow-set SGLang's ``load_plugins_by_group`` (sglang/srt/plugins/__init__.py) builds from
+    ``SGLANG_PLUGINS``: None (every plugin loads) only where the variable is unset or empty; any other string,
+    blank or commas alone included, gives the set of its comma-separated names, stripped, empty ones dropped,
+    matched exactly (so ``' '`` or ``','`` is an empty set: no plugin loads)."""
+    env = os.environ if environ is None else environ
+    raw = env.get(ENV_SGLANG_PLUGINS)
+    if not raw:
+        return None
+    return frozenset(x.strip() for x in raw.split(",") if x.strip())
+
+
 def sglang_plugins(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The names in ``SGLANG_PLUGINS`` as SGLang's ``load_plugins_by_group`` reads them: split on commas,
-    stripped, empty ones dropped. None named (unset or blank): SGLang loads every plugin."""
+    """The names in ``SGLANG_PLUGINS``, in order, as SGLang reads them (stripped, empty ones dropped)."""
     env = os.environ if environ is None else environ
     return tuple(x.strip() for x in (env.get(ENV_SGLANG_PLUGINS) or "").split(",") if x.strip())
 
 
 def plugin_allowed(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether SGLang will run our entry point in a process with this environment."""
-    names = sglang_plugins(environ)
-    return not names or PLUGIN_NAME in names
+    """Whether SGLang will run our entry point in a process with this environment (an exact name match)."""
+    allowed = sglang_plugin_allowlist(environ)
+    return allowed is None or PLUGIN_NAME in allowed
 
 
 def plugins_with_ours(environ: Mapping[str, str]) -> str | None:

@@ -298,7 +298,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "recall: each real file read once",
         "sglang_dsv4_ext/recall/capture_files.py",
-        "found.setdefault(os.path.realpath(path), path)",
+        "found.setdefault(_file_identity(str(path)), path)",
         "found.setdefault(str(path), path)",
         (f"{_REC}::test_a_file_reached_twice_counts_once_and_a_copy_is_refused",),
     ),
