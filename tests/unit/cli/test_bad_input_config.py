@@ -178,6 +178,28 @@ def test_doctor_refuses_a_capture_directory_that_is_a_file(tmp_path, capsys, mon
     assert f"capture         REFUSED at pool build: {refused}" in out
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs procfs (Linux)")
+@pytest.mark.parametrize("root", ["/proc/sglang-dsv4-capture", "/proc/sglang-dsv4-capture/deeper"])
+def test_doctor_and_serve_refuse_a_capture_directory_under_procfs(tmp_path, capsys, monkeypatch, ext_active, root):
+    """Found in review: os.access says yes for root in /proc, where mkdir fails; doctor passed the directory.
+    The check now tries the creation."""
+    _capture_env(monkeypatch, tmp_path, {})
+    monkeypatch.setenv(CAPTURE, root)
+    refused = f"{CAPTURE}='{root}': cannot be created: nothing can be created in /proc ("
+    assert main(["doctor"]) == 1
+    assert f"capture         REFUSED at pool build: {refused}" in capsys.readouterr().out
+    rc = main(["serve", "--preset", "dsv4-flash-8gpu-pd-4p4d-bf16-hicache", "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 2 and refused in err and "Traceback" not in err
+
+
+def test_the_directory_check_leaves_nothing_behind(tmp_path, capsys, monkeypatch, ext_active):
+    _capture_env(monkeypatch, tmp_path, {})
+    (tmp_path / "capture").mkdir()
+    assert main(["doctor"]) == 0, capsys.readouterr().out
+    assert list((tmp_path / "capture").iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["capture"]
+
+
 def test_doctor_checks_layer_ids_against_the_model_config_given(tmp_path, capsys, monkeypatch, ext_active):
     """Layer 3 is not a c4 layer of the bundled config; it is one of this 4-layer config."""
     config = tmp_path / "config.json"
