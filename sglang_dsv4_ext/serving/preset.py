@@ -79,10 +79,12 @@ from pydantic import (
     field_validator,
 )
 
+from sglang_dsv4_ext import input_files
 from sglang_dsv4_ext.config import SETTINGS, STACK_OWNED_ENV, ExtConfig, Setting
-from sglang_dsv4_ext.errors import PresetError
+from sglang_dsv4_ext.errors import InputFileError, PresetError
 
 PRESET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets")
+PRESET_LIMIT = 4 * input_files.MIB  # a preset is a few kilobytes of TOML
 Mode = Literal["pd", "single"]
 Role = Literal["prefill", "decode"]  # the roles of a pd stack's servers
 ServerRole = Literal[Role, "single"]
@@ -121,8 +123,11 @@ def list_presets() -> list[str]:
 
 def resolve_preset_path(name_or_path: str) -> str:
     if os.path.sep in name_or_path or name_or_path.endswith(".toml") or os.path.exists(name_or_path):
-        if not os.path.isfile(name_or_path):
+        what = input_files.describe(name_or_path)
+        if what == "no such file":
             raise PresetError(f"--preset {name_or_path!r}: no such file")
+        if what != "a regular file":
+            raise PresetError(f"--preset {name_or_path!r}: is {what}, not a regular file (a preset is a TOML file)")
         return name_or_path
     path = os.path.join(PRESET_DIR, name_or_path + ".toml")
     if not os.path.isfile(path):
@@ -512,10 +517,9 @@ def _instance(table: ServerTable, role: ServerRole, index: int, where: str, sour
 def load_preset(name_or_path: str) -> StackSpec:
     path = resolve_preset_path(name_or_path)
     try:
-        with open(path, "rb") as f:
-            text = f.read()
-    except OSError as exc:
-        raise PresetError(f"--preset {name_or_path!r}: cannot read {path} ({exc.strerror or exc})") from None
+        text = input_files.read_bytes(path, limit=PRESET_LIMIT)
+    except InputFileError as exc:
+        raise PresetError(f"--preset {name_or_path!r}: {path} {exc}") from None
     try:
         data = _toml().loads(text.decode("utf-8"))
     except (UnicodeDecodeError, _toml().TOMLDecodeError) as exc:

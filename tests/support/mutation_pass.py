@@ -904,7 +904,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "config: an empty SGLANG_DSV4_BF16_INDEX_K is unset",
         "sglang_dsv4_ext/config.py",
-        '        return bool((env.get(self.env) or "").strip())',
+        "        return not is_blank(env.get(self.env))",
         "        return self.env in env",
         ("tests/unit/cli/test_bad_input_config.py::test_empty_means_unset[empty alias next to bf16]",),
     ),
@@ -1573,8 +1573,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "plan: --context refuses lengths below one token",
         "sglang_dsv4_ext/plan/cli.py",
-        "        if not digits.isdigit() or int(digits) * scale < 1:",
-        "        if not digits.isdigit():",
+        "        if count is None or count * scale < 1:",
+        "        if count is None:",
         ("tests/unit/cli/test_plan_decode_reads.py::test_bad_context_is_refused_naming_the_flag",),
     ),
     Mutation(

@@ -290,7 +290,7 @@ def test_capture_bounds_parse():
         {
             "SGLANG_DSV4_INDEX_K_DTYPE": "bf16",
             "SGLANG_DSV4_INDEX_K_CAPTURE": " /d ",
-            "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS": "Every:03",
+            "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS": "every:03",
             "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS": "",
             "SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB": "64",
         }

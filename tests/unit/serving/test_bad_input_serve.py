@@ -229,6 +229,25 @@ def test_preset_that_is_not_toml(tmp_path, capsys):
     _assert_refused(capsys, ["--preset", str(preset), "--dry-run"], f"{preset}: not valid TOML")
 
 
+def test_a_preset_that_is_a_directory_or_a_fifo_says_what_it_is(tmp_path, capsys):
+    """Found in review: both were called "no such file". The FIFO is never opened for reading by the check
+    (it would block until a writer came)."""
+    (tmp_path / "stack.toml").mkdir()
+    _assert_refused(
+        capsys,
+        ["--preset", str(tmp_path / "stack.toml"), "--dry-run"],
+        f"--preset '{tmp_path / 'stack.toml'}': is a directory, not a regular file (a preset is a TOML file)",
+    )
+    fifo = tmp_path / "stack.fifo"
+    os.mkfifo(fifo)
+    _assert_refused(
+        capsys,
+        ["--preset", str(fifo), "--dry-run"],
+        f"--preset '{fifo}': is a FIFO (named pipe), not a regular file (a preset is a TOML file)",
+    )
+    _assert_refused(capsys, ["--preset", str(tmp_path / "none.toml"), "--dry-run"], "none.toml': no such file")
+
+
 def test_log_dir_that_is_a_file_is_refused_before_anything_starts(tmp_path, capsys):
     evidence = tmp_path / "not-a-dir"
     evidence.write_text("an earlier run's notes\n")
