@@ -82,6 +82,7 @@ from pydantic import (
 from sglang_dsv4_ext import input_files
 from sglang_dsv4_ext.config import SETTINGS, STACK_OWNED_ENV, ExtConfig, Setting
 from sglang_dsv4_ext.errors import InputFileError, PresetError
+from sglang_dsv4_ext.tool_support.arg_types import parse_float, parse_int
 
 PRESET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets")
 PRESET_LIMIT = 4 * input_files.MIB  # a preset is a few kilobytes of TOML
@@ -153,7 +154,7 @@ class Bound:
 
     allowed: str  # what an error says is allowed
     ok: Callable[[Any], bool]
-    read: Callable[[str], Any] = int  # a flag's text as a number
+    read: Callable[[str], Any] = parse_int  # a flag's text as a number (the commands' one rule), None if none
 
     def check(self, value):
         if not self.ok(value):
@@ -172,7 +173,7 @@ class Bound:
 
 PORT = Bound(f"allowed range {PORT_RANGE[0]}-{PORT_RANGE[1]}", lambda v: PORT_RANGE[0] <= v <= PORT_RANGE[1])
 NON_NEGATIVE = Bound("allowed: an integer >= 0", lambda v: v >= 0)
-RATIO = Bound("allowed: a finite number > 0", lambda v: math.isfinite(v) and v > 0, read=float)
+RATIO = Bound("allowed: a finite number > 0", lambda v: math.isfinite(v) and v > 0, read=parse_float)
 
 
 def _module_name(value: str) -> str:

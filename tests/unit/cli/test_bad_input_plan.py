@@ -44,6 +44,17 @@ FLAG_ROWS = [
     ("start layer negative", ["--start-layer", "-1"], "argument --start-layer: '-1': allowed: an integer >= 0"),
     ("end layer 0", ["--end-layer", "0"], "argument --end-layer: '0': allowed: an integer >= 1"),
     ("unknown dtype", ["--dtypes", "int8"], "allowed values are fp8, bf16, fp4"),
+    # one number rule for every command: ASCII digits (int() and float() also take other scripts' digits)
+    (
+        "max running requests in Devanagari digits",
+        ["--max-running-requests", "१६"],
+        "argument --max-running-requests: '१६': allowed: an integer >= 1",
+    ),
+    (
+        "KV budget in full-width digits",
+        ["--kv-budget-gib", "１２"],
+        "argument --kv-budget-gib: '１２': allowed: a finite",
+    ),
 ]
 
 

@@ -38,6 +38,18 @@ def _assert_refused(capsys, argv, needle):
 FLAG_ROWS = [
     ("router port above 65535", ["--router-port", "70000"], "argument --router-port: '70000': allowed range 1-65535"),
     ("router port 0", ["--router-port", "0"], "argument --router-port: '0': allowed range 1-65535"),
+    # one number rule for every command: ASCII digits (int() also takes '８０００' and '٨٠٠٠')
+    (
+        "router port in full-width digits",
+        ["--router-port", "８０００"],
+        "argument --router-port: '８０００': allowed range",
+    ),
+    ("node rank in Arabic-Indic digits", ["--node-rank", "٠"], "argument --node-rank: '٠': allowed: an integer >= 0"),
+    (
+        "HiCache ratio with a separator",
+        ["--hicache-ratio", "1_5"],
+        "argument --hicache-ratio: '1_5': allowed: a finite",
+    ),
     ("negative node rank", ["--node-rank", "-1"], "argument --node-rank: '-1': allowed: an integer >= 0"),
     ("HiCache ratio nan", ["--hicache-ratio", "nan"], "argument --hicache-ratio: 'nan': allowed: a finite number > 0"),
     ("HiCache ratio inf", ["--hicache-ratio", "inf"], "argument --hicache-ratio: 'inf': allowed: a finite number > 0"),
