@@ -80,7 +80,7 @@ from pydantic import (
 )
 
 from sglang_dsv4_ext import input_files
-from sglang_dsv4_ext.config import SETTINGS, STACK_OWNED_ENV, ExtConfig, Setting
+from sglang_dsv4_ext.config import SETTINGS, STACK_OWNED_ENV, STACK_SETTINGS, ExtConfig, Setting
 from sglang_dsv4_ext.errors import InputFileError, PresetError
 from sglang_dsv4_ext.tool_support.arg_types import parse_float, parse_int
 
@@ -470,6 +470,8 @@ class StackSpec(_Spec):
     # serve's run flags that shape the command lines: --keep-overlap-schedule, --wedge-timeout (needs /metrics).
     keep_overlap_schedule: bool = False
     metrics_for_wedge_watch: bool = False
+    # The extension settings the preset (or the shell) gave that --no-extension made void, as "key = 'value'".
+    void_with_extension_off: list[str] = Field(default_factory=list)
 
     def servers(self) -> list[Instance]:
         if self.mode == "single":
@@ -550,6 +552,7 @@ def spec_from_dict(data: dict, source: str) -> StackSpec:
     if not preset.cluster.nodes:
         raise PresetError(f"{source}: cluster.nodes must list at least one node address")
     ext, hic, router = preset.extension, preset.hicache, preset.router
+    _refuse_settings_beside_extension_off(ext, source)
     spec = StackSpec(
         source=source,
         description=preset.description,
@@ -567,6 +570,29 @@ def spec_from_dict(data: dict, source: str) -> StackSpec:
     )
     _servers_from(preset, spec, source)
     return spec
+
+
+def settings_without_effect(ext: ExtConfig) -> list[Setting]:
+    """The stack settings other than the kill switch that differ from their default: with the extension off
+    they do nothing (every server runs stock SGLang, which has none of them)."""
+    return [
+        s
+        for s in STACK_SETTINGS
+        if s.attribute != "enabled" and getattr(ext, s.attribute) != s.default and not ext.enabled
+    ]
+
+
+def _refuse_settings_beside_extension_off(table, source: str) -> None:
+    """A preset whose [extension] table turns the extension off and sets its settings contradicts itself
+    (a bf16 preset with enabled = false ran stock fp8, its header still saying bf16)."""
+    ext = ExtConfig(**{s.attribute: getattr(table, key) for key, s in PRESET_KEYS.items()})
+    ignored = settings_without_effect(ext)
+    if ignored:
+        keys = ", ".join(f"{s.preset_key} = {s.text(getattr(ext, s.attribute))!r}" for s in ignored)
+        raise PresetError(
+            f"{source}: [extension] enabled = false beside {keys}: the extension's settings do nothing with the "
+            "extension off (every server runs stock SGLang); remove them, or set enabled = true"
+        )
 
 
 def default_instance(role: ServerRole, index: int) -> Instance:
