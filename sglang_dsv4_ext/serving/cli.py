@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import os
 import shlex
 import shutil
@@ -234,8 +233,13 @@ def _refuse_repeated_flags(parser: argparse.ArgumentParser) -> None:
             action.__class__ = _given_once(type(action))
 
 
-@functools.cache
+_GIVEN_ONCE: dict[type, type] = {}  # argparse action class -> its given-once subclass (made once per class)
+
+
 def _given_once(action_class: type[argparse.Action]) -> type[argparse.Action]:
+    if action_class in _GIVEN_ONCE:
+        return _GIVEN_ONCE[action_class]
+
     class GivenOnce(action_class):  # type: ignore[valid-type, misc]
         def __call__(self, parser, namespace, values, option_string=None):
             given = getattr(namespace, _GIVEN, None) or set()
@@ -246,6 +250,7 @@ def _given_once(action_class: type[argparse.Action]) -> type[argparse.Action]:
             setattr(namespace, _GIVEN, given | {self.dest})
             super().__call__(parser, namespace, values, option_string)
 
+    _GIVEN_ONCE[action_class] = GivenOnce
     return GivenOnce
 
 
