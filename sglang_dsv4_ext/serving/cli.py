@@ -21,6 +21,7 @@ from sglang_dsv4_ext.config import (
     ConfigError,
     ExtConfig,
     Setting,
+    is_blank,
     load_config,
 )
 from sglang_dsv4_ext.errors import CommandLineError
@@ -415,7 +416,7 @@ def _env_notes(spec: StackSpec) -> list[str]:
         name, stack = setting.env, setting.text(getattr(spec.ext, setting.attribute))
         how = f" ({setting.serve_flag} or [extension] {setting.preset_key} sets it)"
         raw = os.environ.get(name) or ""
-        if not raw.strip():
+        if is_blank(raw):  # unset, by the one rule every process reads it with
             continue
         try:
             shell = setting.text(getattr(load_config({name: raw}), setting.attribute))

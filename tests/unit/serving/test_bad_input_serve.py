@@ -418,12 +418,13 @@ def test_wedge_timeout_on_servers_that_pass_enable_metrics_adds_nothing(capsys):
     assert not [n for n in notes if "--wedge-timeout" in n]
 
 
-def test_an_invalid_shell_value_the_stack_replaces_is_said(capsys, monkeypatch):
+@pytest.mark.parametrize("value", ["on", "\u00a0", "Full"])  # a no-break space is a value, not blank (one rule)
+def test_an_invalid_shell_value_the_stack_replaces_is_said(capsys, monkeypatch, value):
     """The preset sets integrity for the children; the shell's invalid value is noted as a valid one would be."""
-    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", "on")
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", value)
     notes, children = _accepted(capsys, ["--preset", BF16, "--dry-run"])
     assert (
-        "this shell's SGLANG_DSV4_INDEX_K_INTEGRITY='on' is not valid; allowed values: 'off', 'sample', 'full'; "
+        f"this shell's SGLANG_DSV4_INDEX_K_INTEGRITY={value!r} is not valid; allowed values: 'off', 'sample', 'full'; "
         "the children get SGLANG_DSV4_INDEX_K_INTEGRITY=off from the stack (--index-k-integrity or [extension] "
         "index_k_integrity sets it)"
     ) in notes
