@@ -9,7 +9,8 @@ SGLang area), :mod:`.index_k` (what the hook areas share), :mod:`.bootstrap` (th
 ``sglang_dsv4_ext-bootstrap.pth`` names). The tools, behind :mod:`.cli` (``sglang-dsv4``): :mod:`.doctor`,
 :mod:`.plan`, :mod:`.serving` (``serve``), :mod:`.repro`, :mod:`.series` (``patches``), :mod:`.recall`,
 :mod:`.report`, with :mod:`.tool_support` (what they share) and :mod:`.sglang_cpu` (SGLang's own code run on
-CPU). Shared by both: :mod:`.config` (the settings), :mod:`.errors`, :mod:`.exit_codes`; for the type checker
+CPU). Shared by both: :mod:`.config` (the settings), :mod:`.errors`, :mod:`.exit_codes`, :mod:`.input_files`
+(a small input file read without blocking on a FIFO or reading a device without end); for the type checker
 only, :mod:`.sglang_types` (Protocols of the SGLang objects the hooks meet). Package data:
 :mod:`.data` (model configs), :mod:`.presets` (serve presets).
 """

@@ -68,6 +68,18 @@ def _is_whole_number(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+# One rule for a setting's value, wherever it is written (a variable, a preset key, serve's flag): it is one of
+# the allowed spellings exactly as listed (lower case, no surrounding space; numbers in ASCII digits). A variable
+# that is empty or blank (ASCII whitespace alone) is unset; nothing else about its text is forgiven, so
+# ``BF16``, ``' bf16 '`` or a non-breaking space are refused as the preset and the flag refuse them.
+_BLANK = " \t\n\r\f\v"
+
+
+def is_blank(text: str | None) -> bool:
+    """Empty or ASCII whitespace alone: the variable counts as unset."""
+    return not (text or "").strip(_BLANK)
+
+
 # ----- kinds of value: how a variable's text is read (the text is never empty here: empty means unset) -----
 @dataclass(frozen=True)
 class Kind:
@@ -79,32 +91,29 @@ class Kind:
 
 def _choice(*choices: str) -> Kind:
     def parse(name: str, raw: str) -> str:
-        value = raw.strip().lower()
-        if value not in choices:
+        if raw not in choices:
             raise ConfigError(f"{name}={raw!r} is not valid; allowed values: {_allowed(choices)}")
-        return value
+        return raw
 
     return Kind(parse, str, choices)
 
 
 def _parse_bool(name: str, raw: str) -> bool:
-    value = raw.strip()
-    if value not in _BOOL_VALUES:
+    if raw not in _BOOL_VALUES:
         raise ConfigError(f"{name}={raw!r} is not valid; allowed values: {_allowed(_BOOL_VALUES)}")
-    return _BOOL_VALUES[value]
+    return _BOOL_VALUES[raw]
 
 
 def _parse_positive_int(name: str, raw: str) -> int:
-    value = raw.strip()
-    if not _is_whole_number(value) or int(value) < 1:
+    if not _is_whole_number(raw) or int(raw) < 1:
         raise ConfigError(f"{name}={raw!r} is not valid; allowed values: a whole number >= 1")
-    return int(value)
+    return int(raw)
 
 
 def _parse_capture_layers(name: str, raw: str) -> str:
     """The layer rule, normalised (``all``, ``every:N``, ``2,4,10``); membership is checked against the
     model's c4 layers where the pool is known (:mod:`sglang_dsv4_ext.index_k.capture`)."""
-    value = raw.strip().lower().replace(" ", "")
+    value = raw  # taken as written (the one rule above): no case folding, no spaces dropped
     every = value[len("every:") :] if value.startswith("every:") else None
     if value == "all" or (every is not None and _is_whole_number(every) and int(every) >= 1):
         return value if every is None else f"every:{int(every)}"
@@ -158,7 +167,7 @@ class Setting:
 
     def given(self, env: Mapping[str, str]) -> bool:
         """Set to a non-blank value (empty means unset, for every variable)."""
-        return bool((env.get(self.env) or "").strip())
+        return not is_blank(env.get(self.env))
 
     def read(self, env: Mapping[str, str]) -> Any:
         """The value in ``env``, the default when unset; ConfigError naming the variable when invalid."""
@@ -434,21 +443,32 @@ def load_config(environ: Mapping[str, str] | None = None) -> ExtConfig:
 def kill_switch_set(environ: Mapping[str, str] | None = None) -> bool:
     """True when the operator turned the extension off; tolerant of other invalid values."""
     env = os.environ if environ is None else environ
-    return (env.get(ENV_KILL_SWITCH) or "").strip() == "0"
+    return env.get(ENV_KILL_SWITCH) == "0"
 
 
 # ----- SGLANG_PLUGINS, read as SGLang reads it -----
+def sglang_plugin_allowlist(environ: Mapping[str, str] | None = None) -> frozenset[str] | None:
+    """The allow-set SGLang's ``load_plugins_by_group`` (sglang/srt/plugins/__init__.py) builds from
+    ``SGLANG_PLUGINS``: None (every plugin loads) only where the variable is unset or empty; any other string,
+    blank or commas alone included, gives the set of its comma-separated names, stripped, empty ones dropped,
+    matched exactly (so ``' '`` or ``','`` is an empty set: no plugin loads)."""
+    env = os.environ if environ is None else environ
+    raw = env.get(ENV_SGLANG_PLUGINS)
+    if not raw:
+        return None
+    return frozenset(x.strip() for x in raw.split(",") if x.strip())
+
+
 def sglang_plugins(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The names in ``SGLANG_PLUGINS`` as SGLang's ``load_plugins_by_group`` reads them: split on commas,
-    stripped, empty ones dropped. None named (unset or blank): SGLang loads every plugin."""
+    """The names in ``SGLANG_PLUGINS``, in order, as SGLang reads them (stripped, empty ones dropped)."""
     env = os.environ if environ is None else environ
     return tuple(x.strip() for x in (env.get(ENV_SGLANG_PLUGINS) or "").split(",") if x.strip())
 
 
 def plugin_allowed(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether SGLang will run our entry point in a process with this environment."""
-    names = sglang_plugins(environ)
-    return not names or PLUGIN_NAME in names
+    """Whether SGLang will run our entry point in a process with this environment (an exact name match)."""
+    allowed = sglang_plugin_allowlist(environ)
+    return allowed is None or PLUGIN_NAME in allowed
 
 
 def plugins_with_ours(environ: Mapping[str, str]) -> str | None:

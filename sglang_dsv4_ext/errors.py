@@ -110,3 +110,8 @@ class MissingExtraError(Dsv4ExtError, RuntimeError):
 
 class CaptureFileError(Dsv4ExtError, ValueError):
     """A capture file recall cannot read (truncated, not a torch file, a field missing or misshapen)."""
+
+
+class InputFileError(Dsv4ExtError, ValueError):
+    """A file named on a command line is not a small regular file (a directory, a FIFO, a device, too large);
+    the message says what it is. Callers add the option's name."""

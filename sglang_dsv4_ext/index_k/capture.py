@@ -253,6 +253,7 @@ def finish_record(meta: dict, host: dict[str, torch.Tensor], page_size: int) -> 
                 f"last row (one request's rows share its page table)"
             )
     record = {name: meta[name] for name in capture_format.META_FIELDS}
+    record.update({name: meta[name] for name in capture_format.OPTIONAL_META_FIELDS if name in meta})
     record.update(
         q=host["q"],
         weights=host["weights"],
@@ -368,8 +369,12 @@ def _queued_bytes(rows: int, heads: int, head_dim: int, keys: int, width: int, p
 class IndexKCapture:
     """What one process captures; see the module docstring."""
 
-    def __init__(self, config: CaptureConfig, layers: frozenset[int], run_dir: Path):
+    def __init__(
+        self, config: CaptureConfig, layers: frozenset[int], run_dir: Path, c4_layers: Sequence[int] | None = None
+    ):
         self.config, self.layers, self.run_dir = config, layers, run_dir
+        # the model's c4 layer ids, recorded in every file: recall refuses a layer that is none of them
+        self.c4_layers = None if c4_layers is None else [int(layer) for layer in c4_layers]
         self.max_bytes = config.max_mb * MIB
         self.admitted: dict[str, int] = {}  # request id -> request_index
         self.done: set = set()  # (request id, layer)
@@ -456,6 +461,8 @@ class IndexKCapture:
             "page_size": page_size,
             "query_rows": list(group.rows),
         }
+        if self.c4_layers is not None:
+            meta["c4_layers"] = list(self.c4_layers)
         ready = _ready_event(call.q.device)
         self.queued_bytes += nbytes
         self.done.add((group.rid, layer))
@@ -538,8 +545,9 @@ def _decide(pool) -> IndexKCapture | None:
     if not (config.enabled and config.capture.enabled) or not _is_capture_rank():
         return None
     stage = range(getattr(pool, "_stage_start", 0), getattr(pool, "_stage_end", len(pool.compression_ratios)))
-    layers = selected_layers(config.capture.layers, model_c4_layers(pool), stage)
-    return IndexKCapture(config.capture, layers, new_run_directory(config.capture.directory))
+    c4_layers = model_c4_layers(pool)
+    layers = selected_layers(config.capture.layers, c4_layers, stage)
+    return IndexKCapture(config.capture, layers, new_run_directory(config.capture.directory), c4_layers)
 
 
 def _is_capture_rank() -> bool:

@@ -8,13 +8,14 @@ starts, with the pool build's own rules.
 How: the layer ids go through :func:`sglang_dsv4_ext.index_k.capture.selected_layers` (what the pool
 build runs) on the c4 layers of a model config: the model path's ``config.json`` when it is readable
 here, else the bundled DeepSeek-V4-Flash config; the answer says which. The directory is checked
-without creating anything: an existing path must be a writable directory, a new one must have a
-writable directory as its nearest existing ancestor (the pool build creates it there).
+by trying: a temporary directory is created and removed at once in it (an existing path, which must be a
+directory) or in its nearest existing ancestor (the pool build creates the path there); nothing else is left.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,21 +56,34 @@ def model_for_path(model_path: str | None) -> tuple[Dsv4Model | None, str]:
 
 
 def directory_problem(root: str) -> str | None:
-    """Why the pool build could not create a capture run directory under ``root``, or None."""
+    """Why the pool build could not create a capture run directory under ``root``, or None.
+
+    Tried, not inferred: a temporary directory is made (and removed) where the pool build would make one, in
+    ``root`` or else its nearest existing ancestor. ``os.access`` says yes for root even where ``mkdir``
+    fails (procfs, sysfs, a read-only mount), so it is never the answer on its own.
+    """
     path = Path(root)
     if path.exists():
         if not path.is_dir():
             return "exists and is not a directory"
-        if not os.access(path, os.W_OK | os.X_OK):
-            return "is a directory this user cannot write to"
-        return None
+        failure = _creation_failure(path)
+        return f"is a directory where nothing can be created ({failure})" if failure else None
     ancestor = path.absolute().parent
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         return f"cannot be created: {ancestor} is not a directory"
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        return f"cannot be created: {ancestor} is not writable by this user"
+    failure = _creation_failure(ancestor)
+    return f"cannot be created: nothing can be created in {ancestor} ({failure})" if failure else None
+
+
+def _creation_failure(directory: Path) -> str | None:
+    """Why no directory can be created in ``directory`` (tried with a temporary one, removed at once), or None."""
+    try:
+        made = tempfile.mkdtemp(prefix=".sglang-dsv4-capture-check-", dir=directory)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.rmdir(made)
     return None
 
 

@@ -11,6 +11,8 @@ A file is one ``torch.save`` dict; format 3 holds exactly these fields:
   ``[R, T, D]``), ``slots`` int64 (``k``'s shape without D: the pool slot of each key row, -1 past a row's keys),
   and, when the capture saw every key row stored, ``k_fp32`` fp32 (``k``'s shape): the values the bf16 store
   rounded (recall's reference);
+* optional metadata: ``c4_layers``, the c4 indexer layer ids of the model the capturer ran (its compress
+  ratios), so recall can refuse a ``layer`` that is none of them; files written before it was recorded lack it;
 * ``checksum``: ``"sha256:"`` + the hex digest of :func:`content_checksum`, written by the capturer and checked by
   recall, so a file changed after capture is refused rather than scored.
 """
@@ -38,6 +40,8 @@ META_FIELDS: dict[str, type] = {
     "dtype": str,
     "page_size": int,
 }
+# name -> the Python type it must have, where present (older format-3 files lack it)
+OPTIONAL_META_FIELDS: dict[str, type] = {"c4_layers": list}
 # name -> the dtype it must have
 TENSOR_FIELDS: dict[str, torch.dtype] = {
     "q": torch.bfloat16,
@@ -51,10 +55,13 @@ OPTIONAL_TENSOR_FIELDS: dict[str, torch.dtype] = {PREROUNDING: torch.float32}
 
 
 def content_checksum(record: Mapping[str, object]) -> str:
-    """sha256 over the metadata (JSON, sorted keys), then each tensor present, in name order: its name, dtype,
+    """sha256 over the metadata (JSON, sorted keys; an optional field only where present, so a file without it
+    keeps the checksum it was written with), then each tensor present, in name order: its name, dtype,
     shape and bytes. Every field of the format but ``checksum`` itself is covered."""
     digest = hashlib.sha256()
-    digest.update(json.dumps({name: record[name] for name in META_FIELDS}, sort_keys=True).encode())
+    meta = {name: record[name] for name in META_FIELDS}
+    meta.update({name: record[name] for name in OPTIONAL_META_FIELDS if name in record})
+    digest.update(json.dumps(meta, sort_keys=True).encode())
     for name in sorted(n for n in (*TENSOR_FIELDS, *OPTIONAL_TENSOR_FIELDS) if n in record):
         tensor = record[name].detach().contiguous()
         digest.update(f"\n{name} {tensor.dtype} {tuple(tensor.shape)}\n".encode())

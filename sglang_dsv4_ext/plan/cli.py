@@ -23,16 +23,17 @@ import logging
 import os
 import sys
 
-from sglang_dsv4_ext import exit_codes
+from sglang_dsv4_ext import exit_codes, input_files
 from sglang_dsv4_ext.cli import _SUMMARIES
 from sglang_dsv4_ext.config import ENV_FP4_BUDGET, ENV_INDEX_K_DTYPE, INDEX_K_DTYPES
-from sglang_dsv4_ext.errors import Dsv4ExtError, PlanInputError
+from sglang_dsv4_ext.errors import Dsv4ExtError, InputFileError, PlanInputError
 from sglang_dsv4_ext.plan import decode_reads
 from sglang_dsv4_ext.plan import low_ratio as plan_low_ratio
 from sglang_dsv4_ext.sglang_cpu import dsv4_model
-from sglang_dsv4_ext.tool_support.arg_types import finite_float, int_at_least
+from sglang_dsv4_ext.tool_support.arg_types import finite_float, int_at_least, whole_number
 
 GIB = 1 << 30
+RECALL_JSON_LIMIT = 64 * input_files.MIB  # recall --json is one row per layer, format and k: kilobytes
 
 
 @contextlib.contextmanager
@@ -135,6 +136,7 @@ def build_pool_plan(args: argparse.Namespace) -> dict[str, object]:
             f"{model.num_hidden_layers}"
         )
     plan_low_ratio.refuse_unsupported(model, mtp=args.mtp, stage=(args.start_layer, end_layer))
+    _check_contexts(args.context, model)
     activation.activate()
     budget = int(args.kv_budget_gib * GIB)
     results = {}
@@ -178,8 +180,13 @@ def recall_by_format(path: str | None, k: int, dtypes: list[str]) -> dict[str, o
     if path is None:
         return {"source": None, "k": k, "by_format": {d: None for d in dtypes}}
     try:
-        with open(path) as fh:
-            rows = json.load(fh)["rows"]
+        text = input_files.read_text(path, limit=RECALL_JSON_LIMIT)
+    except InputFileError as exc:
+        raise PlanInputError(
+            f"--recall-json {path!r}: not the output of `sglang-dsv4 recall DIR --json` ({exc})"
+        ) from None
+    try:
+        rows = json.loads(text)["rows"]
         measured = {
             d: [
                 (r["rows"], r["recall"])
@@ -188,6 +195,9 @@ def recall_by_format(path: str | None, k: int, dtypes: list[str]) -> dict[str, o
             ]
             for d in dtypes
         }
+        for pairs in measured.values():
+            for count, value in pairs:
+                _check_recall_row(count, value)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise PlanInputError(
             f"--recall-json {path!r}: not the output of `sglang-dsv4 recall DIR --json` ({type(exc).__name__}: {exc})"
@@ -199,6 +209,15 @@ def recall_by_format(path: str | None, k: int, dtypes: list[str]) -> dict[str, o
         "by_format": by_format,
         "rows": {d: sum(n for n, _ in m) for d, m in measured.items()},
     }
+
+
+def _check_recall_row(count, value) -> None:
+    """A recall is a fraction of k (a number in [0, 1]) over a whole number of rows; anything else was not
+    written by ``recall --json`` (json also reads ``NaN``)."""
+    if type(count) is not int or count < 0:
+        raise ValueError(f"rows = {count!r}: allowed: a whole number >= 0")
+    if type(value) not in (int, float) or not 0.0 <= value <= 1.0:  # also refuses NaN
+        raise ValueError(f"recall = {value!r}: allowed: a number in [0, 1]")
 
 
 def _print_table(plan: dict[str, object]) -> None:
@@ -290,17 +309,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _context_list(text: str) -> list[int]:
-    """Comma-separated token counts, each a positive integer, optionally with K (x1024) or M (x1024^2)."""
+    """Comma-separated token counts, each a whole number >= 1 in ASCII digits (the commands' one number rule,
+    :func:`~sglang_dsv4_ext.tool_support.arg_types.whole_number`), optionally with K (x1024) or M (x1024^2).
+    The model's own limit is checked once the model is known (:func:`_check_contexts`)."""
     values = []
-    for item in (v.strip() for v in text.split(",")):
+    for item in text.split(","):  # as written: no spaces around the items (the one rule)
         scale = {"K": 1 << 10, "M": 1 << 20}.get(item[-1:].upper(), 1)
-        digits = item[:-1] if scale > 1 else item
-        if not digits.isdigit() or int(digits) * scale < 1:
+        count = whole_number(item[:-1] if scale > 1 else item)
+        if count is None or count * scale < 1:
             raise argparse.ArgumentTypeError(
                 f"{text!r}: allowed: comma-separated context lengths in tokens >= 1, e.g. 8192,128K,1M"
             )
-        values.append(int(digits) * scale)
+        values.append(count * scale)
     return values
+
+
+def _check_contexts(contexts: list[int], model: dsv4_model.Dsv4Model) -> None:
+    """A context past the model's limit (``max_position_embeddings``) is no request SGLang would serve."""
+    past = [n for n in contexts if n > model.context_len]
+    if past:
+        raise PlanInputError(
+            f"--context {past[0]:,} tokens is past the model's limit of {model.context_len:,} "
+            f"(max_position_embeddings of {model.name}); allowed: 1..{model.context_len}"
+        )
 
 
 def _dtype_list(text: str):

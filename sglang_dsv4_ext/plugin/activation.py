@@ -53,6 +53,7 @@ from sglang_dsv4_ext.config import (
     kill_switch_set,
     load_config,
     plugin_allowed,
+    sglang_plugins,
 )
 from sglang_dsv4_ext.errors import ActivationError
 from sglang_dsv4_ext.plugin import compat, launch_identity
@@ -529,14 +530,20 @@ def _scoped_alias_propagation(our_targets):
 def plugin_allowlist_block(environ=None) -> str | None:
     """Why SGLang will not load us in this environment, or None.
 
-    A non-empty ``SGLANG_PLUGINS`` without our name makes SGLang skip our entry point, silently for
-    the operator (one INFO line); :func:`sglang_dsv4_ext.config.sglang_plugins` reads it as SGLang does.
+    A non-empty ``SGLANG_PLUGINS`` without our name (blank or commas alone included) makes SGLang skip our
+    entry point, silently for the operator (one INFO line); :func:`sglang_dsv4_ext.config.sglang_plugin_allowlist`
+    reads it as SGLang does.
     """
     env = os.environ if environ is None else environ
     if plugin_allowed(env):
         return None
+    named = (
+        "names no plugin, so SGLang loads none"
+        if not sglang_plugins(env)
+        else "SGLang loads only the plugins named there"
+    )
     return (
-        f"blocked by {ENV_SGLANG_PLUGINS}={env[ENV_SGLANG_PLUGINS]!r}: SGLang loads only the plugins named there, "
+        f"blocked by {ENV_SGLANG_PLUGINS}={env[ENV_SGLANG_PLUGINS]!r}: {named}, "
         f"so sglang-dsv4-ext never activates and every SGLANG_DSV4_* setting is ignored; add {PLUGIN_NAME} "
         f"to {ENV_SGLANG_PLUGINS} (or unset it)"
     )

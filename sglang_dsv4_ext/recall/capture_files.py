@@ -29,6 +29,7 @@ class Capture:
     path: Path
     layer: int
     index_topk: int  # 0: not known
+    c4_layers: tuple[int, ...] | None  # the capturing model's c4 layer ids; None: not recorded (an older file)
     checksum: str
     q: torch.Tensor  # bf16 [R, H, D]
     weights: torch.Tensor  # fp32 [R, H]
@@ -45,9 +46,20 @@ class Capture:
 # --- finding ------------------------------------------------------------------------------------
 
 
+def _file_identity(path: str) -> tuple[int, int] | str:
+    """(device, inode): one file however it is reached (a symbolic or a hard link); the real path where it
+    cannot be stat'ed (loading it then names the problem)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)
+    return info.st_dev, info.st_ino
+
+
 def find_files(directory: Path) -> list[Path]:
-    """Every ``*.pt`` under ``directory`` (symlinks followed, each real file and directory once), sorted."""
-    found: dict[str, Path] = {}
+    """Every ``*.pt`` under ``directory`` (symlinks followed, each file and directory once, by device and
+    inode: a hard link to a file is that file), sorted."""
+    found: dict[tuple[int, int] | str, Path] = {}
     seen_dirs = set()
 
     def refuse(exc: OSError) -> None:
@@ -57,7 +69,7 @@ def find_files(directory: Path) -> list[Path]:
         )
 
     for top, dirs, files in os.walk(directory, onerror=refuse, followlinks=True):
-        real = os.path.realpath(top)
+        real = _file_identity(top)
         if real in seen_dirs:
             dirs[:] = []  # reached again through a link: read once
             continue
@@ -66,7 +78,7 @@ def find_files(directory: Path) -> list[Path]:
         for name in sorted(files):
             if name.endswith(SUFFIX):
                 path = Path(top) / name
-                found.setdefault(os.path.realpath(path), path)
+                found.setdefault(_file_identity(str(path)), path)
     return sorted(found.values())
 
 
@@ -97,6 +109,7 @@ def load(path: Path) -> Capture:
     _check_meta(where, rec)
     _check_shapes(where, rec)
     _check_lengths(where, rec)
+    _check_query_rows(where, rec)
     _check_slots(where, rec)
     if fmt.PREROUNDING in rec:
         _check_prerounding(where, rec)
@@ -104,6 +117,7 @@ def load(path: Path) -> Capture:
         path=path,
         layer=rec["layer"],
         index_topk=rec["index_topk"],
+        c4_layers=tuple(rec["c4_layers"]) if "c4_layers" in rec else None,
         checksum=rec[fmt.CHECKSUM],
         q=rec["q"],
         weights=rec["weights"],
@@ -136,7 +150,7 @@ def _check_fields(where: str, rec) -> None:
         raise CaptureFileError(
             f"{where}not a capture file: lacks {', '.join(missing)} (a capture file holds {', '.join(required)})"
         )
-    unknown = sorted(set(rec) - set(required) - set(fmt.OPTIONAL_TENSOR_FIELDS))
+    unknown = sorted(set(rec) - set(required) - set(fmt.OPTIONAL_TENSOR_FIELDS) - set(fmt.OPTIONAL_META_FIELDS))
     if unknown:
         _fail(where, unknown[0], "not a field of a capture file (format 3)")
 
@@ -145,6 +159,8 @@ def _check_types(where: str, rec) -> None:
     for name, kind in fmt.META_FIELDS.items():
         if type(rec[name]) is not kind:  # bool is not an int here
             _fail(where, name, f"{type(rec[name]).__name__} {rec[name]!r}, expected {kind.__name__}")
+    if "c4_layers" in rec:
+        _check_layer_list(where, rec["c4_layers"])
     for name, dtype in {**fmt.TENSOR_FIELDS, **fmt.OPTIONAL_TENSOR_FIELDS}.items():
         value = rec.get(name)
         if name in rec and not isinstance(value, torch.Tensor):
@@ -166,6 +182,25 @@ def _check_meta(where: str, rec) -> None:
     for name, low in (("layer", 0), ("request_index", 0), ("index_topk", 0), ("page_size", 1)):
         if rec[name] < low:
             _fail(where, name, f"{rec[name]}, expected >= {low}")
+    c4_layers = rec.get("c4_layers")
+    if c4_layers is not None and rec["layer"] not in c4_layers:
+        _fail(
+            where,
+            "layer",
+            f"{rec['layer']} is not a c4 indexer layer of the model the capture came from; "
+            f"allowed: {','.join(map(str, c4_layers))} (c4_layers)",
+        )
+
+
+def _check_layer_list(where: str, layers) -> None:
+    """``c4_layers``: the capturing model's c4 layer ids, each a whole number once, in order."""
+    if (
+        type(layers) is not list
+        or not layers
+        or any(type(x) is not int or x < 0 for x in layers)
+        or list(layers) != sorted(set(layers))
+    ):
+        _fail(where, "c4_layers", f"{layers!r}, expected a non-empty increasing list of layer ids >= 0")
 
 
 def _check_shapes(where: str, rec) -> None:
@@ -189,6 +224,19 @@ def _check_lengths(where: str, rec) -> None:
     for r, n in enumerate(lens.tolist()):
         if n < 0 or n > keys:
             _fail(where, "seq_lens", f"row {r} reads {n} keys; the file holds {keys} (k): allowed 0..{keys}")
+
+
+def _check_query_rows(where: str, rec) -> None:
+    """Each captured query row is a distinct row of the forward call: a row twice would be scored twice."""
+    rows = rec["query_rows"].tolist()
+    negative = [r for r in rows if r < 0]
+    if negative:
+        _fail(where, "query_rows", f"row {negative[0]} is negative; allowed: row numbers >= 0")
+    repeated = sorted({r for r in rows if rows.count(r) > 1})
+    if repeated:
+        _fail(
+            where, "query_rows", f"row {repeated[0]} appears {rows.count(repeated[0])} times; each row is captured once"
+        )
 
 
 def _check_slots(where: str, rec) -> None:

@@ -13,9 +13,10 @@ stored before capture saw them) has the stored bf16 keys as reference: bf16 is r
 reference", never as a recall of 1.0. Queries are the captured bf16 ones for every format.
 
 Refused (exit 2, naming the file and the field): anything inconsistent (format version, checksum, dtype,
-shapes, lengths, slots, a file reached twice or a copy of another). Not scored, counted: rows without keys
-or with NaN/inf/all-zero queries, weights or keys; rows with at most k keys (SGLang takes them all); rows
-whose reference top-k is not unique (a tie at the k-th logit). Nothing scorable: the verdict says so,
+shapes, lengths, repeated query rows, slots, a layer that is no c4 layer of the capturing model, a copy of
+another file; a file reached twice, through a symbolic or a hard link, is read once). Not scored, counted:
+rows without keys or with NaN/inf/all-zero queries, weights or keys; rows with at most k keys (SGLang takes
+them all); rows whose reference top-k is not unique (a tie at the k-th logit). Nothing scorable: the verdict says so,
 exit 1. Output: a table per layer, format, k and reference, then what was not scored; ``--json`` for
 machines.
 """
@@ -141,6 +142,7 @@ class RecallResult(TypedDict):
     rows: list[dict[str, Any]]  # _result_rows's rows
     not_scored: NotScored
     scored_rows: int
+    layers_unchecked: int  # files that record no c4 layer ids of their model (older captures): layer not checked
     verdict: str
 
 
@@ -152,7 +154,7 @@ def analyse(directory: Path, ks: list[int]) -> RecallResult:
     degenerate: list[Degenerate] = []
     references: Counter[str] = Counter()
     first_of: dict[str, Path] = {}
-    scored = 0
+    scored = unchecked = 0
     for path in paths:
         capture = capture_files.load(path)
         if capture.checksum in first_of:
@@ -161,6 +163,7 @@ def analyse(directory: Path, ks: list[int]) -> RecallResult:
             )
         first_of[capture.checksum] = path
         references[REFERENCE_BF16 if capture.k_fp32 is None else REFERENCE_FP32] += 1
+        unchecked += capture.c4_layers is None
         counts, file_scored = score_capture(capture, ks, cells)
         scored += file_scored
         if counts:
@@ -173,6 +176,7 @@ def analyse(directory: Path, ks: list[int]) -> RecallResult:
         "rows": rows,
         "not_scored": {"degenerate": degenerate, "by_layer": _not_scored(cells)},
         "scored_rows": scored,
+        "layers_unchecked": unchecked,
         "verdict": "",  # decided from the rest, below
     }
     result["verdict"] = verdict(result)
@@ -225,7 +229,18 @@ def verdict(result: RecallResult) -> str:
             f"the reference, only fp8 and fp4 scored"
         )
     tail = f"; {degenerate} degenerate rows not scored" if degenerate else ""
-    return f"scored {result['scored_rows']} query rows: " + "; ".join(parts) + tail
+    return f"scored {result['scored_rows']} query rows: " + "; ".join(parts) + tail + _layer_check_note(result)
+
+
+def _layer_check_note(result: RecallResult) -> str:
+    """Whether every file's layer was checked against the c4 layers of the model it was captured from."""
+    unchecked = result["layers_unchecked"]
+    if not unchecked:
+        return ""
+    return (
+        f"; cannot tell whether the layer ids of {unchecked} files are c4 layers of their model "
+        f"(those files record no c4_layers: captured before the capturer recorded them)"
+    )
 
 
 def format_table(result: RecallResult) -> str:

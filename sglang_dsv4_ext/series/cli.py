@@ -271,6 +271,32 @@ def cmd_apply(args) -> int:
 
 
 def cmd_rebase(args) -> int:
+    """``patches rebase``; a stop signal ends it between steps, the state saved (:func:`_rebase_stopped`)."""
+    from sglang_dsv4_ext.tool_support.stop_signals import Stopped
+
+    try:
+        return _rebase(args)
+    except Stopped as stop:
+        return _rebase_stopped(args, stop)
+
+
+def _rebase_stopped(args, stop) -> int:
+    from . import rebase as rebase_mod
+
+    where = ""
+    repo = rebase_mod.open_repo(args.repo)
+    if rebase_mod.in_progress(repo):
+        state = rebase_mod.load_state(repo)
+        done = len(state.results) - (state.stop_index is not None)
+        where = (
+            f" after {done} of {len(state.names)} patches; the saved state and the commits agree: "
+            "`sglang-dsv4 patches rebase --continue` goes on, `--abort` restores everything"
+        )
+    print(f"sglang-dsv4 patches rebase: stopped by {stop}{where}", file=sys.stderr)
+    return exit_codes.for_signal(stop.signum)
+
+
+def _rebase(args) -> int:
     from . import rebase as rebase_mod
 
     drops = _drops(args)

@@ -32,15 +32,17 @@ replays on a fresh clone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_dsv4_ext.errors import RebaseError
+from sglang_dsv4_ext.tool_support import stop_signals
 
 from . import export as export_mod
 from . import rangediff, resolutions, stops
@@ -87,6 +89,8 @@ class State:
     merge_tree: str | None = None  # at a conflict stop with a record: the merge's tree (resolutions.merge_tree)
     stop_conflicts: list[str] = field(default_factory=list)  # the files that conflicted at the stop
     guarded: dict[str, dict[str, str]] = field(default_factory=dict)  # directory -> file -> sha256 at the start
+    # HEAD when the state was last saved between patches: a step killed before its save is rolled back to it
+    step_head: str | None = None
     version: int = STATE_VERSION
 
 
@@ -186,13 +190,20 @@ def start(
         tags = ", ".join(repo.tags()[-8:]) or "(none)"
         raise RebaseError(f"--onto {onto!r} does not name a commit in {repo.path}; tags: {tags}")
     refuse_foreign_tree(repo, onto_sha, onto)
-    old_base = series.pin.get("tag") or None
-    old_base_sha = repo.rev_parse(old_base) if old_base else None
-    head_ref, head_sha = repo.head_state()
-    if head_sha is None:
+    if repo.head_state()[1] is None:
         raise RebaseError(f"{repo.path} has no commits yet")
     _protect_outputs(series_dir, into, record, progress)  # last: a refusal above leaves no backup behind
 
+    with _signals_held():  # the setup is done whole (state saved, HEAD detached) before a signal ends it
+        state = _begin(repo, series, series_dir, onto, onto_sha, drops, into, record, edits, progress)
+    return _run(GitRepo(repo.path, config=RERERE_CONFIG) if record is not None else repo, state, 0, progress)
+
+
+def _begin(repo, series, series_dir, onto, onto_sha, drops, into, record, edits, progress) -> State:
+    """The state directory, the series' snapshot, the saved state and HEAD detached at the new base."""
+    old_base = series.pin.get("tag") or None
+    old_base_sha = repo.rev_parse(old_base) if old_base else None
+    head_ref, head_sha = repo.head_state()
     state_dir = _state_dir(repo)
     snapshot = _snapshot_dir(repo)
     snapshot.mkdir(parents=True)
@@ -215,6 +226,7 @@ def start(
             record=str(record) if record else None,
             edit_names=list(edits),
             guarded={str(d): _digests(d) for d in {into, record} - {None, series_dir}},
+            step_head=onto_sha,
         )
         _save_state(repo, state)
         if record is not None:
@@ -231,7 +243,7 @@ def start(
             resolutions.end(repo, state_dir)
         shutil.rmtree(state_dir, ignore_errors=True)
         raise
-    return _run(repo, state, 0, progress)
+    return state
 
 
 def _validate_edits(edits: list[str], names: list[str], drops: dict[str, str], series_dir: Path) -> None:
@@ -275,9 +287,17 @@ def continue_(repo_path: Path, drops: dict[str, str] | None = None, progress: Pr
             f"--drop {', '.join(late)}: already handled earlier in this rebase; --abort and start again with the drop"
         )
     state.drops.update(drops)
-    if state.stop_index is None:  # interrupted between patches (e.g. killed): just go on
+    with _signals_held():  # the stop is taken (committed or dropped) and saved whole
+        first = _resume(repo, state, progress)
+    return _run(repo, state, first, progress)
+
+
+def _resume(repo: GitRepo, state: State, progress: Progress) -> int:
+    """Take the stop (or an interruption between patches) and save; the index of the next patch to run."""
+    if state.stop_index is None:  # interrupted between patches (a signal, or killed): go on from the last save
+        _roll_back_unsaved_step(repo, state, progress)
         _save_state(repo, state)
-        return _run(repo, state, len(state.results), progress)
+        return len(state.results)
     index = state.stop_index
     name = state.names[index]
     stopped = Result.from_json(state.results[index])
@@ -304,8 +324,26 @@ def continue_(repo_path: Path, drops: dict[str, str] | None = None, progress: Pr
     state.stop_head = None
     state.merge_tree = None
     state.stop_conflicts = []
+    state.step_head = repo.must_rev_parse("HEAD")
     _save_state(repo, state)
-    return _run(repo, state, index + 1, progress)
+    return index + 1
+
+
+def _roll_back_unsaved_step(repo: GitRepo, state: State, progress: Progress) -> None:
+    """A step the process did not live to save (killed by a signal no handler sees) may have left a `git am`
+    session or a commit the state does not list: both are undone, so the state and the commits agree and the
+    patch is applied again (it would otherwise read "already-applied", its own commit taken for upstream's)."""
+    if state.step_head is None:
+        return  # a state from before step heads were recorded: nothing to compare with
+    if repo.am_in_progress():
+        repo.run("am", "--abort")
+    head = repo.must_rev_parse("HEAD")
+    if head != state.step_head:
+        repo.run("reset", "-q", "--hard", state.step_head)
+        progress(
+            f"the step in progress when the rebase was interrupted was not saved: HEAD {head[:12]} reset to "
+            f"{state.step_head[:12]}, where the state left off"
+        )
 
 
 def _continue_conflict(repo: GitRepo, state: State, patch: PatchFile, stopped: Result) -> Result:
@@ -422,22 +460,54 @@ def _run(repo: GitRepo, state: State, first: int, progress: Progress) -> Outcome
     total = len(state.names)
     with tempfile.TemporaryDirectory() as tmp:
         for index in range(first, total):
-            name = state.names[index]
-            patch = series.get(name)
-            if name in state.drops:
-                probe = classify_and_apply(repo, patch, patch.path, state.old_base_sha, Path(tmp), keep=False)
-                if repo.am_in_progress():
-                    repo.run("am", "--abort")
-                result = Result(name, Kind.DROPPED, f"was {probe.kind.value}", reason=state.drops[name])
-            else:
-                result = classify_and_apply(repo, patch, patch.path, state.old_base_sha, Path(tmp))
-                result = _with_record(repo, state, patch, result)
-            _record(state, index, result)
-            progress(f"[{index + 1}/{total}] {name}: {result.describe()}")
-            if result.kind in STOP_KINDS or _stops_to_edit(state, result):
-                return _stop(repo, state, index, patch, result)
-            _save_state(repo, state)
+            with _one_step(repo, state):
+                patch = series.get(state.names[index])
+                result = _apply_one(repo, state, patch, Path(tmp))
+                _record(state, index, result)
+                progress(f"[{index + 1}/{total}] {patch.name}: {result.describe()}")
+                if result.kind in STOP_KINDS or _stops_to_edit(state, result):
+                    return _stop(repo, state, index, patch, result)
+                state.step_head = repo.must_rev_parse("HEAD")
+                _save_state(repo, state)
     return _finish(repo, state, progress)
+
+
+def _apply_one(repo: GitRepo, state: State, patch: PatchFile, tmp: Path) -> Result:
+    if patch.name in state.drops:
+        probe = classify_and_apply(repo, patch, patch.path, state.old_base_sha, tmp, keep=False)
+        if repo.am_in_progress():
+            repo.run("am", "--abort")
+        return Result(patch.name, Kind.DROPPED, f"was {probe.kind.value}", reason=state.drops[patch.name])
+    result = classify_and_apply(repo, patch, patch.path, state.old_base_sha, tmp)
+    return _with_record(repo, state, patch, result)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[list[int]]:
+    """Within: a stop signal (Ctrl-C, SIGTERM, SIGHUP ...) is noted, not acted on; after: it ends the command
+    with :class:`~sglang_dsv4_ext.tool_support.stop_signals.Stopped`, the work in between done and saved."""
+    arrived: list[int] = []
+    previous = stop_signals.install(lambda signum, frame: arrived.append(signum))
+    try:
+        yield arrived
+    finally:
+        stop_signals.restore(previous)
+    if arrived:
+        raise stop_signals.Stopped(arrived[0])
+
+
+@contextlib.contextmanager
+def _one_step(repo: GitRepo, state: State) -> Iterator[None]:
+    """One patch, applied and saved whole or not at all, whatever signal arrives: state and commits agree
+    afterwards, and ``--continue`` or ``--abort`` take it from there. Where the step failed while a signal was
+    held (a terminal's Ctrl-C reaches the git child too), it is rolled back to the last save."""
+    with _signals_held() as arrived:
+        try:
+            yield
+        except Exception:
+            if not arrived:
+                raise
+            _roll_back_unsaved_step(repo, state, lambda message: None)  # then Stopped, as the step ends
 
 
 def _with_record(repo: GitRepo, state: State, patch: PatchFile, result: Result) -> Result:

@@ -15,11 +15,13 @@ from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.cli import _SUMMARIES
 from sglang_dsv4_ext.config import (
     ENV_BF16_ALIAS,
+    ENV_KILL_SWITCH,
     STACK_SETTINGS,
     UNSET_IN_CHILDREN,
     ConfigError,
     ExtConfig,
     Setting,
+    is_blank,
     load_config,
 )
 from sglang_dsv4_ext.errors import CommandLineError
@@ -36,6 +38,7 @@ from sglang_dsv4_ext.serving.preset import (
     list_presets,
     load_preset,
     node_hosts_problem,
+    settings_without_effect,
 )
 from sglang_dsv4_ext.tool_support.arg_types import finite_float
 
@@ -216,6 +219,40 @@ def add_subparser(subparsers) -> None:
         help="server entry module, run as python -m (default sglang.launch_server)",
     )
     p.set_defaults(func=run)
+    _refuse_repeated_flags(p)
+
+
+_GIVEN = "_serve_flags_given"  # the namespace attribute recording which of serve's own flags were given
+
+
+def _refuse_repeated_flags(parser: argparse.ArgumentParser) -> None:
+    """Each of serve's own single-value flags may be given once: argparse would keep the last value silently
+    (``--index-k-dtype bf16 --index-k-dtype fp8`` ran fp8), while serve refuses SGLang's flags given twice in
+    the pass-through arguments. The repeatable pass-through flags (``--prefill-args`` ...) are left as they are."""
+    for action in parser._actions:
+        if action.option_strings and not isinstance(action, (argparse._AppendAction, argparse._HelpAction)):
+            action.__class__ = _given_once(type(action))
+
+
+_GIVEN_ONCE: dict[type, type] = {}  # argparse action class -> its given-once subclass (made once per class)
+
+
+def _given_once(action_class: type[argparse.Action]) -> type[argparse.Action]:
+    if action_class in _GIVEN_ONCE:
+        return _GIVEN_ONCE[action_class]
+
+    class GivenOnce(action_class):  # type: ignore[valid-type, misc]
+        def __call__(self, parser, namespace, values, option_string=None):
+            given = getattr(namespace, _GIVEN, None) or set()
+            if self.dest in given:
+                raise argparse.ArgumentError(
+                    self, "given more than once (argparse would keep only the last); give it once"
+                )
+            setattr(namespace, _GIVEN, given | {self.dest})
+            super().__call__(parser, namespace, values, option_string)
+
+    _GIVEN_ONCE[action_class] = GivenOnce
+    return GivenOnce
 
 
 # The settings serve has a flag for, in the help's order (the kill switch last, as before the table).
@@ -261,6 +298,28 @@ def _apply_extension_flags(spec: StackSpec, args) -> None:
         spec.model_path = args.model_path
     given = {s.attribute: getattr(args, _dest(s)) for s in _FLAG_SETTINGS if getattr(args, _dest(s)) is not None}
     spec.ext = dataclasses.replace(spec.ext, **given)
+
+
+def _void_settings_with_extension_off(spec: StackSpec, args) -> None:
+    """With the extension off every server runs stock SGLang: a setting given beside it on the command line is
+    refused; one the preset (or, without a preset, the shell) gave is voided and said, so neither the children's
+    environment nor the dry run's header calls the stack bf16 (or anything but stock)."""
+    void = settings_without_effect(spec.ext)
+    if not void:
+        return
+    flagged = [s for s in void if getattr(args, _dest(s)) is not None]
+    off_by = "--no-extension" if args.no_extension is not None else f"{ENV_KILL_SWITCH}=0 in this shell"
+    if flagged:
+        given = ", ".join(f"{s.serve_flag} {s.text(getattr(spec.ext, s.attribute))}" for s in flagged)
+        raise PresetError(
+            f"{off_by} turns the extension off, so {given} would do nothing (every server runs stock SGLang); "
+            "give one of them"
+        )
+    origin = "the preset's [extension]" if args.preset else "this shell's"
+    spec.void_with_extension_off = [
+        f"{origin} {s.preset_key if args.preset else s.env} = {s.text(getattr(spec.ext, s.attribute))!r}" for s in void
+    ]
+    spec.ext = ExtConfig(enabled=False)
 
 
 def _apply_hicache_flags(spec: StackSpec, args) -> None:
@@ -334,6 +393,7 @@ def spec_from_args(args) -> StackSpec:
     """The stack: preset (or defaults) with command-line overrides applied."""
     spec = _base_spec(args)
     _apply_extension_flags(spec, args)
+    _void_settings_with_extension_off(spec, args)
     _apply_hicache_flags(spec, args)
     _apply_node_flags(spec, args)
     _apply_router_flags(spec, args)
@@ -356,7 +416,7 @@ def _env_notes(spec: StackSpec) -> list[str]:
         name, stack = setting.env, setting.text(getattr(spec.ext, setting.attribute))
         how = f" ({setting.serve_flag} or [extension] {setting.preset_key} sets it)"
         raw = os.environ.get(name) or ""
-        if not raw.strip():
+        if is_blank(raw):  # unset, by the one rule every process reads it with
             continue
         try:
             shell = setting.text(getattr(load_config({name: raw}), setting.attribute))

@@ -17,7 +17,13 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sglang_dsv4_ext.config import ENV_SGLANG_PLUGINS, PLUGIN_NAME, UNSET_IN_CHILDREN, plugins_with_ours
+from sglang_dsv4_ext.config import (
+    ENV_SGLANG_PLUGINS,
+    PLUGIN_NAME,
+    SETTINGS_BY_FIELD,
+    UNSET_IN_CHILDREN,
+    plugins_with_ours,
+)
 from sglang_dsv4_ext.serving.preset import (
     DEFAULT_DIST_PORT,
     HICACHE_SIZE_MESSAGE,
@@ -384,6 +390,7 @@ def build_plan(
     _check_modules(plan, python)
     _allowlist_plugin(plan, os.environ if inherited is None else inherited)
     plan.notes += _run_flag_notes(spec, plan)
+    plan.notes += _extension_off_notes(spec) + _setting_notes(spec)
     if not plan.children:
         plan.notes.append(f"node {node_rank} runs nothing in this stack")
     return plan
@@ -431,10 +438,39 @@ def _run_flag_notes(spec: StackSpec, plan: Plan) -> list[str]:
     return notes
 
 
+def _stack_title(spec: StackSpec) -> str:
+    """The preset's description, except where the extension is off and the description names settings that
+    then do nothing (a bf16 preset run with --no-extension is no bf16 stack)."""
+    if spec.void_with_extension_off:
+        return f"{spec.source} with the extension off: stock SGLang"
+    return spec.description or spec.source
+
+
+def _extension_off_notes(spec: StackSpec) -> list[str]:
+    if not spec.void_with_extension_off:
+        return []
+    void = spec.void_with_extension_off
+    return [
+        f"the extension is off: {', '.join(void)} {'has' if len(void) == 1 else 'have'} no effect and "
+        f"{'is' if len(void) == 1 else 'are'} not passed on (every server runs stock SGLang)"
+    ]
+
+
+def _setting_notes(spec: StackSpec) -> list[str]:
+    """A setting that does nothing on this stack, said (it is accepted: a preset may keep it for another dtype)."""
+    ext = spec.ext
+    if ext.enabled and ext.fp4_budget != SETTINGS_BY_FIELD["fp4_budget"].default and ext.index_k_dtype != "fp4":
+        return [
+            f"--fp4-budget {ext.fp4_budget} (or [extension] fp4_budget) has no effect: it budgets SGLang's fp4 "
+            f"indexer, and this stack's index-K is {ext.index_k_dtype}"
+        ]
+    return []
+
+
 def format_plan(plan: Plan) -> str:
     spec = plan.spec
     lines = [
-        f"# stack: {spec.description or spec.source} (mode {spec.mode}, node {plan.node_rank} of {len(spec.nodes)})",
+        f"# stack: {_stack_title(spec)} (mode {spec.mode}, node {plan.node_rank} of {len(spec.nodes)})",
         "# extension environment in every child: " + " ".join(f"{k}={v}" for k, v in sorted(plan.ext_env.items())),
         "# each child inherits the rest of this shell's environment"
         + (f", except {', '.join(UNSET_IN_CHILDREN)} (env -u)" if plan.children else ""),

@@ -79,10 +79,13 @@ from pydantic import (
     field_validator,
 )
 
-from sglang_dsv4_ext.config import SETTINGS, STACK_OWNED_ENV, ExtConfig, Setting
-from sglang_dsv4_ext.errors import PresetError
+from sglang_dsv4_ext import input_files
+from sglang_dsv4_ext.config import SETTINGS, STACK_OWNED_ENV, STACK_SETTINGS, ExtConfig, Setting
+from sglang_dsv4_ext.errors import InputFileError, PresetError
+from sglang_dsv4_ext.tool_support.arg_types import parse_float, parse_int
 
 PRESET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets")
+PRESET_LIMIT = 4 * input_files.MIB  # a preset is a few kilobytes of TOML
 Mode = Literal["pd", "single"]
 Role = Literal["prefill", "decode"]  # the roles of a pd stack's servers
 ServerRole = Literal[Role, "single"]
@@ -121,8 +124,11 @@ def list_presets() -> list[str]:
 
 def resolve_preset_path(name_or_path: str) -> str:
     if os.path.sep in name_or_path or name_or_path.endswith(".toml") or os.path.exists(name_or_path):
-        if not os.path.isfile(name_or_path):
+        what = input_files.describe(name_or_path)
+        if what == "no such file":
             raise PresetError(f"--preset {name_or_path!r}: no such file")
+        if what != "a regular file":
+            raise PresetError(f"--preset {name_or_path!r}: is {what}, not a regular file (a preset is a TOML file)")
         return name_or_path
     path = os.path.join(PRESET_DIR, name_or_path + ".toml")
     if not os.path.isfile(path):
@@ -148,7 +154,7 @@ class Bound:
 
     allowed: str  # what an error says is allowed
     ok: Callable[[Any], bool]
-    read: Callable[[str], Any] = int  # a flag's text as a number
+    read: Callable[[str], Any] = parse_int  # a flag's text as a number (the commands' one rule), None if none
 
     def check(self, value):
         if not self.ok(value):
@@ -167,7 +173,7 @@ class Bound:
 
 PORT = Bound(f"allowed range {PORT_RANGE[0]}-{PORT_RANGE[1]}", lambda v: PORT_RANGE[0] <= v <= PORT_RANGE[1])
 NON_NEGATIVE = Bound("allowed: an integer >= 0", lambda v: v >= 0)
-RATIO = Bound("allowed: a finite number > 0", lambda v: math.isfinite(v) and v > 0, read=float)
+RATIO = Bound("allowed: a finite number > 0", lambda v: math.isfinite(v) and v > 0, read=parse_float)
 
 
 def _module_name(value: str) -> str:
@@ -464,6 +470,8 @@ class StackSpec(_Spec):
     # serve's run flags that shape the command lines: --keep-overlap-schedule, --wedge-timeout (needs /metrics).
     keep_overlap_schedule: bool = False
     metrics_for_wedge_watch: bool = False
+    # The extension settings the preset (or the shell) gave that --no-extension made void, as "key = 'value'".
+    void_with_extension_off: list[str] = Field(default_factory=list)
 
     def servers(self) -> list[Instance]:
         if self.mode == "single":
@@ -512,10 +520,9 @@ def _instance(table: ServerTable, role: ServerRole, index: int, where: str, sour
 def load_preset(name_or_path: str) -> StackSpec:
     path = resolve_preset_path(name_or_path)
     try:
-        with open(path, "rb") as f:
-            text = f.read()
-    except OSError as exc:
-        raise PresetError(f"--preset {name_or_path!r}: cannot read {path} ({exc.strerror or exc})") from None
+        text = input_files.read_bytes(path, limit=PRESET_LIMIT)
+    except InputFileError as exc:
+        raise PresetError(f"--preset {name_or_path!r}: {path} {exc}") from None
     try:
         data = _toml().loads(text.decode("utf-8"))
     except (UnicodeDecodeError, _toml().TOMLDecodeError) as exc:
@@ -545,6 +552,7 @@ def spec_from_dict(data: dict, source: str) -> StackSpec:
     if not preset.cluster.nodes:
         raise PresetError(f"{source}: cluster.nodes must list at least one node address")
     ext, hic, router = preset.extension, preset.hicache, preset.router
+    _refuse_settings_beside_extension_off(ext, source)
     spec = StackSpec(
         source=source,
         description=preset.description,
@@ -562,6 +570,29 @@ def spec_from_dict(data: dict, source: str) -> StackSpec:
     )
     _servers_from(preset, spec, source)
     return spec
+
+
+def settings_without_effect(ext: ExtConfig) -> list[Setting]:
+    """The stack settings other than the kill switch that differ from their default: with the extension off
+    they do nothing (every server runs stock SGLang, which has none of them)."""
+    return [
+        s
+        for s in STACK_SETTINGS
+        if s.attribute != "enabled" and getattr(ext, s.attribute) != s.default and not ext.enabled
+    ]
+
+
+def _refuse_settings_beside_extension_off(table, source: str) -> None:
+    """A preset whose [extension] table turns the extension off and sets its settings contradicts itself
+    (a bf16 preset with enabled = false ran stock fp8, its header still saying bf16)."""
+    ext = ExtConfig(**{s.attribute: getattr(table, key) for key, s in PRESET_KEYS.items()})
+    ignored = settings_without_effect(ext)
+    if ignored:
+        keys = ", ".join(f"{s.preset_key} = {s.text(getattr(ext, s.attribute))!r}" for s in ignored)
+        raise PresetError(
+            f"{source}: [extension] enabled = false beside {keys}: the extension's settings do nothing with the "
+            "extension off (every server runs stock SGLang); remove them, or set enabled = true"
+        )
 
 
 def default_instance(role: ServerRole, index: int) -> Instance:

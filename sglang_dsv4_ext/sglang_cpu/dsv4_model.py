@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from sglang_dsv4_ext.errors import PlanInputError
+from sglang_dsv4_ext import input_files
+from sglang_dsv4_ext.errors import InputFileError, PlanInputError
 
 # Bundled architecture configs by short name (``plan --model``); the first is the default.
 BUNDLED_MODELS = {
@@ -24,6 +26,7 @@ BUNDLED_MODELS = {
     "v4.1-flash": ("deepseek-v4.1-flash-config.json", "DeepSeek-V4.1-Flash (bundled config)"),
 }
 V41_MODEL_TYPE = "deepseek_v41"
+CONFIG_LIMIT = 16 * input_files.MIB  # a config.json is kilobytes; a device or a wrong file is refused
 PAGE_SIZE = 256  # DSV4's full page (paged SWA requires 256)
 
 
@@ -93,14 +96,16 @@ def _read_config_text(path: str | None, bundled: str = "v4-flash"):
         filename, display = BUNDLED_MODELS[bundled]
         return resources.files("sglang_dsv4_ext.data").joinpath(filename).read_text(), display
     config_path = Path(path)
+    expected = "expected a config.json or its directory"
     if config_path.is_dir():
         config_path = config_path / "config.json"
-    if not config_path.is_file():
-        raise PlanInputError(f"--model-config {path!r}: no such file (expected a config.json or its directory)")
+        if not os.path.lexists(config_path):
+            raise PlanInputError(f"--model-config {path!r}: a directory without a config.json ({expected})")
     try:
-        return config_path.read_text(), str(config_path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanInputError(f"--model-config {path!r}: cannot read {config_path}: {exc}") from None
+        return input_files.read_text(str(config_path), limit=CONFIG_LIMIT), str(config_path)
+    except InputFileError as exc:
+        where = "" if str(config_path) == path else f"{config_path} "
+        raise PlanInputError(f"--model-config {path!r}: {where}{exc} ({expected})") from None
 
 
 def _flatten_text_config(raw: dict) -> dict:
@@ -189,6 +194,11 @@ def load_model(path: str | None = None, bundled: str = "v4-flash") -> Dsv4Model:
     raw = _parse_config(text, name)
     layers = _positive_int(raw, "num_hidden_layers", 0, name)
     dims = {key: _positive_int(raw, key, default, name) for key, default in _OPTIONAL_DIMS.items()}
+    if dims["index_topk"] > dims["max_position_embeddings"]:  # top-k of more rows than any request holds
+        raise PlanInputError(
+            f"model config {name}: index_topk = {dims['index_topk']}: past max_position_embeddings "
+            f"({dims['max_position_embeddings']}); allowed: 1..{dims['max_position_embeddings']}"
+        )
     window_key = "window_size" if "window_size" in raw else "sliding_window"
     ratios = _compress_ratios(raw, layers, name)
     return Dsv4Model(

@@ -1,25 +1,44 @@
 """argparse value types shared by the commands: numbers checked for range, with messages that say
-what is allowed (argparse prints them as ``argument --flag: <message>``)."""
+what is allowed (argparse prints them as ``argument --flag: <message>``).
+
+One rule for the text of a number, in every command: ASCII only, as written (no surrounding space, no
+``_`` separators). Python's ``int()`` and ``float()`` also take other scripts' digits (``'١٢'``), and
+``str.isdigit()`` takes digits ``int()`` refuses (``'²'``): neither decides here.
+"""
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
+
+
+def parse_int(text: str) -> int | None:
+    """The integer ``text`` spells in ASCII digits (an optional sign), or None."""
+    return int(text) if text.isascii() and _INTEGER.fullmatch(text) else None
+
+
+def parse_float(text: str) -> float:
+    """The number ``text`` spells in ASCII (decimal or exponent form, ``nan``, ``inf``), NaN where it spells none;
+    callers refuse NaN and the infinities where they are not allowed."""
+    return float(text) if text.isascii() and _FLOAT.fullmatch(text) else math.nan
+
+
+def whole_number(text: str) -> int | None:
+    """A count written as ASCII digits alone (no sign), or None."""
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _as_float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
+    return parse_float(text)
 
 
 def _as_int(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    return parse_int(text)
 
 
 def finite_float(*, minimum: float, inclusive: bool, unit: str = "") -> Callable[[str], float]:

@@ -53,11 +53,19 @@ def test_sglang_loader_honours_the_allowlist_and_the_launcher_line_shows_the_con
         assert lines == []  # nothing in the log says the extension is there: hence doctor
 
 
-def test_doctor_reports_blocked_and_exits_non_zero():
-    proc = _run(["-m", "sglang_dsv4_ext.cli", "doctor", "--json"], "some_other_plugin")
+@pytest.mark.parametrize(
+    "plugins_value, said",
+    [
+        ("some_other_plugin", "SGLang loads only the plugins named there"),
+        (" , ", "names no plugin, so SGLang loads none"),  # found in review: doctor said "allowed"
+    ],
+)
+def test_doctor_reports_blocked_and_exits_non_zero(plugins_value, said):
+    proc = _run(["-m", "sglang_dsv4_ext.cli", "doctor", "--json"], plugins_value)
     assert proc.returncode == 1, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
-    assert "blocked by SGLANG_PLUGINS='some_other_plugin'" in report["error"]
+    assert f"blocked by SGLANG_PLUGINS={plugins_value!r}: {said}" in report["error"]
+    assert report["plugin_allowlist"] != "allowed"
     assert report["activated"] is False
     in_release = {t.path for t in compat.installed_table()}  # a row of another release reads not-in-release
     assert {row["status"] for row in report["targets"] if row["target"] in in_release} == {"blocked"}

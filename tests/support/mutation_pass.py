@@ -298,7 +298,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "recall: each real file read once",
         "sglang_dsv4_ext/recall/capture_files.py",
-        "found.setdefault(os.path.realpath(path), path)",
+        "found.setdefault(_file_identity(str(path)), path)",
         "found.setdefault(str(path), path)",
         (f"{_REC}::test_a_file_reached_twice_counts_once_and_a_copy_is_refused",),
     ),
@@ -1018,7 +1018,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "config: an empty SGLANG_DSV4_BF16_INDEX_K is unset",
         "sglang_dsv4_ext/config.py",
-        '        return bool((env.get(self.env) or "").strip())',
+        "        return not is_blank(env.get(self.env))",
         "        return self.env in env",
         ("tests/unit/cli/test_bad_input_config.py::test_empty_means_unset[empty alias next to bf16]",),
     ),
@@ -1687,8 +1687,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "plan: --context refuses lengths below one token",
         "sglang_dsv4_ext/plan/cli.py",
-        "        if not digits.isdigit() or int(digits) * scale < 1:",
-        "        if not digits.isdigit():",
+        "        if count is None or count * scale < 1:",
+        "        if count is None:",
         ("tests/unit/cli/test_plan_decode_reads.py::test_bad_context_is_refused_naming_the_flag",),
     ),
     Mutation(
@@ -1807,6 +1807,109 @@ MUTATIONS: list[Mutation] = [
         "    called = compat.table_for(release, compat.CALLED)\n",
         "    called = compat.CALLED\n",
         (_R0522_PATHS,),
+    ),
+    # --- the third hardening pass of the offline tools ---
+    Mutation(
+        "recall: a layer outside the capturing model's c4 layers is refused",
+        "sglang_dsv4_ext/recall/capture_files.py",
+        '    if c4_layers is not None and rec["layer"] not in c4_layers:',
+        "    if False:",
+        (f"{_REC}::test_a_layer_that_is_no_c4_layer_of_the_capturing_model_is_refused",),
+    ),
+    Mutation(
+        "recall: repeated query rows are refused",
+        "sglang_dsv4_ext/recall/capture_files.py",
+        "    if repeated:\n        _fail(\n",
+        "    if False:\n        _fail(\n",
+        (f"{_REC}::test_repeated_query_rows_are_refused",),
+    ),
+    Mutation(
+        "recall: a hard link is the file itself",
+        "sglang_dsv4_ext/recall/capture_files.py",
+        "    return info.st_dev, info.st_ino\n",
+        "    return os.path.realpath(path)\n",
+        (f"{_REC}::test_a_hard_link_to_a_capture_file_is_that_file_read_once",),
+    ),
+    Mutation(
+        "capture: each file records the model's c4 layers",
+        "sglang_dsv4_ext/index_k/capture.py",
+        '            meta["c4_layers"] = list(self.c4_layers)\n',
+        "            pass\n",
+        ("tests/unit/hooks/test_index_k_capture.py::test_each_file_records_the_c4_layers_of_the_pools_model",),
+    ),
+    Mutation(
+        "config: a non-empty SGLANG_PLUGINS is an allow-set, blank included",
+        "sglang_dsv4_ext/config.py",
+        "    if not raw:\n        return None\n",
+        "    if not raw.strip():\n        return None\n",
+        (f"{_ROWS}::test_plugin_allowed_is_what_sglangs_plugin_loader_does",),
+    ),
+    Mutation(
+        "doctor: the capture directory check tries the creation",
+        "sglang_dsv4_ext/index_k/capture_check.py",
+        '        made = tempfile.mkdtemp(prefix=".sglang-dsv4-capture-check-", dir=directory)\n',
+        '        made = tempfile.mkdtemp(prefix=".sglang-dsv4-capture-check-")\n',
+        (f"{_CONFIG}::test_doctor_and_serve_refuse_a_capture_directory_under_procfs",),
+    ),
+    Mutation(
+        "input files: a non-regular file is refused on the opened descriptor",
+        "sglang_dsv4_ext/input_files.py",
+        "        if not stat.S_ISREG(mode):",
+        "        if False:",
+        (
+            "tests/unit/cli/test_plan_decode_reads.py::test_a_fifo_or_a_device_as_recall_json_is_refused_without_blocking",
+        ),
+    ),
+    Mutation(
+        "plan: recall values are bounded by [0, 1]",
+        "sglang_dsv4_ext/plan/cli.py",
+        "    if type(value) not in (int, float) or not 0.0 <= value <= 1.0:",
+        "    if type(value) not in (int, float):",
+        ("tests/unit/cli/test_plan_decode_reads.py::test_recall_values_outside_0_1_are_refused",),
+    ),
+    Mutation(
+        "plan: a context past the model's limit is refused",
+        "sglang_dsv4_ext/plan/cli.py",
+        "    past = [n for n in contexts if n > model.context_len]\n",
+        "    past = []\n",
+        ("tests/unit/cli/test_plan_decode_reads.py::test_a_context_past_the_models_limit_is_refused",),
+    ),
+    Mutation(
+        "tool flags: numbers in ASCII digits only",
+        "sglang_dsv4_ext/tool_support/arg_types.py",
+        "    return int(text) if text.isascii() and _INTEGER.fullmatch(text) else None\n",
+        "    return int(text) if text.strip().isdigit() else None\n",
+        (f"{_SERVE}::test_bad_flag_is_refused_naming_it[router port in full-width digits]",),
+    ),
+    Mutation(
+        "config: a value is taken as written (one rule with presets and flags)",
+        "sglang_dsv4_ext/config.py",
+        "        if raw not in choices:\n",
+        "        if raw.strip().lower() not in choices:\n",
+        (f"{_CONFIG}::test_bad_value_names_the_variable[upper-case dtype]",),
+    ),
+    Mutation(
+        "serve: its own flags given twice are refused",
+        "sglang_dsv4_ext/serving/cli.py",
+        "            if self.dest in given:\n",
+        "            if False:\n",
+        (f"{_SERVE}::test_bad_flag_is_refused_naming_it[a setting flag given twice]",),
+    ),
+    Mutation(
+        "serve: the extension off voids the preset's settings",
+        "sglang_dsv4_ext/serving/cli.py",
+        "    spec.ext = ExtConfig(enabled=False)\n",
+        "    pass\n",
+        (f"{_SERVE}::test_a_bf16_preset_with_no_extension_is_never_called_bf16",),
+    ),
+    Mutation(
+        "patches rebase: --continue rolls an unsaved step back",
+        "sglang_dsv4_ext/series/rebase.py",
+        "    if head != state.step_head:\n",
+        "    if False:\n",
+        (
+            "tests/unit/series/test_rebase_interrupted.py::test_continue_after_a_kill_mid_step_rolls_the_unsaved_commit_back",
+        ),
     ),
 ]
 

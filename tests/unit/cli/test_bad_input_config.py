@@ -76,6 +76,17 @@ REFUSED_ROWS = [
         {LAYERS: "2,2,2"},
         f"{LAYERS}='2,2,2' lists layer 2 more than once; give each c4 layer id once",
     ),
+    # One rule with the preset keys and serve's flags: a value is an allowed spelling exactly (found in review:
+    # the variables forgave case and surrounding space, a non-breaking space included, and the others did not)
+    ("upper-case dtype", {DTYPE: "BF16"}, "SGLANG_DSV4_INDEX_K_DTYPE='BF16' is not valid; allowed values: 'fp8'"),
+    ("dtype in spaces", {DTYPE: " bf16 "}, "SGLANG_DSV4_INDEX_K_DTYPE=' bf16 ' is not valid; allowed values:"),
+    ("dtype after a no-break space", {DTYPE: "\xa0bf16"}, "SGLANG_DSV4_INDEX_K_DTYPE='\\xa0bf16' is not valid"),
+    ("a no-break space alone", {GATE: "\xa0"}, "SGLANG_DSV4_INDEX_K_GATE='\\xa0' is not valid; allowed values:"),
+    ("upper-case gate", {GATE: "Strict"}, "SGLANG_DSV4_INDEX_K_GATE='Strict' is not valid; allowed values:"),
+    ("switch in spaces", {EXT: " 0"}, "SGLANG_DSV4_EXT=' 0' is not valid; allowed values: '0', '1'"),
+    ("number in spaces", {"SGLANG_DSV4_INDEX_K_CAPTURE_ROWS": " 4"}, "_CAPTURE_ROWS=' 4' is not valid; allowed"),
+    ("upper-case layer rule", {LAYERS: "ALL"}, f"{LAYERS}='ALL' is not valid; allowed values: 'all'"),
+    ("spaces in a layer list", {LAYERS: "2, 4"}, f"{LAYERS}='2, 4' is not valid; allowed values: 'all'"),
 ]
 
 
@@ -84,6 +95,23 @@ def test_bad_value_names_the_variable(env, needle):
     with pytest.raises(ConfigError) as excinfo:
         load_config(env)
     assert needle in str(excinfo.value)
+
+
+def test_a_value_the_variable_refuses_is_refused_by_the_preset_key_and_the_flag(tmp_path, capsys):
+    """The other two places a setting is written: the same spelling is refused there too."""
+    preset = tmp_path / "p.toml"
+    preset.write_text('mode = "single"\nmodel_path = "m"\n[extension]\nindex_k_dtype = "BF16"\n')
+    assert main(["serve", "--preset", str(preset), "--dry-run"]) == 2
+    assert "index_k_dtype" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--mode", "single", "--model-path", "m", "--index-k-dtype", "BF16", "--dry-run"])
+    assert exit_info.value.code == 2 and "invalid choice: 'BF16'" in capsys.readouterr().err
+
+
+def test_blank_is_ascii_whitespace_alone(monkeypatch):
+    assert load_config({DTYPE: " \t\n"}) == ExtConfig()  # unset
+    with pytest.raises(ConfigError, match="not valid"):
+        load_config({DTYPE: "\u2003"})  # an em space is not blank: it is a value, and no allowed one
 
 
 def test_serve_without_a_preset_reads_an_empty_alias_as_unset(capsys, monkeypatch):
@@ -176,6 +204,28 @@ def test_doctor_refuses_a_capture_directory_that_is_a_file(tmp_path, capsys, mon
     out = capsys.readouterr().out
     refused = f"{CAPTURE}='{tmp_path / 'capture'}': exists and is not a directory"
     assert f"capture         REFUSED at pool build: {refused}" in out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs procfs (Linux)")
+@pytest.mark.parametrize("root", ["/proc/sglang-dsv4-capture", "/proc/sglang-dsv4-capture/deeper"])
+def test_doctor_and_serve_refuse_a_capture_directory_under_procfs(tmp_path, capsys, monkeypatch, ext_active, root):
+    """Found in review: os.access says yes for root in /proc, where mkdir fails; doctor passed the directory.
+    The check now tries the creation."""
+    _capture_env(monkeypatch, tmp_path, {})
+    monkeypatch.setenv(CAPTURE, root)
+    refused = f"{CAPTURE}='{root}': cannot be created: nothing can be created in /proc ("
+    assert main(["doctor"]) == 1
+    assert f"capture         REFUSED at pool build: {refused}" in capsys.readouterr().out
+    rc = main(["serve", "--preset", "dsv4-flash-8gpu-pd-4p4d-bf16-hicache", "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 2 and refused in err and "Traceback" not in err
+
+
+def test_the_directory_check_leaves_nothing_behind(tmp_path, capsys, monkeypatch, ext_active):
+    _capture_env(monkeypatch, tmp_path, {})
+    (tmp_path / "capture").mkdir()
+    assert main(["doctor"]) == 0, capsys.readouterr().out
+    assert list((tmp_path / "capture").iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["capture"]
 
 
 def test_doctor_checks_layer_ids_against_the_model_config_given(tmp_path, capsys, monkeypatch, ext_active):

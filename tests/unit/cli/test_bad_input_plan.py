@@ -8,6 +8,7 @@ mirror the README table "Bad input: sglang-dsv4 plan".
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -43,6 +44,17 @@ FLAG_ROWS = [
     ("start layer negative", ["--start-layer", "-1"], "argument --start-layer: '-1': allowed: an integer >= 0"),
     ("end layer 0", ["--end-layer", "0"], "argument --end-layer: '0': allowed: an integer >= 1"),
     ("unknown dtype", ["--dtypes", "int8"], "allowed values are fp8, bf16, fp4"),
+    # one number rule for every command: ASCII digits (int() and float() also take other scripts' digits)
+    (
+        "max running requests in Devanagari digits",
+        ["--max-running-requests", "१६"],
+        "argument --max-running-requests: '१६': allowed: an integer >= 1",
+    ),
+    (
+        "KV budget in full-width digits",
+        ["--kv-budget-gib", "１２"],
+        "argument --kv-budget-gib: '１２': allowed: a finite",
+    ),
 ]
 
 
@@ -139,6 +151,11 @@ CONFIG_ROWS = [
         json.dumps({**V41_GOOD, "kv_source_layer_ids": []}),
         "layers [1, 2] have ratio 1 or 2 but no kv_source layer of their ratio at or before them",
     ),
+    (  # found in review: a top-k of 10^9 rows was planned
+        "index_topk past the context",
+        json.dumps({**GOOD, "index_topk": 10**9}),
+        "index_topk = 1000000000: past max_position_embeddings (1048576); allowed: 1..1048576",
+    ),
     (
         "kv_source of the other ratio",
         json.dumps({**V41_GOOD, "compress_ratios": [0, 1, 2, 4, 0]}),
@@ -216,3 +233,17 @@ def test_budget_sglang_refuses_is_one_line_naming_the_budget(ext_active, capsys)
 
 def test_bad_stage_names_both_flags(ext_active, capsys):
     _assert_refused(capsys, ["--start-layer", "40", "--end-layer", "10"], "--start-layer 40 / --end-layer 10")
+
+
+def test_a_model_config_that_is_a_directory_without_config_json_or_a_fifo_says_what_it_is(tmp_path, capsys):
+    """Found in review: both were called "no such file"."""
+    _assert_refused(
+        capsys, ["--model-config", str(tmp_path)], f"--model-config '{tmp_path}': a directory without a config.json"
+    )
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)  # opened without blocking: no writer is needed for the refusal
+    _assert_refused(
+        capsys, ["--model-config", str(fifo)], f"--model-config '{fifo}': is a FIFO (named pipe), not a regular file"
+    )
+    (tmp_path / "config.json").mkdir()
+    _assert_refused(capsys, ["--model-config", str(tmp_path)], "config.json is a directory, not a regular file")

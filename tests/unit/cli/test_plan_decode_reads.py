@@ -151,3 +151,76 @@ def test_a_file_that_is_not_recall_output_is_refused(ext_active, capsys, tmp_pat
     rc, out, err = _plan(capsys, "--recall-json", str(path))
     assert rc == 2 and out == "" and "Traceback" not in err
     assert f"--recall-json '{path}': not the output of `sglang-dsv4 recall DIR --json`" in err
+
+
+@pytest.mark.parametrize("digit", ["²", "١٢", "８", "1_0", "8\u00a0"])
+def test_a_context_in_digits_int_accepts_but_ascii_does_not_is_refused_by_the_flag(capsys, digit):
+    """Found in review: '²' passed isdigit() and then failed int(), giving argparse's internal message; int()
+    itself takes other scripts' digits ('١٢', full-width '８') and '_' separators. One rule: ASCII digits."""
+    rc, out, err = _plan(capsys, "--context", digit)
+    assert rc == 2 and out == "" and "Traceback" not in err
+    assert f"argument --context: {digit!r}: allowed: comma-separated context lengths in tokens >= 1" in err
+
+
+@pytest.mark.parametrize("context", ["100M", "1" * 29, "1048577"])
+def test_a_context_past_the_models_limit_is_refused(ext_active, capsys, context):
+    """Found in review: --context 100M on a 1M-context model printed decode bytes for it."""
+    rc, out, err = _plan(capsys, "--context", f"8K,{context}")
+    assert rc == 2 and out == "" and "Traceback" not in err
+    assert "is past the model's limit of 1,048,576 (max_position_embeddings of" in err
+    assert "allowed: 1..1048576" in err
+    assert _plan(capsys, "--context", "1M", "--json")[0] == 0  # the limit itself is served
+
+
+@pytest.mark.parametrize(
+    "row, named",
+    [
+        ({"rows": 10, "recall": 5.0}, "recall = 5.0: allowed: a number in [0, 1]"),
+        ({"rows": 10, "recall": -0.1}, "recall = -0.1: allowed: a number in [0, 1]"),
+        ({"rows": 10, "recall": float("nan")}, "recall = nan: allowed: a number in [0, 1]"),
+        ({"rows": 10, "recall": "0.9"}, "recall = '0.9': allowed: a number in [0, 1]"),
+        ({"rows": 2.5, "recall": 0.9}, "rows = 2.5: allowed: a whole number >= 0"),
+    ],
+)
+def test_recall_values_outside_0_1_are_refused(ext_active, capsys, tmp_path, row, named):
+    """Found in review: recall 5.0 or NaN was printed as a measured recall."""
+    path = tmp_path / "recall.json"
+    entry = {"layer": 2, "format": "fp8", "k": MODEL.index_topk, "min_recall": 0.5, **row}
+    path.write_text(json.dumps({"rows": [entry]}))  # json writes NaN as NaN, and reads it back
+    rc, out, err = _plan(capsys, "--recall-json", str(path))
+    assert rc == 2 and out == "" and "Traceback" not in err
+    assert f"--recall-json '{path}': not the output of `sglang-dsv4 recall DIR --json`" in err and named in err
+
+
+def test_a_fifo_or_a_device_as_recall_json_is_refused_without_blocking(ext_active, capsys, tmp_path):
+    """Found in review: a FIFO made plan hang in open() and /dev/zero was read without end. Run in a thread
+    with a deadline, so the unfixed code fails here instead of blocking the suite."""
+    import os
+    import threading
+
+    fifo = tmp_path / "recall.fifo"
+    os.mkfifo(fifo)
+    for path, what in ((fifo, "is a FIFO (named pipe), not a regular file"), ("/dev/zero", "a character device")):
+        result = {}
+        worker = threading.Thread(
+            target=lambda p=path, into=result: into.update(got=_plan(capsys, "--recall-json", str(p)))
+        )
+        worker.daemon = True
+        worker.start()
+        worker.join(timeout=60)
+        if worker.is_alive():
+            with open(fifo, "w"):  # release the blocked open() so the thread can end
+                pass
+            pytest.fail(f"plan --recall-json {path} did not return within 60 s")
+        rc, out, err = result["got"]
+        assert rc == 2 and out == "" and what in err, err
+
+
+def test_a_large_recall_json_is_refused_by_size(ext_active, capsys, tmp_path, monkeypatch):
+    from sglang_dsv4_ext.plan import cli as plan_cli
+
+    monkeypatch.setattr(plan_cli, "RECALL_JSON_LIMIT", 64)  # the bound, made small here
+    path = tmp_path / "recall.json"
+    path.write_text(json.dumps({"rows": [], "padding": "x" * 100}))
+    rc, out, err = _plan(capsys, "--recall-json", str(path))
+    assert rc == 2 and "is larger than" in err

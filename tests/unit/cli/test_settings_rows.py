@@ -106,6 +106,59 @@ def test_an_allowlist_that_already_admits_us_is_left_alone(capsys, monkeypatch, 
     assert all("SGLANG_PLUGINS" not in env for env, _ in cmds) and "does not name" not in out
 
 
+# SGLANG_PLUGINS values and whether SGLang's loader then runs our entry point: unset or empty loads every plugin;
+# any other string, blank or commas alone included, is an allow-set of exact names.
+PLUGIN_VALUES = [
+    (None, True),
+    ("", True),
+    (" ", False),
+    (",", False),
+    (",,", False),
+    (" , ", False),
+    ("sglang_dsv4_ext_dev", False),
+    ("other", False),
+    ("other, sglang_dsv4_ext ", True),
+]
+
+
+@pytest.mark.parametrize("value, loads_us", PLUGIN_VALUES)
+def test_plugin_allowed_is_what_sglangs_plugin_loader_does(monkeypatch, value, loads_us):
+    """Found in review: a blank or comma-only SGLANG_PLUGINS made doctor say "allowed" while SGLang loaded no
+    plugin; a substring match would take sglang_dsv4_ext_dev for us. Checked against SGLang's real
+    load_plugins_by_group over the installed entry points (it imports our entry point, never calls it)."""
+    from sglang.srt.plugins import GENERAL_PLUGINS_GROUP, load_plugins_by_group
+
+    from sglang_dsv4_ext.plugin import activation
+
+    if value is None:
+        monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
+    else:
+        monkeypatch.setenv("SGLANG_PLUGINS", value)
+    loaded = config.PLUGIN_NAME in load_plugins_by_group(GENERAL_PLUGINS_GROUP)
+    assert loaded == loads_us  # SGLang's loader itself, so this table cannot drift from it unseen
+    assert config.plugin_allowed(os.environ) == loaded
+    assert (activation.plugin_allowlist_block(os.environ) is None) == loaded  # doctor's SGLANG_PLUGINS line
+
+
+@pytest.mark.parametrize("value", [" ", ",", ",,"])
+def test_a_blank_or_comma_only_allowlist_gets_our_name_in_the_launch_plan(capsys, monkeypatch, value):
+    monkeypatch.setenv("SGLANG_PLUGINS", value)
+    out, cmds = _dry_run(capsys, "--preset", BF16)
+    servers = [env for env, argv in cmds if argv[2] == "sglang.launch_server"]
+    assert servers and all(env.get("SGLANG_PLUGINS") == "sglang_dsv4_ext" for env in servers)
+    assert f"SGLANG_PLUGINS={value!r} does not name sglang_dsv4_ext: every server gets" in out
+
+
+def test_a_blank_allowlist_in_a_preset_env_gets_our_name_for_that_server(tmp_path, monkeypatch):
+    monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
+    preset = tmp_path / "p.toml"
+    preset.write_text('model_path = "m"\n[[prefill]]\nenv = { SGLANG_PLUGINS = " , " }\n[[decode]]\n')
+    plan = build_plan(load_preset(str(preset)), 0, sglang_args(), validate_router=False)
+    by_name = {c.name: c.environment({}) for c in plan.children}
+    assert by_name["prefill-0"]["SGLANG_PLUGINS"] == "sglang_dsv4_ext"
+    assert "SGLANG_PLUGINS" not in by_name["decode-0"]
+
+
 def test_a_preset_env_allowlist_is_completed_for_that_server_alone(tmp_path, monkeypatch):
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
     preset = tmp_path / "p.toml"

@@ -155,6 +155,17 @@ def test_capture_holds_exactly_the_rows_the_indexer_read_and_recall_reads_it(
     assert out["scored_rows"] == 5 and "bf16 is the reference" in out["verdict"]
 
 
+def test_each_file_records_the_c4_layers_of_the_pools_model(stubs, monkeypatch, rng, capture_dir):
+    """recall checks a file's layer against these ids; they come from SGLang's pool (its compression_ratios)."""
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        _run(pool, rng, [("req-A", [600])])
+        ratios = list(pool.compression_ratios)
+    (path,) = _files(capture_dir)
+    recorded = _load(path)["c4_layers"]
+    assert recorded == [layer for layer, ratio in enumerate(ratios) if ratio == 4] and LAYER in recorded
+    assert capture_files.load(path).c4_layers == tuple(recorded)  # recall reads it back, checksum included
+
+
 def test_capture_is_off_by_default_and_decided_per_pool(stubs, monkeypatch, rng, tmp_path):
     with dsv4_pool(monkeypatch, "bf16") as pool:
         _run(pool, rng, [("req-A", [600])])
@@ -279,7 +290,7 @@ def test_capture_bounds_parse():
         {
             "SGLANG_DSV4_INDEX_K_DTYPE": "bf16",
             "SGLANG_DSV4_INDEX_K_CAPTURE": " /d ",
-            "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS": "Every:03",
+            "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS": "every:03",
             "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS": "",
             "SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB": "64",
         }

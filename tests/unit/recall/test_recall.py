@@ -362,3 +362,62 @@ def test_capture_files_module_reads_a_file_in_isolation(tmp_path):
     write_capture(tmp_path / "a.pt", _keys(600))
     capture = capture_files.load(tmp_path / "a.pt")
     assert capture.k_fp32 is not None and capture.layer == 2 and capture.keys_of(0, capture.k).shape == (600, D)
+
+
+# ---------------------------------------------------------------------------------------
+# The layer against the capturing model, repeated rows, hard links
+# ---------------------------------------------------------------------------------------
+
+C4_LAYERS = [2, 4, 6, 8]  # the c4 layer ids the capturer records (index_k/capture.py, from the pool's ratios)
+
+
+@pytest.mark.parametrize("layer", [3, 999])
+def test_a_layer_that_is_no_c4_layer_of_the_capturing_model_is_refused(tmp_path, capsys, layer):
+    """Found in review: layer 3 (or 999 on a 43-layer model) was scored, exit 0."""
+    write_capture(tmp_path / "a.pt", _keys(600), layer=layer, c4_layers=C4_LAYERS)
+    err = _refused(tmp_path, capsys, f"a.pt: layer: {layer} is not a c4 indexer layer of the model")
+    assert "allowed: 2,4,6,8" in err
+
+
+def test_a_recorded_c4_layer_is_scored_and_a_file_without_the_record_says_cannot_tell(tmp_path, capsys):
+    write_capture(tmp_path / "a.pt", _keys(600), layer=4, c4_layers=C4_LAYERS)
+    checked = recall.analyse(tmp_path, [512])
+    assert checked["scored_rows"] == 1 and checked["layers_unchecked"] == 0
+    assert "cannot tell" not in checked["verdict"]
+
+    write_capture(tmp_path / "b.pt", _keys(600, seed=1))  # an older capture: no c4_layers recorded
+    mixed = recall.analyse(tmp_path, [512])
+    assert mixed["scored_rows"] == 2 and mixed["layers_unchecked"] == 1
+    assert "cannot tell whether the layer ids of 1 files are c4 layers of their model" in mixed["verdict"]
+
+
+@pytest.mark.parametrize("c4_layers", [[], [4, 2], [2, 2], [True], "2,4", [-1]])
+def test_a_malformed_c4_layer_record_is_refused(tmp_path, capsys, c4_layers):
+    write_capture(tmp_path / "a.pt", _keys(600), c4_layers=c4_layers)
+    err = _refused(tmp_path, capsys, "a.pt: c4_layers: ")
+    assert "expected a non-empty increasing list of layer ids >= 0" in err
+
+
+def test_the_checksum_covers_the_recorded_c4_layers(tmp_path, capsys):
+    path = tmp_path / "a.pt"
+    rec = write_capture(path, _keys(600), layer=3, c4_layers=[3, 5])
+    rec["c4_layers"] = [2, 4]  # edited after capture to pass the layer check
+    rec["layer"] = 2
+    torch.save(rec, path)
+    _refused(tmp_path, capsys, "a.pt: checksum: does not match the content")
+
+
+def test_repeated_query_rows_are_refused(tmp_path, capsys):
+    """Found in review: a capture whose query_rows were all 0 was scored, each row counted again."""
+    q = torch.ones(3, 1, D, dtype=torch.bfloat16)
+    write_capture(tmp_path / "a.pt", _keys(600), q=q, query_rows=torch.zeros(3, dtype=torch.int64))
+    _refused(tmp_path, capsys, "a.pt: query_rows: row 0 appears 3 times; each row is captured once")
+
+
+def test_a_hard_link_to_a_capture_file_is_that_file_read_once(tmp_path, capsys):
+    """Found in review: a hard link was refused as "a copy", though a file reached twice is read once."""
+    write_capture(tmp_path / "run" / "a.pt", _keys(600))
+    (tmp_path / "other").mkdir()
+    os.link(tmp_path / "run" / "a.pt", tmp_path / "other" / "a.pt")
+    result = recall.analyse(tmp_path, [512])
+    assert result["files"] == 1 and result["scored_rows"] == 1

@@ -38,6 +38,18 @@ def _assert_refused(capsys, argv, needle):
 FLAG_ROWS = [
     ("router port above 65535", ["--router-port", "70000"], "argument --router-port: '70000': allowed range 1-65535"),
     ("router port 0", ["--router-port", "0"], "argument --router-port: '0': allowed range 1-65535"),
+    # one number rule for every command: ASCII digits (int() also takes '８０００' and '٨٠٠٠')
+    (
+        "router port in full-width digits",
+        ["--router-port", "８０００"],
+        "argument --router-port: '８０００': allowed range",
+    ),
+    ("node rank in Arabic-Indic digits", ["--node-rank", "٠"], "argument --node-rank: '٠': allowed: an integer >= 0"),
+    (
+        "HiCache ratio with a separator",
+        ["--hicache-ratio", "1_5"],
+        "argument --hicache-ratio: '1_5': allowed: a finite",
+    ),
     ("negative node rank", ["--node-rank", "-1"], "argument --node-rank: '-1': allowed: an integer >= 0"),
     ("HiCache ratio nan", ["--hicache-ratio", "nan"], "argument --hicache-ratio: 'nan': allowed: a finite number > 0"),
     ("HiCache ratio inf", ["--hicache-ratio", "inf"], "argument --hicache-ratio: 'inf': allowed: a finite number > 0"),
@@ -126,6 +138,25 @@ FLAG_ROWS = [
         "decode-0: --decode-args sets --use-ray, which sglang-dsv4 serve refuses: SGLang's Ray scheduler actors",
     ),
     ("Ray for every server", ["--", "--use-ray"], "sets --use-ray, which sglang-dsv4 serve refuses"),
+    # found in review: serve's own flags given twice kept the last silently, though SGLang's are refused
+    (
+        "a setting flag given twice",
+        ["--index-k-dtype", "bf16", "--index-k-dtype", "fp8"],
+        "argument --index-k-dtype: given more than once (argparse would keep only the last); give it once",
+    ),
+    (
+        "a number flag given twice, once with =",
+        ["--router-port", "8000", "--router-port=8001"],
+        "argument --router-port: given more than once",
+    ),
+    ("the kill switch given twice", ["--no-extension", "--no-extension"], "argument --no-extension: given more than"),
+    # found in review: the extension off beside a bf16 setting ran stock fp8 without a word
+    (
+        "an extension setting beside --no-extension",
+        ["--no-extension", "--index-k-dtype", "bf16"],
+        "--no-extension turns the extension off, so --index-k-dtype bf16 would do nothing (every server runs "
+        "stock SGLang); give one of them",
+    ),
 ]
 
 
@@ -227,6 +258,25 @@ def test_preset_that_is_not_toml(tmp_path, capsys):
     preset = tmp_path / "bad.toml"
     preset.write_bytes(b"\xff\xfe not text")
     _assert_refused(capsys, ["--preset", str(preset), "--dry-run"], f"{preset}: not valid TOML")
+
+
+def test_a_preset_that_is_a_directory_or_a_fifo_says_what_it_is(tmp_path, capsys):
+    """Found in review: both were called "no such file". The FIFO is never opened for reading by the check
+    (it would block until a writer came)."""
+    (tmp_path / "stack.toml").mkdir()
+    _assert_refused(
+        capsys,
+        ["--preset", str(tmp_path / "stack.toml"), "--dry-run"],
+        f"--preset '{tmp_path / 'stack.toml'}': is a directory, not a regular file (a preset is a TOML file)",
+    )
+    fifo = tmp_path / "stack.fifo"
+    os.mkfifo(fifo)
+    _assert_refused(
+        capsys,
+        ["--preset", str(fifo), "--dry-run"],
+        f"--preset '{fifo}': is a FIFO (named pipe), not a regular file (a preset is a TOML file)",
+    )
+    _assert_refused(capsys, ["--preset", str(tmp_path / "none.toml"), "--dry-run"], "none.toml': no such file")
 
 
 def test_log_dir_that_is_a_file_is_refused_before_anything_starts(tmp_path, capsys):
@@ -368,12 +418,13 @@ def test_wedge_timeout_on_servers_that_pass_enable_metrics_adds_nothing(capsys):
     assert not [n for n in notes if "--wedge-timeout" in n]
 
 
-def test_an_invalid_shell_value_the_stack_replaces_is_said(capsys, monkeypatch):
+@pytest.mark.parametrize("value", ["on", "\u00a0", "Full"])  # a no-break space is a value, not blank (one rule)
+def test_an_invalid_shell_value_the_stack_replaces_is_said(capsys, monkeypatch, value):
     """The preset sets integrity for the children; the shell's invalid value is noted as a valid one would be."""
-    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", "on")
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", value)
     notes, children = _accepted(capsys, ["--preset", BF16, "--dry-run"])
     assert (
-        "this shell's SGLANG_DSV4_INDEX_K_INTEGRITY='on' is not valid; allowed values: 'off', 'sample', 'full'; "
+        f"this shell's SGLANG_DSV4_INDEX_K_INTEGRITY={value!r} is not valid; allowed values: 'off', 'sample', 'full'; "
         "the children get SGLANG_DSV4_INDEX_K_INTEGRITY=off from the stack (--index-k-integrity or [extension] "
         "index_k_integrity sets it)"
     ) in notes
@@ -405,3 +456,43 @@ def test_ipv6_node_addresses_are_bracketed_where_an_address_has_a_port(tmp_path,
     assert prefill[prefill.index("--dist-init-addr") + 1] == "[fe80::1]:5757"
     router = next(argv for _, _, argv in children if "--pd-disaggregation" in argv)
     assert router[router.index("--prefill") + 1] == "http://[fe80::1]:30000"
+
+
+def test_a_preset_turning_the_extension_off_beside_its_settings_is_refused(tmp_path, capsys):
+    preset = tmp_path / "p.toml"
+    preset.write_text('mode = "single"\nmodel_path = "m"\n[extension]\nenabled = false\nindex_k_dtype = "bf16"\n')
+    _assert_refused(
+        capsys,
+        ["--preset", str(preset), "--dry-run"],
+        f"{preset}: [extension] enabled = false beside index_k_dtype = 'bf16': the extension's settings do nothing "
+        "with the extension off",
+    )
+
+
+def test_a_bf16_preset_with_no_extension_is_never_called_bf16(capsys):
+    """Found in review: the header kept the preset's "bf16 index-K" and every child got
+    SGLANG_DSV4_INDEX_K_DTYPE=bf16 beside SGLANG_DSV4_EXT=0."""
+    rc = _serve(["--preset", BF16, "--dry-run", "--no-extension"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    header = out.splitlines()[0]
+    title = header.removeprefix("# stack: ").split(" with ", 1)  # [the preset's path (its name says bf16), the rest]
+    assert title[0].endswith(f"{BF16}.toml") and title[1].startswith("the extension off: stock SGLang (mode pd")
+    assert "bf16" not in title[1]
+    children = dry_run_children(out)
+    assert children and all(env["SGLANG_DSV4_EXT"] == "0" for _, env, _ in children)
+    assert all(env["SGLANG_DSV4_INDEX_K_DTYPE"] == "fp8" for _, env, _ in children)
+    assert (
+        "# note: the extension is off: the preset's [extension] index_k_dtype = 'bf16' has no effect and is not "
+        "passed on (every server runs stock SGLang)"
+    ) in out
+
+
+def test_an_fp4_budget_on_a_stack_without_fp4_gets_a_note(capsys):
+    notes, _ = _accepted(capsys, ["--preset", FP8, "--dry-run", "--fp4-budget", "stock"])
+    assert (
+        "--fp4-budget stock (or [extension] fp4_budget) has no effect: it budgets SGLang's fp4 indexer, and this "
+        "stack's index-K is fp8"
+    ) in notes
+    notes, _ = _accepted(capsys, ["--preset", FP8, "--dry-run", "--index-k-dtype", "fp4", "--fp4-budget", "stock"])
+    assert not any("--fp4-budget" in note for note in notes)
