@@ -138,14 +138,14 @@ def _refuse_one_stack_flags(args) -> None:
 def _side_servers(endpoint: str, named) -> tuple[str, ...]:
     """A side's servers: those named, else the workers its sglang-router lists, else the endpoint itself."""
     from sglang_dsv4_ext.repro.client import base_url
-    from sglang_dsv4_ext.repro.server_info import UnreadableWorkers, router_workers
+    from sglang_dsv4_ext.repro.server_info import UnreadableWorkersError, router_workers
 
     if named:
         return tuple(named)
     try:
         with stop_signals.raising():
             workers = router_workers(base_url(endpoint))
-    except UnreadableWorkers as exc:  # a router whose workers cannot be checked: never its /server_info instead
+    except UnreadableWorkersError as exc:  # a router whose workers cannot be checked: never its /server_info instead
         raise ReproInputError(
             f"{endpoint} is a router whose GET /workers lists {exc}; name that side's servers with "
             "--server-metrics-a / --server-metrics-b URL[,URL...]"

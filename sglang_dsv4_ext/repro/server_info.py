@@ -87,29 +87,29 @@ def identities(records: list) -> set[str]:
 
 
 # ----- the workers behind an sglang-router -------------------------------------------------------
-class UnreadableWorkers(ValueError):
+class UnreadableWorkersError(ValueError):
     """A router's worker list whose workers cannot be read here (no http:// URL: a gRPC worker)."""
 
 
 def parse_workers(body: object) -> list[str]:
     """The worker URLs of sglang-router's ``GET /workers`` reply (``{"workers": [{"url": ...}, ...], "total"}``,
     SGLang's ``docs/advanced_features/sgl_model_gateway.md``, "List Workers"); ValueError for another shape,
-    :class:`UnreadableWorkers` for a list holding a worker without an http:// URL."""
+    :class:`UnreadableWorkersError` for a list holding a worker without an http:// URL."""
     workers = body.get("workers") if isinstance(body, dict) else None
     if not isinstance(workers, list) or not workers:
         raise ValueError("no worker list in the reply (not sglang-router's GET /workers)")
     urls = [w.get("url") if isinstance(w, dict) else None for w in workers]
     if not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
-        raise UnreadableWorkers(f"workers {urls}: one without an http:// URL (a gRPC worker has no /server_info)")
+        raise UnreadableWorkersError(f"workers {urls}: one without an http:// URL (a gRPC worker has no /server_info)")
     return cast(list[str], urls)
 
 
 def router_workers(url: str) -> list[str] | None:
     """The workers a router at ``url`` lists, or None when ``url`` serves no worker list (a server itself);
-    :class:`UnreadableWorkers` when it lists workers that cannot be read from here."""
+    :class:`UnreadableWorkersError` when it lists workers that cannot be read from here."""
     try:
         return parse_workers(strict_json.loads(server_http.get_text(url, "/workers")))
-    except UnreadableWorkers:
+    except UnreadableWorkersError:
         raise
     except (server_http.ServerReadError, ValueError):
         return None

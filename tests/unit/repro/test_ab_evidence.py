@@ -142,7 +142,7 @@ def test_sglang_routers_worker_list_is_parsed_and_anything_else_is_not_one():
     for other in ({"workers": []}, {"internal_states": []}, [1]):
         with pytest.raises(ValueError):
             server_info.parse_workers(other)
-    with pytest.raises(server_info.UnreadableWorkers):  # a router, but its workers cannot be read from here
+    with pytest.raises(server_info.UnreadableWorkersError):  # a router, but its workers cannot be read from here
         server_info.parse_workers({"workers": [{"url": "grpc://10.0.0.1:50051"}], "total": 1})
 
 
