@@ -18,7 +18,6 @@ import dataclasses
 import json
 import math
 import os
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
