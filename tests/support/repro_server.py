@@ -64,7 +64,8 @@ any HTTP client reads (64 KiB); ``nan`` (``/metrics`` only) reports the aborted-
 ``workers=[URL, ...]`` makes it answer ``GET /workers`` as sglang-router does (``{"workers": [{"url", "worker_type",
 "is_healthy", ...}], "total", "stats"}``, SGLang's ``docs/advanced_features/sgl_model_gateway.md``); a router has no
 ``/server_info`` of its own here (``server_info=False``). ``restart_at=N``: when the N-th chat request arrives the
-server is started again, as after a crash: counters from zero, a new launch and process in its records.
+server is started again, as after a crash: counters from zero, a new launch and process in its records
+(``restart_records=[...]``: the records of the launch started then, e.g. a stock server restarted with the extension).
 """
 
 from __future__ import annotations
@@ -413,6 +414,7 @@ class InjectingServer:
         server_info_extra: dict | None = None,
         workers: list[str] | None = None,
         restart_at: int | None = None,
+        restart_records: list | None = None,
     ):
         known = KINDS + SHAPE_KINDS + CUT_KINDS + ABORT_KINDS
         unknown = set(rates) - set(known)
@@ -447,6 +449,7 @@ class InjectingServer:
         self.counters: dict[str, float] = {"sglang:num_aborted_requests": 0.0}
         self.workers = workers
         self.restart_at = restart_at
+        self.restart_records = restart_records
         self._lock = threading.Lock()
         self._httpd: _Server | None = None
 
@@ -489,8 +492,9 @@ class InjectingServer:
         """Started again (under the lock): counters from zero, every record of a new launch and process."""
         self.counters = {family: 0.0 for family in self.counters}
         self.requests = 1
+        records = self.records if self.restart_records is None else self.restart_records
         self.records = [
-            None if r is None else dict(r, launch="5151@1764599999.00", process=_next_process()) for r in self.records
+            None if r is None else dict(r, launch="5151@1764599999.00", process=_next_process()) for r in records
         ]
 
     def internal_states(self) -> list[dict]:
