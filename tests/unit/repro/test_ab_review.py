@@ -172,3 +172,36 @@ def test_report_page_never_shows_a_bare_verdict_for_a_pair_not_comparable(tmp_pa
     html = page.read_text()
     ab = html[html.index('<section class="ab">') :]
     assert "NOT COMPARABLE AS ASKED" in ab[: ab.index("</section>")]
+
+
+# ----- serve/repro-incident.sh checks the dtype its label names ----------------------------------------
+def _incident_script(tmp_path, env: dict, *extra: str):
+    """serve/repro-incident.sh run for real, its ``sglang-dsv4`` this checkout's CLI (a shim on PATH)."""
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    shim = tmp_path / "bin" / "sglang-dsv4"
+    shim.parent.mkdir(parents=True)
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m sglang_dsv4_ext.cli "$@"\n')
+    shim.chmod(0o755)
+    full_env = dict(os.environ, PATH=f"{shim.parent}:{os.environ['PATH']}", PYTHONPATH=repo, **env)
+    script = os.path.join(repo, "serve", "repro-incident.sh")
+    return subprocess.run(["bash", script, *TINY, *extra], env=full_env, capture_output=True, text=True, timeout=120)
+
+
+def test_incident_script_refuses_a_stack_that_did_not_build_the_dtype_its_label_names(tmp_path):
+    with InjectingServer({}, records=[_record()]) as bf16_stack:  # the "fp8 baseline" built bf16
+        done = _incident_script(
+            tmp_path, {"ENDPOINT": bf16_stack.url, "LABEL": "fp8+hicache", "OUT": str(tmp_path / "run")}
+        )
+        assert done.returncode == exit_codes.USAGE, done.stdout + done.stderr
+        assert "--expect-index-k-dtype fp8" in done.stderr and "index-K bf16 built" in done.stderr
+        assert "Traceback" not in done.stderr and bf16_stack.requests == 0
+    assert not (tmp_path / "run").exists()
+    with InjectingServer({}, records=[_record(FP8)], extension=[FP8]) as ext_stack:  # the "stock" baseline is not
+        done = _incident_script(
+            tmp_path / "stock", {"ENDPOINT": ext_stack.url, "LABEL": "stock-fp8", "OUT": str(tmp_path / "stock-run")}
+        )
+        assert done.returncode == exit_codes.USAGE and "--expect-extension off (a stock baseline)" in done.stderr
+    assert not (tmp_path / "stock-run").exists()
