@@ -205,3 +205,20 @@ def test_incident_script_refuses_a_stack_that_did_not_build_the_dtype_its_label_
         )
         assert done.returncode == exit_codes.USAGE and "--expect-extension off (a stock baseline)" in done.stderr
     assert not (tmp_path / "stock-run").exists()
+
+
+# ----- a non-streamed reply whose choice did not finish ----------------------------------------------
+def test_a_non_streamed_reply_without_a_finish_reason_is_not_judged():
+    """SGLang's ``serving_chat.py`` answers ``finish_reason: null`` for a request with no finish reason in its
+    meta info (``finish_reason["type"] if finish_reason else None``): half a tool call was judged as corruption."""
+    from sglang_dsv4_ext.repro.client import observation_from_body
+    from sglang_dsv4_ext.repro.verdict import CORRUPTION_CLASSES, classify
+
+    half_call = {"name": "read_file", "arguments": '{"path": "/src/ma'}
+    body = {"choices": [{"index": 0, "finish_reason": None, "message": {"role": "assistant", "content": "",
+            "tool_calls": [{"id": "c0", "type": "function", "function": half_call}]}}]}  # fmt: skip
+    obs = observation_from_body(body)
+    tools = {"read_file": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
+    verdict, detail = classify(obs, "tool", "read_file", {"path": "/src/main.py"}, tools)
+    assert verdict == "aborted" and verdict not in CORRUPTION_CLASSES, (verdict, detail)
+    assert "finish_reason null" in detail and obs.tool_calls == [half_call]  # kept raw
