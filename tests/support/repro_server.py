@@ -65,7 +65,8 @@ any HTTP client reads (64 KiB); ``nan`` (``/metrics`` only) reports the aborted-
 "is_healthy", ...}], "total", "stats"}``, SGLang's ``docs/advanced_features/sgl_model_gateway.md``); a router has no
 ``/server_info`` of its own here (``server_info=False``). ``restart_at=N``: when the N-th chat request arrives the
 server is started again, as after a crash: counters from zero, a new launch and process in its records
-(``restart_records=[...]``: the records of the launch started then, e.g. a stock server restarted with the extension).
+(``restart_records=[...]``: the records of the launch started then, e.g. a stock server restarted with the extension)
+and other startup durations in ``startup_time``, as SGLang reports each launch's.
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "version": "stand-in",
                 "tool_call_parser": "deepseekv4",
                 "label": owner.label,
-                "startup_time": 1764590001.0,
+                "startup_time": owner.startup_time,
                 "internal_states": owner.internal_states(),
                 **owner.server_info_extra,
             }
@@ -450,6 +451,9 @@ class InjectingServer:
         self.workers = workers
         self.restart_at = restart_at
         self.restart_records = restart_records
+        # SGLang's /server_info startup_time: the startup durations of this launch (observability/startup_time.py)
+        self.startup_time = {"load_weight": 41.25, "kv_cache_allocation": 3.5, "scheduler_e2e": 52.0,
+                             "cuda_graph": {}, "tokenizer_e2e": 55.75}  # fmt: skip
         self._lock = threading.Lock()
         self._httpd: _Server | None = None
 
@@ -492,6 +496,7 @@ class InjectingServer:
         """Started again (under the lock): counters from zero, every record of a new launch and process."""
         self.counters = {family: 0.0 for family in self.counters}
         self.requests = 1
+        self.startup_time = dict(self.startup_time, load_weight=self.startup_time["load_weight"] + 0.5)
         records = self.records if self.restart_records is None else self.restart_records
         self.records = [
             None if r is None else dict(r, launch="5151@1764599999.00", process=_next_process()) for r in records

@@ -222,3 +222,16 @@ def test_a_non_streamed_reply_without_a_finish_reason_is_not_judged():
     verdict, detail = classify(obs, "tool", "read_file", {"path": "/src/main.py"}, tools)
     assert verdict == "aborted" and verdict not in CORRUPTION_CLASSES, (verdict, detail)
     assert "finish_reason null" in detail and obs.tool_calls == [half_call]  # kept raw
+
+
+def test_a_stock_server_restarted_stock_is_a_restart_by_its_startup_durations(tmp_path, capsys):
+    """No records before or after, counters from zero and higher again by the end: only SGLang's startup_time
+    in /server_info (another launch's startup durations) shows that another launch answered after the run."""
+    out_dir = _run(capsys, tmp_path / "run", "--expect-extension", "off", records=[None], extension=[],
+                   restart_at=2)  # fmt: skip
+    with open(os.path.join(out_dir, "summary.json")) as f:
+        summary = json.load(f)
+    [row] = summary["server_evidence"]
+    assert "startup_time changed" in row["restarted"] and row["aborted_requests"] is None
+    [server] = summary["servers"]
+    assert server["restarted"] == row["restarted"]
