@@ -182,13 +182,23 @@ READING_GUIDE = (
     ),
     (
         "not comparable as asked",
-        "the evidence does not show the A/B compared what it was asked (same dtype on both sides, a side unknown "
-        "or only configured, a restart, two parsing paths)",
-        "that the stacks differ or not: the numbers are still the paired comparison of what ran",
+        "the evidence does not show the A/B compared what it was asked (same dtype on both sides, a side unknown, "
+        "only configured or a mix of pools, a label naming another stack, a restart or a failed read after the run, "
+        "one side failing in transport far more, two parsing paths)",
+        "that the stacks differ or not: the numbers are still the paired comparison of what ran, and the verdict "
+        "line says NOT COMPARABLE AS ASKED",
+    ),
+    (
+        "no 'not comparable as asked' line",
+        "each side's recorded servers report one built dtype (or stock), the sides differ in it or in the "
+        "extension's state, the labels agree with them, no restart was seen, transport failures are not lopsided",
+        "servers the records do not cover (not named, ranks not counted); which pool a stock server built "
+        "(SGLang's fp8, or fp4 under its flag)",
     ),
     (
         "RESTARTED",
-        "the server answering after the run is another launch or process, or a counter went down",
+        "the server answering after the run is another launch or process (for a stock server: records or other "
+        "startup durations now), or a counter went down",
         "when it restarted or what served the requests after it; its deltas are not shown",
     ),
     (

@@ -235,3 +235,17 @@ def test_a_stock_server_restarted_stock_is_a_restart_by_its_startup_durations(tm
     assert "startup_time changed" in row["restarted"] and row["aborted_requests"] is None
     [server] = summary["servers"]
     assert server["restarted"] == row["restarted"]
+
+
+def test_not_comparable_wins_over_significant_when_both_are_asked(tmp_path, capsys):
+    """Both stacks built bf16 and B corrupts far more: --fail-if-not-comparable exits 4 before
+    --fail-if-significant's 3 (the finding would not be about dtypes), and the verdict line says so either way."""
+    shape = [*TINY[:1], "4", *TINY[2:]]  # 16 requests
+    a = _run(capsys, tmp_path / "a", rates={"ok": 1.0}, shape=shape, records=[_record()])
+    b = _run(capsys, tmp_path / "b", rates={"malformed_dsml": 0.9}, shape=shape, records=[_record()])
+    rc, out, _ = _compare(capsys, a, b, "--fail-if-significant")
+    assert rc == exit_codes.NOT_COMPARABLE
+    last = out.splitlines()[-1]
+    assert last.startswith("NOT COMPARABLE AS ASKED") and "SIGNIFICANT: significant difference" in last
+    rc, _, _ = run_cli(["repro", "compare", a, b, "--fail-if-significant"], capsys)
+    assert rc == exit_codes.FINDING  # asked only about significance: the top of the output flags it
