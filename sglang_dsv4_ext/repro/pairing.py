@@ -223,6 +223,7 @@ def _side_problems(name: str, servers: list[dict] | None) -> list[str]:
         if x.get("restart_check") and x.get("state") == "active" and not x.get("restarted")
     ]
     problems += [f"{name}: {x['url']} extension state {x.get('state')}" for x in servers if x.get("state") == "unknown"]
+    problems += _short_ranks(name, servers)
     if any(x.get("state") == "unknown" for x in servers):
         return problems
     from sglang_dsv4_ext.repro.extension_check import NONE_BUILT
@@ -236,6 +237,17 @@ def _side_problems(name: str, servers: list[dict] | None) -> list[str]:
             f"{name} ran a mix, not one stack"
         )
     return problems
+
+
+def _short_ranks(name: str, servers: list[dict]) -> list[str]:
+    """Servers recorded (``--expect-extension any``) with fewer active ranks than ranks: stock pools on the rest."""
+    short = []
+    for x in servers:
+        ranks = x.get("ranks") if isinstance(x.get("ranks"), dict) else {}
+        short += [f"{x['url']} active on {c.get('active')} of {c.get('total')} ranks" for c in ranks.get("short") or []]
+    if not short:
+        return []
+    return [f"{name}: {'; '.join(short)}: the ranks without the extension built stock pools, so {name} ran a mix"]
 
 
 # Words of a --label that name what a side ran; "stock" is SGLang's own pool (fp8, or fp4 under its flag).

@@ -249,3 +249,13 @@ def test_not_comparable_wins_over_significant_when_both_are_asked(tmp_path, caps
     assert last.startswith("NOT COMPARABLE AS ASKED") and "SIGNIFICANT: significant difference" in last
     rc, _, _ = run_cli(["repro", "compare", a, b, "--fail-if-significant"], capsys)
     assert rc == exit_codes.FINDING  # asked only about significance: the top of the output flags it
+
+
+def test_a_side_recorded_with_fewer_active_ranks_than_ranks_is_a_mix(tmp_path, capsys):
+    """--expect-extension any lets a server run whose record counts 3 of 4 ranks active; its A/B is not bf16's."""
+    short = _record(ranks={"active": 3, "total": 4, "group": "tp"})
+    a = _run(capsys, tmp_path / "a", records=[_record(FP8)], extension=[FP8])
+    b = _run(capsys, tmp_path / "b", "--expect-extension", "any", records=[short])
+    rc, out, err = _compare(capsys, a, b)
+    assert rc == exit_codes.NOT_COMPARABLE, (out, err)
+    assert any("active on 3 of 4 ranks: the ranks without the extension built stock pools" in x for x in _flagged(out))
