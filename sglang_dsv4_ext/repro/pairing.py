@@ -243,8 +243,9 @@ def _short_ranks(name: str, servers: list[dict]) -> list[str]:
     """Servers recorded (``--expect-extension any``) with fewer active ranks than ranks: stock pools on the rest."""
     short = []
     for x in servers:
-        ranks = x.get("ranks") if isinstance(x.get("ranks"), dict) else {}
-        short += [f"{x['url']} active on {c.get('active')} of {c.get('total')} ranks" for c in ranks.get("short") or []]
+        ranks = x.get("ranks")
+        counted = (ranks.get("short") or []) if isinstance(ranks, dict) else []
+        short += [f"{x['url']} active on {c.get('active')} of {c.get('total')} ranks" for c in counted]
     if not short:
         return []
     return [f"{name}: {'; '.join(short)}: the ranks without the extension built stock pools, so {name} ran a mix"]
