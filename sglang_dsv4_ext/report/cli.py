@@ -30,7 +30,7 @@ from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.errors import PairingError, ReproInputError
 from sglang_dsv4_ext.repro import extension_check, pairing, rundir, server_evidence
 from sglang_dsv4_ext.repro.cli import add_allow_different_settings, add_not_comparable
-from sglang_dsv4_ext.repro.compare import compare_loaded, pairing_line
+from sglang_dsv4_ext.repro.compare import compare_loaded, pairing_line, verdict_line
 from sglang_dsv4_ext.repro.stats import wilson_interval
 from sglang_dsv4_ext.repro.verdict import CORRUPTION_CLASSES
 from sglang_dsv4_ext.tool_support import urls
@@ -166,7 +166,7 @@ def _server_list(summary: dict) -> str:
 def ab_section(ab: dict) -> str:
     primary = ab["corruption"]
     return (
-        f'<section class="ab"><h2>A/B</h2><p>{_esc(pairing_line(ab))}</p><p>{_esc(ab["verdict"])}</p>'
+        f'<section class="ab"><h2>A/B</h2><p>{_esc(pairing_line(ab))}</p><p>{_esc(verdict_line(ab))}</p>'
         f"<p>p-value {_esc(_fmt(primary.get('p_value')))}, pairs {_esc(ab.get('pairs'))}</p></section>"
     )
 
@@ -182,13 +182,23 @@ READING_GUIDE = (
     ),
     (
         "not comparable as asked",
-        "the evidence does not show the A/B compared what it was asked (same dtype on both sides, a side unknown "
-        "or only configured, a restart, two parsing paths)",
-        "that the stacks differ or not: the numbers are still the paired comparison of what ran",
+        "the evidence does not show the A/B compared what it was asked (same dtype on both sides, a side unknown, "
+        "only configured or a mix of pools, a label naming another stack, a restart or a failed read after the run, "
+        "one side failing in transport far more, two parsing paths)",
+        "that the stacks differ or not: the numbers are still the paired comparison of what ran, and the verdict "
+        "line says NOT COMPARABLE AS ASKED",
+    ),
+    (
+        "no 'not comparable as asked' line",
+        "each side's recorded servers report one built dtype (or stock), the sides differ in it or in the "
+        "extension's state, the labels agree with them, no restart was seen, transport failures are not lopsided",
+        "servers the records do not cover (not named, ranks not counted); which pool a stock server built "
+        "(SGLang's fp8, or fp4 under its flag)",
     ),
     (
         "RESTARTED",
-        "the server answering after the run is another launch or process, or a counter went down",
+        "the server answering after the run is another launch or process (for a stock server: records or other "
+        "startup durations now), or a counter went down",
         "when it restarted or what served the requests after it; its deltas are not shown",
     ),
     (
@@ -336,8 +346,20 @@ def _write(path: str, page: str, force: bool) -> None:
         raise ReproInputError(f"-o {path}: cannot write it ({exc.strerror or exc})") from None
 
 
+def _check_comparison_asked(args) -> None:
+    """--fail-if-not-comparable judges an A/B: with another number of runs there is none, and it must not pass."""
+    from sglang_dsv4_ext.repro.pairing import NOT_COMPARABLE_FLAG
+
+    if getattr(args, "fail_if_not_comparable", False) and len(args.run_dirs) != 2:
+        raise ReproInputError(
+            f"{NOT_COMPARABLE_FLAG}: the page holds an A/B only for exactly 2 runs, got {len(args.run_dirs)}; "
+            "give the two runs to compare, or leave the flag out"
+        )
+
+
 def run(args) -> int:
     try:
+        _check_comparison_asked(args)
         check_output(args.output, args.run_dirs, args.force)
         sections, ab = _sections(args.run_dirs, args.allow_different_settings)
         _write(args.output, _page(sections, ab), args.force)

@@ -40,7 +40,8 @@ enough alone), a record with fewer active ranks than ranks, or servers that disa
 is refused; nothing is written then. After the run the records are read again: a changed launch or process
 (or a counter that went down) marks the server "restarted during the run: deltas not comparable".
 `ab` reads each side's servers (--server-metrics-a/-b, else its sglang-router's GET /workers, else the
-endpoint) and needs all their records whatever --expect-extension says; compare/ab/report print first what
+endpoint) and needs all their records whatever --expect-extension says (--expect-extension-a/-b: per side,
+e.g. `-a off -b on` for a stock baseline against the extension); compare/ab/report print first what
 each side ran and flag "not comparable as asked" (--fail-if-not-comparable: exit 4).
 
 exit codes: 0 done; 2 bad input or a refused extension check (nothing written); 3 a finding asked for
@@ -178,14 +179,19 @@ def _ab_preflight(args) -> list[tuple[str, ...]]:
     _refuse_one_stack_flags(args)
     _refuse_one_endpoint(args)  # before any read: one server under two spellings
     sides = []
-    for endpoint, named, dtype in (
-        (args.endpoint_a, args.server_metrics_a, args.expect_index_k_dtype_a),
-        (args.endpoint_b, args.server_metrics_b, args.expect_index_k_dtype_b),
+    for endpoint, named, dtype, expect in (
+        (args.endpoint_a, args.server_metrics_a, args.expect_index_k_dtype_a, side_expect(args, "a")),
+        (args.endpoint_b, args.server_metrics_b, args.expect_index_k_dtype_b, side_expect(args, "b")),
     ):
         servers = _side_servers(endpoint, named)
-        sides.append((servers, preflight(servers, None, args.expect_extension, dtype, require_records=True)[1]))
+        sides.append((servers, preflight(servers, None, expect, dtype, require_records=True)[1]))
     _refuse_one_server(sides[0][1], sides[1][1])
     return [servers for servers, _ in sides]
+
+
+def side_expect(args, side: str) -> str:
+    """What one side of an A/B must show: its own --expect-extension-a/-b, else the --expect-extension of both."""
+    return getattr(args, f"expect_extension_{side}") or args.expect_extension
 
 
 def _ab_configs(args):
@@ -203,14 +209,16 @@ def _ab_configs(args):
         (args.label_a, args.label_b),
         servers,
         (args.expect_index_k_dtype_a, args.expect_index_k_dtype_b),
+        (side_expect(args, "a"), side_expect(args, "b")),
     )
     return out, [
         dataclasses.replace(
             run_config_from_args(args, ep, os.path.join(out, side), label),
             server_metrics=urls,
             expect_index_k_dtype=dtype,
+            expect_extension=expect,
         )
-        for side, ep, label, urls, dtype in sides
+        for side, ep, label, urls, dtype, expect in sides
     ]
 
 
@@ -346,8 +354,10 @@ def add_not_comparable(p: argparse.ArgumentParser) -> None:
         NOT_COMPARABLE_FLAG,
         action="store_true",
         help=f"exit {exit_codes.NOT_COMPARABLE} when the evidence does not show the A/B compared what it was asked "
-        "(both sides report the same index-K dtype, a side's state or built dtype unknown, a server restarted "
-        "during the run, the sides parse through different paths); the output says so at the top either way",
+        "(both sides report the same index-K dtype, a side's state or built dtype unknown, a side running a mix "
+        "of pools, a label naming another dtype than its side built, a server restarted during the run or not "
+        "re-read after it, one side failing in transport far more often, the sides parse through different "
+        "paths); the output says so at the top and in the verdict line either way",
     )
 
 
@@ -383,6 +393,8 @@ def _add_run(sub) -> None:
 
 
 def _add_ab(sub) -> None:
+    from sglang_dsv4_ext.repro.extension_check import EXPECT_CHOICES
+
     ab = sub.add_parser(
         "ab",
         help="run the same workload against two endpoints and compare",
@@ -400,6 +412,13 @@ def _add_ab(sub) -> None:
             metavar="URL[,URL...]",
             help=f"stack {side.upper()}'s prefill and decode servers, whose records are required (default: the "
             "workers its sglang-router lists in GET /workers, else the endpoint itself)",
+        )
+        ab.add_argument(
+            f"--expect-extension-{side}",
+            choices=EXPECT_CHOICES,
+            default=None,
+            help=f"what stack {side.upper()}'s servers must show (on, off: a stock baseline, any: only record; "
+            "default --expect-extension); a stock-vs-extension A/B: --expect-extension-a off --expect-extension-b on",
         )
         ab.add_argument(
             f"--expect-index-k-dtype-{side}",

@@ -133,7 +133,7 @@ def observation_from_body(data) -> Observation:
         return _protocol_error("reply is not a chat completion", "choices is empty", json.dumps(data))
     choice = body.choices[0]
     msg = choice.message or _Message()
-    return Observation(
+    obs = Observation(
         finish_reason=choice.finish_reason,
         content=msg.content or "",
         reasoning=msg.reasoning_text(),
@@ -141,6 +141,16 @@ def observation_from_body(data) -> Observation:
         token_ids=choice.response_token_ids,
         usage=body.usage,
     )
+    if choice.finish_reason is None:  # SGLang's reply for a request that never finished: a partial output
+        obs.transport, obs.error = "aborted", _NO_FINISH
+    return obs
+
+
+# serving_chat.py's non-streamed reply: ``finish_reason["type"] if finish_reason else None``.
+_NO_FINISH = (
+    "finish_reason null in a non-streamed reply: the server answered a request that did not finish; "
+    "partial output kept, not judged"
+)
 
 
 # ----- streaming replies -----------------------------------------------------------------------

@@ -94,6 +94,7 @@ def compare_records(a: dict[str, dict], b: dict[str, dict], alpha: float = 0.05)
     primary = _paired_test(judged, corrupted)
     per_class = {c: _paired_test(judged, lambda r, c=c: r["verdict"] == c) for c in CORRUPTION_CLASSES}
     any_failure = _paired_test(pairs, lambda r: r["verdict"] != "ok")
+    transport = _paired_test(pairs, lambda r: r["verdict"] in TRANSPORT_CLASSES)
     outcome, text = _verdict(primary, alpha)
     return {
         "alpha": alpha,
@@ -103,6 +104,7 @@ def compare_records(a: dict[str, dict], b: dict[str, dict], alpha: float = 0.05)
         "excluded_transport_pairs": len(pairs) - len(judged),
         "corruption": primary,
         "any_failure": any_failure,
+        "transport": transport,
         "per_class": per_class,
         "outcome": outcome,
         "significant": outcome == "significant",
@@ -158,5 +160,16 @@ def format_comparison(result: dict) -> str:
         if t["a_only"] or t["b_only"] or t["both"]:
             lines.append(row("  " + c, t))
     lines.append(row("any failure", result["any_failure"]))
-    lines.append(("SIGNIFICANT: " if result["significant"] else "") + result["verdict"])
+    lines.append(verdict_line(result))
     return "\n".join(lines)
+
+
+def verdict_line(result: dict) -> str:
+    """The verdict as printed and on the report page: never bare when the evidence is not comparable as asked."""
+    text = ("SIGNIFICANT: " if result["significant"] else "") + result["verdict"]
+    if result.get("comparable", True):
+        return text
+    return (
+        f"NOT COMPARABLE AS ASKED ({len(result.get('evidence_problems') or [])} problem(s) above): this is not an "
+        f"answer about the stacks the labels name; of what ran: {text}"
+    )

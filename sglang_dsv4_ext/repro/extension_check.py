@@ -331,6 +331,7 @@ def evidence(live: dict[str, object]) -> dict[str, object]:
     version = versions[0] if len(versions) == 1 else cast(str | None, live.get("version"))
     return {
         "identities": sorted(server_info.identities(records)),
+        "startup_time": live.get("startup_time"),
         "index_k": _index_k(records),
         "ranks": _ranks(records),
         "sglang": version,
@@ -501,14 +502,27 @@ def check(states: list[dict[str, object]], expect: str, expect_dtype: str | None
 # ----- the same server after the run ---------------------------------------------------------
 def restart_reason(before: dict[str, object], after: dict[str, object]) -> str | None:
     """Why the server answering after the run is not the one checked before it (None: the same, or cannot tell)."""
-    was = set(cast(dict, before.get("evidence") or {}).get("identities") or [])
-    if not was or "error" in after:
+    found = cast(dict, before.get("evidence") or {})
+    was = set(found.get("identities") or [])
+    if "error" in after or (not was and before.get("state") == UNKNOWN):
         return None
     now = server_info.identities(_records_of(after))
     if now == was:
-        return None
+        return None if was else _startup_changed(found.get("startup_time"), after.get("startup_time"))
+    if not was:  # read before as a stock server; records now: another launch (the extension loaded in it)
+        return (
+            f"its schedulers had no launch/process record before the run; after it they report {', '.join(sorted(now))}"
+        )
     after_text = ", ".join(sorted(now)) or "none"
     return f"its schedulers' launch/process changed: before {', '.join(sorted(was))}; after {after_text}"
+
+
+def _startup_changed(was, now) -> str | None:
+    """A server without records (stock) restarted: SGLang's ``/server_info`` ``startup_time`` (the startup
+    durations its tokenizer manager was given once, ``http_server.py``) is one launch's; other durations, another."""
+    if was is None or now is None or was == now:
+        return None
+    return "its /server_info startup_time changed (SGLang's startup durations of another launch)"
 
 
 def recheck_note(before: dict[str, object], after: dict[str, object]) -> str | None:
@@ -547,15 +561,19 @@ def servers_recorded(states: list[dict] | None, rows: list[dict] | None) -> list
 
 
 def server_lines(servers: list[dict] | None) -> list[str]:
-    """One line per server: its state, built index-K dtype, ranks, SGLang and parsing path; restarts first."""
+    """One line per server: its state, built index-K dtype, ranks, SGLang and parsing path, and "cannot tell
+    whether it restarted" where the read after the run could not show it; restarts first."""
     if servers is None:
         return ["servers: not recorded (a summary of an earlier release): state, index-K dtype and parser unknown"]
     lines = [f"RESTARTED: {s['url']}: {s['restarted']}" for s in servers if s.get("restarted")]
     for s in servers:
         parsing = (s.get("parsing") or {}).get("path", CANNOT_TELL)
-        index_k = index_k_text(s.get("index_k")) if s["state"] == ACTIVE else "index-K not reported (no active record)"
+        index_k = (
+            index_k_text(s.get("index_k")) if s.get("state") == ACTIVE else "index-K not reported (no active record)"
+        )
         lines.append(
-            f"server {s['url']}: extension {s['state']}; {index_k}; "
+            f"server {s['url']}: extension {s.get('state', 'not recorded')}; {index_k}; "
             f"{ranks_text(s.get('ranks'))}; SGLang {s.get('sglang') or '?'}, parsing {parsing}"
+            + (f"; {s['restart_check']}" if s.get("restart_check") and not s.get("restarted") else "")
         )
     return lines

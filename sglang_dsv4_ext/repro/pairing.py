@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import cast
 
@@ -212,18 +213,80 @@ def side_lines(result: dict) -> list[str]:
 def _side_problems(name: str, servers: list[dict] | None) -> list[str]:
     if servers is None:
         return [f"{name}'s summary records no servers' state: what {name} ran is unknown"]
+    if not servers:
+        return [f"{name}'s summary records an empty list of servers: nothing shows what {name} ran"]
     problems = [f"{name}: {x['url']} {x['restarted']}" for x in servers if x.get("restarted")]
-    problems += [f"{name}: {x['url']} extension state {x['state']}" for x in servers if x.get("state") == "unknown"]
-    if _built_dtypes(servers) is None and not any(x.get("state") == "unknown" for x in servers):
+    # An active server names its launch and process, so "cannot tell" means the read after the run failed.
+    problems += [
+        f"{name}: {x['url']} {x['restart_check']}"
+        for x in servers
+        if x.get("restart_check") and x.get("state") == "active" and not x.get("restarted")
+    ]
+    problems += [f"{name}: {x['url']} extension state {x.get('state')}" for x in servers if x.get("state") == "unknown"]
+    problems += _short_ranks(name, servers)
+    if any(x.get("state") == "unknown" for x in servers):
+        return problems
+    from sglang_dsv4_ext.repro.extension_check import NONE_BUILT
+
+    built = _built_dtypes(servers)
+    if built is None or NONE_BUILT in built:
         problems.append(f"{name}: the index-K dtype built is not reported (configured only, or none built)")
+    elif len(built) > 1:
+        problems.append(
+            f"{name}: its servers or ranks report different index-K pools ({'/'.join(sorted(built))}): "
+            f"{name} ran a mix, not one stack"
+        )
     return problems
+
+
+def _short_ranks(name: str, servers: list[dict]) -> list[str]:
+    """Servers recorded (``--expect-extension any``) with fewer active ranks than ranks: stock pools on the rest."""
+    short = []
+    for x in servers:
+        ranks = x.get("ranks")
+        counted = (ranks.get("short") or []) if isinstance(ranks, dict) else []
+        short += [f"{x['url']} active on {c.get('active')} of {c.get('total')} ranks" for c in counted]
+    if not short:
+        return []
+    return [f"{name}: {'; '.join(short)}: the ranks without the extension built stock pools, so {name} ran a mix"]
+
+
+# Words of a --label that name what a side ran; "stock" is SGLang's own pool (fp8, or fp4 under its flag).
+_LABEL_WORDS = ("fp8", "bf16", "fp4", "stock")
+
+
+def _label_claims(label: str | None) -> set[str]:
+    return set(re.split(r"[^a-z0-9]+", (label or "").lower())) & set(_LABEL_WORDS)
+
+
+def _label_problem(name: str, label: str | None, servers: list[dict] | None) -> list[str]:
+    """A label that names another stack than the side's records report (a swapped or stale --label)."""
+    claims, built = _label_claims(label), _built_dtypes(servers) if servers else None
+    if not claims or not built:
+        return []
+    stock = built == {"stock"}
+    contradicted = [
+        c
+        for c in sorted(claims)
+        if (c == "stock" and not stock) or (c == "bf16" and stock) or (c != "stock" and not stock and c not in built)
+    ]
+    if not contradicted:
+        return []
+    ran = "stock SGLang (no extension record)" if stock else f"index-K {'/'.join(sorted(built))}"
+    return [
+        f"{name} is labelled {label!r}, but its servers report {ran}: "
+        "the label names another stack (swapped or stale --label?)"
+    ]
 
 
 def evidence_problems(result: dict) -> list[str]:
     """Why the evidence does not show that the A/B compared what it was asked ([] when it does)."""
     a, b = ((result.get(n) or {}).get("servers") for n in ("a", "b"))
     problems = _side_problems("A", a) + _side_problems("B", b)
-    if a is None or b is None:
+    for n in ("a", "b"):
+        problems += _label_problem(n.upper(), (result.get(n) or {}).get("label"), (result.get(n) or {}).get("servers"))
+    problems += _transport_problem(result)
+    if not a or not b:
         return problems
     dtypes = (_built_dtypes(a), _built_dtypes(b))
     if dtypes[0] is not None and dtypes[0] == dtypes[1]:
@@ -232,6 +295,21 @@ def evidence_problems(result: dict) -> list[str]:
         )
     problems += _parsing_problem(a, b)
     return problems
+
+
+def _transport_problem(result: dict) -> list[str]:
+    """One side failing in transport (aborted, cut, HTTP errors) far more often: its corruption is not seen."""
+    t, alpha = result.get("transport"), result.get("alpha", 0.05)
+    if not t or t["p_value"] >= alpha:
+        return []
+    worse, more, fewer = (
+        ("A", t["a_only"], t["b_only"]) if t["a_only"] > t["b_only"] else ("B", t["b_only"], t["a_only"])
+    )
+    return [
+        f"{worse} fails in transport (aborted, cut, HTTP error, timeout) far more often ({more} pairs against {fewer}, "
+        f"p={t['p_value']:.3g} < {alpha}): the corruption verdict covers only the requests both sides answered, "
+        f"and {worse}'s failures may hide its corruption"
+    ]
 
 
 def _parsing_problem(a: list[dict], b: list[dict]) -> list[str]:

@@ -13,7 +13,9 @@ Order of the checks (first match wins), and why:
                                    without a status code) ends the request with
                                    finish_reason "abort" and its partial output
                                    (serving_chat.py; tokenizer_manager.py
-                                   _handle_abort_finish_reason). Transport too: the partial
+                                   _handle_abort_finish_reason), and a non-streamed reply
+                                   whose finish_reason is null (client.py: a request that
+                                   did not finish). Transport too: the partial
                                    output is kept raw and never judged, like a cut stream
   finish_reason == "length"        degenerate_repetition if the text loops, else
                                    truncated_length: a cut-off output has unclosed

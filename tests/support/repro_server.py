@@ -64,7 +64,9 @@ any HTTP client reads (64 KiB); ``nan`` (``/metrics`` only) reports the aborted-
 ``workers=[URL, ...]`` makes it answer ``GET /workers`` as sglang-router does (``{"workers": [{"url", "worker_type",
 "is_healthy", ...}], "total", "stats"}``, SGLang's ``docs/advanced_features/sgl_model_gateway.md``); a router has no
 ``/server_info`` of its own here (``server_info=False``). ``restart_at=N``: when the N-th chat request arrives the
-server is started again, as after a crash: counters from zero, a new launch and process in its records.
+server is started again, as after a crash: counters from zero, a new launch and process in its records
+(``restart_records=[...]``: the records of the launch started then, e.g. a stock server restarted with the extension)
+and other startup durations in ``startup_time``, as SGLang reports each launch's.
 """
 
 from __future__ import annotations
@@ -224,7 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "version": "stand-in",
                 "tool_call_parser": "deepseekv4",
                 "label": owner.label,
-                "startup_time": 1764590001.0,
+                "startup_time": owner.startup_time,
                 "internal_states": owner.internal_states(),
                 **owner.server_info_extra,
             }
@@ -413,6 +415,7 @@ class InjectingServer:
         server_info_extra: dict | None = None,
         workers: list[str] | None = None,
         restart_at: int | None = None,
+        restart_records: list | None = None,
     ):
         known = KINDS + SHAPE_KINDS + CUT_KINDS + ABORT_KINDS
         unknown = set(rates) - set(known)
@@ -447,6 +450,10 @@ class InjectingServer:
         self.counters: dict[str, float] = {"sglang:num_aborted_requests": 0.0}
         self.workers = workers
         self.restart_at = restart_at
+        self.restart_records = restart_records
+        # SGLang's /server_info startup_time: the startup durations of this launch (observability/startup_time.py)
+        self.startup_time = {"load_weight": 41.25, "kv_cache_allocation": 3.5, "scheduler_e2e": 52.0,
+                             "cuda_graph": {}, "tokenizer_e2e": 55.75}  # fmt: skip
         self._lock = threading.Lock()
         self._httpd: _Server | None = None
 
@@ -489,8 +496,10 @@ class InjectingServer:
         """Started again (under the lock): counters from zero, every record of a new launch and process."""
         self.counters = {family: 0.0 for family in self.counters}
         self.requests = 1
+        self.startup_time = dict(self.startup_time, load_weight=self.startup_time["load_weight"] + 0.5)
+        records = self.records if self.restart_records is None else self.restart_records
         self.records = [
-            None if r is None else dict(r, launch="5151@1764599999.00", process=_next_process()) for r in self.records
+            None if r is None else dict(r, launch="5151@1764599999.00", process=_next_process()) for r in records
         ]
 
     def internal_states(self) -> list[dict]:
