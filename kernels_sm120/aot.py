@@ -130,6 +130,29 @@ def kernel_specs() -> list[KernelSpec]:
             lambda c: dict(num_warps=c.logits_prefill.num_warps, num_stages=c.logits_prefill.num_stages),
             needs_tensor_cores=True,
         ),
+        # over SGLang's fp8 pool as stored (uint8 pages, e4m3 q): the decode and few-row tilings
+        KernelSpec(
+            "paged_mqa_logits_kernel[fp8]",
+            paged_mqa_logits.paged_mqa_logits_kernel,
+            paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel[fp8]"],
+            lambda c: dict(_decode_constexprs(c.logits_for(64, key_fp8=True), heads, head_dim, page), KEY_FP8=True),
+            lambda c: dict(
+                num_warps=c.logits_for(64, key_fp8=True).num_warps,
+                num_stages=c.logits_for(64, key_fp8=True).num_stages,
+            ),
+            needs_tensor_cores=True,
+        ),
+        KernelSpec(
+            "paged_mqa_logits_kernel[fp8 few rows]",
+            paged_mqa_logits.paged_mqa_logits_kernel,
+            paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel[fp8]"],
+            lambda c: dict(_decode_constexprs(c.logits_for(1, key_fp8=True), heads, head_dim, page), KEY_FP8=True),
+            lambda c: dict(
+                num_warps=c.logits_for(1, key_fp8=True).num_warps,
+                num_stages=c.logits_for(1, key_fp8=True).num_stages,
+            ),
+            needs_tensor_cores=True,
+        ),
     ]
 
 

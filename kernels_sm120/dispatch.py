@@ -99,14 +99,21 @@ class ArchConfigs:
     # grid, smaller tiles spread them further); None: ``logits`` for every decode batch
     logits_few_rows: LogitsConfig | None = None
     few_rows_max: int = 8
+    # fp8 keys (SGLang's stock pool, 132 B per key): decode tilings of their own where set, else
+    # the bf16 ones (prefill always shares the bf16 tiling)
+    logits_fp8: LogitsConfig | None = None
+    logits_fp8_few_rows: LogitsConfig | None = None
 
-    def logits_for(self, rows: int) -> LogitsConfig:
-        """The tiling the launcher uses for ``rows`` query rows."""
+    def logits_for(self, rows: int, key_fp8: bool = False) -> LogitsConfig:
+        """The tiling the launcher uses for ``rows`` query rows (``key_fp8``: over fp8 keys)."""
         if rows >= self.prefill_min_rows:
             return self.logits_prefill
-        if self.logits_few_rows is not None and rows <= self.few_rows_max:
-            return self.logits_few_rows
-        return self.logits
+        few = self.logits_few_rows is not None and rows <= self.few_rows_max
+        if key_fp8:
+            fp8 = self.logits_fp8_few_rows if few else self.logits_fp8
+            if fp8 is not None:
+                return fp8
+        return self.logits_few_rows if few and self.logits_few_rows is not None else self.logits
 
 
 # Shared memory per block (bytes) for the logits kernel is about
@@ -340,8 +347,30 @@ def paged_mqa_logits_bf16(
     min(seq_lens[r], max_seq_len) only (what SGLang's top-k transforms read; see
     ``paged_mqa_logits``). ``config`` None: the device's tiling for the row count
     (``ArchConfigs.logits_for``: prefill, few-row decode or decode)."""
+    return _logits(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, config, key_fp8=False)
+
+
+def paged_mqa_logits_fp8(
+    q_fp8: torch.Tensor,
+    kvcache_fp8: torch.Tensor,
+    weights: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_table: torch.Tensor,
+    max_seq_len: int,
+    *,
+    out: torch.Tensor | None = None,
+    config: LogitsConfig | None = None,
+) -> torch.Tensor:
+    """fp32 [rows, max_seq_len] logits over SGLang's fp8 index-K pool as stored (uint8
+    [num_pages, 64, 1, 132]) with fp8 e4m3 q [R, 1, H, 128]: the arguments and the numbers of
+    SGLang's ``fp8_paged_mqa_logits_torch_sm120`` (``sum_h relu(q_h . k) * w_h`` times the key's
+    scale). Same output contract as ``paged_mqa_logits_bf16``."""
+    return _logits(q_fp8, kvcache_fp8, weights, seq_lens, page_table, max_seq_len, out, config, key_fp8=True)
+
+
+def _logits(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, config, *, key_fp8):
     if config is None:
-        config = configs_for(q.device).logits_for(q.shape[0])
+        config = configs_for(q.device).logits_for(q.shape[0], key_fp8)
     return logits_mod.paged_mqa_logits(
         q,
         index_k_cache,
@@ -360,4 +389,5 @@ def paged_mqa_logits_bf16(
         item_grid=config.item_grid,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
+        key_fp8=key_fp8,
     )
