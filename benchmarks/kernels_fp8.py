@@ -81,32 +81,48 @@ def shapes() -> list[tuple[str, int, list[int]]]:
 # H200 calls of kernels.py (kernels_sm120/NOTES.md) and one register gather.
 GATHER_TILING_INDEXES = (0, 1, 2, 5)
 PREFILL = ("prefill 2048 rows x <=8K, shared pages", 2048, None)  # causal lengths, one request's pages
-SWEEP_SHAPES = ((1, [8192]), (1, [65536]), (8, [8192] * 8), (8, [32768] * 8), (64, [4096] * 64), (64, [8192] * 64))
+SWEEP_SHAPES = (
+    (1, [2048]),
+    (1, [8192]),
+    (1, [65536]),
+    (8, [8192] * 8),
+    (8, [32768] * 8),
+    (64, [4096] * 64),
+    (64, [8192] * 64),
+    (64, [32768] * 64),
+    (128, [65536] * 128),
+    (128, [65536] + [2048] * 127),
+)
 
 
 def sweep_tilings():
+    """fp8-key tilings compared at SWEEP_SHAPES (``mma``: the product on fp8 tensor cores)."""
     from kernels_sm120 import dispatch
 
     L = dispatch.LogitsConfig
     return {
-        "few-row default (grid bn64 s4 busy2)": L(
-            64, 4, 4, programs_per_sm=2, max_chunk=8192, min_chunk=256, page_block=64, busy_per_sm=2
-        ),
-        "grid bn64 s4 busy4": L(
-            64, 4, 4, programs_per_sm=4, max_chunk=8192, min_chunk=256, page_block=64, busy_per_sm=4
-        ),
-        "grid bn64 s4 busy4 min128": L(
+        "widen: items bn128 s3 busy2": L(128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True),
+        "widen: grid bn64 s4 busy4 min128": L(
             64, 4, 4, programs_per_sm=4, max_chunk=8192, min_chunk=128, page_block=64, busy_per_sm=4
         ),
-        "grid bn32 s4 busy4 min128": L(
-            32, 4, 4, programs_per_sm=4, max_chunk=8192, min_chunk=128, page_block=64, busy_per_sm=4
+        "mma: items bn128 s3 busy2": L(
+            128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True, fp8_mma=True
         ),
-        "decode default (items bn128 s3 busy2)": L(
-            128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True
+        "mma: items bn128 s4 busy4 min128": L(
+            128, 4, 4, min_chunk=128, page_block=64, busy_per_sm=4, item_grid=True, fp8_mma=True
         ),
-        "items bn128 s4 busy2": L(128, 4, 4, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True),
-        "items bn128 s3 busy4": L(128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=4, item_grid=True),
-        "items bn64 s4 busy4 min128": L(64, 4, 4, min_chunk=128, page_block=64, busy_per_sm=4, item_grid=True),
+        "mma: items bn64 s4 busy4 min128": L(
+            64, 4, 4, min_chunk=128, page_block=64, busy_per_sm=4, item_grid=True, fp8_mma=True
+        ),
+        "mma: grid bn64 s4 busy4 min128": L(
+            64, 4, 4, programs_per_sm=4, max_chunk=8192, min_chunk=128, page_block=64, busy_per_sm=4, fp8_mma=True
+        ),
+        "mma: grid bn128 s3 busy4 min128": L(
+            128, 4, 3, programs_per_sm=4, max_chunk=8192, min_chunk=128, page_block=64, busy_per_sm=4, fp8_mma=True
+        ),
+        "mma: items bn256 w8 s3 busy2": L(
+            256, 8, 3, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True, fp8_mma=True
+        ),
     }
 
 
@@ -188,6 +204,9 @@ def time_shape(stock, label: str, rows: int, lens: list[int], dev, *, prefill: b
         dispatch.paged_mqa_logits_fp8(s["q"], s["kv"], s["w"], s["seq"], s["table"], width, out=s["out"], config=cfg)
 
     r["ours_fp8_ms"] = bench(ours_fp8, nset)
+    if prefill:  # the same rows with the product widened to fp16 (the bf16 kernel's prefill tiling)
+        widen = dispatch.configs_for(dev).logits_prefill
+        r["ours_fp8_widen_ms"] = bench(lambda i: ours_fp8(i, widen), nset)
     if stock.tilelang is not None:
         try:
             r["tilelang_ms"] = bench(
@@ -295,22 +314,27 @@ def run_sweep(dev) -> list[dict[str, object]]:
                 ),
                 nset,
             )
-            b = bench(
-                lambda i, cfg=cfg, bsets=bsets: dispatch.paged_mqa_logits_bf16(
-                    bsets[i]["q"],
-                    bsets[i]["cache"],
-                    bsets[i]["w"],
-                    bsets[i]["seq"],
-                    bsets[i]["page_table"],
-                    WIDE,
-                    out=bsets[i]["out"],
-                    config=cfg,
-                ),
-                len(bsets),
+            b = (
+                None
+                if cfg.fp8_mma
+                else bench(  # bf16 keys ignore fp8_mma
+                    lambda i, cfg=cfg, bsets=bsets: dispatch.paged_mqa_logits_bf16(
+                        bsets[i]["q"],
+                        bsets[i]["cache"],
+                        bsets[i]["w"],
+                        bsets[i]["seq"],
+                        bsets[i]["page_table"],
+                        WIDE,
+                        out=bsets[i]["out"],
+                        config=cfg,
+                    ),
+                    len(bsets),
+                )
             )
-            row = dict(shape=f"{rows} x {lens[0] // 1024}K", tiling=name, fp8_ms=f, bf16_ms=b)
+            mix = " mixed" if len(set(lens)) > 1 else ""
+            row = dict(shape=f"{rows} x {lens[0] // 1024}K{mix}", tiling=name, fp8_ms=f, bf16_ms=b)
             out.append(row)
-            log(f"  sweep {row['shape']} {name}: fp8 {f * 1e3:.2f} us, bf16 {b * 1e3:.2f} us")
+            log(f"  sweep {row['shape']} {name}: fp8 {f * 1e3:.2f} us" + (f", bf16 {b * 1e3:.2f} us" if b else ""))
         fsets.clear()
         bsets.clear()
         torch.cuda.empty_cache()

@@ -120,24 +120,28 @@ def _find_item(seq_lens_ptr, rows, max_len, chunk, item):
 
 @triton.jit
 def _load_row_q(
-    q_ptr, stride_q_row, w_ptr, stride_w_row, row, H: tl.constexpr, D: tl.constexpr, KEY_FP8: tl.constexpr = False
+    q_ptr, stride_q_row, w_ptr, stride_w_row, row, H: tl.constexpr, D: tl.constexpr, KEY_FP8: tl.constexpr = 0
 ):
-    """One row's q [H, D] (fp8 q: as fp16, exact) and head weights [H]."""
+    """One row's q [H, D] (fp8 q widened to fp16, exact, where KEY_FP8 == FP8_WIDEN) and head weights [H]."""
     row64 = row.to(tl.int64)
     h = tl.arange(0, H)
     d = tl.arange(0, D)
     q = tl.load(q_ptr + row64 * stride_q_row + h[:, None] * D + d[None, :])
-    if KEY_FP8:
+    if KEY_FP8 == 1:
         q = q.to(tl.float16)
     w = tl.load(w_ptr + row64 * stride_w_row + h)
     return q, w
 
 
 @triton.jit
-def fp8_key_values(raw):
-    """e4m3 bytes -> fp16 (exact: every e4m3 value, subnormals included, is an fp16 normal or
-    subnormal), so the product runs on fp16 tensor cores with fp32 accumulation everywhere."""
-    return raw.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+def fp8_key_values(raw, KEY_FP8: tl.constexpr):
+    """e4m3 bytes as e4m3 (KEY_FP8 == 2: the product on fp8 tensor cores, q left e4m3), or widened
+    to fp16 (KEY_FP8 == 1; exact: every e4m3 value, subnormals included, is an fp16 value), the
+    product then on fp16 tensor cores."""
+    k = raw.to(tl.float8e4nv, bitcast=True)
+    if KEY_FP8 == 1:
+        k = k.to(tl.float16)
+    return k
 
 
 @triton.jit
@@ -171,7 +175,7 @@ def _one_row_tiles(
     D: tl.constexpr,
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    KEY_FP8: tl.constexpr = False,
+    KEY_FP8: tl.constexpr = 0,
 ):
     """The v1 loop: page ids loaded one tile ahead and carried (with the id load in the same
     iteration as the key load, Triton's pipeliner treats the key load as indirect and keeps a
@@ -188,7 +192,7 @@ def _one_row_tiles(
         )
         scale = 1.0
         if KEY_FP8:
-            k = fp8_key_values(k)
+            k = fp8_key_values(k, KEY_FP8)
             scale = fp8_key_scales(k_ptr, stride_page, page, t, valid, D, PAGE)
         t_next = t + BLOCK_N
         page = tl.load(pt_row + t_next // PAGE, mask=t_next < compute_end, other=0).to(tl.int64)
@@ -216,14 +220,25 @@ def key_tile(k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.co
 
 
 @triton.jit
-def fp8_key_tile(k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.constexpr, PAGE_BLOCK: tl.constexpr):
+def fp8_key_tile(
+    k_ptr,
+    stride_page,
+    ids,
+    pb,
+    t,
+    valid,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    PAGE_BLOCK: tl.constexpr,
+    KEY_FP8: tl.constexpr,
+):
     """fp8 key rows t [BLOCK_N] as fp16 [BLOCK_N, D] and their scales [BLOCK_N] (zero where not ``valid``)."""
     page = tl.gather(ids, tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1), 0).to(tl.int64)
     d = tl.arange(0, D)
     raw = tl.load(
         k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :], mask=valid[:, None], other=0
     )
-    return fp8_key_values(raw), fp8_key_scales(k_ptr, stride_page, page, t, valid, D, PAGE)
+    return fp8_key_values(raw, KEY_FP8), fp8_key_scales(k_ptr, stride_page, page, t, valid, D, PAGE)
 
 
 @triton.jit
@@ -245,7 +260,7 @@ def _one_row(
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PAGE_BLOCK: tl.constexpr,
-    KEY_FP8: tl.constexpr = False,
+    KEY_FP8: tl.constexpr = 0,
 ):
     """Logits of one row (q [H, D], w [H]) over [start, end): keys below n_keys, -inf from n_keys on."""
     row64 = row.to(tl.int64)
@@ -275,7 +290,7 @@ def _one_row(
                     t = lo + i * BLOCK_N + offs_n
                     valid = t < compute_end
                     if KEY_FP8:
-                        k, scale = fp8_key_tile(k_ptr, stride_page, ids, pb, t, valid, D, PAGE, PAGE_BLOCK)
+                        k, scale = fp8_key_tile(k_ptr, stride_page, ids, pb, t, valid, D, PAGE, PAGE_BLOCK, KEY_FP8)
                     else:
                         k = key_tile(k_ptr, stride_page, ids, pb, t, valid, D, PAGE, PAGE_BLOCK)
                         scale = 1.0
@@ -329,7 +344,7 @@ def _shared_rows(
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
-    KEY_FP8: tl.constexpr = False,
+    KEY_FP8: tl.constexpr = 0,
 ):
     """ROWS rows with the same pages over [start, max(ends)): one key load per tile for all rows."""
     RH: tl.constexpr = ROWS * H
@@ -350,7 +365,7 @@ def _shared_rows(
         q = tl.load(
             q_ptr + crow[:, None] * stride_q_row + (c % H)[:, None] * D + d[None, :], mask=clive[:, None], other=0.0
         )
-        if KEY_FP8:
+        if KEY_FP8 == 1:
             q = q.to(tl.float16)
         q_t = tl.trans(q)  # [D, ROWS * H]
         w = tl.load(w_ptr + crow * stride_w_row + c % H, mask=clive, other=0.0)
@@ -366,7 +381,7 @@ def _shared_rows(
             )
             scale = 1.0
             if KEY_FP8:
-                k = fp8_key_values(k)
+                k = fp8_key_values(k, KEY_FP8)
                 scale = fp8_key_scales(k_ptr, stride_page, page, t, t < compute_end, D, PAGE)[:, None]
             t_next = t + BLOCK_N
             page = tl.load(pt_row + t_next // PAGE, mask=t_next < compute_end, other=0).to(tl.int64)
@@ -624,7 +639,7 @@ def paged_mqa_logits_kernel(
     PAGE_BLOCK: tl.constexpr = 0,
     BALANCE: tl.constexpr = False,
     ITEM_GRID: tl.constexpr = False,
-    KEY_FP8: tl.constexpr = False,
+    KEY_FP8: tl.constexpr = 0,
 ):
     reach = pt_width * PAGE
     if ITEM_GRID:
@@ -711,6 +726,10 @@ def paged_mqa_logits_kernel(
             KEY_FP8,
         )
 
+
+# KEY_FP8: 0 bf16 keys; FP8_WIDEN fp8 keys and q widened to fp16 for the product; FP8_MMA fp8 product.
+FP8_WIDEN = 1
+FP8_MMA = 2
 
 AOT_SIGNATURES = {
     "paged_mqa_logits_kernel": {
@@ -828,6 +847,7 @@ def paged_mqa_logits(
     num_warps: int,
     num_stages: int,
     key_fp8: bool = False,
+    fp8_mma: bool = False,
 ) -> torch.Tensor:
     """Launcher; see the module docstring (columns past each row's length are not written).
 
@@ -835,7 +855,8 @@ def paged_mqa_logits(
     rows of 128 e4m3 values, then 64 fp32 scales) and fp8 e4m3 q, the arguments SGLang's
     ``fp8_paged_mqa_logits_torch_sm120`` / ``tilelang_fp8_paged_mqa_logits`` take; logits
     ``sum_h relu(q_h . k) * w_h * scale(k)``. Both are widened to fp16 in registers (exact) for
-    the product.
+    the product, or (``fp8_mma``) multiplied on fp8 tensor cores as stored (fp32 accumulation; on
+    Hopper its wgmma keeps fewer accumulator bits, see NOTES.md).
 
     q: [R, H, 128] or [R, 1, H, 128] bf16 (SGLang passes ``q_indexer.unsqueeze(1)``), each
     row's H*128 values contiguous. index_k_cache: the layer's bf16 index-K pages (see
@@ -892,7 +913,7 @@ def paged_mqa_logits(
         PAGE_BLOCK=page_block,
         BALANCE=busy_programs > 0 and rows_per_program == 1,
         ITEM_GRID=item_grid,
-        KEY_FP8=key_fp8,
+        KEY_FP8=(FP8_MMA if fp8_mma else FP8_WIDEN) if key_fp8 else 0,
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -47,12 +47,19 @@ def fp8_case(dev, lens, width, shared=False, heads=64):
     return q, cache, w, torch.tensor(lens, dtype=torch.int32, device=dev), pt
 
 
-def check(out, ref, seq, max_len):
+def tolerance(cfg):
+    """Widened to fp16 the products are exact and summed in fp32; on fp8 tensor cores Hopper's wgmma
+    keeps fewer accumulator bits (SGLang's TileLang kernel measured 2.4e-4 of the largest logit on
+    the same data, NOTES.md)."""
+    return 1e-3 if cfg.fp8_mma else 1e-5
+
+
+def check(out, ref, seq, max_len, tol):
     mask = torch.arange(max_len, device=out.device)[None, :] < seq.long()[:, None]
     assert torch.isnan(out[~mask]).all(), "columns past each row's length are not written"
     assert torch.isfinite(out[mask]).all()
     err = ((out[mask].double() - ref[mask]).norm() / ref[mask].norm()).item()
-    assert err < 1e-5, err
+    assert err < tol, err
     return mask
 
 
@@ -75,7 +82,7 @@ def test_fp8_logits_vs_float64(dev, name, kind):
     dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, max_len, out=out, config=cfg)
     torch.cuda.synchronize()
     ref = R.fp8_paged_mqa_logits_reference(q, cache, w, seq, pt, max_len)
-    check(out, ref, seq, max_len)
+    check(out, ref, seq, max_len, tolerance(cfg))
 
 
 def test_fp8_logits_vs_sglang_torch_sm120(sglang_gpu, dev):
@@ -91,7 +98,8 @@ def test_fp8_logits_vs_sglang_torch_sm120(sglang_gpu, dev):
     err_ours = ((ours[mask].double() - ref[mask]).norm() / ref[mask].norm()).item()
     err_theirs = ((theirs[mask].double() - ref[mask]).norm() / ref[mask].norm()).item()
     # SGLang's torch path runs a bf16 bmm (bf16 products' sums rounded to bf16); ours sums in fp32
-    assert err_ours < 1e-5 and err_theirs < 1e-2
+    cfg = dispatch.configs_for(dev).logits_for(len(lens), key_fp8=True)
+    assert err_ours < tolerance(cfg) and err_theirs < 1e-2
     assert ((ours[mask] - theirs[mask]).norm() / theirs[mask].norm()).item() < 1e-2
 
 
@@ -108,4 +116,4 @@ def test_fp8_logits_under_cuda_graph(dev):
     g.replay()
     torch.cuda.synchronize()
     ref = R.fp8_paged_mqa_logits_reference(q, cache, w, seq, pt, 6400)
-    check(out, ref, seq, 6400)
+    check(out, ref, seq, 6400, tolerance(dispatch.configs_for(dev).logits_for(4, key_fp8=True)))

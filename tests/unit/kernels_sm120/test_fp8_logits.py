@@ -117,10 +117,17 @@ FP8_TILINGS = [
     dispatch.LogitsConfig(128, 4, 2, programs_per_sm=16, page_block=2),  # two pages per tile
     dispatch.LogitsConfig(64, 4, 3, programs_per_sm=2, min_chunk=128, busy_per_sm=1, page_block=4, item_grid=True),
     dispatch.LogitsConfig(64, 4, 2, programs_per_sm=1, rows_per_program=2),  # row pairs, pages not shared
+    # the product on fp8 tensor cores (q and keys as stored), both decode grids
+    dispatch.LogitsConfig(64, 4, 2, programs_per_sm=2, page_block=4, busy_per_sm=1, fp8_mma=True),
+    dispatch.LogitsConfig(64, 4, 3, min_chunk=128, busy_per_sm=1, page_block=4, item_grid=True, fp8_mma=True),
 ]
 
 
-@pytest.mark.parametrize("cfg", FP8_TILINGS, ids=lambda c: f"bn{c.block_n}-pb{c.page_block}-r{c.rows_per_program}")
+@pytest.mark.parametrize(
+    "cfg",
+    FP8_TILINGS,
+    ids=lambda c: f"bn{c.block_n}-pb{c.page_block}-r{c.rows_per_program}-mma{int(c.fp8_mma)}-items{int(c.item_grid)}",
+)
 def test_fp8_kernel_every_tiling(interp, gen, cfg):
     lens = [500, 257, 0, 64, 1, 130]
     q, cache, w, seq, pt = fp8_case(gen, lens, width=12)
