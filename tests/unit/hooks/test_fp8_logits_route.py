@@ -133,3 +133,16 @@ def test_planned_kernel_says_what_each_configuration_runs():
     assert fp8_logits.planned_kernel("fp4", "triton") == fp8_logits.FP4
     assert "SGLang's own" in fp8_logits.planned_kernel("fp8", "sglang")
     assert fp8_logits.planned_kernel("fp8", "triton").startswith(fp8_logits.OURS)
+
+
+def test_doctor_says_which_logits_kernel_the_configuration_runs(monkeypatch):
+    from sglang_dsv4_ext.config import load_config
+    from sglang_dsv4_ext.doctor.cli import logits_kernel_choice
+
+    monkeypatch.setenv(ENV_FP8_LOGITS, "sglang")
+    assert logits_kernel_choice(load_config()) == fp8_logits.planned_kernel("fp8", "sglang")
+    monkeypatch.setenv(ENV_FP8_LOGITS, "triton")
+    assert logits_kernel_choice(load_config()).startswith(fp8_logits.OURS)
+    monkeypatch.setenv("SGLANG_DSV4_EXT", "0")
+    assert logits_kernel_choice(load_config()) == "SGLang's own (the extension is off)"
+    assert logits_kernel_choice(None).startswith("cannot tell")
