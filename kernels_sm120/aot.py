@@ -159,6 +159,17 @@ def kernel_specs() -> list[KernelSpec]:
             ),
             needs_tensor_cores=True,
         ),
+        KernelSpec(
+            "paged_mqa_logits_kernel[fp8 prefill]",
+            paged_mqa_logits.paged_mqa_logits_kernel,
+            paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel[fp8]"],
+            lambda c: _fp8_constexprs(c.logits_for(c.prefill_min_rows, key_fp8=True), heads, head_dim, page),
+            lambda c: dict(
+                num_warps=c.logits_for(c.prefill_min_rows, key_fp8=True).num_warps,
+                num_stages=c.logits_for(c.prefill_min_rows, key_fp8=True).num_stages,
+            ),
+            needs_tensor_cores=True,
+        ),
     ]
 
 
