@@ -230,11 +230,14 @@ def page_gather_sum(
     out: torch.Tensor,
     cfg: GatherConfig,
     num_sms: int,
+    row_dim: int = D,
 ) -> torch.Tensor:
     """Sum of every key row a paged logits call over (seq_lens, page_table) must read.
 
-    index_k_pages: bf16 [num_pages, 64 * 128] (contiguous pages); seq_lens [R] int32; page_table
-    [R, W] int32; out: fp32 with room for ``gather_programs`` partial sums (sum them for the total).
+    index_k_pages: bf16 [num_pages, >= 64 * row_dim] (contiguous pages; rows of ``row_dim`` bf16 at the
+    page's start); seq_lens [R] int32; page_table [R, W] int32; out: fp32 with room for
+    ``gather_programs`` partial sums (sum them for the total). SGLang's fp8 pages (8448 B) viewed as
+    bf16 [num_pages, 4224] with ``row_dim=64``: each key's 128 e4m3 bytes (not the 256 B of scales).
     """
     rows = seq_lens.shape[0]
     programs = gather_programs(cfg, rows, max_seq_len, num_sms)
@@ -254,7 +257,7 @@ def page_gather_sum(
             max_seq_len,
             min_chunk,
             busy,
-            D=D,
+            D=row_dim,
             PAGE=PAGE,
             BLOCK_N=cfg.block_n,
             num_warps=cfg.num_warps,
@@ -275,7 +278,7 @@ def page_gather_sum(
         split,
         min_chunk,
         busy,
-        D=D,
+        D=row_dim,
         PAGE=PAGE,
         BLOCK_N=cfg.block_n,
         PAGE_BLOCK=64,

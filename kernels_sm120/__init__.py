@@ -50,6 +50,15 @@ Public functions
     SGLang's own transform). Row chunking stays with the caller (SGLang's
     ``iter_row_chunks``); the kernel takes any number of rows.
 
+``paged_mqa_logits_fp8(q_fp8, kvcache_fp8, weights, seq_lens, page_table, max_seq_len)``
+    SGLang's fp8 index-K pool as stored and its fp8 q: the arguments of SGLang's
+    ``fp8_paged_mqa_logits_torch_sm120`` / ``tilelang_fp8_paged_mqa_logits``.
+    q_fp8       [R, 1, H, 128] or [R, H, 128] float8_e4m3fn
+    kvcache_fp8 uint8 [num_pages, 64, 1, 132] (per page: 64 rows of 128 e4m3 values, then
+                64 fp32 scales) or [num_pages, 8448]
+    Returns fp32 [R, max_seq_len]: sum_h relu(q[r,h].v[t]) * w[r,h] * scale[t], with the
+    output contract of ``paged_mqa_logits_bf16``.
+
 Also: ``reference`` (float64 references, fp8 quantize-dequantize, ``topk_set_recall``),
 ``dispatch.CONFIGS`` (per-arch configurations), ``python -m kernels_sm120.aot``
 (ahead-of-time compile for sm_120a/sm_100a/sm_90a, shared memory and HMMA check) and
@@ -60,6 +69,7 @@ from .dispatch import (
     CONFIGS,
     index_q_bf16,
     paged_mqa_logits_bf16,
+    paged_mqa_logits_fp8,
     scatter_index_k_bf16,
     store_index_k_bf16,
 )
@@ -68,6 +78,7 @@ __all__ = [
     "CONFIGS",
     "index_q_bf16",
     "paged_mqa_logits_bf16",
+    "paged_mqa_logits_fp8",
     "scatter_index_k_bf16",
     "store_index_k_bf16",
 ]

@@ -133,3 +133,39 @@ def as_index_k_pages(
     if page_elems > 1 and pages.stride(1) != 1:
         raise ValueError(f"each page of {name} must be contiguous, got strides {tuple(buffer.stride())}")
     return pages
+
+
+FP8_SCALE_BYTES = 4  # one fp32 scale per key
+
+
+def as_fp8_index_k_pages(
+    name: str,
+    buffer: object,
+    *,
+    page_size: int = INDEX_PAGE_SIZE,
+    head_dim: int = INDEX_HEAD_DIM,
+) -> torch.Tensor:
+    """SGLang's fp8 index-K buffer of one layer -> uint8 view [num_pages, page_size * (head_dim + 4)].
+
+    SGLang's layout per page: page_size rows of head_dim e4m3 bytes, then page_size fp32 scales
+    (``fp8_paged_mqa_logits_torch_sm120`` reads it so). Accepted: uint8 [num_pages, page_size, 1,
+    head_dim + 4] (what ``forward_c4_indexer`` passes) or [num_pages, page_size * (head_dim + 4)];
+    each page contiguous (its stride between pages is free, a multiple of 16 bytes).
+    """
+    check_tensor(name, buffer, dtypes=(torch.uint8,), ndim=(2, 4))
+    row = head_dim + FP8_SCALE_BYTES
+    expected = {2: (page_size * row,), 4: (page_size, 1, row)}[buffer.dim()]
+    if tuple(buffer.shape[1:]) != expected:
+        raise ValueError(
+            f"{name} must be uint8 [num_pages, {page_size}, 1, {row}] or [num_pages, {page_size * row}] "
+            f"(fp8 index-K: {head_dim} e4m3 values per key, then one fp32 scale per key), got {tuple(buffer.shape)}"
+        )
+    try:
+        pages = buffer.view(buffer.shape[0], page_size * row)
+    except RuntimeError as err:
+        raise ValueError(f"each page of {name} must be contiguous, got strides {tuple(buffer.stride())}") from err
+    if pages.stride(1) != 1 or (pages.shape[0] > 1 and pages.stride(0) % 16):
+        raise ValueError(
+            f"each page of {name} must be contiguous and 16-byte aligned, got strides {tuple(pages.stride())}"
+        )
+    return pages

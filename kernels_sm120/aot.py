@@ -32,9 +32,10 @@ from .dispatch import CONFIGS, SM120_MAX_SHARED_BYTES, ArchConfigs, arch_key
 ARCHS = (120, 100, 90)
 # Largest dynamic shared memory one block may use.
 MAX_SHARED_BYTES = {120: SM120_MAX_SHARED_BYTES, 100: 232448, 90: 232448}
-# Tensor-core instruction families in SASS: mma.sync (HMMA), Hopper wgmma (HGMMA),
+# Tensor-core instruction families in SASS: mma.sync (HMMA; QMMA for its fp8 form), Hopper wgmma
+# (HGMMA; QGMMA for fp8),
 # Blackwell datacenter tcgen05 (UTC*MMA).
-_TC_PATTERNS = {"HMMA": r"\bHMMA\b", "HGMMA": r"\bHGMMA\b", "UTCMMA": r"\bUTC\w*MMA\b"}
+_TC_PATTERNS = {"HMMA": r"\b[HQ]MMA\b", "HGMMA": r"\b[HQ]GMMA\b", "UTCMMA": r"\bUTC\w*MMA\b"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,11 @@ def _decode_constexprs(cfg, heads: int, head_dim: int, page: int) -> dict[str, i
         BALANCE=cfg.busy_per_sm > 0 and cfg.rows_per_program == 1,
         ITEM_GRID=cfg.item_grid,
     )
+
+
+def _fp8_constexprs(cfg, heads: int, head_dim: int, page: int) -> dict[str, int]:
+    mode = paged_mqa_logits.FP8_MMA if cfg.fp8_mma else paged_mqa_logits.FP8_WIDEN
+    return dict(_decode_constexprs(cfg, heads, head_dim, page), KEY_FP8=mode)
 
 
 def kernel_specs() -> list[KernelSpec]:
@@ -128,6 +134,40 @@ def kernel_specs() -> list[KernelSpec]:
                 PAGE_BLOCK=c.logits_prefill.page_block,
             ),
             lambda c: dict(num_warps=c.logits_prefill.num_warps, num_stages=c.logits_prefill.num_stages),
+            needs_tensor_cores=True,
+        ),
+        # over SGLang's fp8 pool as stored (uint8 pages, e4m3 q): the decode and few-row tilings
+        KernelSpec(
+            "paged_mqa_logits_kernel[fp8]",
+            paged_mqa_logits.paged_mqa_logits_kernel,
+            paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel[fp8]"],
+            lambda c: _fp8_constexprs(c.logits_for(64, key_fp8=True), heads, head_dim, page),
+            lambda c: dict(
+                num_warps=c.logits_for(64, key_fp8=True).num_warps,
+                num_stages=c.logits_for(64, key_fp8=True).num_stages,
+            ),
+            needs_tensor_cores=True,
+        ),
+        KernelSpec(
+            "paged_mqa_logits_kernel[fp8 few rows]",
+            paged_mqa_logits.paged_mqa_logits_kernel,
+            paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel[fp8]"],
+            lambda c: _fp8_constexprs(c.logits_for(1, key_fp8=True), heads, head_dim, page),
+            lambda c: dict(
+                num_warps=c.logits_for(1, key_fp8=True).num_warps,
+                num_stages=c.logits_for(1, key_fp8=True).num_stages,
+            ),
+            needs_tensor_cores=True,
+        ),
+        KernelSpec(
+            "paged_mqa_logits_kernel[fp8 prefill]",
+            paged_mqa_logits.paged_mqa_logits_kernel,
+            paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel[fp8]"],
+            lambda c: _fp8_constexprs(c.logits_for(c.prefill_min_rows, key_fp8=True), heads, head_dim, page),
+            lambda c: dict(
+                num_warps=c.logits_for(c.prefill_min_rows, key_fp8=True).num_warps,
+                num_stages=c.logits_for(c.prefill_min_rows, key_fp8=True).num_stages,
+            ),
             needs_tensor_cores=True,
         ),
     ]

@@ -10,6 +10,7 @@ use mma.sync only; ``python -m kernels_sm120.aot`` compiles each configuration b
 for sm_120a / sm_100a / sm_90a and prints the shared memory it needs.
 """
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -84,6 +85,7 @@ class LogitsConfig:
     page_block: int = 0
     busy_per_sm: int = 0
     item_grid: bool = False
+    fp8_mma: bool = False  # fp8 keys: the product on fp8 tensor cores (else widened to fp16)
 
 
 @dataclass(frozen=True)
@@ -99,14 +101,22 @@ class ArchConfigs:
     # grid, smaller tiles spread them further); None: ``logits`` for every decode batch
     logits_few_rows: LogitsConfig | None = None
     few_rows_max: int = 8
+    # fp8 keys (SGLang's stock pool, 132 B per key): decode tilings of their own where set, else
+    # the bf16 ones (prefill always shares the bf16 tiling)
+    logits_fp8: LogitsConfig | None = None
+    logits_fp8_few_rows: LogitsConfig | None = None
+    logits_fp8_prefill: LogitsConfig | None = None
 
-    def logits_for(self, rows: int) -> LogitsConfig:
-        """The tiling the launcher uses for ``rows`` query rows."""
+    def logits_for(self, rows: int, key_fp8: bool = False) -> LogitsConfig:
+        """The tiling the launcher uses for ``rows`` query rows (``key_fp8``: over fp8 keys)."""
         if rows >= self.prefill_min_rows:
-            return self.logits_prefill
-        if self.logits_few_rows is not None and rows <= self.few_rows_max:
-            return self.logits_few_rows
-        return self.logits
+            return (self.logits_fp8_prefill if key_fp8 else None) or self.logits_prefill
+        few = self.logits_few_rows is not None and rows <= self.few_rows_max
+        if key_fp8:
+            fp8 = self.logits_fp8_few_rows if few else self.logits_fp8
+            if fp8 is not None:
+                return fp8
+        return self.logits_few_rows if few and self.logits_few_rows is not None else self.logits
 
 
 # Shared memory per block (bytes) for the logits kernel is about
@@ -147,6 +157,32 @@ _HOPPER_CLASS_FEW_ROWS = LogitsConfig(
     page_block=64,
     busy_per_sm=2,
 )
+# fp8 keys (SGLang's stock pool): the product on fp8 tensor cores (wgmma QGMMA on sm90, mma.sync QMMA on
+# sm_120a). Widened to fp16, the kernel ran no faster over fp8 keys than over bf16 keys (the H200 call
+# of NOTES.md, "fp8 logits"): the fp16 product, not the bytes, was its limit. Decode: the item grid
+# with 64-key tiles, four busy programs per SM and 128-key parts; few rows: the (rows, split) grid
+# likewise (the sweep's best at every shape it timed but one, NOTES.md).
+_HOPPER_CLASS_FP8 = LogitsConfig(
+    block_n=64,
+    num_warps=4,
+    num_stages=4,
+    min_chunk=128,
+    page_block=64,
+    busy_per_sm=4,
+    item_grid=True,
+    fp8_mma=True,
+)
+_HOPPER_CLASS_FP8_FEW_ROWS = LogitsConfig(
+    block_n=64,
+    num_warps=4,
+    num_stages=4,
+    programs_per_sm=4,
+    max_chunk=8192,
+    min_chunk=128,
+    page_block=64,
+    busy_per_sm=4,
+    fp8_mma=True,
+)
 _HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 
 CONFIGS: dict[str, ArchConfigs] = {
@@ -158,6 +194,9 @@ CONFIGS: dict[str, ArchConfigs] = {
         logits=_HOPPER_CLASS_LOGITS,
         logits_prefill=_HOPPER_CLASS_PREFILL,
         logits_few_rows=_HOPPER_CLASS_FEW_ROWS,
+        logits_fp8=_HOPPER_CLASS_FP8,
+        logits_fp8_few_rows=_HOPPER_CLASS_FP8_FEW_ROWS,
+        logits_fp8_prefill=dataclasses.replace(_HOPPER_CLASS_PREFILL, fp8_mma=True),
     ),
     # B200/GB200 (sm_100a): 228 KiB per SM like Hopper; Triton lowers tl.dot to tcgen05.
     # Not measured here: same tiling as sm90.
@@ -169,6 +208,9 @@ CONFIGS: dict[str, ArchConfigs] = {
         logits=_HOPPER_CLASS_LOGITS,
         logits_prefill=_HOPPER_CLASS_PREFILL,
         logits_few_rows=_HOPPER_CLASS_FEW_ROWS,
+        logits_fp8=_HOPPER_CLASS_FP8,
+        logits_fp8_few_rows=_HOPPER_CLASS_FP8_FEW_ROWS,
+        logits_fp8_prefill=dataclasses.replace(_HOPPER_CLASS_PREFILL, fp8_mma=True),
     ),
     # RTX PRO 6000 / RTX 50xx (sm_120a): 99 KiB per block, ~100 KiB per SM, mma.sync only.
     # Logits: 3 stages of 16 KiB key tiles with q (48.5 KiB) fit twice per SM; ~1.8 TB/s over
@@ -191,6 +233,13 @@ CONFIGS: dict[str, ArchConfigs] = {
             busy_per_sm=4,
         ),
         logits_prefill=LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=2),
+        # fp8 keys on mma.sync e4m3 (QMMA.16832): the H200's fp8 tilings (8 KiB key tiles; AOT sm_120a
+        # in NOTES.md), not measured on an SM120 card
+        logits_fp8=_HOPPER_CLASS_FP8,
+        logits_fp8_few_rows=_HOPPER_CLASS_FP8_FEW_ROWS,
+        logits_fp8_prefill=LogitsConfig(
+            block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=2, fp8_mma=True
+        ),
     ),
     # Anything else (sm80/sm86/sm89, sm110, the CPU interpreter): small, safe tiles.
     "default": ArchConfigs(
@@ -340,8 +389,30 @@ def paged_mqa_logits_bf16(
     min(seq_lens[r], max_seq_len) only (what SGLang's top-k transforms read; see
     ``paged_mqa_logits``). ``config`` None: the device's tiling for the row count
     (``ArchConfigs.logits_for``: prefill, few-row decode or decode)."""
+    return _logits(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, config, key_fp8=False)
+
+
+def paged_mqa_logits_fp8(
+    q_fp8: torch.Tensor,
+    kvcache_fp8: torch.Tensor,
+    weights: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_table: torch.Tensor,
+    max_seq_len: int,
+    *,
+    out: torch.Tensor | None = None,
+    config: LogitsConfig | None = None,
+) -> torch.Tensor:
+    """fp32 [rows, max_seq_len] logits over SGLang's fp8 index-K pool as stored (uint8
+    [num_pages, 64, 1, 132]) with fp8 e4m3 q [R, 1, H, 128]: the arguments and the numbers of
+    SGLang's ``fp8_paged_mqa_logits_torch_sm120`` (``sum_h relu(q_h . k) * w_h`` times the key's
+    scale). Same output contract as ``paged_mqa_logits_bf16``."""
+    return _logits(q_fp8, kvcache_fp8, weights, seq_lens, page_table, max_seq_len, out, config, key_fp8=True)
+
+
+def _logits(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, config, *, key_fp8):
     if config is None:
-        config = configs_for(q.device).logits_for(q.shape[0])
+        config = configs_for(q.device).logits_for(q.shape[0], key_fp8)
     return logits_mod.paged_mqa_logits(
         q,
         index_k_cache,
@@ -360,4 +431,6 @@ def paged_mqa_logits_bf16(
         item_grid=config.item_grid,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
+        key_fp8=key_fp8,
+        fp8_mma=key_fp8 and config.fp8_mma,
     )

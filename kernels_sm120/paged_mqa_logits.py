@@ -59,6 +59,7 @@ import triton.language as tl
 from ._validate import (
     INDEX_HEAD_DIM,
     INDEX_PAGE_SIZE,
+    as_fp8_index_k_pages,
     as_index_k_pages,
     as_index_vector,
     check_same_device,
@@ -118,21 +119,45 @@ def _find_item(seq_lens_ptr, rows, max_len, chunk, item):
 
 
 @triton.jit
-def _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row, H: tl.constexpr, D: tl.constexpr):
-    """One row's q [H, D] and head weights [H]."""
+def _load_row_q(
+    q_ptr, stride_q_row, w_ptr, stride_w_row, row, H: tl.constexpr, D: tl.constexpr, KEY_FP8: tl.constexpr = 0
+):
+    """One row's q [H, D] (fp8 q widened to fp16, exact, where KEY_FP8 == FP8_WIDEN) and head weights [H]."""
     row64 = row.to(tl.int64)
     h = tl.arange(0, H)
     d = tl.arange(0, D)
     q = tl.load(q_ptr + row64 * stride_q_row + h[:, None] * D + d[None, :])
+    if KEY_FP8 == 1:
+        q = q.to(tl.float16)
     w = tl.load(w_ptr + row64 * stride_w_row + h)
     return q, w
 
 
 @triton.jit
-def _logits_tile(k, q_t, w, out_row, t, valid, end):
+def fp8_key_values(raw, KEY_FP8: tl.constexpr):
+    """e4m3 bytes as e4m3 (KEY_FP8 == 2: the product on fp8 tensor cores, q left e4m3), or widened
+    to fp16 (KEY_FP8 == 1; exact: every e4m3 value, subnormals included, is an fp16 value), the
+    product then on fp16 tensor cores."""
+    k = raw.to(tl.float8e4nv, bitcast=True)
+    if KEY_FP8 == 1:
+        k = k.to(tl.float16)
+    return k
+
+
+@triton.jit
+def fp8_key_scales(k_ptr, stride_page, page, t, valid, D: tl.constexpr, PAGE: tl.constexpr):
+    """The fp32 scale of each key row t [BLOCK_N] of SGLang's fp8 page (64 rows of D e4m3 bytes,
+    then 64 fp32 scales); 0 where not ``valid``."""
+    at = k_ptr + page * stride_page + PAGE * D + (t % PAGE) * 4
+    return tl.load(at.to(tl.pointer_type(tl.float32)), mask=valid, other=0.0)
+
+
+@triton.jit
+def _logits_tile(k, q_t, w, out_row, t, valid, end, scale):
+    """scale: the keys' fp32 scales [BLOCK_N] (fp8 keys; positive, so relu(c * x) = c * relu(x)) or 1.0."""
     s = tl.dot(k, q_t)  # [BLOCK_N, H] fp32
     s = tl.maximum(s, 0.0) * w[None, :]
-    logit = tl.where(valid, tl.sum(s, axis=1), float("-inf"))
+    logit = tl.where(valid, tl.sum(s, axis=1) * scale, float("-inf"))
     tl.store(out_row + t, logit, mask=t < end)
 
 
@@ -150,6 +175,7 @@ def _one_row_tiles(
     D: tl.constexpr,
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    KEY_FP8: tl.constexpr = 0,
 ):
     """The v1 loop: page ids loaded one tile ahead and carried (with the id load in the same
     iteration as the key load, Triton's pipeliner treats the key load as indirect and keeps a
@@ -162,11 +188,15 @@ def _one_row_tiles(
         t = start + i * BLOCK_N + offs_n
         valid = t < compute_end
         k = tl.load(
-            k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :], mask=valid[:, None], other=0.0
+            k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :], mask=valid[:, None], other=0
         )
+        scale = 1.0
+        if KEY_FP8:
+            k = fp8_key_values(k, KEY_FP8)
+            scale = fp8_key_scales(k_ptr, stride_page, page, t, valid, D, PAGE)
         t_next = t + BLOCK_N
         page = tl.load(pt_row + t_next // PAGE, mask=t_next < compute_end, other=0).to(tl.int64)
-        _logits_tile(k, q_t, w, out_row, t, valid, end)
+        _logits_tile(k, q_t, w, out_row, t, valid, end, scale)
 
 
 @triton.jit
@@ -190,6 +220,28 @@ def key_tile(k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.co
 
 
 @triton.jit
+def fp8_key_tile(
+    k_ptr,
+    stride_page,
+    ids,
+    pb,
+    t,
+    valid,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    PAGE_BLOCK: tl.constexpr,
+    KEY_FP8: tl.constexpr,
+):
+    """fp8 key rows t [BLOCK_N] as fp16 [BLOCK_N, D] and their scales [BLOCK_N] (zero where not ``valid``)."""
+    page = tl.gather(ids, tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1), 0).to(tl.int64)
+    d = tl.arange(0, D)
+    raw = tl.load(
+        k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :], mask=valid[:, None], other=0
+    )
+    return fp8_key_values(raw, KEY_FP8), fp8_key_scales(k_ptr, stride_page, page, t, valid, D, PAGE)
+
+
+@triton.jit
 def _one_row(
     q,
     w,
@@ -208,6 +260,7 @@ def _one_row(
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PAGE_BLOCK: tl.constexpr,
+    KEY_FP8: tl.constexpr = 0,
 ):
     """Logits of one row (q [H, D], w [H]) over [start, end): keys below n_keys, -inf from n_keys on."""
     row64 = row.to(tl.int64)
@@ -219,7 +272,9 @@ def _one_row(
         q_t = tl.trans(q)  # [D, H]
         pt_row = page_table_ptr + row64 * stride_pt_row
         if PAGE_BLOCK == 0:
-            _one_row_tiles(q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, compute_end, D, PAGE, BLOCK_N)
+            _one_row_tiles(
+                q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, compute_end, D, PAGE, BLOCK_N, KEY_FP8
+            )
         else:
             # Page ids PAGE_BLOCK at a time into registers; each tile gathers its ids from
             # them, so no key load waits on a page-id load inside the pipelined loop. The loops
@@ -234,8 +289,12 @@ def _one_row(
                 for i in range(0, tl.cdiv(blk_end - lo, BLOCK_N)):
                     t = lo + i * BLOCK_N + offs_n
                     valid = t < compute_end
-                    k = key_tile(k_ptr, stride_page, ids, pb, t, valid, D, PAGE, PAGE_BLOCK)
-                    _logits_tile(k, q_t, w, out_row, t, valid, end)
+                    if KEY_FP8:
+                        k, scale = fp8_key_tile(k_ptr, stride_page, ids, pb, t, valid, D, PAGE, PAGE_BLOCK, KEY_FP8)
+                    else:
+                        k = key_tile(k_ptr, stride_page, ids, pb, t, valid, D, PAGE, PAGE_BLOCK)
+                        scale = 1.0
+                    _logits_tile(k, q_t, w, out_row, t, valid, end, scale)
         fill_start = start + tl.cdiv(compute_end - start, BLOCK_N) * BLOCK_N
     # Only when seq_len exceeds the page table's reach (never in SGLang): -inf up to end.
     for n0 in range(fill_start, end, BLOCK_N):
@@ -285,6 +344,7 @@ def _shared_rows(
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
+    KEY_FP8: tl.constexpr = 0,
 ):
     """ROWS rows with the same pages over [start, max(ends)): one key load per tile for all rows."""
     RH: tl.constexpr = ROWS * H
@@ -305,6 +365,8 @@ def _shared_rows(
         q = tl.load(
             q_ptr + crow[:, None] * stride_q_row + (c % H)[:, None] * D + d[None, :], mask=clive[:, None], other=0.0
         )
+        if KEY_FP8 == 1:
+            q = q.to(tl.float16)
         q_t = tl.trans(q)  # [D, ROWS * H]
         w = tl.load(w_ptr + crow * stride_w_row + c % H, mask=clive, other=0.0)
         pt_row = page_table_ptr + row0.to(tl.int64) * stride_pt_row
@@ -315,13 +377,17 @@ def _shared_rows(
             k = tl.load(
                 k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :],
                 mask=(t < compute_end)[:, None],
-                other=0.0,
+                other=0,
             )
+            scale = 1.0
+            if KEY_FP8:
+                k = fp8_key_values(k, KEY_FP8)
+                scale = fp8_key_scales(k_ptr, stride_page, page, t, t < compute_end, D, PAGE)[:, None]
             t_next = t + BLOCK_N
             page = tl.load(pt_row + t_next // PAGE, mask=t_next < compute_end, other=0).to(tl.int64)
             s = tl.dot(k, q_t)  # [BLOCK_N, ROWS * H] fp32
             s = tl.maximum(s, 0.0) * w[None, :]
-            logit = tl.sum(tl.reshape(s, [BLOCK_N, ROWS, H]), axis=2)  # [BLOCK_N, ROWS]
+            logit = tl.sum(tl.reshape(s, [BLOCK_N, ROWS, H]), axis=2) * scale  # [BLOCK_N, ROWS]
             logit = tl.where(t[:, None] < n_keys[None, :], logit, float("-inf"))
             tl.store(out_rows[None, :] + t[:, None], logit, mask=t[:, None] < ends[None, :])
         fill_start = start + tl.cdiv(compute_end - start, BLOCK_N) * BLOCK_N
@@ -357,6 +423,7 @@ def _item_program(
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PAGE_BLOCK: tl.constexpr,
+    KEY_FP8: tl.constexpr,
 ):
     """Decode, item grid: program i takes the batch's i-th work item (the rows' parts of one
     batch-wide chunk size, in row order); programs past the last item return at once. The grid
@@ -369,7 +436,7 @@ def _item_program(
         n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row), 0), max_len)
         start = part * chunk
         end = tl.minimum(start + chunk, n_write)
-        q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row, H, D)
+        q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row, H, D, KEY_FP8)
         _one_row(
             q,
             w,
@@ -388,6 +455,7 @@ def _item_program(
             PAGE,
             BLOCK_N,
             PAGE_BLOCK,
+            KEY_FP8,
         )
 
 
@@ -418,6 +486,7 @@ def _grid_one_row(
     BLOCK_N: tl.constexpr,
     PAGE_BLOCK: tl.constexpr,
     BALANCE: tl.constexpr,
+    KEY_FP8: tl.constexpr,
 ):
     """Program (row ``group``, ``part``) of the (rows, split) grid."""
     n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + group), 0), max_len)
@@ -428,7 +497,7 @@ def _grid_one_row(
         min_chunk = _batch_chunk(seq_lens_ptr, rows, max_len, busy_programs, min_chunk, BLOCK_N)
     start, end = _part_bounds(n_write, split, part, min_chunk, BLOCK_N)
     if start < end:
-        q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, group, H, D)
+        q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, group, H, D, KEY_FP8)
         _one_row(
             q,
             w,
@@ -447,6 +516,7 @@ def _grid_one_row(
             PAGE,
             BLOCK_N,
             PAGE_BLOCK,
+            KEY_FP8,
         )
 
 
@@ -476,6 +546,7 @@ def _grid_row_group(
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
     PAGE_BLOCK: tl.constexpr,
+    KEY_FP8: tl.constexpr,
 ):
     """Program (row group ``group`` of ROWS rows, ``part``): shared key tiles when the rows'
     page tables agree over the part, else one row after the other."""
@@ -512,12 +583,13 @@ def _grid_row_group(
                 PAGE,
                 BLOCK_N,
                 ROWS,
+                KEY_FP8,
             )
         else:
             for j in tl.static_range(ROWS):
                 if j < rows_r:
                     nw = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row0 + j), 0), max_len)
-                    q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row0 + j, H, D)
+                    q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row0 + j, H, D, KEY_FP8)
                     _one_row(
                         q,
                         w,
@@ -536,6 +608,7 @@ def _grid_row_group(
                         PAGE,
                         BLOCK_N,
                         PAGE_BLOCK,
+                        KEY_FP8,
                     )
 
 
@@ -566,6 +639,7 @@ def paged_mqa_logits_kernel(
     PAGE_BLOCK: tl.constexpr = 0,
     BALANCE: tl.constexpr = False,
     ITEM_GRID: tl.constexpr = False,
+    KEY_FP8: tl.constexpr = 0,
 ):
     reach = pt_width * PAGE
     if ITEM_GRID:
@@ -591,6 +665,7 @@ def paged_mqa_logits_kernel(
             PAGE,
             BLOCK_N,
             PAGE_BLOCK,
+            KEY_FP8,
         )
     elif ROWS == 1:
         _grid_one_row(
@@ -619,6 +694,7 @@ def paged_mqa_logits_kernel(
             BLOCK_N,
             PAGE_BLOCK,
             BALANCE,
+            KEY_FP8,
         )
     else:
         # longest-first in causal prefill: groups in reverse row order
@@ -647,8 +723,13 @@ def paged_mqa_logits_kernel(
             BLOCK_N,
             ROWS,
             PAGE_BLOCK,
+            KEY_FP8,
         )
 
+
+# KEY_FP8: 0 bf16 keys; FP8_WIDEN fp8 keys and q widened to fp16 for the product; FP8_MMA fp8 product.
+FP8_WIDEN = 1
+FP8_MMA = 2
 
 AOT_SIGNATURES = {
     "paged_mqa_logits_kernel": {
@@ -671,6 +752,11 @@ AOT_SIGNATURES = {
         "busy_programs": "i32",
     },
 }
+# over SGLang's fp8 pool: uint8 pages (8448 B each, so the page stride is no multiple of 16 elements
+# of a 16-byte-aligned type but is of bytes), e4m3 q
+AOT_SIGNATURES["paged_mqa_logits_kernel[fp8]"] = dict(
+    AOT_SIGNATURES["paged_mqa_logits_kernel"], q_ptr="*fp8e4nv:16", k_ptr="*u8:16"
+)
 
 
 def pick_split(groups: int, max_len: int, block_n: int, target_programs: int, max_chunk: int) -> int:
@@ -683,9 +769,9 @@ def pick_split(groups: int, max_len: int, block_n: int, target_programs: int, ma
     return max(1, min(want, triton.cdiv(max_len, block_n)))
 
 
-def _checked_q(q):
-    """q as [R, H, 128] bf16 with contiguous heads."""
-    check_tensor("q", q, dtypes=(torch.bfloat16,), ndim=(3, 4))
+def _checked_q(q, dtype=torch.bfloat16):
+    """q as [R, H, 128] of ``dtype`` with contiguous heads."""
+    check_tensor("q", q, dtypes=(dtype,), ndim=(3, 4))
     if q.dim() == 4:
         if q.shape[1] != 1:
             raise ValueError(f"q must be [R, H, 128] or [R, 1, H, 128] (next_n folded into rows), got {tuple(q.shape)}")
@@ -714,11 +800,12 @@ def _checked_weights(weights, rows, num_heads):
     return weights
 
 
-def _checked_args(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program):
+def _checked_args(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program, key_fp8=False):
     """Validate the launcher's arguments; returns them in the kernel's layout."""
-    q = _checked_q(q)
+    q = _checked_q(q, torch.float8_e4m3fn if key_fp8 else torch.bfloat16)
     rows, num_heads, head_dim = q.shape
-    pages = as_index_k_pages("index_k_cache", index_k_cache, page_size=INDEX_PAGE_SIZE)
+    as_pages = as_fp8_index_k_pages if key_fp8 else as_index_k_pages
+    pages = as_pages("index_k_cache", index_k_cache, page_size=INDEX_PAGE_SIZE)
     weights = _checked_weights(weights, rows, num_heads)
     seq_lens = as_index_vector("seq_lens", seq_lens, rows)
     if seq_lens.dtype != torch.int32:
@@ -759,8 +846,17 @@ def paged_mqa_logits(
     item_grid: bool = False,
     num_warps: int,
     num_stages: int,
+    key_fp8: bool = False,
+    fp8_mma: bool = False,
 ) -> torch.Tensor:
     """Launcher; see the module docstring (columns past each row's length are not written).
+
+    ``key_fp8``: SGLang's fp8 index-K pool as stored (uint8 [num_pages, 64, 1, 132]: per page 64
+    rows of 128 e4m3 values, then 64 fp32 scales) and fp8 e4m3 q, the arguments SGLang's
+    ``fp8_paged_mqa_logits_torch_sm120`` / ``tilelang_fp8_paged_mqa_logits`` take; logits
+    ``sum_h relu(q_h . k) * w_h * scale(k)``. Both are widened to fp16 in registers (exact) for
+    the product, or (``fp8_mma``) multiplied on fp8 tensor cores as stored (fp32 accumulation; on
+    Hopper its wgmma keeps fewer accumulator bits, see NOTES.md).
 
     q: [R, H, 128] or [R, 1, H, 128] bf16 (SGLang passes ``q_indexer.unsqueeze(1)``), each
     row's H*128 values contiguous. index_k_cache: the layer's bf16 index-K pages (see
@@ -774,7 +870,7 @@ def paged_mqa_logits(
     instead of the (rows, split) grid.
     """
     q, pages, weights, seq_lens, out = _checked_args(
-        q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program
+        q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program, key_fp8
     )
     rows, num_heads, head_dim = q.shape
     if rows == 0 or max_seq_len == 0:
@@ -817,6 +913,7 @@ def paged_mqa_logits(
         PAGE_BLOCK=page_block,
         BALANCE=busy_programs > 0 and rows_per_program == 1,
         ITEM_GRID=item_grid,
+        KEY_FP8=(FP8_MMA if fp8_mma else FP8_WIDEN) if key_fp8 else 0,
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -122,6 +122,41 @@ def paged_mqa_logits_reference(
     return out
 
 
+def fp8_index_k_cache_as_rows(kvcache_fp8: torch.Tensor) -> torch.Tensor:
+    """SGLang's fp8 index-K pages (uint8 [num_pages, 64, 1, 132] or [num_pages, 64 * 132]: per page
+    64 rows of 128 e4m3 values, then 64 fp32 scales) -> float64 key rows [num_pages * 64, 128],
+    each row's values times its scale (what ``fp8_paged_mqa_logits_torch_sm120`` multiplies by)."""
+    pages = kvcache_fp8.reshape(kvcache_fp8.shape[0], PAGE * 132)
+    values = pages[:, : PAGE * 128].contiguous().view(torch.float8_e4m3fn).to(torch.float64)
+    scales = pages[:, PAGE * 128 :].contiguous().view(torch.float32).to(torch.float64)
+    return (values.view(-1, PAGE, 128) * scales.view(-1, PAGE, 1)).view(-1, 128)
+
+
+def fp8_index_k_pages(rows: torch.Tensor) -> torch.Tensor:
+    """Key rows [num_pages * 64, 128] -> SGLang's fp8 pages uint8 [num_pages, 64, 1, 132] with its
+    per-row scale ``max(1e-4, amax) / 448`` (the quantization of ``fp8_quant_dequant_rows``)."""
+    x32 = rows.to(torch.float32)
+    scale = torch.clamp(x32.abs().amax(-1, keepdim=True), min=1e-4) / FP8_E4M3_MAX
+    values = (x32 * (1.0 / scale)).to(torch.float8_e4m3fn).view(torch.uint8).view(-1, PAGE * 128)
+    scales = scale.view(-1, PAGE).contiguous().view(torch.uint8)
+    return torch.cat([values, scales], dim=1).view(-1, PAGE, 1, 132)
+
+
+def fp8_paged_mqa_logits_reference(
+    q_fp8: torch.Tensor,
+    kvcache_fp8: torch.Tensor,
+    weights: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_table: torch.Tensor,
+    max_seq_len: int,
+) -> torch.Tensor:
+    """float64 logits of SGLang's fp8 inputs (q e4m3 [R, 1, H, 128] or [R, H, 128], fp8 pages):
+    ``sum_h relu(q_h . v) * w_h * scale`` computed as ``relu(q_h . (v * scale))`` (scale > 0)."""
+    q = q_fp8.reshape(q_fp8.shape[0], -1, 128).to(torch.float64)
+    rows = fp8_index_k_cache_as_rows(kvcache_fp8)
+    return paged_mqa_logits_reference(q, rows, weights, seq_lens, page_table, max_seq_len)
+
+
 def fp8_quant_dequant_rows(x: torch.Tensor) -> torch.Tensor:
     """SGLang's index-K / index-Q fp8 format, round trip: per row (last dim) fp32 scale
     ``max(1e-4, amax) / 448``, values e4m3 of x / scale, dequantized back to fp32."""

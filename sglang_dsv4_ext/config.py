@@ -40,6 +40,7 @@ ENV_GATE = "SGLANG_DSV4_INDEX_K_GATE"
 ENV_ALLOW_UNTESTED = "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG"
 ENV_FP4_BUDGET = "SGLANG_DSV4_FP4_BUDGET"
 ENV_INTEGRITY = "SGLANG_DSV4_INDEX_K_INTEGRITY"
+ENV_FP8_LOGITS = "SGLANG_DSV4_FP8_LOGITS"
 ENV_CAPTURE = "SGLANG_DSV4_INDEX_K_CAPTURE"  # a directory: capture what the c4 indexer reads, for `recall`
 ENV_CAPTURE_REQUESTS = "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS"
 ENV_CAPTURE_LAYERS = "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS"
@@ -51,6 +52,8 @@ GATE_MODES = ("auto", "strict", "off")
 # exact: budget SGLang's CUDA fp4 indexer at the 68 B it allocates; stock: SGLang's deliberate 132-B estimate.
 FP4_BUDGETS = ("exact", "stock")
 INTEGRITY_MODES = ("off", "sample", "full")
+# triton: kernels_sm120.paged_mqa_logits_fp8 where SGLang would call its TileLang or torch fp8 logits; sglang: stock.
+FP8_LOGITS_KERNELS = ("triton", "sglang")
 _BOOL_VALUES = {"0": False, "1": True}
 CAPTURE_LAYER_FORMS = ("'all'", "'every:N' (every Nth c4 layer, N >= 1)", "a comma list of c4 layer ids")
 
@@ -266,6 +269,16 @@ SETTINGS: tuple[Setting, ...] = (
         shown=True,
     ),
     Setting(
+        ENV_FP8_LOGITS,
+        "fp8_logits",
+        _choice(*FP8_LOGITS_KERNELS),
+        "triton",
+        "the c4 indexer's logits over SGLang's fp8 index-K pool where SGLang would call its TileLang or torch "
+        "fp8 logits (what stock SM120 runs): `triton` runs `kernels_sm120.paged_mqa_logits_fp8` on the pool as "
+        "stored (SGLang's own function for any call it does not take), `sglang` leaves SGLang's. The activation "
+        "record's `logits_kernel` says which ran",
+    ),
+    Setting(
         ENV_CAPTURE,
         "capture.directory",
         DIRECTORY,
@@ -370,6 +383,7 @@ class ExtConfig:
     allow_untested_sglang: bool = _default("allow_untested_sglang")
     fp4_budget: str = _default("fp4_budget")
     integrity: str = _default("integrity")
+    fp8_logits: str = _default("fp8_logits")
     capture: CaptureConfig = dataclasses.field(default=CaptureConfig())
 
     @property

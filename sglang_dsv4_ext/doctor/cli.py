@@ -249,7 +249,19 @@ def collect_report(model=None, model_name: str = "") -> dict[str, object]:
     cuda = _cuda_report()
     report["cuda"] = cuda
     report["kernel_backends"] = _kernel_backends(cuda)
+    report["logits_kernel"] = logits_kernel_choice(config)
     return report
+
+
+def logits_kernel_choice(config) -> str:
+    """Which kernel computes the c4 indexer's logits under this configuration (SGLANG_DSV4_FP8_LOGITS)."""
+    from sglang_dsv4_ext.index_k import fp8_logits
+
+    if config is None:
+        return "cannot tell (the configuration is not valid)"
+    if not config.enabled:
+        return "SGLang's own (the extension is off)"
+    return fp8_logits.planned_kernel(config.index_k_dtype, config.fp8_logits)
 
 
 def _print_human(report: dict[str, object]) -> None:
@@ -288,6 +300,7 @@ def _print_human(report: dict[str, object]) -> None:
         print(f"CUDA            none ({cuda.get('reason')})")
     for name, status in report["kernel_backends"].items():
         print(f"  {name:<30} {status}")
+    print(f"indexer logits  {report['logits_kernel']}")
 
 
 def _print_target_row(row: dict[str, object], width: int) -> None:

@@ -44,9 +44,10 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from sglang_dsv4_ext.config import load_config
 from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
 from sglang_dsv4_ext.index_k import capture as index_k_capture
-from sglang_dsv4_ext.index_k import pool_lifecycle
+from sglang_dsv4_ext.index_k import fp8_logits, pool_lifecycle
 from sglang_dsv4_ext.index_k.dtype import stores_bf16_index_k
 from sglang_dsv4_ext.plugin import compat
 
@@ -201,7 +202,7 @@ def _around_forward_c4_indexer(
 ):
     # release_kwargs: 0.5.23's q_lora_quant (SGLang passes it by name); 0.5.22 has no such parameter.
     bf16 = not c4_indexer.use_fp4_indexer and backend_stores_bf16_index_k(self)
-    with index_k_pool_scope(bf16):
+    with index_k_pool_scope(bf16), fp8_logits_routed(not bf16 and not c4_indexer.use_fp4_indexer):
         return (forward_c4_indexer_bf16 if bf16 else original)(
             self,
             x,
@@ -214,6 +215,46 @@ def _around_forward_c4_indexer(
             skip_compressor=skip_compressor,
             **release_kwargs,
         )
+
+
+_TRUE_TEXTS = ("1", "true", "yes", "y", "on")  # what SGLang's EnvBool reads as true
+
+
+def _fp8_logits_owners() -> list[tuple[object, str]]:
+    """(module, attribute) of each SGLang fp8 logits function forward_c4_indexer may take in this process:
+    fp8_paged_mqa_logits_torch_sm120 always, tilelang_fp8_paged_mqa_logits where SGLang's switch makes
+    SGLang import its module (compat.SM120_TORCH_FP8_LOGITS, compat.TILELANG_FP8_LOGITS)."""
+    import importlib
+    import os
+    import sys
+
+    owners = []
+    for path in (compat.SM120_TORCH_FP8_LOGITS, compat.TILELANG_FP8_LOGITS):
+        module_name, _, attribute = path.rpartition(".")
+        module = sys.modules.get(module_name)
+        if module is None and path == compat.TILELANG_FP8_LOGITS:
+            if (os.environ.get(compat.TILELANG_INDEXER_SWITCH) or "").strip().lower() not in _TRUE_TEXTS:
+                continue
+        owners.append((module or importlib.import_module(module_name), attribute))
+    return owners
+
+
+@contextlib.contextmanager
+def fp8_logits_routed(fp8_pool: bool) -> Iterator[None]:
+    """During one forward_c4_indexer call over the fp8 pool with SGLANG_DSV4_FP8_LOGITS=triton: SGLang's
+    fp8 logits functions are routers (index_k/fp8_logits.py) that run ours where ours takes the call."""
+    if not fp8_pool or load_config().fp8_logits != "triton":
+        yield
+        return
+    owners = _fp8_logits_owners()
+    originals = [getattr(module, attribute) for module, attribute in owners]
+    for (module, attribute), original in zip(owners, originals):
+        setattr(module, attribute, fp8_logits.router(attribute, getattr(original, "__wrapped__", original)))
+    try:
+        yield
+    finally:
+        for (module, attribute), original in zip(owners, originals):
+            setattr(module, attribute, original)
 
 
 def _match_rows(tensor: torch.Tensor, rows: int, value: int) -> torch.Tensor:

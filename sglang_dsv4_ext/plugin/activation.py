@@ -56,6 +56,7 @@ from sglang_dsv4_ext.config import (
     sglang_plugins,
 )
 from sglang_dsv4_ext.errors import ActivationError
+from sglang_dsv4_ext.index_k import fp8_logits
 from sglang_dsv4_ext.plugin import compat, launch_identity
 
 logger = logging.getLogger("sglang_dsv4_ext")
@@ -591,7 +592,10 @@ def evidence_record() -> dict[str, object]:
     be left over from another launch. ``active`` only after the DeepSeek-V4 build check passed here.
     """
     if STATE.config is not None and STATE.build_checked:
-        return {"active": True, **evidence_fields(STATE.config)}
+        cfg = STATE.config
+        # which kernel computes the c4 indexer's logits (the last call's, else the configuration's choice)
+        kernel = fp8_logits.logits_kernel(cfg.index_k_dtype, cfg.fp8_logits)
+        return {"active": True, **evidence_fields(cfg), "logits_kernel": kernel}
     reason = STATE.error or (
         "; ".join(STATE.refusals)
         if STATE.refusals

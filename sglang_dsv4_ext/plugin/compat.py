@@ -526,6 +526,14 @@ TARGETS: list[Target] = [
 # the hook reaches them: a name SGLang's module imports from elsewhere is spelled through that module.
 _CMP_MODULE = _CMP.rpartition(".")[0]
 _TOPK = "(scores, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices=None)"
+_FP8_LOGITS = "(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata, max_seq_len, clean_logits=True)"
+# SGLang's TileLang fp8 logits (what forward_c4_indexer imports under SGLANG_OPT_USE_TILELANG_INDEXER, SM120's
+# default), routed like the torch row above. Not a CALLED row: checking it would import TileLang in every
+# process, also where SGLang never calls it; the router takes its signature (_FP8_LOGITS, the same in 0.5.22
+# and 0.5.23) and is installed only where SGLang's switch makes SGLang import the module itself.
+TILELANG_FP8_LOGITS = "sglang.kernels.ops.attention.dsa.tilelang_kernel.tilelang_fp8_paged_mqa_logits"
+SM120_TORCH_FP8_LOGITS = f"{_IDX}.fp8_paged_mqa_logits_torch_sm120"
+TILELANG_INDEXER_SWITCH = "SGLANG_OPT_USE_TILELANG_INDEXER"  # SGLang's environment switch for the TileLang row
 CALLED: list[Target] = [
     # indexer: the bf16 store follows SGLang's own compressor plan (hooks/indexer.py, store_compressed_index_k_bf16)
     Target(
@@ -600,6 +608,15 @@ CALLED: list[Target] = [
         "top-k v2",
     ),
     Target(f"{_IDX}.topk_transform_paged", _TOPK, "indexer", BF16, "top-k, SGLang's kernel"),
+    # indexer: SGLANG_DSV4_FP8_LOGITS=triton hands forward_c4_indexer a router in place of SGLang's SM120 fp8
+    # logits for the call; the router calls SGLang's own function for whatever ours does not take
+    Target(
+        SM120_TORCH_FP8_LOGITS,
+        _FP8_LOGITS,
+        "indexer",
+        ALWAYS,
+        "SGLang's SM120 torch fp8 logits, routed to kernels_sm120.paged_mqa_logits_fp8",
+    ),
     # pool: the bf16 c4 indexer pool subclasses SGLang's and is built with its constructor
     Target(
         f"{_SUB}.__init__",

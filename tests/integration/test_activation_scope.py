@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from sglang_dsv4_ext.index_k import fp8_logits
 from sglang_dsv4_ext.plugin import activation, compat
 from tests.support.releases import RUNNING
 
@@ -124,7 +125,10 @@ def test_only_the_process_that_passed_the_build_check_says_active(deferred):
     [active] = deferred["lines_at_dsv4_pool"]
     expected = _evidence(deferred["identity"])
     assert active == activation.ACTIVATION_LINE_PREFIX + " " + " ".join(f"{k}={v}" for k, v in expected.items())
-    assert deferred["record"] == {"active": True, **expected}
+    # the record also says which kernel computes the indexer's logits (no indexer call ran in that process)
+    logits_kernel = fp8_logits.logits_kernel("fp8", "triton")
+    assert deferred["record"] == {"active": True, **expected, "logits_kernel": logits_kernel}
+    assert logits_kernel.startswith("no indexer call yet: kernels_sm120.paged_mqa_logits_fp8")
 
 
 def test_drift_leaves_the_module_stock_with_a_warning_and_other_models_serve(drift):

@@ -6,7 +6,8 @@ would also turn every SGLang kernel imported elsewhere in the session into an in
 ``interpreted_kernels`` swaps the modules' ``@triton.jit`` functions (and Triton's own
 ``tl.sum``-style library functions) for interpreted ones and patches three interpreter gaps,
 restoring everything afterwards:
-  * bf16 ``tl.dot``: the interpreter stores bf16 as uint16 and multiplies the raw bits;
+  * bf16 ``tl.dot``: the interpreter stores bf16 as uint16 and multiplies the raw bits (fp16
+    operands are widened too: numpy would accumulate them in fp16);
   * fp32 -> bf16 casts: the interpreter truncates, GPUs round to nearest even;
   * fp32 -> fp8 e4m3 casts: the interpreter's conversion is wrong at the top of each binade
     (125.0 -> 64.0); GPUs round to nearest even (torch's conversion does the same);
@@ -44,6 +45,8 @@ def interpreted_kernels(*modules):  # noqa: C901  one block that must undo every
     def widen_bf16(h):
         if h.dtype.scalar == tl.bfloat16:
             return TensorHandle(_convert_float(h.data, tl.bfloat16, tl.float32, None).view(np.float32), tl.float32)
+        if h.dtype.scalar == tl.float16:  # numpy would sum fp16 products in fp16; tensor cores sum in fp32
+            return TensorHandle(h.data.astype(np.float32), tl.float32)
         return h
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):

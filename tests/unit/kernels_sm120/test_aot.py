@@ -24,7 +24,7 @@ def results():
 
 def test_every_kernel_compiles_for_every_arch(results):
     names = {s.name for s in aot.kernel_specs()}
-    assert len(names) == 6  # store, scatter, q, logits with the decode, few-row decode and prefill tilings
+    assert len(names) == 9  # store, scatter, q, logits: decode, few-row, prefill; fp8 decode, few-row, prefill
     assert set(results) == {(n, a) for n in names for a in aot.ARCHS}
     for (name, arch), r in results.items():
         assert r.ptx_target == f"sm_{arch}a", (name, r.ptx_target)
@@ -40,7 +40,15 @@ def test_shared_memory_fits(results):
 
 
 @pytest.mark.parametrize(
-    "kernel", ["paged_mqa_logits_kernel", "paged_mqa_logits_kernel[few rows]", "paged_mqa_logits_kernel[prefill]"]
+    "kernel",
+    [
+        "paged_mqa_logits_kernel",
+        "paged_mqa_logits_kernel[few rows]",
+        "paged_mqa_logits_kernel[prefill]",
+        "paged_mqa_logits_kernel[fp8]",
+        "paged_mqa_logits_kernel[fp8 few rows]",
+        "paged_mqa_logits_kernel[fp8 prefill]",
+    ],
 )
 def test_logits_kernel_sm120_uses_hmma_only(results, kernel):
     tc = results[(kernel, 120)].tensor_core_ops

@@ -1,0 +1,515 @@
+"""Stock SM120's default indexer logits beside ours, on SGLang's fp8 pool as stored (one call on the GPU).
+
+    PYTHONUNBUFFERED=1 python -m benchmarks.kernels_fp8 --out $OUT      # repository root, GPU bundle carried
+
+What stock SGLang 0.5.23 runs on SM120: ``srt/arg_groups/model_hook.py`` sets both
+``SGLANG_FP8_PAGED_MQA_LOGITS_TORCH`` and ``SGLANG_OPT_USE_TILELANG_INDEXER`` there, and
+``forward_c4_indexer`` (``srt/layers/attention/dsv4/indexer.py``) tests the TileLang switch first, so
+the logits are ``tilelang_fp8_paged_mqa_logits`` (the non-paged DeepGEMM path is refused under the
+TileLang switch, so prefill takes the paged kernel too). ``fp8_paged_mqa_logits_torch_sm120`` is the
+named second baseline (what runs where TileLang is not installed).
+
+At every shape, on the same rotated input sets (>= 512 MB or 8 sets, so L2 cannot serve them),
+CUDA-graphed medians (``benchmarks.timing.bench``):
+  * ``tl``: SGLang's TileLang kernel (compiled by a child process first, as in ``kernels_stock``);
+  * ``ours fp8``: ``kernels_sm120.paged_mqa_logits_fp8`` on the same fp8 pages;
+  * ``ours bf16``: ``kernels_sm120.paged_mqa_logits_bf16`` on bf16 pages of the same lengths
+    (what choosing bf16 index-K costs in indexer time);
+  * ``gather``: the read-only gather of the same fp8 pages' value bytes (the fastest of
+    ``page_gather.GATHER_TILINGS``; the 256 B of scales per page are not read): the limit;
+  * ``copy``: a graphed device-to-device copy of the fp8 key bytes (132 B per key);
+  * ``sm120t``: SGLang's torch path (eagerly, page table and output as wide as the longest row).
+Accuracy on the same data: max |a - b| / max |float64| over the written columns, ours vs the float64
+reference of the fp8 values, vs TileLang and vs the torch path. Results: ``<out>/kernels_fp8.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+FP8_KEY_BYTES = 132
+WIDE = 262144  # SGLang's decode-graph output width (benchmarks.logits_cases.WIDE)
+
+
+def uniform(rows: int, keys: int) -> tuple[str, int, list[int]]:
+    return (f"decode {rows} x {keys // 1024}K", rows, [keys] * rows)
+
+
+def mixed_random(rows: int, lo: int, hi: int, seed: int) -> tuple[str, int, list[int]]:
+    import random
+
+    rng = random.Random(seed)
+    lens = [rng.randrange(lo, hi + 1) for _ in range(rows)]
+    return (f"decode {rows} mixed {lo // 1024}K..{hi // 1024}K", rows, lens)
+
+
+def shapes() -> list[tuple[str, int, list[int]]]:
+    out = [
+        uniform(r, k)
+        for r, k in (
+            (1, 2048),
+            (1, 8192),
+            (1, 65536),
+            (8, 8192),
+            (8, 32768),
+            (8, 65536),
+            (64, 2048),
+            (64, 4096),
+            (64, 8192),
+            (64, 32768),
+            (64, 65536),
+            (128, 4096),
+            (128, 16384),
+            (128, 65536),
+        )
+    ]
+    out += [
+        ("decode 8 mixed: 1 x 64K + 7 x 2K", 8, [65536] + [2048] * 7),
+        ("decode 128 mixed: 1 x 64K + 127 x 2K", 128, [65536] + [2048] * 127),
+        mixed_random(64, 1024, 65536, seed=7),
+        mixed_random(128, 512, 16384, seed=8),
+    ]
+    return out
+
+
+# The gather tilings timed per shape: the three pipelined ones that were fastest somewhere in the
+# H200 calls of kernels.py (kernels_sm120/NOTES.md) and one register gather.
+GATHER_TILING_INDEXES = (0, 1, 2, 5)
+PREFILL = ("prefill 2048 rows x <=8K, shared pages", 2048, None)  # causal lengths, one request's pages
+SWEEP_SHAPES = (
+    (1, [2048]),
+    (1, [8192]),
+    (1, [65536]),
+    (8, [8192] * 8),
+    (8, [32768] * 8),
+    (64, [4096] * 64),
+    (64, [8192] * 64),
+    (64, [32768] * 64),
+    (128, [65536] * 128),
+    (128, [65536] + [2048] * 127),
+)
+
+
+def sweep_tilings():
+    """fp8-key tilings compared at SWEEP_SHAPES (``mma``: the product on fp8 tensor cores)."""
+    from kernels_sm120 import dispatch
+
+    L = dispatch.LogitsConfig
+    return {
+        "widen: items bn128 s3 busy2": L(128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True),
+        "widen: grid bn64 s4 busy4 min128": L(
+            64, 4, 4, programs_per_sm=4, max_chunk=8192, min_chunk=128, page_block=64, busy_per_sm=4
+        ),
+        "mma: items bn128 s3 busy2": L(
+            128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True, fp8_mma=True
+        ),
+        "mma: items bn128 s4 busy4 min128": L(
+            128, 4, 4, min_chunk=128, page_block=64, busy_per_sm=4, item_grid=True, fp8_mma=True
+        ),
+        "mma: items bn64 s4 busy4 min128": L(
+            64, 4, 4, min_chunk=128, page_block=64, busy_per_sm=4, item_grid=True, fp8_mma=True
+        ),
+        "mma: grid bn64 s4 busy4 min128": L(
+            64, 4, 4, programs_per_sm=4, max_chunk=8192, min_chunk=128, page_block=64, busy_per_sm=4, fp8_mma=True
+        ),
+        "mma: grid bn128 s3 busy4 min128": L(
+            128, 4, 3, programs_per_sm=4, max_chunk=8192, min_chunk=128, page_block=64, busy_per_sm=4, fp8_mma=True
+        ),
+        "mma: items bn256 w8 s3 busy2": L(
+            256, 8, 3, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True, fp8_mma=True
+        ),
+    }
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# ---------------------------------------------------------------------------
+# inputs
+# ---------------------------------------------------------------------------
+
+
+def fp8_set(torch, rows: int, lens: list[int], width_pages: int, dev, shared: bool = False):
+    """SGLang's fp8 inputs (``kernels_stock._fp8_case``), plus our output buffer; ``shared``: every row
+    reads one request's pages (prefill)."""
+    from benchmarks.kernels_stock import _fp8_case
+
+    if shared:
+        c = _fp8_case(torch, 1, [max(lens)], width_pages, dev)
+        c["table"] = c["table"].expand(rows, width_pages).contiguous()
+        c["q"] = torch.randn(rows, 1, 64, 128, device=dev).to(torch.float8_e4m3fn)
+        c["w"] = torch.randn(rows, 64, device=dev)
+        c["seq"] = torch.tensor(lens, dtype=torch.int32, device=dev)
+    else:
+        c = _fp8_case(torch, rows, lens, width_pages, dev)
+    c["out"] = torch.empty(rows, width_pages * 64, device=dev)
+    return c
+
+
+def bf16_set(torch, rows: int, lens: list[int], max_len: int, dev, shared: bool = False):
+    from benchmarks.logits_cases import timing_logits_case
+
+    return timing_logits_case(rows, lens, max_len, dev, shared)
+
+
+# ---------------------------------------------------------------------------
+# timing
+# ---------------------------------------------------------------------------
+
+
+def _fp8_gather(torch, sets, max_len, dev) -> tuple[float, str]:
+    from benchmarks import page_gather
+
+    GATHER_TILINGS = [page_gather.GATHER_TILINGS[i] for i in GATHER_TILING_INDEXES]
+    from benchmarks.timing import bench
+    from kernels_sm120 import dispatch
+
+    sms = dispatch.num_sms(dev)
+    rows = sets[0]["seq"].shape[0]
+    tilings = GATHER_TILINGS
+    partial = torch.empty(max(page_gather.gather_programs(c, rows, max_len, sms) for c in tilings), device=dev)
+    pages = [s["kv"].view(s["kv"].shape[0], -1).view(torch.bfloat16) for s in sets]
+    best = (float("inf"), "")
+    for cfg in tilings:
+        ms = bench(
+            lambda i, cfg=cfg: page_gather.page_gather_sum(
+                pages[i], sets[i]["seq"], sets[i]["table"], max_len, partial, cfg, sms, row_dim=64
+            ),
+            len(sets),
+        )
+        best = min(best, (ms, cfg.label))
+    return best
+
+
+def time_shape(stock, label: str, rows: int, lens: list[int], dev, *, prefill: bool = False) -> dict[str, object]:
+    import torch
+
+    from benchmarks.timing import SAME_SIZE_COPY_MAX, bench, measure_copy_at, n_sets
+    from kernels_sm120 import dispatch
+
+    width = 8192 if prefill else WIDE
+    key_bytes = (max(lens) if prefill else sum(lens)) * FP8_KEY_BYTES
+    nset = n_sets(key_bytes + rows * 64 * 128, cap=8)
+    r: dict[str, object] = dict(shape=label, rows=rows, keys=sum(lens), fp8_key_bytes=key_bytes, sets=nset)
+    sets = [fp8_set(torch, rows, lens, width // 64, dev, shared=prefill) for _ in range(nset)]
+
+    def ours_fp8(i, cfg=None):
+        s = sets[i]
+        dispatch.paged_mqa_logits_fp8(s["q"], s["kv"], s["w"], s["seq"], s["table"], width, out=s["out"], config=cfg)
+
+    r["ours_fp8_ms"] = bench(ours_fp8, nset)
+    if prefill:  # the same rows with the product widened to fp16 (the bf16 kernel's prefill tiling)
+        widen = dispatch.configs_for(dev).logits_prefill
+        r["ours_fp8_widen_ms"] = bench(lambda i: ours_fp8(i, widen), nset)
+    if stock.tilelang is not None:
+        try:
+            r["tilelang_ms"] = bench(
+                lambda i: stock.tilelang(
+                    sets[i]["q"],
+                    sets[i]["kv"],
+                    sets[i]["w"],
+                    sets[i]["seq"],
+                    sets[i]["table"],
+                    None,
+                    width,
+                    clean_logits=False,
+                ),
+                nset,
+            )
+        except Exception as exc:  # noqa: BLE001  recorded per shape
+            r["tilelang_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    if not prefill:
+        r["gather_ms"], r["gather_tiling"] = _fp8_gather(torch, sets, width, dev)
+    if rows * max(lens) * FP8_KEY_BYTES <= (4 << 30):  # the torch path gathers rows x longest row
+        narrow = -(-max(lens) // 64)
+        try:
+            r["sm120_torch_ms"] = bench(
+                lambda i: stock.fns["sm120_torch"](
+                    sets[i]["q"],
+                    sets[i]["kv"],
+                    sets[i]["w"],
+                    sets[i]["seq"],
+                    sets[i]["table"][:, :narrow],
+                    None,
+                    narrow * 64,
+                    clean_logits=False,
+                ),
+                2,
+                graph=False,
+            )
+        except Exception as exc:  # noqa: BLE001
+            r["sm120_torch_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    sets.clear()
+    torch.cuda.empty_cache()
+    bsets = [bf16_set(torch, rows, lens, width, dev, shared=prefill) for _ in range(n_sets(key_bytes * 2, cap=8))]
+    r["ours_bf16_ms"] = bench(
+        lambda i: dispatch.paged_mqa_logits_bf16(
+            bsets[i]["q"],
+            bsets[i]["cache"],
+            bsets[i]["w"],
+            bsets[i]["seq"],
+            bsets[i]["page_table"],
+            width,
+            out=bsets[i]["out"],
+        ),
+        len(bsets),
+    )
+    bsets.clear()
+    torch.cuda.empty_cache()
+    if not prefill and key_bytes <= SAME_SIZE_COPY_MAX:
+        r["copy_ms"] = key_bytes / (measure_copy_at(dev, key_bytes) * 1e9) * 1e3
+    _ratios(r)
+    log(
+        f"  {label}: "
+        + ", ".join(f"{k[:-3]} {v * 1e3:.2f} us" for k, v in r.items() if k.endswith("_ms") and v)
+        + f"  (x tl {r.get('x_tilelang_fp8', float('nan')):.2f}, "
+        + f"bf16/tl {r.get('bf16_over_tilelang', float('nan')):.2f})"
+    )
+    return r
+
+
+def _ratios(r: dict[str, object]) -> None:
+    tl_ms, ours = r.get("tilelang_ms"), r["ours_fp8_ms"]
+    if tl_ms:
+        r["x_tilelang_fp8"] = tl_ms / ours  # TileLang time / ours: > 1 = ours faster
+        r["bf16_over_tilelang"] = r["ours_bf16_ms"] / tl_ms  # bf16 time / TileLang time
+    if r.get("gather_ms"):
+        r["pct_gather"] = 100 * r["gather_ms"] / ours
+    if r.get("copy_ms"):
+        r["pct_copy"] = 100 * r["copy_ms"] / ours
+    if r.get("sm120_torch_ms"):
+        r["x_sm120_torch"] = r["sm120_torch_ms"] / ours
+
+
+def run_sweep(dev) -> list[dict[str, object]]:
+    """Decode tilings of the same kernel over fp8 and bf16 keys at the small and mid shapes."""
+    import torch
+
+    from benchmarks.timing import bench, n_sets
+    from kernels_sm120 import dispatch
+
+    out = []
+    for rows, lens in SWEEP_SHAPES:
+        key_bytes = sum(lens) * FP8_KEY_BYTES
+        nset = n_sets(key_bytes, cap=8)
+        fsets = [fp8_set(torch, rows, lens, WIDE // 64, dev) for _ in range(nset)]
+        bsets = [bf16_set(torch, rows, lens, WIDE, dev) for _ in range(n_sets(2 * key_bytes, cap=8))]
+        for name, cfg in sweep_tilings().items():
+            f = bench(
+                lambda i, cfg=cfg, fsets=fsets: dispatch.paged_mqa_logits_fp8(
+                    fsets[i]["q"],
+                    fsets[i]["kv"],
+                    fsets[i]["w"],
+                    fsets[i]["seq"],
+                    fsets[i]["table"],
+                    WIDE,
+                    out=fsets[i]["out"],
+                    config=cfg,
+                ),
+                nset,
+            )
+            b = (
+                None
+                if cfg.fp8_mma
+                else bench(  # bf16 keys ignore fp8_mma
+                    lambda i, cfg=cfg, bsets=bsets: dispatch.paged_mqa_logits_bf16(
+                        bsets[i]["q"],
+                        bsets[i]["cache"],
+                        bsets[i]["w"],
+                        bsets[i]["seq"],
+                        bsets[i]["page_table"],
+                        WIDE,
+                        out=bsets[i]["out"],
+                        config=cfg,
+                    ),
+                    len(bsets),
+                )
+            )
+            mix = " mixed" if len(set(lens)) > 1 else ""
+            row = dict(shape=f"{rows} x {lens[0] // 1024}K{mix}", tiling=name, fp8_ms=f, bf16_ms=b)
+            out.append(row)
+            log(f"  sweep {row['shape']} {name}: fp8 {f * 1e3:.2f} us" + (f", bf16 {b * 1e3:.2f} us" if b else ""))
+        fsets.clear()
+        bsets.clear()
+        torch.cuda.empty_cache()
+    return out
+
+
+# ---------------------------------------------------------------------------
+# accuracy
+# ---------------------------------------------------------------------------
+
+
+def _max_rel(a, b, ref, mask) -> float:
+    d = (a.double() - b.double()).abs()[mask]
+    return float(d.max() / ref.double().abs()[mask].max()) if d.numel() else 0.0
+
+
+def accuracy(stock, dev) -> list[dict[str, object]]:
+    """Ours (every tiling set of dispatch.CONFIGS, forced), TileLang and the torch path on the same
+    fp8 data, against the float64 reference of the fp8 values."""
+    import torch
+
+    from kernels_sm120 import dispatch
+    from kernels_sm120 import reference as R
+
+    cases = [
+        ("8 rows, 0..9000 keys", 8, [0, 1, 63, 64, 65, 2049, 5000, 9000], False),
+        ("64 rows, 1..4K keys", 64, [int(x) for x in torch.randint(1, 4097, (64,))], False),
+        ("600 rows prefill, shared pages", 600, [int(x) for x in torch.linspace(1, 3000, 600)], True),
+    ]
+    out = []
+    for label, rows, lens, shared in cases:
+        width_pages = -(-max(lens) // 64) + 1
+        c = fp8_set(torch, rows, lens, width_pages, dev, shared=shared)
+        max_len = width_pages * 64
+        ref = R.fp8_paged_mqa_logits_reference(c["q"], c["kv"], c["w"], c["seq"], c["table"], max_len)
+        mask = torch.arange(max_len, device=dev)[None, :] < c["seq"].long()[:, None]
+        res: dict[str, object] = dict(case=label)
+        for name, cfgs in dispatch.CONFIGS.items():
+            for kind in ("decode", "prefill"):
+                cfg = cfgs.logits_prefill if kind == "prefill" else cfgs.logits_for(rows, key_fp8=True)
+                if rows >= cfgs.prefill_min_rows and kind == "decode":
+                    cfg = cfgs.logits_fp8 or cfgs.logits
+                o = torch.full((rows, max_len), float("nan"), device=dev)
+                dispatch.paged_mqa_logits_fp8(c["q"], c["kv"], c["w"], c["seq"], c["table"], max_len, out=o, config=cfg)
+                torch.cuda.synchronize()
+                res[f"ours[{name},{kind}]_vs_f64"] = _max_rel(o, ref, ref, mask)
+                res[f"ours[{name},{kind}]_unwritten_untouched"] = bool(torch.isnan(o[~mask]).all())
+        ours = dispatch.paged_mqa_logits_fp8(c["q"], c["kv"], c["w"], c["seq"], c["table"], max_len)
+        if stock.tilelang is not None:
+            tl_out = stock.tilelang(c["q"], c["kv"], c["w"], c["seq"], c["table"], None, max_len, clean_logits=False)
+            res["tilelang_vs_f64"] = _max_rel(tl_out, ref, ref, mask)
+            res["ours_vs_tilelang"] = _max_rel(ours, tl_out, ref, mask)
+        t = stock.fns["sm120_torch"](c["q"], c["kv"], c["w"], c["seq"], c["table"], None, max_len, clean_logits=False)
+        res["sm120_torch_vs_f64"] = _max_rel(t, ref, ref, mask)
+        res["ours_vs_sm120_torch"] = _max_rel(ours, t, ref, mask)
+        out.append(res)
+        log(
+            f"  accuracy {label}: "
+            + ", ".join(f"{k} {v:.2e}" if isinstance(v, float) else f"{k} {v}" for k, v in res.items() if k != "case")
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------
+
+
+def _us(r, key, width=8):
+    v = r.get(key)
+    return f"{v * 1e3:{width}.2f}" if v else f"{'-':>{width}s}"
+
+
+def _x(r, key, width=6):
+    v = r.get(key)
+    return f"{v:{width}.2f}" if v else f"{'-':>{width}s}"
+
+
+def format_table(rows: list[dict[str, object]]) -> str:
+    head = (
+        f"| {'shape':40s} | fp8 MB | copy us | gather us | **TileLang fp8 us** | ours fp8 us | x TileLang | "
+        f"% gather | ours bf16 us | bf16 / TileLang | sm120 torch us |"
+    )
+    lines = [head, "|" + "---|" * 11]
+    for r in rows:
+        lines.append(
+            f"| {r['shape']:40s} | {r['fp8_key_bytes'] / 1e6:6.1f} | {_us(r, 'copy_ms')} | {_us(r, 'gather_ms')} | "
+            f"{_us(r, 'tilelang_ms')} | {_us(r, 'ours_fp8_ms')} | {_x(r, 'x_tilelang_fp8')} | "
+            f"{_x(r, 'pct_gather')} | {_us(r, 'ours_bf16_ms')} | {_x(r, 'bf16_over_tilelang')} | "
+            f"{_us(r, 'sm120_torch_ms', 9)} |"
+        )
+    return "\n".join(lines)
+
+
+def goals(rows: list[dict[str, object]]) -> list[str]:
+    """The benchmark goals, each with met / NOT met / cannot tell."""
+    out = []
+    decode = [r for r in rows if r["shape"].startswith("decode")]
+    for r in decode:
+        x = r.get("x_tilelang_fp8")
+        if x is None:
+            out.append(f"{r['shape']}: cannot tell (no TileLang time)")
+            continue
+        need = 1.5 if r["fp8_key_bytes"] >= 64e6 else 1.0
+        out.append(f"{r['shape']}: fp8 x TileLang {x:.2f} (goal >= {need}): {'met' if x >= need else 'NOT met'}")
+        if "mixed" not in r["shape"]:
+            b = r["bf16_over_tilelang"]
+            out.append(f"{r['shape']}: bf16 / TileLang {b:.2f} (goal <= 1.10): {'met' if b <= 1.10 else 'NOT met'}")
+        else:
+            b = r["bf16_over_tilelang"]
+            out.append(f"{r['shape']}: bf16 / TileLang {b:.2f} (goal < 1, mixed): {'met' if b < 1 else 'NOT met'}")
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.kernels_fp8",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
+    p.add_argument("--no-sweep", action="store_true")
+    args = p.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("benchmarks.kernels_fp8 needs a CUDA GPU (run it on the lent H200)", file=sys.stderr)
+        return 2
+    from benchmarks import kernels_stock
+    from benchmarks.sglang_gpu import bootstrap
+    from benchmarks.timing import measure_copy_bandwidth
+
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    dev = torch.device("cuda")
+    carry = bootstrap.find_carry()
+    child = kernels_stock._tilelang_child(out_dir) if (carry / kernels_stock.TILELANG_ARCHIVE).is_file() else None
+    result: dict[str, object] = dict(boot=bootstrap.prepare(device="cuda").lines())
+    stock = kernels_stock.Stock()
+    props = torch.cuda.get_device_properties(dev)
+    import triton
+
+    result["info"] = dict(
+        device=props.name, sms=props.multi_processor_count, torch=torch.__version__, triton=triton.__version__
+    )
+    result["copy_gbs"] = measure_copy_bandwidth(dev)
+    log(f"{result['info']}, copy {result['copy_gbs']:.0f} GB/s  [{time.time() - t0:.0f}s]")
+    if not args.no_sweep:
+        result["sweep"] = run_sweep(dev)
+    if child is not None:
+        why = kernels_stock._tilelang_after(child, out_dir, stock, carry, WIDE, dev, timeout_s=240)
+        result["tilelang"] = why or stock.tilelang_status
+    else:
+        result["tilelang"] = f"not carried ({kernels_stock.TILELANG_ARCHIVE} absent)"
+    log(f"tilelang: {result['tilelang']}  [{time.time() - t0:.0f}s]")
+    if stock.tilelang is not None:  # the prefill row count's split_kv
+        c = fp8_set(torch, 2048, [64] * 2048, 2, dev)
+        stock.tilelang(c["q"], c["kv"], c["w"], c["seq"], c["table"], None, 128, clean_logits=False)
+    result["accuracy"] = accuracy(stock, dev)
+    rows = []
+    for label, nrows, lens in shapes():
+        rows.append(time_shape(stock, label, nrows, lens, dev))
+        result["rows"] = rows  # written after every shape: a call cut short keeps what it measured
+        (out_dir / "kernels_fp8.json").write_text(json.dumps(result, indent=1, default=str))
+    plabel, prow, _ = PREFILL
+    rows.append(time_shape(stock, plabel, prow, [int(x) for x in torch.linspace(4, 8192, prow)], dev, prefill=True))
+    result["rows"] = rows
+    result["goals"] = goals(rows)
+    (out_dir / "kernels_fp8.json").write_text(json.dumps(result, indent=1, default=str))
+    log(format_table(rows))
+    log("\n".join(result["goals"]))
+    log(f"done [{time.time() - t0:.0f}s]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

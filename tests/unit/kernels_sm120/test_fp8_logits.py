@@ -1,0 +1,182 @@
+"""The fp8 paged MQA logits kernel (``kernels_sm120.paged_mqa_logits_fp8``) on CPU.
+
+Our Triton kernel runs through Triton's interpreter (tests/support/triton_interpreter.py; nothing of
+it stubbed) over SGLang's fp8 index-K pool exactly as stored (uint8 [num_pages, 64, 1, 132]: per page
+64 rows of 128 e4m3 values, then 64 fp32 scales) and is checked against
+  * SGLang's own ``fp8_paged_mqa_logits_torch_sm120`` (the installed function, run on CPU tensors: it
+    is plain torch) on the same data, and
+  * a float64 reference of the same fp8 values (``reference.fp8_paged_mqa_logits_reference``).
+"""
+
+import pytest
+import torch
+
+from kernels_sm120 import _triton_helpers, dispatch, paged_mqa_logits
+from kernels_sm120 import reference as R
+from tests.support.triton_interpreter import interpreted_kernels
+
+HEADS = 16  # the kernel takes any power of two >= 16; DeepSeek-V4 has 64 (the GPU tests use 64)
+
+
+@pytest.fixture
+def interp():
+    with interpreted_kernels(_triton_helpers, paged_mqa_logits):
+        yield
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(20261201)
+
+
+@pytest.fixture(scope="module")
+def sglang_fp8_torch_sm120():
+    from sglang.srt.layers.attention.dsv4.indexer import fp8_paged_mqa_logits_torch_sm120
+
+    return fp8_paged_mqa_logits_torch_sm120
+
+
+def fp8_case(gen, lens, width, heads=HEADS, spare_pages=3):
+    """SGLang's fp8 inputs: pages quantized with its per-key scale, q e4m3 [R, 1, H, 128], a page
+    table padded with 0 past each row's pages (as ``match_num_queries`` pads)."""
+    rows = len(lens)
+    need = [min(-(-n // 64), width) for n in lens]
+    pages = sum(need) + spare_pages
+    keys = torch.randn(pages * 64, 128, generator=gen) * torch.rand(pages * 64, 1, generator=gen) * 4
+    cache = R.fp8_index_k_pages(keys)
+    perm = torch.randperm(pages, generator=gen).to(torch.int32)
+    pt = torch.zeros((rows, width), dtype=torch.int32)
+    off = 0
+    for r, p in enumerate(need):
+        pt[r, :p] = perm[off : off + p]
+        off += p
+    q = (torch.randn(rows, 1, heads, 128, generator=gen) * 8).to(torch.float8_e4m3fn)
+    w = torch.randn(rows, heads, generator=gen)
+    return q, cache, w, torch.tensor(lens, dtype=torch.int32), pt
+
+
+def written(seq_lens, max_len):
+    n = seq_lens.reshape(-1).long().clamp(min=0, max=max_len)
+    return torch.arange(max_len)[None, :] < n[:, None]
+
+
+def rel_err(out, ref):
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def test_fp8_pages_reference_reads_sglang_layout():
+    """The reference's page layout is SGLang's: value bytes first, then one fp32 scale per key, and
+    the scale is ``max(1e-4, amax) / 448`` (``fp8_quant_dequant_rows``)."""
+    rows = torch.randn(128, 128, dtype=torch.float32)
+    cache = R.fp8_index_k_pages(rows)
+    assert cache.shape == (2, 64, 1, 132) and cache.dtype == torch.uint8
+    page = cache.view(2, 64 * 132)
+    scales = page[:, 64 * 128 :].contiguous().view(torch.float32).reshape(-1)
+    assert torch.allclose(scales, rows.abs().amax(-1) / 448.0)
+    assert torch.allclose(R.fp8_index_k_cache_as_rows(cache).float(), R.fp8_quant_dequant_rows(rows))
+
+
+def test_fp8_kernel_matches_sglang_torch_sm120_and_float64(interp, gen, sglang_fp8_torch_sm120):
+    lens = [0, 1, 63, 64, 65, 300, 512]
+    q, cache, w, seq, pt = fp8_case(gen, lens, width=8)
+    max_len = 512
+    out = torch.full((len(lens), max_len), float("nan"))
+    got = dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, max_len, out=out)
+    assert got is out
+    ref = R.fp8_paged_mqa_logits_reference(q, cache, w, seq, pt, max_len)
+    sglang = sglang_fp8_torch_sm120(q, cache, w, seq, pt, None, max_len, clean_logits=False)
+    mask = written(seq, max_len)
+    assert torch.isnan(out[~mask]).all(), "columns past each row's length are not written"
+    assert torch.isfinite(out[mask]).all()
+    assert rel_err(out[mask], ref[mask]) < 1e-6  # fp16 products are exact, fp32 sums
+    # SGLang's torch path rounds q and k to bf16 (exact for e4m3) and runs a bf16 bmm: same numbers
+    assert rel_err(out[mask], sglang[mask]) < 1e-2
+    assert torch.isneginf(sglang[~mask]).all()
+
+
+def test_fp8_kernel_scale_is_applied_per_key(interp, gen):
+    """Doubling one key's scale doubles that key's logit and no other (the scale is read from the
+    page's scale region at the key's own row)."""
+    q, cache, w, seq, pt = fp8_case(gen, [128], width=2, spare_pages=0)
+    w = w.abs()  # all-positive logits, so the doubled one is told apart
+    base = dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, 128)
+    page, row = int(pt[0, 1]), 5  # key 64 + 5
+    scales = cache.view(-1, 64 * 132)[page, 64 * 128 :].view(torch.float32)
+    scales[row] *= 2
+    again = dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, 128)
+    ratio = again[0] / base[0]
+    assert torch.allclose(ratio[64 + row], torch.tensor(2.0), rtol=1e-6)
+    others = torch.ones(128, dtype=torch.bool)
+    others[64 + row] = False
+    assert torch.equal(again[0, others], base[0, others])
+
+
+FP8_TILINGS = [
+    dispatch.LogitsConfig(64, 4, 2, programs_per_sm=1),  # page ids loaded one tile ahead
+    dispatch.LogitsConfig(32, 4, 2, programs_per_sm=8, busy_per_sm=2, page_block=4),  # gathered page ids
+    dispatch.LogitsConfig(128, 4, 2, programs_per_sm=16, page_block=2),  # two pages per tile
+    dispatch.LogitsConfig(64, 4, 3, programs_per_sm=2, min_chunk=128, busy_per_sm=1, page_block=4, item_grid=True),
+    dispatch.LogitsConfig(64, 4, 2, programs_per_sm=1, rows_per_program=2),  # row pairs, pages not shared
+    # the product on fp8 tensor cores (q and keys as stored), both decode grids
+    dispatch.LogitsConfig(64, 4, 2, programs_per_sm=2, page_block=4, busy_per_sm=1, fp8_mma=True),
+    dispatch.LogitsConfig(64, 4, 3, min_chunk=128, busy_per_sm=1, page_block=4, item_grid=True, fp8_mma=True),
+]
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    FP8_TILINGS,
+    ids=lambda c: f"bn{c.block_n}-pb{c.page_block}-r{c.rows_per_program}-mma{int(c.fp8_mma)}-items{int(c.item_grid)}",
+)
+def test_fp8_kernel_every_tiling(interp, gen, cfg):
+    lens = [500, 257, 0, 64, 1, 130]
+    q, cache, w, seq, pt = fp8_case(gen, lens, width=12)
+    out = torch.full((6, 768), float("nan"))
+    dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, 768, out=out, config=cfg)
+    ref = R.fp8_paged_mqa_logits_reference(q, cache, w, seq, pt, 768)
+    mask = written(seq, 768)
+    assert torch.isnan(out[~mask]).all()
+    assert rel_err(out[mask], ref[mask]) < 1e-6
+
+
+def test_fp8_kernel_rows_sharing_pages(interp, gen):
+    """Prefill rows of one request (same page table, causal lengths): the shared-tile path."""
+    lens = [1, 70, 130, 200]
+    q, cache, w, seq, pt = fp8_case(gen, [200], width=4)
+    q = q.expand(4, 1, HEADS, 128).clone()
+    pt = pt.expand(4, 4).contiguous()
+    seq = torch.tensor(lens, dtype=torch.int32)
+    w = torch.randn(4, HEADS, generator=gen)
+    cfg = dispatch.LogitsConfig(64, 4, 2, programs_per_sm=1, rows_per_program=4)
+    out = torch.full((4, 256), float("nan"))
+    dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, 256, out=out, config=cfg)
+    ref = R.fp8_paged_mqa_logits_reference(q, cache, w, seq, pt, 256)
+    mask = written(seq, 256)
+    assert rel_err(out[mask], ref[mask]) < 1e-6
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda a: a.update(q=a["q"].to(torch.bfloat16)), "q must have dtype in \\(float8_e4m3fn\\)"),
+        (lambda a: a.update(cache=a["cache"].view(-1, 64, 1, 132)[:, :, :, :128]), "fp8 index-K"),
+        (
+            lambda a: a.update(cache=a["cache"].view(torch.float8_e4m3fn)),
+            "index_k_cache must have dtype in \\(uint8\\)",
+        ),
+        (lambda a: a.update(cache=torch.zeros(4, 64 * 256, dtype=torch.uint8)), "fp8 index-K"),  # a bf16 page
+    ],
+    ids=["bf16-q", "no-scales", "fp8-dtype-cache", "bf16-page-rows"],
+)
+def test_fp8_launcher_validation(gen, change, match):
+    q, cache, w, seq, pt = fp8_case(gen, [64], width=1)
+    args = dict(q=q, cache=cache, w=w, seq=seq, pt=pt)
+    change(args)
+    with pytest.raises((TypeError, ValueError), match=match):
+        dispatch.paged_mqa_logits_fp8(args["q"], args["cache"], args["w"], args["seq"], args["pt"], 64)
+
+
+def test_fp8_tiling_falls_back_to_bf16_tiling_when_unset():
+    cfgs = dispatch.CONFIGS["default"]
+    assert cfgs.logits_for(4, key_fp8=True) == cfgs.logits_for(4)
+    assert cfgs.logits_for(4096, key_fp8=True) == cfgs.logits_prefill
