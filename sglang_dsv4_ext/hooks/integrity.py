@@ -14,7 +14,8 @@ How: shared logic in :mod:`sglang_dsv4_ext.index_k.integrity`, kernels in
     Index tensors on the host (``--hicache-io-backend direct``) reach the device through pinned
     memory, non-blocking: no integrity path blocks the host.
   * AFTER ``load_to_device_per_layer``: the loaded rows of that layer become pending; ``sample``
-    keeps 8 evenly spaced pages of one layer in four (rotating per load), ``full`` all of them.
+    keeps 8 evenly spaced pages of one layer in four (layers rotating per load, rows shifting per
+    sampled load of the layer, so a reloaded prefix is verified at every position), ``full`` all of them.
   * AFTER ``C4Indexer.forward`` (the reader of the layer's index-K, on the reader's stream, right
     after its read was enqueued): one fused kernel verifies the pending pages into a device-side
     mismatch counter and first-bad-page record; the record reaches the host through pinned memory

@@ -9,8 +9,10 @@ One :class:`IntegrityTracker` per index-K host mirror (HiCache's c4 indexer host
   up is stored under its *key* (the host page row), on the stream that runs the backup.
 * :meth:`expect` (at a layer's load, host -> device): the keys' checksums are gathered for the
   device rows just loaded; the layer is now *pending verification*. ``sample`` keeps at most
-  ``sample_pages`` evenly spaced rows and verifies one layer in ``sample_layer_stride`` (rotating
-  per load); ``full`` keeps every row of every layer.
+  ``sample_pages`` evenly spaced rows and verifies one layer in ``sample_layer_stride`` (the layers
+  rotate per load; the rows shift by one per sampled load of that layer, so a prefix loaded again and
+  again has every position verified within a bounded number of loads); ``full`` keeps every row of
+  every layer.
 * :meth:`verify` (on the reader's stream, where the layer is read): one fused kernel recomputes
   the pending rows' checksums and adds mismatches to a device-side record. No host
   synchronisation: the record is copied to pinned memory with ``non_blocking=True`` behind an
@@ -150,6 +152,7 @@ class IntegrityTracker:
         self.sample_pages, self.sample_layer_stride = sample_pages, sample_layer_stride
         self.pending: dict[int, _Pending] = {}
         self.loads = 0
+        self._layer_turns: dict[int, int] = {}  # layer -> loads of it sample mode verified so far (row rotation)
         self.seq = 0
         self.requests: OrderedDict[int, tuple[str, ...]] = OrderedDict()
         cuda = self.device.type == "cuda"
@@ -253,14 +256,28 @@ class IntegrityTracker:
             return
         dst_rows, keys = indices_on(self.device, dst_rows), indices_on(self.device, keys)
         if self.mode == SAMPLE and n > self.sample_pages:
-            step = n // self.sample_pages  # views only: evenly spaced rows, no index tensor from the host
-            offset = self.loads % step
-            dst_rows, keys = dst_rows[offset::step][: self.sample_pages], keys[offset::step][: self.sample_pages]
+            dst_rows, keys = self._sampled_rows(layer, n, dst_rows, keys)
             self._count_unchecked(SAMPLING, n - dst_rows.numel())
         self._after_forgets()
         expected = self.table[layer].index_select(0, keys)
         self._note_unverified(layer, self.pending.get(layer))
         self.pending[layer] = _Pending(dst_rows, expected, tuple(requests))
+
+    def _sampled_rows(self, layer: int, n: int, dst_rows: torch.Tensor, keys: torch.Tensor):
+        """At most ``sample_pages`` evenly spaced of ``n`` loaded rows, shifted by one per sampled load of ``layer``.
+
+        The shift counts this layer's own sampled loads, not all loads: a layer is sampled only on every
+        ``sample_layer_stride``-th load, so a shift by the load count would take only ``step / stride`` values
+        and a prefix loaded again and again would be verified at a fraction of its positions. With
+        ``step = ceil(n / sample_pages)`` the ``step`` shifts cover every row of the ``n``, so a prefix
+        loaded repeatedly has each position verified within ``step`` sampled loads of each layer
+        (``step * sample_layer_stride`` loads). Views only: no index tensor from the host.
+        """
+        step = -(-n // self.sample_pages)
+        turn = self._layer_turns.get(layer, 0)
+        self._layer_turns[layer] = turn + 1
+        offset = turn % step
+        return dst_rows[offset::step], keys[offset::step]
 
     def _note_unverified(self, layer: int, previous: _Pending | None) -> None:
         """A load replaces pages no reader verified: say so once (never a silent gap in the evidence)."""
