@@ -526,6 +526,11 @@ TARGETS: list[Target] = [
 # the hook reaches them: a name SGLang's module imports from elsewhere is spelled through that module.
 _CMP_MODULE = _CMP.rpartition(".")[0]
 _TOPK = "(scores, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices=None)"
+_PARALLEL = "sglang.srt.distributed.parallel_state"
+MODEL_PARALLEL_INITIALIZED = Target(
+    f"{_PARALLEL}.model_parallel_is_initialized", "()", "pool", ALWAYS, "whether a TP group exists to count ranks in"
+)
+TP_GROUP = Target(f"{_PARALLEL}.get_tp_group", "()", "pool", ALWAYS, "the TP group whose ranks the record counts")
 CALLED: list[Target] = [
     # indexer: the bf16 store follows SGLang's own compressor plan (hooks/indexer.py, store_compressed_index_k_bf16)
     Target(
@@ -610,6 +615,9 @@ CALLED: list[Target] = [
         "construct the bf16 c4 indexer pool (DeepSeekV4Bf16IndexerPool)",
     ),
     Target(f"{_SUB}.contiguous_page_row_buffers", "(self)", "pool", ALWAYS, "index-K bytes allocated (self-check)"),
+    # pool: where the pool is built, each rank of SGLang's TP group says it is active (the record counts them)
+    MODEL_PARALLEL_INITIALIZED,
+    TP_GROUP,
     # integrity: host page rows of token indices; the pool names that identify the c4 indexer mirror and its anchor
     Target(f"{_HOST_PAGED}._to_page_indices", "(self, indices)", "integrity", INTEGRITY, "host/device page rows"),
     Target(

@@ -381,7 +381,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "pool: bf16 indexer pool built for bf16",
         "sglang_dsv4_ext/hooks/pool.py",
-        "    if force_fp4 or effective_index_k_dtype(False) != BF16:",
+        "    if effective_index_k_dtype(False) != BF16:",
         "    if True:",
         ("tests/unit/hooks/test_bf16_storage.py", "tests/unit/hooks/test_sizing.py"),
     ),
@@ -968,8 +968,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "V4.1 pool: bf16 never reaches the force_fp4 low-ratio index-K pools",
         "sglang_dsv4_ext/hooks/pool.py",
-        "    if force_fp4 or effective_index_k_dtype(False) != BF16:",
-        "    if effective_index_k_dtype(False) != BF16:",
+        "    if force_fp4:",
+        "    if False:",
         ("tests/unit/hooks/test_sizing_v41.py",),
     ),
     Mutation(
