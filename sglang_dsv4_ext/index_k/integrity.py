@@ -36,6 +36,9 @@ it on the device (``wait_event``), never on the host.
 from __future__ import annotations
 
 import logging
+import threading
+import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -103,8 +106,9 @@ class Series:
 
     def __init__(self, where: str):
         export_at_zero(where)
-        self.checked = checked_metric().labels(where=where)
-        self.unchecked = {r: unchecked_metric().labels(where=where, reason=r) for r in UNCHECKED_REASONS}
+        labels = series_labels(where)
+        self.checked = checked_metric().labels(**labels)
+        self.unchecked = {r: unchecked_metric().labels(**labels, reason=r) for r in UNCHECKED_REASONS}
 
 
 class _Snapshot:
@@ -164,6 +168,10 @@ class IntegrityTracker:
         self._forget_done = torch.cuda.Event() if cuda else None
         self._forgotten = False
         self._reported = 0
+        # poll() runs on the reader's thread and on the background poller's (poll_in_background): one at a time,
+        # and never while verify() adds a snapshot to the ring.
+        self._ring_lock = threading.Lock()
+        self._polled_at = time.monotonic()
         self.series = series
         self.mismatches = 0  # pages reported so far
         self.pages_checked = 0  # pages whose checksum was compared where they were read
@@ -317,8 +325,9 @@ class IntegrityTracker:
             seq=self.seq,
             skip_unknown=True,
         )
-        self.rows_verified += pending.rows.numel()
-        self._take_snapshot()
+        with self._ring_lock:
+            self.rows_verified += pending.rows.numel()
+            self._take_snapshot()
         return True
 
     def _take_snapshot(self) -> None:
@@ -339,6 +348,21 @@ class IntegrityTracker:
 
     def poll(self) -> Mismatch | None:
         """Counts and new mismatches of the newest completed verification (never blocks); None if no new mismatch."""
+        with self._ring_lock:
+            return self._poll()
+
+    def report_if_idle(self, seconds: float) -> None:
+        """Poll and report, unless the reader polled in the last ``seconds`` (the background poller's call).
+
+        The report is made holding the ring lock, so a reader's poll that finds nothing new runs after the
+        report it would have made (its log line and counts are there when it returns).
+        """
+        with self._ring_lock:
+            if time.monotonic() - self._polled_at >= seconds:
+                report(self._poll())
+
+    def _poll(self) -> Mismatch | None:
+        self._polled_at = time.monotonic()
         snapshot = self._latest_completed()
         if snapshot is None:
             return None
@@ -366,6 +390,22 @@ class IntegrityTracker:
 
 # ---------------------------------------------------------------------------------------- reporting
 _METRICS: dict[str, object] = {}
+UNKNOWN_LAUNCH = "unknown"
+_LAUNCH = [UNKNOWN_LAUNCH]  # the launch label of every series (use_launch)
+
+
+def use_launch(launch: str) -> None:
+    """Label every series with ``launch`` from now on (the hook passes this process's launch at pool creation).
+
+    Why: an operator-set ``PROMETHEUS_MULTIPROC_DIR`` keeps the counter files of earlier launches, and SGLang's
+    /metrics aggregates them with the live ones; only the launch label tells a stock server that exports nothing
+    from one whose counters an earlier launch left behind (read as "checked 0").
+    """
+    _LAUNCH[0] = launch
+
+
+def series_labels(where: str) -> dict[str, str]:
+    return {"where": where, "launch": _LAUNCH[0]}
 
 
 def _counter(name: str, documentation: str, labelnames: Sequence[str]):
@@ -382,7 +422,7 @@ def mismatch_metric():
     return _counter(
         METRIC_NAME,
         "Index-K pages whose checksum differed where they were read (sglang-dsv4-ext integrity mode).",
-        ["where"],
+        ["where", "launch"],
     )
 
 
@@ -390,7 +430,7 @@ def checked_metric():
     return _counter(
         CHECKED_METRIC_NAME,
         "Index-K pages whose checksum was compared where they were read (sglang-dsv4-ext integrity mode).",
-        ["where"],
+        ["where", "launch"],
     )
 
 
@@ -399,17 +439,18 @@ def unchecked_metric():
         UNCHECKED_METRIC_NAME,
         "Index-K pages loaded but not compared, by reason: sampling, "
         "no_eager_reader (CUDA-graph replay), no_checksum (sglang-dsv4-ext integrity mode).",
-        ["where", "reason"],
+        ["where", "launch", "reason"],
     )
 
 
 def export_at_zero(where: str) -> None:
     """Create ``where``'s series at 0: a server that checks and finds nothing reads 0, one that never
     checked reads no series at all, so the two cannot be mistaken for each other."""
-    checked_metric().labels(where=where).inc(0)
+    labels = series_labels(where)
+    checked_metric().labels(**labels).inc(0)
     for reason in UNCHECKED_REASONS:
-        unchecked_metric().labels(where=where, reason=reason).inc(0)
-    mismatch_metric().labels(where=where).inc(0)
+        unchecked_metric().labels(**labels, reason=reason).inc(0)
+    mismatch_metric().labels(**labels).inc(0)
 
 
 def report(mismatch: Mismatch | None, seen: list[Mismatch] | None = None) -> None:
@@ -417,6 +458,40 @@ def report(mismatch: Mismatch | None, seen: list[Mismatch] | None = None) -> Non
     if mismatch is None:
         return
     logger.error(mismatch.describe())
-    mismatch_metric().labels(where=mismatch.where).inc(mismatch.count)
+    mismatch_metric().labels(**series_labels(mismatch.where)).inc(mismatch.count)
     if seen is not None:
         seen.append(mismatch)
+
+
+# ------------------------------------------------------------------------------- background polling
+POLL_SECONDS = 1.0
+_POLLED: weakref.WeakSet[IntegrityTracker] = weakref.WeakSet()
+_POLLER: list[threading.Thread] = []
+_POLLER_LOCK = threading.Lock()
+
+
+def poll_in_background(tracker: IntegrityTracker, interval: float = POLL_SECONDS) -> None:
+    """Report ``tracker``'s newest completed verifications every ``interval`` seconds, from a daemon thread.
+
+    Why: the reader polls only when it verifies again, so the last verifications of a run would reach the
+    counters (and the mismatch log) only at the next load; a reader of /metrics after the run must see them.
+    A scrape cannot do it: under SGLang's multiprocess metrics the HTTP process reads the counter files and
+    never calls into the schedulers. The poll never blocks (a snapshot is read only once its event completed),
+    and skips a tracker whose reader polled within ``interval`` (a busy server polls on its own).
+    """
+    with _POLLER_LOCK:
+        _POLLED.add(tracker)
+        if not _POLLER or not _POLLER[0].is_alive():
+            thread = threading.Thread(target=_poll_forever, args=(interval,), name="dsv4-integrity-poll", daemon=True)
+            _POLLER[:] = [thread]
+            thread.start()
+
+
+def _poll_forever(interval: float) -> None:
+    stop = threading.Event()
+    while not stop.wait(interval):
+        for tracker in list(_POLLED):
+            try:
+                tracker.report_if_idle(interval)
+            except Exception:  # a poll that fails must not stop the others; said once per failure
+                logger.exception("index-K integrity: background poll failed")

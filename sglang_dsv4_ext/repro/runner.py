@@ -385,7 +385,8 @@ class Runner:
         """Per server: counter deltas since the preflight snapshot and the extension state found then."""
         if self.evidence_before is None or self.extension_states is None:  # no preflight (it sets both)
             return None
-        rows = server_evidence.deltas(self.evidence_before, self._read_after())
+        launches = [extension_check.live_launch(state) for state in self.extension_states]
+        rows = server_evidence.deltas(self.evidence_before, self._read_after(), launches)
         for row, state in zip(rows, self.extension_states):
             row["extension"] = extension_check.describe(state)
         return rows

@@ -31,7 +31,7 @@ def _series_values(where):
     from prometheus_client import REGISTRY
 
     def value(name, **labels):
-        return REGISTRY.get_sample_value(name, {"where": where, **labels})
+        return REGISTRY.get_sample_value(name, {**ii.series_labels(where), **labels})
 
     return {
         "checked": value(ii.CHECKED_METRIC_NAME),

@@ -1,0 +1,82 @@
+"""Integrity counts belong to one launch, and the last verifications of a run reach them without another load.
+
+The counters are the tracker's own (prometheus_client's default registry, as SGLang's /metrics serves it) and
+are read back through repro's parser (``repro/server_evidence.py``), as ``repro run`` reads a server.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from prometheus_client import REGISTRY, generate_latest
+
+from sglang_dsv4_ext.index_k import integrity as ii
+from sglang_dsv4_ext.repro import server_evidence as se
+
+EARLIER, CURRENT = "111@1764500000.00", "222@1764590000.00"
+
+
+@pytest.fixture
+def launch_label():
+    yield ii.use_launch
+    ii.use_launch(ii.UNKNOWN_LAUNCH)
+
+
+def _entry(url: str) -> dict[str, object]:
+    return {"url": url, **se.parse_metrics(generate_latest().decode())}
+
+
+def test_counters_an_earlier_launch_left_are_not_the_current_servers(launch_label):
+    """A shared PROMETHEUS_MULTIPROC_DIR keeps an earlier launch's counter files; /metrics aggregates them."""
+    launch_label(EARLIER)
+    earlier = ii.Series("launch-test")
+    earlier.checked.inc(512)
+    before = [_entry("http://stock:30000"), _entry("http://active:30000")]
+    earlier.checked.inc(64)  # the earlier launch's files do not change; the live one's counts do (below)
+    launch_label(CURRENT)
+    ii.Series("launch-test").checked.inc(32)
+    after = [_entry("http://stock:30000"), _entry("http://active:30000")]
+    stock, active = se.deltas(before, after, [None, CURRENT])
+    assert stock["integrity_checked"] is None and se.shown(stock)["integrity_mismatches"] is None  # n/a
+    assert active["integrity_checked"] == 32  # its own launch only, never the earlier one's 64
+    assert se.deltas(before, after, [EARLIER, EARLIER])[0]["integrity_checked"] == 64
+
+
+def _pending_verification(where: str):
+    g = torch.Generator().manual_seed(5)
+    buffers = [torch.randint(0, 256, (8, 256), dtype=torch.uint8, generator=g) for _ in range(2)]
+    tracker = ii.IntegrityTracker(ii.FULL, buffers, 16, where=where, series=ii.Series(where))
+    rows = torch.arange(8)
+    tracker.record_all_layers(rows, rows)
+    tracker.begin_load()
+    for layer in range(2):
+        tracker.expect(layer, rows, rows)
+        tracker.verify(layer)  # the reader polls only at its next verify, which the run's end never brings
+    return tracker
+
+
+def test_the_last_verifications_reach_the_counters_without_another_load(launch_label):
+    launch_label(CURRENT)
+    tracker = _pending_verification("poll-test")
+    labels = ii.series_labels("poll-test")
+    assert REGISTRY.get_sample_value(ii.CHECKED_METRIC_NAME, labels) == 0.0
+    ii.poll_in_background(tracker, interval=0.05)
+    deadline = time.monotonic() + 10.0
+    while tracker.pages_checked < 16 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert tracker.pages_checked == 16
+    assert REGISTRY.get_sample_value(ii.CHECKED_METRIC_NAME, labels) == 16.0
+
+
+def test_the_pool_hook_labels_the_series_with_this_processs_launch(ext_active, monkeypatch, launch_label):
+    from sglang_dsv4_ext.plugin import activation
+    from tests.support import dsv4_hicache_stack as hs
+
+    monkeypatch.setattr(activation.STATE, "launch", CURRENT)
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp8")
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", "sample")
+    hs.build(monkeypatch)
+    labels = {"where": ii.WHERE_LOAD, "launch": CURRENT}
+    assert REGISTRY.get_sample_value(ii.CHECKED_METRIC_NAME, labels) is not None
