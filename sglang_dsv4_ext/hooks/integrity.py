@@ -95,12 +95,18 @@ def _after_host_pool_init(result, self, pool_name, device_buffers, item_bytes, n
     from sglang_dsv4_ext.plugin import activation
 
     index_k_integrity.use_launch(activation.current_launch())
+    fp4 = activation.built_index_k_dtype() == "fp4"  # payload here, scales in a region integrity does not track
+    index_k_integrity.use_regions(index_k_integrity.PAYLOAD_ONLY if fp4 else index_k_integrity.WHOLE_PAGE)
     series = index_k_integrity.Series(index_k_integrity.WHERE_LOAD)  # exported at zero from here on
     tracker = index_k_integrity.IntegrityTracker(mode, list(device_buffers), int(num_host_pages), series=series)
     setattr(self, _TRACKER, tracker)
     index_k_integrity.poll_in_background(tracker)
     logger.info(
-        "index-K integrity %s: checksums for %d layers x %d host pages", mode, len(device_buffers), num_host_pages
+        "index-K integrity %s: checksums for %d layers x %d host pages%s",
+        mode,
+        len(device_buffers),
+        num_host_pages,
+        " (fp4 index-K: the payload region only; its scale region is not checksummed)" if fp4 else "",
     )
     return None
 

@@ -392,6 +392,18 @@ class IntegrityTracker:
 _METRICS: dict[str, object] = {}
 UNKNOWN_LAUNCH = "unknown"
 _LAUNCH = [UNKNOWN_LAUNCH]  # the launch label of every series (use_launch)
+# What a checked page covers (label ``regions``): the whole page row (fp8's fused value + scale row, bf16's row),
+# or, with fp4 index-K, the payload only: SGLang keeps fp4's scales in a second host region
+# (``DEEPSEEK_V4_C4_INDEXER_SCALE``) that integrity does not checksum.
+WHOLE_PAGE, PAYLOAD_ONLY = "page", "payload only"
+_REGIONS = [WHOLE_PAGE]
+
+
+def use_regions(regions: str) -> None:
+    """What the HiCache load series' checked pages cover from now on (the hook decides it at pool creation)."""
+    if regions not in (WHOLE_PAGE, PAYLOAD_ONLY):
+        raise ValueError(f"integrity regions must be {WHOLE_PAGE!r} or {PAYLOAD_ONLY!r}, got {regions!r}")
+    _REGIONS[0] = regions
 
 
 def use_launch(launch: str) -> None:
@@ -405,7 +417,8 @@ def use_launch(launch: str) -> None:
 
 
 def series_labels(where: str) -> dict[str, str]:
-    return {"where": where, "launch": _LAUNCH[0]}
+    """The labels of ``where``'s series: the launch, and the regions a check covers (PD's digest: every region)."""
+    return {"where": where, "launch": _LAUNCH[0], "regions": WHOLE_PAGE if where == WHERE_PD else _REGIONS[0]}
 
 
 def _counter(name: str, documentation: str, labelnames: Sequence[str]):
@@ -422,7 +435,7 @@ def mismatch_metric():
     return _counter(
         METRIC_NAME,
         "Index-K pages whose checksum differed where they were read (sglang-dsv4-ext integrity mode).",
-        ["where", "launch"],
+        ["where", "launch", "regions"],
     )
 
 
@@ -430,7 +443,7 @@ def checked_metric():
     return _counter(
         CHECKED_METRIC_NAME,
         "Index-K pages whose checksum was compared where they were read (sglang-dsv4-ext integrity mode).",
-        ["where", "launch"],
+        ["where", "launch", "regions"],
     )
 
 
@@ -439,7 +452,7 @@ def unchecked_metric():
         UNCHECKED_METRIC_NAME,
         "Index-K pages loaded but not compared, by reason: sampling, "
         "no_eager_reader (CUDA-graph replay), no_checksum (sglang-dsv4-ext integrity mode).",
-        ["where", "launch", "reason"],
+        ["where", "launch", "regions", "reason"],
     )
 
 

@@ -78,5 +78,36 @@ def test_the_pool_hook_labels_the_series_with_this_processs_launch(ext_active, m
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp8")
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", "sample")
     hs.build(monkeypatch)
-    labels = {"where": ii.WHERE_LOAD, "launch": CURRENT}
+    labels = {"where": ii.WHERE_LOAD, "launch": CURRENT, "regions": ii.WHOLE_PAGE}
     assert REGISTRY.get_sample_value(ii.CHECKED_METRIC_NAME, labels) is not None
+
+
+@pytest.fixture
+def restore_regions():
+    yield
+    ii.use_regions(ii.WHOLE_PAGE)
+
+
+@pytest.mark.parametrize("built, regions", [("fp4", ii.PAYLOAD_ONLY), ("fp8", ii.WHOLE_PAGE), ("bf16", ii.WHOLE_PAGE)])
+def test_fp4_results_say_they_cover_the_payload_only(built, regions, monkeypatch, launch_label, restore_regions):
+    """fp4 index-K keeps its scales in a second host region (DEEPSEEK_V4_C4_INDEXER_SCALE) that is not checksummed.
+
+    The host pool is stood in by a namespace: ``DeepSeekV4PagedHostPool.__init__``'s AFTER hook only sets the
+    tracker on it; the pool name is SGLang's own."""
+    import types
+
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+
+    from sglang_dsv4_ext.hooks import integrity
+    from sglang_dsv4_ext.plugin import activation
+
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", "sample")
+    monkeypatch.setattr(activation.STATE, "index_k_built", [built])
+    monkeypatch.setattr(activation.STATE, "launch", CURRENT)
+    host = types.SimpleNamespace()
+    buffers = [torch.zeros(4, 64, dtype=torch.uint8)]
+    integrity._after_host_pool_init(None, host, PoolName.DEEPSEEK_V4_C4_INDEXER, buffers, 64, 4)
+    assert integrity.tracker_of(host) is not None
+    labels = {"where": ii.WHERE_LOAD, "launch": CURRENT, "regions": regions}
+    assert REGISTRY.get_sample_value(ii.CHECKED_METRIC_NAME, labels) is not None
+    assert ii.series_labels(ii.WHERE_PD)["regions"] == ii.WHOLE_PAGE  # PD's digest covers every region
