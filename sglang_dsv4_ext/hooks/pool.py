@@ -334,11 +334,26 @@ def _bound_init_arguments(original, args, kwargs):
 def _around_pool_init(original, self, *args, **kwargs):
     original(self, *args, **kwargs)
     pool_lifecycle.announce_pool_created(self)  # the index-K read gate links the sub-pools here
+    _note_bf16_without_c4_layers(self)
     _take_part_in_rank_census()
     arguments = _bound_init_arguments(original, (self, *args), kwargs)
     report = check_index_k_budget(self, is_draft_worker=bool(arguments.get("is_draft_worker")))
     if report:
         logger.info("index-K sizing self-check: %s", report)
+
+
+def _note_bf16_without_c4_layers(kv_pool) -> None:
+    """bf16 asked for a model without c4 layers (DeepSeek-V4.1): nothing changes, and the log says so."""
+    from sglang_dsv4_ext.plugin.activation import NONE_BUILT
+
+    if load_config().index_k_dtype != BF16 or 4 in getattr(kv_pool, "index_pools", {}):
+        return
+    logger.warning(
+        "sglang-dsv4-ext: %s=bf16 changes nothing for this model: it has no c4 layers, and SGLang builds its "
+        "ratio-1/2 index-K (DeepSeek-V4.1) as fp4 whatever the dtype; the record reports index_k_dtype=%s",
+        ENV_INDEX_K_DTYPE,
+        NONE_BUILT,
+    )
 
 
 def _take_part_in_rank_census() -> None:
