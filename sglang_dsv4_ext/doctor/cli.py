@@ -240,8 +240,9 @@ def coverage_notes(config, model) -> list[str]:
         )
     if config.integrity_enabled:
         notes.append(
-            "integrity: checks the c4 indexer's HiCache loads only (fp4: the payload region only, labelled "
-            'regions="payload only")' + ("; DeepSeek-V4.1's ratio-1/2 index-K is not checksummed" if low_ratio else "")
+            "integrity: checks the c4 indexer's HiCache loads only, whole page rows (fp4's payload and scales "
+            'included; fp4 in AITER\'s ROCm layout: the payload region only, labelled regions="payload only")'
+            + ("; DeepSeek-V4.1's ratio-1/2 index-K is not checksummed" if low_ratio else "")
         )
     return notes
 

@@ -95,8 +95,8 @@ def _after_host_pool_init(result, self, pool_name, device_buffers, item_bytes, n
     from sglang_dsv4_ext.plugin import activation
 
     index_k_integrity.use_launch(activation.current_launch())
-    fp4 = activation.built_index_k_dtype() == "fp4"  # payload here, scales in a region integrity does not track
-    index_k_integrity.use_regions(index_k_integrity.PAYLOAD_ONLY if fp4 else index_k_integrity.WHOLE_PAGE)
+    split = _scales_in_a_second_region()
+    index_k_integrity.use_regions(index_k_integrity.PAYLOAD_ONLY if split else index_k_integrity.WHOLE_PAGE)
     series = index_k_integrity.Series(index_k_integrity.WHERE_LOAD)  # exported at zero from here on
     tracker = index_k_integrity.IntegrityTracker(mode, list(device_buffers), int(num_host_pages), series=series)
     setattr(self, _TRACKER, tracker)
@@ -106,9 +106,23 @@ def _after_host_pool_init(result, self, pool_name, device_buffers, item_bytes, n
         mode,
         len(device_buffers),
         num_host_pages,
-        " (fp4 index-K: the payload region only; its scale region is not checksummed)" if fp4 else "",
+        " (fp4 index-K in AITER's layout: the payload region only; its scale region is not checksummed)"
+        if split
+        else "",
     )
     return None
+
+
+def _scales_in_a_second_region() -> bool:
+    """fp4 index-K in AITER's layout: SGLang keeps its scales apart (``DEEPSEEK_V4_C4_INDEXER_SCALE``).
+
+    SGLang's ``DeepSeekV4IndexerPool._create_buffer`` splits payload and scale only where
+    ``uses_aiter_fp4_layout`` (a ROCm build with the fp4 indexer); elsewhere an fp4 page row holds both (68 B per
+    slot), as fp8's holds value and scale, and the one mirror tracked covers the whole row.
+    """
+    from sglang_dsv4_ext.plugin import activation
+
+    return activation.built_index_k_dtype() == "fp4" and torch.version.hip is not None
 
 
 def _page_aligned(self: PagedHostPool, host_indices, device_indices) -> bool:

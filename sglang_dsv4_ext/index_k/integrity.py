@@ -392,9 +392,9 @@ class IntegrityTracker:
 _METRICS: dict[str, object] = {}
 UNKNOWN_LAUNCH = "unknown"
 _LAUNCH = [UNKNOWN_LAUNCH]  # the launch label of every series (use_launch)
-# What a checked page covers (label ``regions``): the whole page row (fp8's fused value + scale row, bf16's row),
-# or, with fp4 index-K, the payload only: SGLang keeps fp4's scales in a second host region
-# (``DEEPSEEK_V4_C4_INDEXER_SCALE``) that integrity does not checksum.
+# What a checked page covers (label ``regions``): the whole page row (fp8's value + scale row, fp4's payload +
+# scale row, bf16's row), or the payload only: fp4 index-K in AITER's layout (ROCm) keeps its scales in a second
+# host region (``DEEPSEEK_V4_C4_INDEXER_SCALE``) that integrity does not checksum.
 WHOLE_PAGE, PAYLOAD_ONLY = "page", "payload only"
 _REGIONS = [WHOLE_PAGE]
 

@@ -88,12 +88,23 @@ def restore_regions():
     ii.use_regions(ii.WHOLE_PAGE)
 
 
-@pytest.mark.parametrize("built, regions", [("fp4", ii.PAYLOAD_ONLY), ("fp8", ii.WHOLE_PAGE), ("bf16", ii.WHOLE_PAGE)])
-def test_fp4_results_say_they_cover_the_payload_only(built, regions, monkeypatch, launch_label, restore_regions):
-    """fp4 index-K keeps its scales in a second host region (DEEPSEEK_V4_C4_INDEXER_SCALE) that is not checksummed.
+@pytest.mark.parametrize(
+    "built, hip, regions",
+    [
+        ("fp4", "6.4", ii.PAYLOAD_ONLY),
+        ("fp4", None, ii.WHOLE_PAGE),
+        ("fp8", "6.4", ii.WHOLE_PAGE),
+        ("bf16", None, ii.WHOLE_PAGE),
+    ],
+)
+def test_only_aiters_split_fp4_layout_is_labelled_payload_only(
+    built, hip, regions, monkeypatch, launch_label, restore_regions
+):
+    """SGLang splits fp4 payload and scale into two host regions only in AITER's layout (a ROCm build,
+    ``DeepSeekV4IndexerPool.uses_aiter_fp4_layout``); the scale region is not checksummed there.
 
     The host pool is stood in by a namespace: ``DeepSeekV4PagedHostPool.__init__``'s AFTER hook only sets the
-    tracker on it; the pool name is SGLang's own."""
+    tracker on it; the pool name is SGLang's own; ``torch.version.hip`` is what SGLang's ``is_hip`` reads."""
     import types
 
     from sglang.srt.mem_cache.hicache_storage import PoolName
@@ -104,6 +115,7 @@ def test_fp4_results_say_they_cover_the_payload_only(built, regions, monkeypatch
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", "sample")
     monkeypatch.setattr(activation.STATE, "index_k_built", [built])
     monkeypatch.setattr(activation.STATE, "launch", CURRENT)
+    monkeypatch.setattr(torch.version, "hip", hip)
     host = types.SimpleNamespace()
     buffers = [torch.zeros(4, 64, dtype=torch.uint8)]
     integrity._after_host_pool_init(None, host, PoolName.DEEPSEEK_V4_C4_INDEXER, buffers, 64, 4)
@@ -111,3 +123,39 @@ def test_fp4_results_say_they_cover_the_payload_only(built, regions, monkeypatch
     labels = {"where": ii.WHERE_LOAD, "launch": CURRENT, "regions": regions}
     assert REGISTRY.get_sample_value(ii.CHECKED_METRIC_NAME, labels) is not None
     assert ii.series_labels(ii.WHERE_PD)["regions"] == ii.WHOLE_PAGE  # PD's digest covers every region
+
+
+def test_fp4_integrity_covers_payload_and_scales_of_each_page(monkeypatch, launch_label, caplog):
+    """SGLang's real fp4 c4 indexer pool (``--enable-deepseek-v4-fp4-indexer``) and HiCache stack on CPU: one
+    page row holds the 64 slots' payload and their scales (68 B per slot); a flipped scale byte of a host page
+    is found where the layer is read."""
+    from sglang_dsv4_ext.hooks import integrity
+    from sglang_dsv4_ext.plugin import activation
+    from sglang_dsv4_ext.sglang_cpu import dsv4_model
+    from tests.support import dsv4_hicache_stack as hs
+    from tests.support import gate_doubles as gd
+
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp8")
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_GATE", "off")
+    monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", "full")
+    monkeypatch.setattr(activation.STATE, "index_k_built", [])
+    build_pool = gd.build_pool
+
+    def fp4_pool(**kwargs):
+        with dsv4_model.cpu_server_args(enable_deepseek_v4_fp4_indexer=True):
+            return build_pool(**kwargs)
+
+    monkeypatch.setattr(gd, "build_pool", fp4_pool)
+    stack = hs.build(monkeypatch)
+    assert stack.pool.c4_indexer_kv_pool.use_fp4_indexer
+    tracker = integrity.tracker_of(stack.c4_host)
+    assert tracker.buffers[0].shape[1] == (hs.PAGE // 4) * 68  # payload and scales of the page's 64 slots
+    assert ii.series_labels(ii.WHERE_LOAD)["regions"] == ii.WHOLE_PAGE
+    host = stack.controller.write(hs.tokens([1, 2]), node_id=1, extra_pools=hs.c4_sidecar())
+    stack.c4_host.kv_buffer[1][hs.pages_of(host)[0], -1] ^= 0x40  # the last scale byte of c4 layer 1's page
+    hs.load(stack, host)
+    with caplog.at_level("ERROR", logger="sglang_dsv4_ext.integrity"):
+        hs.read_c4_layers(stack.pool)
+        ii.report(tracker.drain())
+    assert tracker.mismatches == 1
+    assert "first at layer 1" in caplog.text
