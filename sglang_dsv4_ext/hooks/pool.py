@@ -165,21 +165,7 @@ def _around_make_indexer_pool(
 ):
     # Low-ratio (V4.1) pools are always fp4; only the c4 indexer can be bf16. release_kwargs: what only
     # some releases pass (0.5.23's index_k_page8, for a low-ratio pool), handed on as given.
-    if force_fp4:
-        return original(
-            self,
-            size,
-            page_size,
-            dtype,
-            index_head_dim,
-            layer_num,
-            device,
-            enable_memory_saver,
-            force_fp4=force_fp4,
-            global_page_size=global_page_size,
-            **release_kwargs,
-        )
-    if effective_index_k_dtype(False) != BF16:
+    if force_fp4 or effective_index_k_dtype(False) != BF16:
         pool = original(
             self,
             size,
@@ -193,6 +179,8 @@ def _around_make_indexer_pool(
             global_page_size=global_page_size,
             **release_kwargs,
         )
+        if force_fp4:
+            return pool  # a low-ratio pool: not the c4 indexer the evidence reports
     else:
         pool = _bf16_pool_class()(
             size,

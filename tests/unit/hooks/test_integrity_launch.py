@@ -71,15 +71,17 @@ def test_the_last_verifications_reach_the_counters_without_another_load(launch_l
 
 
 def test_the_pool_hook_labels_the_series_with_this_processs_launch(ext_active, monkeypatch, launch_label):
+    from sglang_dsv4_ext.hooks import integrity as integrity_hook
     from sglang_dsv4_ext.plugin import activation
     from tests.support import dsv4_hicache_stack as hs
 
     monkeypatch.setattr(activation.STATE, "launch", CURRENT)
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp8")
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", "sample")
-    hs.build(monkeypatch)
+    stack = hs.build(monkeypatch)
     labels = {"where": ii.WHERE_LOAD, "launch": CURRENT, "regions": ii.WHOLE_PAGE}
     assert REGISTRY.get_sample_value(ii.CHECKED_METRIC_NAME, labels) is not None
+    assert integrity_hook.tracker_of(stack.c4_host) in ii._POLLED  # its last verifications are polled too
 
 
 @pytest.fixture
