@@ -219,6 +219,34 @@ def _capture_report(config, model, model_name: str) -> dict[str, object]:
     return row
 
 
+def coverage_notes(config, model) -> list[str]:
+    """What the index-K dtype, the gate and integrity cover for ``model``, said plainly (doctor's coverage lines)."""
+    if config is None or not config.enabled:
+        return []
+    layers = model.compress_ratios[: model.num_hidden_layers]
+    c4_layers, low_ratio = layers.count(4), any(r in (1, 2) for r in layers)
+    notes = []
+    if c4_layers == 0:
+        asked = " (SGLANG_DSV4_INDEX_K_DTYPE=bf16 is set: it has no effect here)" if config.bf16_index_k else ""
+        notes.append(
+            f"index-K dtype: {model.name} has no c4 layers, so bf16 index-K changes nothing{asked}; SGLang builds "
+            f"its ratio-1/2 index-K as fp4 whatever the dtype"
+        )
+    if low_ratio:
+        notes.append(
+            "gate: ratio-1/2 index-K (DeepSeek-V4.1) is read through SGLang's own getters, which wait for the "
+            "reader's layer (its kv_source layer loads no later), and through the sub-pool getters, which the gate "
+            "makes wait for the kv_source layer"
+        )
+    if config.integrity_enabled:
+        notes.append(
+            "integrity: checks the c4 indexer's HiCache loads only, whole page rows (fp4's payload and scales "
+            'included; fp4 in AITER\'s ROCm layout: the payload region only, labelled regions="payload only")'
+            + ("; DeepSeek-V4.1's ratio-1/2 index-K is not checksummed" if low_ratio else "")
+        )
+    return notes
+
+
 def collect_report(model=None, model_name: str = "") -> dict[str, object]:
     """Everything doctor says; capture layer ids are checked against ``model`` (default: the bundled config)."""
     from sglang_dsv4_ext.index_k import capture_check
@@ -230,6 +258,7 @@ def collect_report(model=None, model_name: str = "") -> dict[str, object]:
     report: dict[str, object] = {"ext_version": __version__, "supported_sglang": list(compat.SUPPORTED_SGLANG_VERSIONS)}
     config = _versions_and_config(report)
     report["capture"] = _capture_report(config, model, model_name)
+    report["coverage"] = coverage_notes(config, model)
     error = _activate_for_report(report, config)
     state = activation.STATE
     targets = _target_rows(state)
@@ -275,6 +304,8 @@ def _print_human(report: dict[str, object]) -> None:
     print(f"prefill graph   {report['prefill_graph']}")
     print(f"SGLANG_PLUGINS  {report.get('plugin_allowlist')}")
     print(f"capture         {_capture_line(report['capture'])}")
+    for note in report["coverage"]:
+        print(f"coverage        {note}")
     for line in sglang_entry_points.lines(report["entry_points"]):
         print(line)
     if report.get("error"):

@@ -14,7 +14,8 @@ How: shared logic in :mod:`sglang_dsv4_ext.index_k.integrity`, kernels in
     Index tensors on the host (``--hicache-io-backend direct``) reach the device through pinned
     memory, non-blocking: no integrity path blocks the host.
   * AFTER ``load_to_device_per_layer``: the loaded rows of that layer become pending; ``sample``
-    keeps 8 evenly spaced pages of one layer in four (rotating per load), ``full`` all of them.
+    keeps 8 evenly spaced pages of one layer in four (layers rotating per load, rows shifting per
+    sampled load of the layer, so a reloaded prefix is verified at every position), ``full`` all of them.
   * AFTER ``C4Indexer.forward`` (the reader of the layer's index-K, on the reader's stream, right
     after its read was enqueued): one fused kernel verifies the pending pages into a device-side
     mismatch counter and first-bad-page record; the record reaches the host through pinned memory
@@ -23,6 +24,10 @@ How: shared logic in :mod:`sglang_dsv4_ext.index_k.integrity`, kernels in
     (SGLang's Prometheus registry, served by its /metrics). Skipped during CUDA-graph capture.
     Pages checked and pages loaded but not checked (by reason) are counted beside it; all three
     series exist at zero from pool creation, so "checked, nothing found" never reads like "never ran".
+    Every series carries a ``launch`` label (this process's launch): counter files an earlier launch left in a
+    shared ``PROMETHEUS_MULTIPROC_DIR`` are told apart from the live ones (repro counts the live launch's only).
+    A background thread polls each tracker every second, so the last verifications of a run reach the counters
+    without waiting for the next load (a scrape cannot: SGLang's HTTP process reads the counter files only).
   * Page reuse: the mirror borrows the page indices of its group's KV anchor (a ``LogicalHostPool``;
     ``hybrid_pool_assembler`` pairs ``DEEPSEEK_V4_C4_INDEXER`` with ``KV``), and SGLang frees,
     reallocates and fills those pages through the anchor only (``FullComponent.free_host_values``,
@@ -87,16 +92,37 @@ def _after_host_pool_init(result, self, pool_name, device_buffers, item_bytes, n
     mode = load_config().integrity
     if mode == index_k_integrity.OFF or str(getattr(pool_name, "value", pool_name)) != _c4_indexer_pool_name():
         return None
+    from sglang_dsv4_ext.plugin import activation
+
+    index_k_integrity.use_launch(activation.current_launch())
+    split = _scales_in_a_second_region()
+    index_k_integrity.use_regions(index_k_integrity.PAYLOAD_ONLY if split else index_k_integrity.WHOLE_PAGE)
     series = index_k_integrity.Series(index_k_integrity.WHERE_LOAD)  # exported at zero from here on
-    setattr(
-        self,
-        _TRACKER,
-        index_k_integrity.IntegrityTracker(mode, list(device_buffers), int(num_host_pages), series=series),
-    )
+    tracker = index_k_integrity.IntegrityTracker(mode, list(device_buffers), int(num_host_pages), series=series)
+    setattr(self, _TRACKER, tracker)
+    index_k_integrity.poll_in_background(tracker)
     logger.info(
-        "index-K integrity %s: checksums for %d layers x %d host pages", mode, len(device_buffers), num_host_pages
+        "index-K integrity %s: checksums for %d layers x %d host pages%s",
+        mode,
+        len(device_buffers),
+        num_host_pages,
+        " (fp4 index-K in AITER's layout: the payload region only; its scale region is not checksummed)"
+        if split
+        else "",
     )
     return None
+
+
+def _scales_in_a_second_region() -> bool:
+    """fp4 index-K in AITER's layout: SGLang keeps its scales apart (``DEEPSEEK_V4_C4_INDEXER_SCALE``).
+
+    SGLang's ``DeepSeekV4IndexerPool._create_buffer`` splits payload and scale only where
+    ``uses_aiter_fp4_layout`` (a ROCm build with the fp4 indexer); elsewhere an fp4 page row holds both (68 B per
+    slot), as fp8's holds value and scale, and the one mirror tracked covers the whole row.
+    """
+    from sglang_dsv4_ext.plugin import activation
+
+    return activation.built_index_k_dtype() == "fp4" and torch.version.hip is not None
 
 
 def _page_aligned(self: PagedHostPool, host_indices, device_indices) -> bool:
@@ -202,6 +228,9 @@ def _after_c4_indexer_forward(result, self, x, q_lora, forward_batch, attn_backe
 
 def _before_pd_checksum_mismatch(self, req, msg):
     if load_config().integrity_enabled:
+        from sglang_dsv4_ext.plugin import activation
+
+        index_k_integrity.use_launch(activation.current_launch())
         mismatch = index_k_integrity.Mismatch(index_k_integrity.WHERE_PD, 1, -1, -1, (str(req.rid),))
         index_k_integrity.report(mismatch)
     return None

@@ -32,11 +32,17 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from sglang_dsv4_ext.config import ENV_FP4_BUDGET, load_config
+from sglang_dsv4_ext.config import ENV_FP4_BUDGET, ENV_INDEX_K_DTYPE, load_config
 from sglang_dsv4_ext.errors import DSV4IndexKLayoutError, IndexKSizingError
 from sglang_dsv4_ext.index_k import budget as index_k_budget
 from sglang_dsv4_ext.index_k import pool_lifecycle
-from sglang_dsv4_ext.index_k.dtype import BF16, bf16_page_view, effective_index_k_dtype, index_k_bytes_per_token
+from sglang_dsv4_ext.index_k.dtype import (
+    BF16,
+    bf16_page_view,
+    built_index_k_dtype,
+    effective_index_k_dtype,
+    index_k_bytes_per_token,
+)
 from sglang_dsv4_ext.plugin import compat
 
 if TYPE_CHECKING:
@@ -160,7 +166,7 @@ def _around_make_indexer_pool(
     # Low-ratio (V4.1) pools are always fp4; only the c4 indexer can be bf16. release_kwargs: what only
     # some releases pass (0.5.23's index_k_page8, for a low-ratio pool), handed on as given.
     if force_fp4 or effective_index_k_dtype(False) != BF16:
-        return original(
+        pool = original(
             self,
             size,
             page_size,
@@ -173,18 +179,39 @@ def _around_make_indexer_pool(
             global_page_size=global_page_size,
             **release_kwargs,
         )
-    cls = _bf16_pool_class()
-    return cls(
-        size,
-        page_size,
-        dtype,
-        index_head_dim,
-        layer_num,
-        device,
-        enable_memory_saver,
-        use_fp4_indexer=False,
-        global_page_size=global_page_size,
-    )
+        if force_fp4:
+            return pool  # a low-ratio pool: not the c4 indexer the evidence reports
+    else:
+        pool = _bf16_pool_class()(
+            size,
+            page_size,
+            dtype,
+            index_head_dim,
+            layer_num,
+            device,
+            enable_memory_saver,
+            use_fp4_indexer=False,
+            global_page_size=global_page_size,
+        )
+    _note_c4_indexer_pool_built(pool)
+    return pool
+
+
+def _note_c4_indexer_pool_built(pool) -> None:
+    """The evidence reports the dtype of the pool built, said once more where it is not what was asked."""
+    from sglang_dsv4_ext.plugin import activation
+
+    built, requested = built_index_k_dtype(pool), load_config().index_k_dtype
+    if built != requested:
+        logger.warning(
+            "sglang-dsv4-ext: %s=%s was requested, but SGLang built a %s c4 indexer pool "
+            "(--enable-deepseek-v4-fp4-indexer decides it): the record and the gauge report index_k_dtype=%s",
+            ENV_INDEX_K_DTYPE,
+            requested,
+            built,
+            built,
+        )
+    activation.note_index_k_pool_built(built)
 
 
 # --- startup self-check ------------------------------------------------------------------
@@ -295,10 +322,41 @@ def _bound_init_arguments(original, args, kwargs):
 def _around_pool_init(original, self, *args, **kwargs):
     original(self, *args, **kwargs)
     pool_lifecycle.announce_pool_created(self)  # the index-K read gate links the sub-pools here
+    _note_bf16_without_c4_layers(self)
+    _take_part_in_rank_census()
     arguments = _bound_init_arguments(original, (self, *args), kwargs)
     report = check_index_k_budget(self, is_draft_worker=bool(arguments.get("is_draft_worker")))
     if report:
         logger.info("index-K sizing self-check: %s", report)
+
+
+def _note_bf16_without_c4_layers(kv_pool) -> None:
+    """bf16 asked for a model without c4 layers (DeepSeek-V4.1): nothing changes, and the log says so."""
+    from sglang_dsv4_ext.plugin.activation import NONE_BUILT
+
+    if load_config().index_k_dtype != BF16 or 4 in getattr(kv_pool, "index_pools", {}):
+        return
+    logger.warning(
+        "sglang-dsv4-ext: %s=bf16 changes nothing for this model: it has no c4 layers, and SGLang builds its "
+        "ratio-1/2 index-K (DeepSeek-V4.1) as fp4 whatever the dtype; the record reports index_k_dtype=%s",
+        ENV_INDEX_K_DTYPE,
+        NONE_BUILT,
+    )
+
+
+def _take_part_in_rank_census() -> None:
+    """Every rank builds its pool at this point of its start: an active one says so (plugin/rank_census.py)."""
+    from sglang_dsv4_ext.plugin import activation, rank_census
+
+    if activation.STATE.build_checked:
+        rank_census.take_part(_sglang_tp_group(), activation.built_index_k_dtype())
+
+
+def _sglang_tp_group():
+    """SGLang's ``get_tp_group()``, or None where ``model_parallel_is_initialized()`` says it made no groups."""
+    if not compat.resolve(compat.MODEL_PARALLEL_INITIALIZED.path)[2]():
+        return None
+    return compat.resolve(compat.TP_GROUP.path)[2]()
 
 
 def hooks(ctx):

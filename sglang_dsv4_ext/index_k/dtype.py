@@ -42,7 +42,9 @@ def effective_index_k_dtype(use_fp4_indexer: bool = False) -> str:
     """The index-K dtype this process stores, reconciling our variable with SGLang's flag.
 
     ``use_fp4_indexer=True`` is SGLang asking about an fp4 pool (its own fp4 indexer or
-    the V4.1 low-ratio pools, which are always fp4).
+    the V4.1 low-ratio pools, which are always fp4). fp8 asked for with SGLang's fp4 flag gives fp4 (the flag
+    decides SGLang's pool): the evidence reports the dtype built (:func:`built_index_k_dtype`) beside the
+    one asked for, and the pool hook logs the difference.
     """
     if use_fp4_indexer:
         return "fp4"
@@ -70,6 +72,13 @@ def stores_bf16_index_k(pool) -> bool:
     configuration asks for, before any pool exists (a V4.1 low-ratio pool stays fp4 whatever it says).
     """
     return getattr(pool, "index_k_dtype", None) == BF16
+
+
+def built_index_k_dtype(pool) -> str:
+    """The index-K dtype a built c4 indexer pool stores: what the evidence reports, whatever was asked."""
+    if stores_bf16_index_k(pool):
+        return BF16
+    return "fp4" if getattr(pool, "use_fp4_indexer", False) else "fp8"
 
 
 def bf16_page_view(page_rows, page_size: int, index_head_dim: int):

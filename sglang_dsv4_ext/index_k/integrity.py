@@ -9,8 +9,10 @@ One :class:`IntegrityTracker` per index-K host mirror (HiCache's c4 indexer host
   up is stored under its *key* (the host page row), on the stream that runs the backup.
 * :meth:`expect` (at a layer's load, host -> device): the keys' checksums are gathered for the
   device rows just loaded; the layer is now *pending verification*. ``sample`` keeps at most
-  ``sample_pages`` evenly spaced rows and verifies one layer in ``sample_layer_stride`` (rotating
-  per load); ``full`` keeps every row of every layer.
+  ``sample_pages`` evenly spaced rows and verifies one layer in ``sample_layer_stride`` (the layers
+  rotate per load; the rows shift by one per sampled load of that layer, so a prefix loaded again and
+  again has every position verified within a bounded number of loads); ``full`` keeps every row of
+  every layer.
 * :meth:`verify` (on the reader's stream, where the layer is read): one fused kernel recomputes
   the pending rows' checksums and adds mismatches to a device-side record. No host
   synchronisation: the record is copied to pinned memory with ``non_blocking=True`` behind an
@@ -34,6 +36,9 @@ it on the device (``wait_event``), never on the host.
 from __future__ import annotations
 
 import logging
+import threading
+import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -101,8 +106,9 @@ class Series:
 
     def __init__(self, where: str):
         export_at_zero(where)
-        self.checked = checked_metric().labels(where=where)
-        self.unchecked = {r: unchecked_metric().labels(where=where, reason=r) for r in UNCHECKED_REASONS}
+        labels = series_labels(where)
+        self.checked = checked_metric().labels(**labels)
+        self.unchecked = {r: unchecked_metric().labels(**labels, reason=r) for r in UNCHECKED_REASONS}
 
 
 class _Snapshot:
@@ -150,6 +156,7 @@ class IntegrityTracker:
         self.sample_pages, self.sample_layer_stride = sample_pages, sample_layer_stride
         self.pending: dict[int, _Pending] = {}
         self.loads = 0
+        self._layer_turns: dict[int, int] = {}  # layer -> loads of it sample mode verified so far (row rotation)
         self.seq = 0
         self.requests: OrderedDict[int, tuple[str, ...]] = OrderedDict()
         cuda = self.device.type == "cuda"
@@ -161,6 +168,10 @@ class IntegrityTracker:
         self._forget_done = torch.cuda.Event() if cuda else None
         self._forgotten = False
         self._reported = 0
+        # poll() runs on the reader's thread and on the background poller's (poll_in_background): one at a time,
+        # and never while verify() adds a snapshot to the ring.
+        self._ring_lock = threading.Lock()
+        self._polled_at = time.monotonic()
         self.series = series
         self.mismatches = 0  # pages reported so far
         self.pages_checked = 0  # pages whose checksum was compared where they were read
@@ -253,14 +264,28 @@ class IntegrityTracker:
             return
         dst_rows, keys = indices_on(self.device, dst_rows), indices_on(self.device, keys)
         if self.mode == SAMPLE and n > self.sample_pages:
-            step = n // self.sample_pages  # views only: evenly spaced rows, no index tensor from the host
-            offset = self.loads % step
-            dst_rows, keys = dst_rows[offset::step][: self.sample_pages], keys[offset::step][: self.sample_pages]
+            dst_rows, keys = self._sampled_rows(layer, n, dst_rows, keys)
             self._count_unchecked(SAMPLING, n - dst_rows.numel())
         self._after_forgets()
         expected = self.table[layer].index_select(0, keys)
         self._note_unverified(layer, self.pending.get(layer))
         self.pending[layer] = _Pending(dst_rows, expected, tuple(requests))
+
+    def _sampled_rows(self, layer: int, n: int, dst_rows: torch.Tensor, keys: torch.Tensor):
+        """At most ``sample_pages`` evenly spaced of ``n`` loaded rows, shifted by one per sampled load of ``layer``.
+
+        The shift counts this layer's own sampled loads, not all loads: a layer is sampled only on every
+        ``sample_layer_stride``-th load, so a shift by the load count would take only ``step / stride`` values
+        and a prefix loaded again and again would be verified at a fraction of its positions. With
+        ``step = ceil(n / sample_pages)`` the ``step`` shifts cover every row of the ``n``, so a prefix
+        loaded repeatedly has each position verified within ``step`` sampled loads of each layer
+        (``step * sample_layer_stride`` loads). Views only: no index tensor from the host.
+        """
+        step = -(-n // self.sample_pages)
+        turn = self._layer_turns.get(layer, 0)
+        self._layer_turns[layer] = turn + 1
+        offset = turn % step
+        return dst_rows[offset::step], keys[offset::step]
 
     def _note_unverified(self, layer: int, previous: _Pending | None) -> None:
         """A load replaces pages no reader verified: say so once (never a silent gap in the evidence)."""
@@ -300,8 +325,9 @@ class IntegrityTracker:
             seq=self.seq,
             skip_unknown=True,
         )
-        self.rows_verified += pending.rows.numel()
-        self._take_snapshot()
+        with self._ring_lock:
+            self.rows_verified += pending.rows.numel()
+            self._take_snapshot()
         return True
 
     def _take_snapshot(self) -> None:
@@ -322,6 +348,21 @@ class IntegrityTracker:
 
     def poll(self) -> Mismatch | None:
         """Counts and new mismatches of the newest completed verification (never blocks); None if no new mismatch."""
+        with self._ring_lock:
+            return self._poll()
+
+    def report_if_idle(self, seconds: float) -> None:
+        """Poll and report, unless the reader polled in the last ``seconds`` (the background poller's call).
+
+        The report is made holding the ring lock, so a reader's poll that finds nothing new runs after the
+        report it would have made (its log line and counts are there when it returns).
+        """
+        with self._ring_lock:
+            if time.monotonic() - self._polled_at >= seconds:
+                report(self._poll())
+
+    def _poll(self) -> Mismatch | None:
+        self._polled_at = time.monotonic()
         snapshot = self._latest_completed()
         if snapshot is None:
             return None
@@ -349,6 +390,35 @@ class IntegrityTracker:
 
 # ---------------------------------------------------------------------------------------- reporting
 _METRICS: dict[str, object] = {}
+UNKNOWN_LAUNCH = "unknown"
+_LAUNCH = [UNKNOWN_LAUNCH]  # the launch label of every series (use_launch)
+# What a checked page covers (label ``regions``): the whole page row (fp8's value + scale row, fp4's payload +
+# scale row, bf16's row), or the payload only: fp4 index-K in AITER's layout (ROCm) keeps its scales in a second
+# host region (``DEEPSEEK_V4_C4_INDEXER_SCALE``) that integrity does not checksum.
+WHOLE_PAGE, PAYLOAD_ONLY = "page", "payload only"
+_REGIONS = [WHOLE_PAGE]
+
+
+def use_regions(regions: str) -> None:
+    """What the HiCache load series' checked pages cover from now on (the hook decides it at pool creation)."""
+    if regions not in (WHOLE_PAGE, PAYLOAD_ONLY):
+        raise ValueError(f"integrity regions must be {WHOLE_PAGE!r} or {PAYLOAD_ONLY!r}, got {regions!r}")
+    _REGIONS[0] = regions
+
+
+def use_launch(launch: str) -> None:
+    """Label every series with ``launch`` from now on (the hook passes this process's launch at pool creation).
+
+    Why: an operator-set ``PROMETHEUS_MULTIPROC_DIR`` keeps the counter files of earlier launches, and SGLang's
+    /metrics aggregates them with the live ones; only the launch label tells a stock server that exports nothing
+    from one whose counters an earlier launch left behind (read as "checked 0").
+    """
+    _LAUNCH[0] = launch
+
+
+def series_labels(where: str) -> dict[str, str]:
+    """The labels of ``where``'s series: the launch, and the regions a check covers (PD's digest: every region)."""
+    return {"where": where, "launch": _LAUNCH[0], "regions": WHOLE_PAGE if where == WHERE_PD else _REGIONS[0]}
 
 
 def _counter(name: str, documentation: str, labelnames: Sequence[str]):
@@ -365,7 +435,7 @@ def mismatch_metric():
     return _counter(
         METRIC_NAME,
         "Index-K pages whose checksum differed where they were read (sglang-dsv4-ext integrity mode).",
-        ["where"],
+        ["where", "launch", "regions"],
     )
 
 
@@ -373,7 +443,7 @@ def checked_metric():
     return _counter(
         CHECKED_METRIC_NAME,
         "Index-K pages whose checksum was compared where they were read (sglang-dsv4-ext integrity mode).",
-        ["where"],
+        ["where", "launch", "regions"],
     )
 
 
@@ -382,17 +452,18 @@ def unchecked_metric():
         UNCHECKED_METRIC_NAME,
         "Index-K pages loaded but not compared, by reason: sampling, "
         "no_eager_reader (CUDA-graph replay), no_checksum (sglang-dsv4-ext integrity mode).",
-        ["where", "reason"],
+        ["where", "launch", "regions", "reason"],
     )
 
 
 def export_at_zero(where: str) -> None:
     """Create ``where``'s series at 0: a server that checks and finds nothing reads 0, one that never
     checked reads no series at all, so the two cannot be mistaken for each other."""
-    checked_metric().labels(where=where).inc(0)
+    labels = series_labels(where)
+    checked_metric().labels(**labels).inc(0)
     for reason in UNCHECKED_REASONS:
-        unchecked_metric().labels(where=where, reason=reason).inc(0)
-    mismatch_metric().labels(where=where).inc(0)
+        unchecked_metric().labels(**labels, reason=reason).inc(0)
+    mismatch_metric().labels(**labels).inc(0)
 
 
 def report(mismatch: Mismatch | None, seen: list[Mismatch] | None = None) -> None:
@@ -400,6 +471,40 @@ def report(mismatch: Mismatch | None, seen: list[Mismatch] | None = None) -> Non
     if mismatch is None:
         return
     logger.error(mismatch.describe())
-    mismatch_metric().labels(where=mismatch.where).inc(mismatch.count)
+    mismatch_metric().labels(**series_labels(mismatch.where)).inc(mismatch.count)
     if seen is not None:
         seen.append(mismatch)
+
+
+# ------------------------------------------------------------------------------- background polling
+POLL_SECONDS = 1.0
+_POLLED: weakref.WeakSet[IntegrityTracker] = weakref.WeakSet()
+_POLLER: list[threading.Thread] = []
+_POLLER_LOCK = threading.Lock()
+
+
+def poll_in_background(tracker: IntegrityTracker, interval: float = POLL_SECONDS) -> None:
+    """Report ``tracker``'s newest completed verifications every ``interval`` seconds, from a daemon thread.
+
+    Why: the reader polls only when it verifies again, so the last verifications of a run would reach the
+    counters (and the mismatch log) only at the next load; a reader of /metrics after the run must see them.
+    A scrape cannot do it: under SGLang's multiprocess metrics the HTTP process reads the counter files and
+    never calls into the schedulers. The poll never blocks (a snapshot is read only once its event completed),
+    and skips a tracker whose reader polled within ``interval`` (a busy server polls on its own).
+    """
+    with _POLLER_LOCK:
+        _POLLED.add(tracker)
+        if not _POLLER or not _POLLER[0].is_alive():
+            thread = threading.Thread(target=_poll_forever, args=(interval,), name="dsv4-integrity-poll", daemon=True)
+            _POLLER[:] = [thread]
+            thread.start()
+
+
+def _poll_forever(interval: float) -> None:
+    stop = threading.Event()
+    while not stop.wait(interval):
+        for tracker in list(_POLLED):
+            try:
+                tracker.report_if_idle(interval)
+            except Exception:  # a poll that fails must not stop the others; said once per failure
+                logger.exception("index-K integrity: background poll failed")

@@ -161,6 +161,11 @@ def print_low_ratio(plan: dict) -> None:
     index_bytes = next(iter(first["low_ratio"].values()))["index_k_bytes_per_token"]
     c4_layers = first["c4_index_layers"]
     same = ": every column sizes the same pools" if c4_layers == 0 else ""
+    if c4_layers == 0:
+        print(
+            "bf16 index-K changes nothing on this model: it has no c4 layers "
+            "(SGLANG_DSV4_INDEX_K_DTYPE=bf16 is noted, not used)"
+        )
     print(
         f"index-K dtype applies to the c4 indexer only ({c4_layers} c4 layers here{same}); the ratio-1/2 "
         f"index-K of the kv_source layers ({sources}) is fp4, {index_bytes} B per token, whatever the dtype"

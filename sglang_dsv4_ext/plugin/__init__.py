@@ -8,6 +8,8 @@ Modules:
                           check, what children inherit).
 - :mod:`.compat`          the one table of every SGLang target we hook, with its expected signature.
 - :mod:`.launch_identity` ``<pid>@<start time>``: which launch a piece of activation evidence belongs to.
+- :mod:`.rank_census`     how many ranks of SGLang's TP group built their pool with the extension active (the
+                          record's ``ranks``).
 
 The startup hook that guards entry points which never load plugins is :mod:`sglang_dsv4_ext.bootstrap`:
 it stays at the top of the package because every installed ``sglang_dsv4_ext-bootstrap.pth`` names it.

@@ -57,7 +57,7 @@ from sglang_dsv4_ext.config import (
 )
 from sglang_dsv4_ext.errors import ActivationError
 from sglang_dsv4_ext.index_k import fp8_logits
-from sglang_dsv4_ext.plugin import compat, launch_identity
+from sglang_dsv4_ext.plugin import compat, launch_identity, rank_census
 
 logger = logging.getLogger("sglang_dsv4_ext")
 
@@ -68,8 +68,14 @@ LAUNCHER_LINE_PREFIX = "sglang-dsv4-ext configuration loaded (launcher):"
 # The fields of both lines, the gauge's labels and the /server_info record, in this order. The process is
 # "process", not "pid": prometheus_client's multiprocess collector drops a label named "pid". The configuration's
 # fields are the settings the table shows (config.SETTINGS).
+# ``index_k_dtype`` is the dtype of the c4 indexer pool this process built (:data:`NONE_BUILT` before it built one),
+# never the configuration's; ``index_k_dtype_requested`` is what the configuration asked for.
 CONFIG_FIELDS = ("version", "sglang") + SHOWN_FIELDS
-EVIDENCE_FIELDS = CONFIG_FIELDS + ("launch", "process")
+REQUESTED_DTYPE_FIELD = "index_k_dtype_requested"
+EVIDENCE_FIELDS = CONFIG_FIELDS + (REQUESTED_DTYPE_FIELD, "launch", "process")
+NONE_BUILT = "none-built"  # index_k_dtype before this process built a c4 indexer pool
+# The line a process prints when it built a c4 indexer pool: the same fields, the built dtype in index_k_dtype.
+POOL_BUILT_LINE_PREFIX = "sglang-dsv4-ext index-K pool built:"
 
 # Statuses reported per table row (doctor, --json).
 APPLIED = "applied"
@@ -101,6 +107,7 @@ class ActivationState:
     launch: str | None = None  # the identity of the launch this process belongs to (launch_identity)
     build_checked: bool = False  # passed complete_before_dsv4_build: the only state that may say "active"
     announced: bool = False  # the activation line was printed
+    index_k_built: list[str] = field(default_factory=list)  # the index-K dtype of each c4 indexer pool built here
 
 
 STATE = ActivationState()
@@ -562,9 +569,39 @@ def evidence_fields(cfg: ExtConfig) -> dict[str, str]:
         "version": __version__,
         "sglang": STATE.sglang_version or "unknown",
         **{name: getattr(cfg, name) for name in SHOWN_FIELDS},
-        "launch": STATE.launch or os.environ.get(launch_identity.ENV_LAUNCH) or identity,
+        "index_k_dtype": built_index_k_dtype(),
+        REQUESTED_DTYPE_FIELD: cfg.index_k_dtype,
+        "launch": current_launch(),
         "process": identity,
     }
+
+
+def current_launch() -> str:
+    """The launch this process belongs to (its launcher's identity; its own where it has none)."""
+    return STATE.launch or os.environ.get(launch_identity.ENV_LAUNCH) or launch_identity.of_process()
+
+
+def built_index_k_dtype() -> str:
+    """The index-K dtype of the c4 indexer pools this process built; :data:`NONE_BUILT` before the first.
+
+    Pools of one process built with different dtypes (never expected) read ``mixed:<a>,<b>``, not either one.
+    """
+    found = sorted(set(STATE.index_k_built))
+    if not found:
+        return NONE_BUILT
+    return found[0] if len(found) == 1 else "mixed:" + ",".join(found)
+
+
+def note_index_k_pool_built(dtype: str) -> None:
+    """The pool hook built a c4 indexer pool storing ``dtype``: the record, the gauge and a line say so from now on."""
+    with _LOCK:
+        shown = built_index_k_dtype()
+        STATE.index_k_built.append(dtype)
+        if STATE.config is None or built_index_k_dtype() == shown:
+            return  # nothing new to say (a second pool of the same dtype: a draft worker's)
+        if STATE.build_checked:
+            _export_active_gauge(STATE.config, replacing={**evidence_fields(STATE.config), "index_k_dtype": shown})
+        print(_line(POOL_BUILT_LINE_PREFIX, STATE.config), file=sys.stderr, flush=True)
 
 
 def _line(prefix: str, cfg: ExtConfig) -> str:
@@ -585,6 +622,14 @@ def launcher_line(cfg: ExtConfig) -> str:
 EVIDENCE_RECORD_KEY = "sglang_dsv4_ext"
 
 
+def _logits_kernel(cfg: ExtConfig) -> str:
+    """The record's ``logits_kernel``, by the dtype of the pool built here (the configuration's before one is)."""
+    built = built_index_k_dtype()
+    if built.startswith("mixed:"):
+        return f"cannot tell: this process built c4 indexer pools of more than one dtype ({built})"
+    return fp8_logits.logits_kernel(cfg.index_k_dtype if built == NONE_BUILT else built, cfg.fp8_logits)
+
+
 def evidence_record() -> dict[str, object]:
     """This process's answer in ``/server_info`` (``internal_states[i]["sglang_dsv4_ext"]``, hooks/evidence.py).
 
@@ -593,9 +638,12 @@ def evidence_record() -> dict[str, object]:
     """
     if STATE.config is not None and STATE.build_checked:
         cfg = STATE.config
-        # which kernel computes the c4 indexer's logits (the last call's, else the configuration's choice)
-        kernel = fp8_logits.logits_kernel(cfg.index_k_dtype, cfg.fp8_logits)
-        return {"active": True, **evidence_fields(cfg), "logits_kernel": kernel}
+        record: dict[str, object] = {"active": True, **evidence_fields(cfg)}
+        record["logits_kernel"] = _logits_kernel(cfg)
+        ranks = rank_census.count()
+        if ranks is not None:
+            record["ranks"] = ranks
+        return record
     reason = STATE.error or (
         "; ".join(STATE.refusals)
         if STATE.refusals
@@ -608,7 +656,7 @@ ACTIVE_GAUGE = "sglang:dsv4_ext_active"
 _GAUGE = None
 
 
-def _export_active_gauge(cfg: ExtConfig) -> None:
+def _export_active_gauge(cfg: ExtConfig, replacing: dict[str, str] | None = None) -> None:
     """``sglang:dsv4_ext_active{...} 1`` on SGLang's /metrics, from each process that passed the build check.
 
     Labels: :data:`EVIDENCE_FIELDS`, so a label set names the process and launch it came from. A
@@ -627,7 +675,10 @@ def _export_active_gauge(cfg: ExtConfig) -> None:
             list(EVIDENCE_FIELDS),
             multiprocess_mode="mostrecent",
         )
-    _GAUGE.labels(**evidence_fields(cfg)).set(1)
+    labels = evidence_fields(cfg)
+    if replacing is not None and replacing != labels:
+        _GAUGE.labels(**replacing).set(0)  # the label set from before the pool was built no longer describes it
+    _GAUGE.labels(**labels).set(1)
 
 
 def _announce_active() -> None:
@@ -734,5 +785,6 @@ def reset_for_tests() -> None:
     """Forget this process's activation state (does not un-patch)."""
     global _TABLE, _CALLED, _CONTEXT
     STATE.__dict__.update(ActivationState().__dict__)
+    rank_census.reset_for_tests()
     _take_rows_of(compat.installed_sglang_version())
     _CONTEXT = None

@@ -534,6 +534,11 @@ _FP8_LOGITS = "(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_meta
 TILELANG_FP8_LOGITS = "sglang.kernels.ops.attention.dsa.tilelang_kernel.tilelang_fp8_paged_mqa_logits"
 SM120_TORCH_FP8_LOGITS = f"{_IDX}.fp8_paged_mqa_logits_torch_sm120"
 TILELANG_INDEXER_SWITCH = "SGLANG_OPT_USE_TILELANG_INDEXER"  # SGLang's environment switch for the TileLang row
+_PARALLEL = "sglang.srt.distributed.parallel_state"
+MODEL_PARALLEL_INITIALIZED = Target(
+    f"{_PARALLEL}.model_parallel_is_initialized", "()", "pool", ALWAYS, "whether a TP group exists to count ranks in"
+)
+TP_GROUP = Target(f"{_PARALLEL}.get_tp_group", "()", "pool", ALWAYS, "the TP group whose ranks the record counts")
 CALLED: list[Target] = [
     # indexer: the bf16 store follows SGLang's own compressor plan (hooks/indexer.py, store_compressed_index_k_bf16)
     Target(
@@ -627,6 +632,9 @@ CALLED: list[Target] = [
         "construct the bf16 c4 indexer pool (DeepSeekV4Bf16IndexerPool)",
     ),
     Target(f"{_SUB}.contiguous_page_row_buffers", "(self)", "pool", ALWAYS, "index-K bytes allocated (self-check)"),
+    # pool: where the pool is built, each rank of SGLang's TP group says it is active (the record counts them)
+    MODEL_PARALLEL_INITIALIZED,
+    TP_GROUP,
     # integrity: host page rows of token indices; the pool names that identify the c4 indexer mirror and its anchor
     Target(f"{_HOST_PAGED}._to_page_indices", "(self, indices)", "integrity", INTEGRITY, "host/device page rows"),
     Target(

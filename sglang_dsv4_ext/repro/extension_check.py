@@ -232,6 +232,11 @@ def server_state(
     return decided
 
 
+def live_launch(state: dict[str, object]) -> str | None:
+    """The launch an active server's records report (None: not active, so no launch's counters are its own)."""
+    return _label_sets(state)[0]["launch"] if state["state"] == ACTIVE else None
+
+
 def server_states(snapshot: list[dict[str, object]], log_dir: str | None) -> list[dict[str, object]]:
     return [server_state(entry, log_dir) for entry in snapshot]
 

@@ -401,7 +401,10 @@ class Runner:
         """Per server: counter deltas since the preflight snapshot and the extension state found then."""
         if self.evidence_before is None or self.extension_states is None:  # no preflight (it sets both)
             return None
-        rows = server_evidence.deltas(self.evidence_before, self._read_after("/metrics", server_evidence.read_metrics))
+        launches = [extension_check.live_launch(state) for state in self.extension_states]
+        rows = server_evidence.deltas(
+            self.evidence_before, self._read_after("/metrics", server_evidence.read_metrics), launches
+        )
         infos_after = self._read_after("/server_info", server_info.read)
         for row, state, after in zip(rows, self.extension_states, infos_after):
             row["extension"] = extension_check.describe(state)

@@ -50,6 +50,8 @@ EVIDENCE_METRICS = {
     "integrity_mismatches": "sglang:dsv4_index_k_integrity_mismatches",
 }
 RESTARTED = "restarted during the run: deltas not comparable"
+# The integrity families carry a ``launch`` label: only the launch of the server answering now counts (see deltas).
+INTEGRITY_FAMILIES = frozenset(f for label, f in EVIDENCE_METRICS.items() if label.startswith("integrity_"))
 NOT_CHECKED = "not checked"  # shown instead of a mismatch count of 0 when no page was checked
 # The extension's activation gauge (sglang_dsv4_ext/plugin/activation.py): value 1, one label set per process.
 EXTENSION_GAUGE = "sglang:dsv4_ext_active"
@@ -62,14 +64,21 @@ def _families(text: str) -> list:
     return list(text_string_to_metric_families(text))
 
 
-def _counters(families) -> dict[str, float]:
+def _counters(families, by_launch: dict[str, dict[str, float]] | None = None) -> dict[str, float]:
+    """Evidence families summed over their label sets; an integrity sample with a ``launch`` label goes to
+    ``by_launch[launch]`` instead (when given), so that counters an earlier launch left are never counted."""
     wanted = set(EVIDENCE_METRICS.values())
     out: dict[str, float] = {}
     for family in families:
         for sample in family.samples:
             base = sample.name[: -len("_total")] if sample.name.endswith("_total") else None
-            if base in wanted:
-                out[base] = out.get(base, 0.0) + float(sample.value)
+            if base not in wanted:
+                continue
+            launch = sample.labels.get("launch")
+            target = out if by_launch is None or base not in INTEGRITY_FAMILIES or launch is None else None
+            if target is None:
+                target = by_launch.setdefault(str(launch), {})  # type: ignore[union-attr]
+            target[base] = target.get(base, 0.0) + float(sample.value)
     return out
 
 
@@ -94,8 +103,10 @@ def parse_counters(text: str) -> dict[str, float]:
 def parse_metrics(text: str) -> dict[str, object]:
     """``{"counters", "extension", "sglang_metrics"}`` of one server's Prometheus text (see the module doc)."""
     families = _families(text)
+    by_launch: dict[str, dict[str, float]] = {}
     return {
-        "counters": _counters(families),
+        "counters": _counters(families, by_launch),
+        "integrity_by_launch": by_launch,
         "extension": _extension_label_sets(families),
         "sglang_metrics": any(f.name.startswith(_SGLANG_PREFIX) for f in families),
     }
@@ -137,11 +148,32 @@ def _unreadable(b: dict[str, object], a: dict[str, object]) -> str:
     return ""
 
 
-def deltas(before: list[dict[str, object]], after: list[dict[str, object]]) -> list[dict[str, object]]:
+def _of_launch(entry: dict[str, object], launch: str | None) -> dict[str, float]:
+    """``entry``'s counters with the integrity families of ``launch`` only (none when the launch is unknown)."""
+    from sglang_dsv4_ext.plugin import launch_identity
+
+    counters = dict(cast(dict[str, float], entry["counters"]))
+    by_launch = cast(dict[str, dict[str, float]], entry.get("integrity_by_launch") or {})
+    for label, values in by_launch.items():
+        if launch is not None and launch_identity.same(label, launch):
+            counters.update(values)
+    return counters
+
+
+def deltas(
+    before: list[dict[str, object]], after: list[dict[str, object]], launches: list[str | None] | None = None
+) -> list[dict[str, object]]:
     """Per server: each evidence label's increase during the run (None: not exported, or not a finite number,
-    said in ``notes``; ``error``: unavailable, and why)."""
+    said in ``notes``; ``error``: unavailable, and why).
+
+    ``launches``: per server, the launch its ``/server_info`` record reports (None: not active, or unknown).
+    The integrity counts are those of that launch alone, so a stock server whose shared
+    ``PROMETHEUS_MULTIPROC_DIR`` holds an earlier launch's counters reads n/a, never "checked 0". Without
+    ``launches`` no integrity count carrying a launch label is used.
+    """
     rows = []
-    for b, a in zip(before, after):
+    launches = launches if launches is not None else [None] * len(after)
+    for b, a, launch in zip(before, after, launches):
         row: dict[str, object] = {"url": a["url"]}
         error = _unreadable(b, a)
         if error:
@@ -149,7 +181,7 @@ def deltas(before: list[dict[str, object]], after: list[dict[str, object]]) -> l
             rows.append(row)
             continue
         notes = []
-        counted = [cast(dict[str, float], entry["counters"]) for entry in (b, a)]  # readable: _unreadable says so
+        counted = [_of_launch(entry, launch) for entry in (b, a)]  # readable: _unreadable says so
         for label, family in EVIDENCE_METRICS.items():
             row[label], why = _delta(counted[0], counted[1], family)
             notes += [f"{label}: {why}"] if why else []

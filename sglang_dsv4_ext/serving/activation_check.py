@@ -30,10 +30,14 @@ from sglang_dsv4_ext.plugin.activation import (
     ACTIVATION_LINE_PREFIX,
     EVIDENCE_FIELDS,
     LAUNCHER_LINE_PREFIX,
+    REQUESTED_DTYPE_FIELD,
 )
 
 _FIELD = re.compile(r"(\w+)=(\S+)")
 CHECKED_FIELDS = SHOWN_FIELDS  # the configuration the line shows: index_k_dtype, gate, fp4_budget, integrity
+# Where the line shows a configuration field: the configuration's index-K dtype is the line's requested one (its
+# index_k_dtype is the dtype of the pool built, none-built when the line is printed, before any pool).
+_LINE_FIELD = {"index_k_dtype": REQUESTED_DTYPE_FIELD}
 # The header serve writes before each start of a child (serving/supervise.py, start_header), and the
 # line it appends once the child closed its output.
 START_HEADER = re.compile(r"^# (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (.*)$")
@@ -122,7 +126,12 @@ def check_server_log(
         started = f" (started {date})" if date else ""
         raise ActivationError(f"{name}: {log_path}{started} is not evidence of this server's activation: {reason}")
     fields = found[-1]
-    wrong = {k: (f.get(k), v) for f in found for k, v in expected.items() if k in CHECKED_FIELDS and f.get(k) != v}
+    wrong = {
+        _LINE_FIELD.get(k, k): (f.get(_LINE_FIELD.get(k, k)), v)
+        for f in found
+        for k, v in expected.items()
+        if k in CHECKED_FIELDS and f.get(_LINE_FIELD.get(k, k)) != v
+    }
     if wrong:
         detail = ", ".join(f"{k}={got} (expected {want})" for k, (got, want) in wrong.items())
         raise ActivationError(f"{name}: the extension is active with a different configuration: {detail} ({log_path})")

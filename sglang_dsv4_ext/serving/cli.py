@@ -425,7 +425,30 @@ def _env_notes(spec: StackSpec) -> list[str]:
             continue
         if shell != stack:
             notes.append(f"shell has {name}={shell}; children get {stack}{how}")
-    return notes
+    return notes + _bf16_without_c4_layers_note(spec)
+
+
+def _bf16_without_c4_layers_note(spec: StackSpec) -> list[str]:
+    """bf16 index-K for a model without c4 layers (DeepSeek-V4.1) changes nothing: say so where serve can tell.
+
+    Only a model path that holds a config on this machine can be read; elsewhere the server's log says it.
+    """
+    path = spec.model_path
+    if not (spec.ext.enabled and spec.ext.bf16_index_k and path and os.path.exists(path)):
+        return []
+    from sglang_dsv4_ext.errors import PlanInputError
+    from sglang_dsv4_ext.sglang_cpu import dsv4_model
+
+    try:
+        model = dsv4_model.load_model(path)
+    except PlanInputError:
+        return []  # not a DeepSeek-V4 config serve can read: SGLang will judge it
+    if 4 in model.compress_ratios[: model.num_hidden_layers]:
+        return []
+    return [
+        f"index-K bf16 changes nothing for {path}: the model has no c4 layers (model_type {model.model_type}); "
+        f"SGLang builds its ratio-1/2 index-K as fp4 whatever the dtype, and each server logs the same"
+    ]
 
 
 def check_python(python: str) -> str:

@@ -106,6 +106,7 @@ def _evidence(identity: str) -> dict:
         "gate": "auto",
         "fp4_budget": "exact",
         "integrity": "off",
+        "index_k_dtype_requested": "fp8",
         "launch": identity,
         "process": identity,
     }
@@ -122,9 +123,11 @@ def test_only_the_process_that_passed_the_build_check_says_active(deferred):
     assert loaded.startswith(activation.LAUNCHER_LINE_PREFIX) and activation.ACTIVATION_LINE_PREFIX not in loaded
     assert deferred["lines_at_mha_pool"] == []  # a non-DSV4 model: nothing claims anything
     assert deferred["record_before_dsv4"]["active"] is False
-    [active] = deferred["lines_at_dsv4_pool"]
+    [active, built] = deferred["lines_at_dsv4_pool"]  # the second pool of the same dtype adds no line
     expected = _evidence(deferred["identity"])
-    assert active == activation.ACTIVATION_LINE_PREFIX + " " + " ".join(f"{k}={v}" for k, v in expected.items())
+    before_pool = {**expected, "index_k_dtype": activation.NONE_BUILT}  # the line is printed before the pool exists
+    assert active == activation.ACTIVATION_LINE_PREFIX + " " + " ".join(f"{k}={v}" for k, v in before_pool.items())
+    assert built == activation.POOL_BUILT_LINE_PREFIX + " " + " ".join(f"{k}={v}" for k, v in expected.items())
     # the record also says which kernel computes the indexer's logits (no indexer call ran in that process)
     logits_kernel = fp8_logits.logits_kernel("fp8", "triton")
     assert deferred["record"] == {"active": True, **expected, "logits_kernel": logits_kernel}

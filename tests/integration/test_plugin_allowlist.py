@@ -48,7 +48,8 @@ def test_sglang_loader_honours_the_allowlist_and_the_launcher_line_shows_the_con
     if expect_active:
         # A launcher built nothing: it says which configuration it passes on, never "active".
         assert len(lines) == 1 and lines[0].startswith("sglang-dsv4-ext configuration loaded (launcher):")
-        assert "index_k_dtype=bf16" in lines[0] and "gate=auto" in lines[0]
+        assert "index_k_dtype_requested=bf16" in lines[0] and "gate=auto" in lines[0]
+        assert "index_k_dtype=none-built" in lines[0]  # the index-K dtype of a pool it built: none
     else:
         assert lines == []  # nothing in the log says the extension is there: hence doctor
 

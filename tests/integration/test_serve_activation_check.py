@@ -94,10 +94,11 @@ def test_the_real_activation_line_is_accepted_and_a_different_config_refused(tmp
     bf16 = activation_check.expected_fields({"SGLANG_DSV4_INDEX_K_DTYPE": "bf16"})
     fp8 = activation_check.expected_fields({"SGLANG_DSV4_INDEX_K_DTYPE": "fp8"})
     fields = activation_check.check_server_log("decode-0", _log(tmp_path, line), bf16, launch=LAUNCH)
-    assert fields["index_k_dtype"] == "bf16" and fields["launch"] == LAUNCH
+    assert fields["index_k_dtype_requested"] == "bf16" and fields["launch"] == LAUNCH
+    assert fields["index_k_dtype"] == activation.NONE_BUILT  # the line is printed before any pool is built
     # The same launch computed again by serve (psutil's boot time may move the start time by a fraction).
     assert activation_check.check_server_log("decode-0", _log(tmp_path, line), bf16, launch="4242@1764590000.31")
-    with pytest.raises(ActivationError, match=r"decode-0: .*index_k_dtype=bf16 \(expected fp8\)"):
+    with pytest.raises(ActivationError, match=r"decode-0: .*index_k_dtype_requested=bf16 \(expected fp8\)"):
         activation_check.check_server_log("decode-0", _log(tmp_path, line), fp8, launch=LAUNCH)
     with pytest.raises(ActivationError, match="cannot read its log"):
         activation_check.check_server_log("decode-0", os.path.join(str(tmp_path), "missing.log"), fp8)
@@ -110,7 +111,7 @@ def test_the_real_activation_line_is_accepted_and_a_different_config_refused(tmp
     ("other-launch", "activation lines of launch 999@1577836800.00, not of the server's launch " + LAUNCH),
     ("two-launches", "activation lines of several launches"),
     ("other-version", "of sglang-dsv4-ext 0.1.0, not of this one"),
-    ("old-line", "an activation line without launch, process"),
+    ("old-line", "an activation line without index_k_dtype_requested, launch, process"),
 ])  # fmt: skip
 def test_only_the_current_start_of_this_launch_is_evidence(case, reason, tmp_path, monkeypatch):
     line = _line(monkeypatch)

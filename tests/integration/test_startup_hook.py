@@ -104,7 +104,7 @@ def test_an_entry_point_without_load_plugins_builds_dsv4_with_the_extension(fres
     assert out["c4_index_k_dtype"] == "bf16"  # what SGLANG_DSV4_INDEX_K_DTYPE asked for, not stock fp8
     assert "never called SGLang's load_plugins(); calling it now" in out["stderr"]
     active = [line for line in out["stderr"].splitlines() if line.startswith("sglang-dsv4-ext active:")]
-    assert len(active) == 1 and "index_k_dtype=bf16" in active[0] and f"version={__version__}" in active[0]
+    assert len(active) == 1 and "index_k_dtype_requested=bf16" in active[0] and f"version={__version__}" in active[0]
 
 
 def test_the_kill_switch_leaves_such_an_entry_point_stock(fresh_venv):

@@ -90,7 +90,9 @@ def build_dsv4_pool():
 def gauge_samples():
     from prometheus_client import REGISTRY
 
-    return [dict(s.labels) for f in REGISTRY.collect() for s in f.samples if s.name == activation.ACTIVE_GAUGE]
+    return [
+        dict(s.labels) for f in REGISTRY.collect() for s in f.samples if s.name == activation.ACTIVE_GAUGE and s.value
+    ]
 
 
 def _ours(text: str) -> list:

@@ -1911,6 +1911,48 @@ MUTATIONS: list[Mutation] = [
             "tests/unit/series/test_rebase_interrupted.py::test_continue_after_a_kill_mid_step_rolls_the_unsaved_commit_back",
         ),
     ),
+    Mutation(
+        "integrity sample: the rows shift per sampled load of the layer, not per load",
+        "sglang_dsv4_ext/index_k/integrity.py",
+        "        offset = turn % step\n",
+        "        offset = self.loads % step\n",
+        ("tests/unit/hooks/test_integrity_sampling.py",),
+    ),
+    Mutation(
+        "integrity: a report resets the first-bad-page record",
+        "sglang_dsv4_ext/index_k/integrity.py",
+        "        self.state[1].fill_(ck.NO_MISMATCH)",
+        "        pass  # no reset",
+        ("tests/unit/hooks/test_integrity_sampling.py",),
+    ),
+    Mutation(
+        "evidence: index_k_dtype is the dtype of the pool built, not the configuration's",
+        "sglang_dsv4_ext/plugin/activation.py",
+        '        "index_k_dtype": built_index_k_dtype(),\n',
+        '        "index_k_dtype": cfg.index_k_dtype,\n',
+        ("tests/unit/hooks/test_evidence_built.py",),
+    ),
+    Mutation(
+        "evidence: each active rank takes part in the rank count where its pool is built",
+        "sglang_dsv4_ext/hooks/pool.py",
+        "        rank_census.take_part(_sglang_tp_group(), activation.built_index_k_dtype())\n",
+        "        pass\n",
+        ("tests/unit/hooks/test_evidence_built.py",),
+    ),
+    Mutation(
+        "repro: integrity counters of the live launch only",
+        "sglang_dsv4_ext/repro/server_evidence.py",
+        "        if launch is not None and launch_identity.same(label, launch):\n",
+        "        if True:\n",
+        ("tests/unit/hooks/test_integrity_launch.py",),
+    ),
+    Mutation(
+        "integrity: the pool hook polls its tracker in the background",
+        "sglang_dsv4_ext/hooks/integrity.py",
+        "    index_k_integrity.poll_in_background(tracker)\n",
+        "    pass\n",
+        ("tests/unit/hooks/test_integrity_launch.py",),
+    ),
 ]
 
 

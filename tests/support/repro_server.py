@@ -138,6 +138,7 @@ ACTIVE_BF16 = {
     "gate": "auto",
     "fp4_budget": "exact",
     "integrity": "off",
+    "index_k_dtype_requested": "bf16",
     "launch": "4242@1764590000.00",
     "process": "4243@1764590003.50",
 }

@@ -26,6 +26,7 @@ def test_a_scheduler_that_passed_the_build_check_reports_active_with_its_launch(
     monkeypatch.setattr(activation.STATE, "config", load_config({"SGLANG_DSV4_INDEX_K_DTYPE": "bf16"}))
     monkeypatch.setattr(activation.STATE, "build_checked", True)
     monkeypatch.setattr(activation.STATE, "launch", "4242@1764590000.00")
+    monkeypatch.setattr(activation.STATE, "index_k_built", ["bf16"])  # the c4 indexer pool the pool hook built
     reply = _reply()
     assert evidence._after_get_internal_state(reply, object(), None) is None  # SGLang's reply, amended in place
     record = reply.internal_state[evidence.RECORD_KEY]

@@ -116,14 +116,16 @@ def test_corrupted_host_page_is_reported_with_layer_and_page(ext_active, integri
     integrity_mode("full")
     pool, host = _stack(ext_active)
     _backup_corrupt_load(pool, host, corrupt_host_page=1, layer=1)
-    before = index_k_integrity.mismatch_metric().labels(where="load")._value.get()
+    before = index_k_integrity.mismatch_metric().labels(**index_k_integrity.series_labels("load"))._value.get()
     with caplog.at_level("ERROR", logger="sglang_dsv4_ext.integrity"):
         for sub_layer in range(host.layer_num):
             _read_layer(pool, _model_layer_of(pool, sub_layer))
     messages = [r.getMessage() for r in caplog.records if "integrity mismatch" in r.getMessage()]
     # host page 1 was loaded into device page 2
     assert messages == ["index-K integrity mismatch (load): 1 page(s); first at layer 1, page 2, request(s) req-7"]
-    assert index_k_integrity.mismatch_metric().labels(where="load")._value.get() == before + 1
+    assert (
+        index_k_integrity.mismatch_metric().labels(**index_k_integrity.series_labels("load"))._value.get() == before + 1
+    )
 
 
 def test_intact_pages_and_mode_off_report_nothing(ext_active, integrity_mode, caplog):

@@ -31,7 +31,7 @@ def _series_values(where):
     from prometheus_client import REGISTRY
 
     def value(name, **labels):
-        return REGISTRY.get_sample_value(name, {"where": where, **labels})
+        return REGISTRY.get_sample_value(name, {**ii.series_labels(where), **labels})
 
     return {
         "checked": value(ii.CHECKED_METRIC_NAME),
@@ -57,7 +57,7 @@ def test_every_loaded_page_is_counted_once_checked_or_why_not():
     where = "test-every-page"
     tracker = _tracker(where=where)
     tracker.record_all_layers(torch.arange(8), torch.arange(8))  # keys 0..7 hold a checksum, 8..15 do not
-    tracker.begin_load()  # load 1: sample mode verifies c4 layer 3 of 4, 8 of its 16 pages (rows 1, 3, .., 15)
+    tracker.begin_load()  # load 1: sample mode verifies c4 layer 3 of 4, 8 of its 16 pages (rows 0, 2, .., 14)
     for layer in range(4):
         tracker.expect(layer, torch.arange(16), torch.arange(16))
     tracker.verify(3)

@@ -22,7 +22,7 @@ from sglang_dsv4_ext.serving.supervise import start_header
 from tests.support.repro_cli import TINY, assert_refused, run_cli
 from tests.support.repro_server import ACTIVE_BF16, InjectingServer
 
-FP8 = dict(ACTIVE_BF16, index_k_dtype="fp8")
+FP8 = dict(ACTIVE_BF16, index_k_dtype="fp8", index_k_dtype_requested="fp8")
 STALE_FP8 = dict(FP8, launch="999@1700000000.00", process="1000@1700000001.00")  # an earlier launch
 
 
@@ -219,7 +219,7 @@ _OLD_LINE = (
 
 @pytest.mark.parametrize("log, reason", [
     # an earlier release's line: no launch identity
-    (dict(line=_OLD_LINE), "without launch, process"),
+    (dict(line=_OLD_LINE), "without index_k_dtype_requested, launch, process"),
     # this release's fields, another release's version
     (dict(line="VERSION"), "of sglang-dsv4-ext 0.1.0, not of this one"),
     # the start ended: serve's end-of-output line after the server's exit
