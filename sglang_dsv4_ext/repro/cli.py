@@ -7,7 +7,6 @@ before anything is written; a finished run is never overwritten.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
@@ -15,7 +14,7 @@ from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.errors import PairingError, ReproInputError
 from sglang_dsv4_ext.repro import rundir
 from sglang_dsv4_ext.repro.verdict import CLASSES
-from sglang_dsv4_ext.tool_support import stop_signals, urls
+from sglang_dsv4_ext.tool_support import arg_types, stop_signals, urls
 
 _EPILOG = """\
 examples:
@@ -80,10 +79,7 @@ def _server_urls(text: str) -> tuple[str, ...]:
 
 
 def _alpha(text: str) -> float:
-    try:
-        alpha = float(text)
-    except ValueError:
-        alpha = math.nan
+    alpha = arg_types.parse_float(text)  # the commands' one number rule; NaN where the text spells no number
     if not 0 < alpha < 1:  # also refuses NaN
         raise ValueError(f"must be a number in (0, 1), got {text!r}")
     return alpha

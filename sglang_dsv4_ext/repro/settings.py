@@ -26,7 +26,7 @@ from sglang_dsv4_ext.repro import strict_json
 from sglang_dsv4_ext.repro.extension_check import EXPECT_CHOICES, INDEX_K_DTYPES
 from sglang_dsv4_ext.repro.scenario import ScenarioConfig
 from sglang_dsv4_ext.repro.verdict import RepetitionRule
-from sglang_dsv4_ext.tool_support import urls
+from sglang_dsv4_ext.tool_support import arg_types, urls
 
 # Request-body keys the harness sets itself; --extra-body may not replace them, or the server
 # would get a different workload than the records claim. Value: what to use instead.
@@ -73,6 +73,22 @@ def _at_least(low: int) -> Callable[[int], None]:
     return check
 
 
+def _int_text(text: str) -> int:
+    """An integer flag's text, by the commands' one number rule (:mod:`sglang_dsv4_ext.tool_support.arg_types`)."""
+    value = arg_types.parse_int(text)
+    if value is None:
+        raise ValueError(f"expected an integer written in ASCII digits, got {text!r}")
+    return value
+
+
+def _float_text(text: str) -> float:
+    """A number flag's text, by the same rule (``nan`` parses; each setting's check refuses it)."""
+    value = arg_types.parse_float(text)
+    if math.isnan(value) and text.lower().lstrip("+-") != "nan":
+        raise ValueError(f"expected a number written in ASCII digits, got {text!r}")
+    return value
+
+
 def _any_int(value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"must be an integer, got {value!r}")
@@ -80,7 +96,7 @@ def _any_int(value: int) -> None:
 
 def _parse_levels(text: str) -> tuple[int, ...]:
     try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
+        return tuple(_int_text(v.strip()) for v in text.split(",") if v.strip())
     except ValueError:
         raise ValueError(f"expected comma-separated integers like 8,32,80, got {text!r}") from None
 
@@ -98,7 +114,7 @@ def _parse_on_off(text: str) -> bool:
 
 def _parse_repetition(text: str) -> RepetitionRule:
     try:
-        repeats, chars, period = (int(v) for v in text.split(","))
+        repeats, chars, period = (_int_text(v) for v in text.split(","))
     except ValueError:
         raise ValueError(f"expected MIN_REPEATS,MIN_CHARS,MAX_PERIOD like 8,160,200, got {text!r}") from None
     return RepetitionRule(repeats, chars, period)
@@ -261,9 +277,14 @@ def _levels_text(levels) -> str:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("model", None, "model name to send (default: first id of GET /v1/models)"),
-    Setting("sessions", 8, "concurrent agentic sessions per level (default 8)", int, _at_least(1), scenario=True),
+    Setting("sessions", 8, "concurrent agentic sessions per level (default 8)", _int_text, _at_least(1), scenario=True),
     Setting(
-        "rounds", 4, "user turns per session; each asks for one tool call (default 4)", int, _at_least(1), scenario=True
+        "rounds",
+        4,
+        "user turns per session; each asks for one tool call (default 4)",
+        _int_text,
+        _at_least(1),
+        scenario=True,
     ),
     Setting(
         "answer_step", True, "skip the request that follows each tool result", switch="--no-answer-step", scenario=True
@@ -278,22 +299,24 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="N[,N...]",
         shape=True,
     ),
-    Setting("seed", 0, "decides every prompt and per-request sampling seed (default 0)", int, _any_int, scenario=True),
+    Setting(
+        "seed", 0, "decides every prompt and per-request sampling seed (default 0)", _int_text, _any_int, scenario=True
+    ),
     Setting(
         "temperature",
         0.0,
         "sampling temperature, finite and >= 0 (default 0.0)",
-        float,
+        _float_text,
         _non_negative_finite,
         repr,
         shape=True,
     ),
-    Setting("max_tokens", 2048, "max_tokens per request (default 2048)", int, _at_least(1), shape=True),
+    Setting("max_tokens", 2048, "max_tokens per request (default 2048)", _int_text, _at_least(1), shape=True),
     Setting(
         "request_timeout",
         300.0,
         "seconds per request before it counts as a timeout (default 300)",
-        float,
+        _float_text,
         _positive_finite,
         repr,
     ),
@@ -301,15 +324,25 @@ SETTINGS: tuple[Setting, ...] = (
         "time_limit",
         None,
         "total seconds; in-flight requests are abandoned and the run summarised",
-        float,
+        _float_text,
         _positive_finite,
         repr,
     ),
     Setting(
-        "system_prompt_chars", 4000, "size of the shared system prompt (default 4000)", int, _at_least(0), scenario=True
+        "system_prompt_chars",
+        4000,
+        "size of the shared system prompt (default 4000)",
+        _int_text,
+        _at_least(0),
+        scenario=True,
     ),
     Setting(
-        "tool_result_chars", 1500, "size of each scripted tool result (default 1500)", int, _at_least(0), scenario=True
+        "tool_result_chars",
+        1500,
+        "size of each scripted tool result (default 1500)",
+        _int_text,
+        _at_least(0),
+        scenario=True,
     ),
     Setting(
         "stream",

@@ -128,7 +128,7 @@ def test_compare_names_the_line_of_a_record_that_is_not_utf8(good_run, tmp_path,
     assert_refused(rc, err, f"{requests_file(run)}:3: not UTF-8 text (invalid start byte at byte 10)")
 
 
-@pytest.mark.parametrize("alpha", ["nan", "0", "1", "x"])
+@pytest.mark.parametrize("alpha", ["nan", "0", "1", "x", "\u0660.05", "0.\uff15"])  # other scripts' digits too
 def test_compare_refuses_an_alpha_outside_0_1(alpha, good_run, capsys):
     rc, _, err = run_cli(["repro", "compare", good_run, good_run, "--alpha", alpha], capsys)
     assert_refused(rc, err, "--alpha")

@@ -37,6 +37,13 @@ FLAG_ROWS = {
     "concurrency 0": (["--concurrency", "8,0"], ["--concurrency", ">= 1"]),
     "concurrency words": (["--concurrency", "eight"], ["--concurrency", "comma-separated integers"]),
     "sessions 0": (["--sessions", "0"], ["--sessions", ">= 1"]),
+    # one number rule for every command (tool_support/arg_types.py): int() and float() take other scripts' digits
+    "sessions Arabic-Indic 12": (["--sessions", "\u0661\u0662"], ["--sessions", "ASCII digits", "'\u0661\u0662'"]),
+    "rounds full-width 8": (["--rounds", "\uff18"], ["--rounds", "ASCII digits"]),
+    "seed superscript 2": (["--seed", "\u00b2"], ["--seed", "ASCII digits"]),
+    "concurrency Devanagari 8": (["--concurrency", "8,\u096e"], ["--concurrency", "comma-separated integers"]),
+    "temperature Arabic-Indic 1": (["--temperature", "\u0661"], ["--temperature", "ASCII digits"]),
+    "repetition full-width": (["--repetition", "\uff18,160,200"], ["--repetition", "MIN_REPEATS,MIN_CHARS,MAX_PERIOD"]),
     "repetition 1,1,1": (["--repetition", "1,1,1"], ["--repetition", "MIN_REPEATS >= 2"]),
     "thinking maybe": (["--thinking", "maybe"], ["--thinking", "on or off"]),
     "extra-body messages": (["--extra-body", '{"messages": []}'], ["--extra-body", "messages", "harness owns"]),
