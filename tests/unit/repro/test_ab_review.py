@@ -56,6 +56,17 @@ def test_a_side_whose_ranks_report_two_dtypes_is_a_mix_not_a_dtype(tmp_path, cap
     assert out.splitlines()[-1].startswith("NOT COMPARABLE AS ASKED")  # the verdict line is never bare
 
 
+def test_one_process_that_built_pools_of_two_dtypes_is_a_mix(tmp_path, capsys):
+    """A scheduler that built c4 indexer pools of two dtypes reports ``mixed:bf16,fp8`` (plugin/activation.py:
+    built_index_k_dtype): that side ran a mix even though it has one record, never "bf16" or a dtype of its own."""
+    mixed = _record(ACTIVE_BF16, index_k_dtype="mixed:bf16,fp8")
+    a = _run(capsys, tmp_path / "a", "--expect-extension", "any", records=[mixed], extension=[FP8])
+    b = _run(capsys, tmp_path / "b", records=[_record(FP8)])
+    rc, out, err = _compare(capsys, a, b)
+    assert rc == exit_codes.NOT_COMPARABLE, (out, err)
+    assert any("A: its servers or ranks report different index-K pools (bf16/fp8)" in line for line in _flagged(out))
+
+
 def test_a_side_mixing_a_stock_and_an_extension_server_is_a_mix(tmp_path, capsys):
     """Prefill with the extension (fp8), decode stock (no record): one side, two stacks, against bf16."""
     with InjectingServer({"malformed_dsml": 0.3}, seed=1, records=[_record(FP8)], extension=[FP8]) as prefill, \
