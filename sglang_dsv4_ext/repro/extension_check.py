@@ -47,7 +47,12 @@ from urllib.parse import urlsplit
 
 from sglang_dsv4_ext.errors import ActivationError, ServerActivationError
 from sglang_dsv4_ext.plugin import launch_identity
-from sglang_dsv4_ext.plugin.activation import EVIDENCE_FIELDS
+from sglang_dsv4_ext.plugin.activation import EVIDENCE_FIELDS, REQUESTED_DTYPE_FIELD
+
+# What every record of a server with the extension active carries, from this version and earlier ones: an earlier
+# record has no index_k_dtype_requested (its index_k_dtype is the configuration's), and reads as "configured, not
+# built" (index_k_summary), never as unknown.
+RECORD_FIELDS = tuple(f for f in EVIDENCE_FIELDS if f != REQUESTED_DTYPE_FIELD)
 from sglang_dsv4_ext.repro import server_info
 from sglang_dsv4_ext.repro.server_evidence import EXTENSION_GAUGE
 from sglang_dsv4_ext.serving import activation_check
@@ -177,7 +182,7 @@ def _complete(record: dict | None) -> TypeGuard[dict]:
     return (
         isinstance(record, dict)
         and record.get("active") is True
-        and all(isinstance(record.get(f), str) for f in EVIDENCE_FIELDS)
+        and all(isinstance(record.get(f), str) for f in RECORD_FIELDS)
     )
 
 
@@ -199,12 +204,12 @@ def _from_records(url: str, records: list[dict | None]) -> dict[str, object]:
     complete = [r for r in records if _complete(r)]
     if len(complete) != len(records):
         return _state(
-            url, UNKNOWN, f"a scheduler's record lacks some of {', '.join(EVIDENCE_FIELDS)} (or one is not a string)"
+            url, UNKNOWN, f"a scheduler's record lacks some of {', '.join(RECORD_FIELDS)} (or one is not a string)"
         )
     launches = sorted({r["launch"] for r in complete})
     if len(launches) > 1:
         return _state(url, UNKNOWN, f"its schedulers report several launches: {', '.join(launches)}")
-    labels = [{k: str(r[k]) for k in EVIDENCE_FIELDS} for r in complete]
+    labels = [{k: str(r[k]) for k in EVIDENCE_FIELDS if k in r} for r in complete]
     return _state(url, ACTIVE, f"every scheduler reports active in launch {launches[0]}", labels)
 
 
