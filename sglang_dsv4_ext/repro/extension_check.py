@@ -48,15 +48,14 @@ from urllib.parse import urlsplit
 from sglang_dsv4_ext.errors import ActivationError, ServerActivationError
 from sglang_dsv4_ext.plugin import launch_identity
 from sglang_dsv4_ext.plugin.activation import EVIDENCE_FIELDS, REQUESTED_DTYPE_FIELD
+from sglang_dsv4_ext.repro import server_info
+from sglang_dsv4_ext.repro.server_evidence import EXTENSION_GAUGE
+from sglang_dsv4_ext.serving import activation_check
 
 # What every record of a server with the extension active carries, from this version and earlier ones: an earlier
 # record has no index_k_dtype_requested (its index_k_dtype is the configuration's), and reads as "configured, not
 # built" (index_k_summary), never as unknown.
 RECORD_FIELDS = tuple(f for f in EVIDENCE_FIELDS if f != REQUESTED_DTYPE_FIELD)
-from sglang_dsv4_ext.repro import server_info
-from sglang_dsv4_ext.repro.server_evidence import EXTENSION_GAUGE
-from sglang_dsv4_ext.serving import activation_check
-
 EXPECT_CHOICES = ("on", "off", "any")
 ACTIVE, INACTIVE, UNKNOWN = "active", "inactive", "unknown"
 _SUPERVISOR_LOG = "serve.log"
