@@ -54,7 +54,7 @@ from sglang_dsv4_ext.serving import activation_check
 
 # What every record of a server with the extension active carries, from this version and earlier ones: an earlier
 # record has no index_k_dtype_requested (its index_k_dtype is the configuration's), and reads as "configured, not
-# built" (index_k_summary), never as unknown.
+# built" (_index_k, index_k_text), never as unknown.
 RECORD_FIELDS = tuple(f for f in EVIDENCE_FIELDS if f != REQUESTED_DTYPE_FIELD)
 EXPECT_CHOICES = ("on", "off", "any")
 ACTIVE, INACTIVE, UNKNOWN = "active", "inactive", "unknown"
