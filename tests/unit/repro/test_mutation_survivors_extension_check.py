@@ -1,0 +1,85 @@
+"""repro/extension_check.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
+
+Finding a server's log in serve's log directory (the start header's ``--port`` in both spellings, a log
+with bytes that are not UTF-8, a URL without a port, the supervisor's and the router's logs left out) and
+the refusal of an active server by ``--expect-extension off``, called directly on the module's functions.
+Logs are written as `sglang-dsv4 serve` writes them: its start header (serving.supervise.start_header).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+from sglang_dsv4_ext.repro import extension_check
+from sglang_dsv4_ext.serving.launch_plan import ChildSpec
+from sglang_dsv4_ext.serving.supervise import start_header
+
+
+def _header(args: list[str], module: str = "sglang.launch_server") -> str:
+    spec = ChildSpec(name="x", role="prefill", python="python", module=module, args=args, env={}, health_url=None)
+    return start_header(spec)
+
+
+def _write(log_dir, name: str, text: str | bytes) -> str:
+    path = os.path.join(log_dir, name)
+    with open(path, "wb") as f:
+        f.write(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+# ----- a flag's value in a start command -----
+def test_a_flag_is_read_in_both_spellings_and_keeps_an_equals_sign_in_its_value():
+    assert extension_check._flag_value(["--port", "30000"], "--port") == "30000"
+    assert extension_check._flag_value(["--port=30000"], "--port") == "30000"
+    assert extension_check._flag_value(["--opt=a=b"], "--opt") == "a=b"
+
+
+def test_a_flag_last_with_no_value_has_none():
+    assert extension_check._flag_value(["--model-path", "m", "--port"], "--port") is None
+
+
+# ----- the last start recorded in a log -----
+def test_the_last_start_is_read_past_bytes_that_are_not_utf8(tmp_path):
+    text = (
+        _header(["--port", "1"]).encode() + b"\xff\xfe garbage\n" + _header(["--port", "2", "--tag", "nameX"]).encode()
+    )
+    path = _write(tmp_path, "prefill.log", text)
+    assert extension_check._last_start_command(path)[-4:] == ["--port", "2", "--tag", "nameX"]
+
+
+def test_a_log_without_a_start_has_no_command_and_reads_nothing_else(tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("--port 1\n"))  # shlex.split(None) would read it
+    path = _write(tmp_path, "prefill.log", "[2026-12-01 12:00:00] no header here\n")
+    assert extension_check._last_start_command(path) == []
+
+
+# ----- which logs serve a URL's port -----
+def test_a_url_without_a_port_is_its_schemes_default_port(tmp_path):
+    assert extension_check._url_port("https://node") == 443
+    path = _write(tmp_path, "prefill.log", _header(["--host", "node", "--port", "80"]))
+    assert extension_check.server_logs(str(tmp_path), "http://node") == [path]
+
+
+def test_the_supervisor_log_and_a_router_log_on_the_port_are_left_out(tmp_path):
+    server = _write(tmp_path, "prefill.log", _header(["--port", "30000"]))
+    _write(tmp_path, "serve.log", _header(["--port", "30000"]))
+    _write(tmp_path, "router.log", _header(["--port", "30000"], module="sglang_router.launch_router"))
+    assert extension_check.server_logs(str(tmp_path), "http://127.0.0.1:30000") == [server]
+
+
+# ----- --expect-extension off -----
+def _active(url: str, dtype: str) -> dict[str, object]:
+    labels = [{"index_k_dtype": dtype, "gate": "auto", "launch": "1@1.00"}]
+    return extension_check._state(url, extension_check.ACTIVE, "every scheduler reports active", labels)
+
+
+def test_expect_off_names_every_active_server_and_the_fix():
+    states = [_active("http://a:1", "bf16"), _active("http://b:2", "fp8")]
+    reason = extension_check.refusal(states, "off")
+    assert reason == (
+        "--expect-extension off (a stock baseline): sglang-dsv4-ext is active on "
+        "http://a:1: active index_k_dtype=bf16 gate=auto launch=1@1.00 (server_info); "
+        "http://b:2: active index_k_dtype=fp8 gate=auto launch=1@1.00 (server_info). Fix: restart it "
+        "with SGLANG_DSV4_EXT=0, point the run at the stock stack, or pass --expect-extension on (or any)."
+    )
