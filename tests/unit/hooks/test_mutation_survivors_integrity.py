@@ -123,3 +123,92 @@ def test_a_reported_mismatch_is_added_to_the_list_given():
     mismatch = Mismatch("load", 1, 0, 0, ())
     integrity.report(mismatch, seen)
     assert seen == [mismatch]
+
+
+# ----- the counters, exported at zero on the tracker's own label -----
+def _sample(name: str, **labels) -> float | None:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels)
+
+
+def test_a_series_is_exported_at_zero_under_its_own_label_and_counts_there():
+    where = "mutation-survivor-series"
+    series = integrity.Series(where)
+    assert _sample(integrity.CHECKED_METRIC_NAME, where=where) == 0
+    assert _sample(integrity.METRIC_NAME, where=where) == 0
+    for reason in integrity.UNCHECKED_REASONS:
+        assert _sample(integrity.UNCHECKED_METRIC_NAME, where=where, reason=reason) == 0
+    tracker = _tracker("sample", sample_pages=2, sample_layer_stride=1, series=series)
+    tracker.begin_load()
+    tracker.expect(0, torch.arange(4), torch.arange(4))
+    assert _sample(integrity.UNCHECKED_METRIC_NAME, where=where, reason=integrity.SAMPLING) == 2
+
+
+# ----- indices -----
+def test_indices_become_int64_on_the_device_asked_for():
+    assert integrity.indices_on(torch.device("cpu"), torch.tensor([1, 2], dtype=torch.int32)).dtype == torch.int64
+    moved = integrity.indices_on(torch.device("meta"), torch.tensor([1, 2]))  # another device: no pinned staging
+    assert (moved.device.type, moved.dtype) == ("meta", torch.int64)
+
+
+def test_a_tracker_refuses_a_mode_that_checks_nothing_naming_it():
+    import pytest
+
+    with pytest.raises(ValueError, match=r"^integrity mode must be 'sample' or 'full' for a tracker, got 'off'$"):
+        _tracker("off")
+
+
+def test_sample_mode_keeps_8_pages_by_default():
+    tracker = _tracker("sample", sample_layer_stride=1)
+    assert len(_sampled(tracker, torch.arange(ROWS))) == 8
+
+
+# ----- reports -----
+def _bad_verify(tracker: IntegrityTracker, row: int, requests=()) -> None:
+    tracker.record(0, torch.tensor([row]), torch.tensor([row]))
+    tracker.expect(0, torch.tensor([row]), torch.tensor([row]), requests=requests)
+    tracker.buffers[0][row] ^= 0xFF
+    tracker.verify(0)
+
+
+def test_each_report_counts_the_pages_found_since_the_previous_one():
+    tracker = _tracker()
+    _bad_verify(tracker, 1)
+    assert tracker.drain().count == 1
+    _bad_verify(tracker, 2)
+    assert tracker.drain().count == 1
+    assert tracker.mismatches == 2
+
+
+def test_a_mismatch_whose_verify_left_the_request_history_names_no_request():
+    tracker = _tracker()
+    _bad_verify(tracker, 1, requests=["old"])
+    for _ in range(256):  # the bad verify's requests are dropped from the history
+        tracker.expect(0, torch.tensor([5]), torch.tensor([5]))
+        tracker.verify(0)
+    assert tracker.drain() == Mismatch("load", 1, 0, 1, ())
+
+
+class _CopyInFlight:
+    """Stands in for the ``torch.cuda.Event`` behind a snapshot whose copy has not completed yet
+    (``torch.cuda.Event.query()`` is False until it has): CPU snapshots have no event and are always done."""
+
+    def __init__(self):
+        self.completed = False
+
+    def query(self) -> bool:
+        return self.completed
+
+
+def test_pages_found_between_a_snapshot_and_the_reset_are_counted_without_a_page():
+    tracker = _tracker()
+    _bad_verify(tracker, 1)  # snapshot 0: one mismatch, its page
+    _bad_verify(tracker, 2)  # snapshot 1: two mismatches, still the first page; its copy is in flight
+    in_flight = _CopyInFlight()
+    tracker._snapshots[1].event = in_flight
+    assert tracker.poll() == Mismatch("load", 1, 0, 1, ())  # reads snapshot 0, then resets the first-page record
+    in_flight.completed = True
+    tracker.expect(0, torch.tensor([5]), torch.tensor([5]))
+    tracker.verify(0)  # snapshot 2: two mismatches, the first-page record empty since the reset
+    assert tracker.poll() == Mismatch("load", 1, -1, -1, ())
