@@ -143,3 +143,15 @@ def test_the_modules_of_targets_are_listed_once_in_table_order_and_the_owner_imp
     rows = [_target("os.path.join"), _target("json.dumps"), _target("os.path.isdir")]
     assert compat.target_modules(rows) == ["os.path", "json"]
     assert compat.owner_of(rows[0]) is os.path
+
+
+def test_several_parameters_are_listed_comma_separated():
+    assert compat.parameter_difference("(a, b, c)", "(a, d, e)") == "found lacks b, c; found adds d, e"
+
+
+def test_the_installed_release_picks_the_rows_that_judge_it(monkeypatch):
+    """On 0.5.23, judged as if 0.5.22 were installed: its rows, which 0.5.23's functions do not all match."""
+    monkeypatch.setattr(compat, "installed_sglang_version", lambda: "0.5.22")
+    assert compat.installed_table() == compat.table_for("0.5.22") != compat.table_for("0.5.23")
+    drifts = compat.check_targets()
+    assert drifts and drifts == compat.check_targets(compat.table_for("0.5.22"))
