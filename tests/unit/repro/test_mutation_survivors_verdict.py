@@ -188,3 +188,19 @@ def test_the_raw_reply_keeps_token_ids_error_and_body_only_when_there_are_some()
     assert plain == {"content": "c", "reasoning_content": "r", "tool_calls": [], "finish_reason": "stop"}
     full = Observation(token_ids=[1, 2], error="e", body_snippet="b").raw_dict()
     assert (full["response_token_ids"], full["error"], full["body"]) == ([1, 2], "e", "b")
+
+
+def test_a_tool_name_holding_a_dsml_fragment_is_malformed_even_when_it_is_an_identifier():
+    call = {"name": "DSML_read", "arguments": "{}"}
+    assert _classify(Observation(tool_calls=[call])) == (
+        "malformed_dsml",
+        "tool name is not an identifier: 'DSML_read'",
+    )
+
+
+def test_a_loop_is_looked_for_in_the_last_65536_characters_only():
+    filler = "".join(f"{i}," for i in range(20000))  # no period repeats 8 times
+    text = "ab" * 80 + filler[: 65536 - 159]  # the loop's first character is one past the window
+    assert len(text) == 65537
+    assert RULE.find(text) is None
+    assert RULE.find("ab" * 80 + filler[: 65536 - 160]) == ("ab", 80)  # the whole loop inside the window
