@@ -140,6 +140,8 @@ _STATUS_BY_EXIT_CODE = {
     5: "no tests",
     33: "no tests",
     36: "timeout",
+    -24: "timeout",  # SIGXCPU: the CPU-time limit mutmut sets per mutant
+    -9: "timeout",  # SIGKILL: mutmut's second stop after SIGXCPU (or a mutant stopped by hand)
 }
 
 

@@ -204,3 +204,10 @@ def test_a_loop_is_looked_for_in_the_last_65536_characters_only():
     assert len(text) == 65537
     assert RULE.find(text) is None
     assert RULE.find("ab" * 80 + filler[: 65536 - 160]) == ("ab", 80)  # the whole loop inside the window
+
+
+def test_the_parsers_errors_are_joined_with_a_semicolon():
+    content = dsml.render([("x", {"a": 1})]).replace("x", "bad name", 1) + " trailing DSML"
+    errors = dsml.parse(content).errors
+    assert len(errors) == 2 and len("; ".join(errors)) < 300  # both shown whole
+    assert _classify(Observation(content=content)) == ("malformed_dsml", f"{errors[0]}; {errors[1]}")
