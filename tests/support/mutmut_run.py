@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import os
 import sys
@@ -271,6 +272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mutmut_run: {chosen}", file=sys.stderr)
         return USAGE
     modules, tests = chosen
+    if importlib.util.find_spec("mutmut") is None:
+        print("mutmut_run: mutmut is not installed: pip install -e '.[test]' (it pins mutmut)", file=sys.stderr)
+        return USAGE
     os.chdir(work_dir(name))
     _one_torch_thread()
     _configure(modules, tests)
