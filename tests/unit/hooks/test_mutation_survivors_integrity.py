@@ -142,8 +142,21 @@ def test_a_series_is_exported_at_zero_under_its_own_label_and_counts_there():
         assert _sample(integrity.UNCHECKED_METRIC_NAME, where=where, reason=reason) == 0
     tracker = _tracker("sample", sample_pages=2, sample_layer_stride=1, series=series)
     tracker.begin_load()
+    tracker.record(0, torch.arange(4), torch.arange(4))
     tracker.expect(0, torch.arange(4), torch.arange(4))
+    tracker.verify(0)
+    tracker.drain()
     assert _sample(integrity.UNCHECKED_METRIC_NAME, where=where, reason=integrity.SAMPLING) == 2
+    assert _sample(integrity.CHECKED_METRIC_NAME, where=where) == 2
+
+
+def test_export_at_zero_creates_each_series_of_its_label_at_zero():
+    where = f"mutation-survivor-{uuid.uuid4().hex}"
+    integrity.export_at_zero(where)
+    assert _sample(integrity.CHECKED_METRIC_NAME, where=where) == 0
+    assert _sample(integrity.METRIC_NAME, where=where) == 0
+    for reason in integrity.UNCHECKED_REASONS:
+        assert _sample(integrity.UNCHECKED_METRIC_NAME, where=where, reason=reason) == 0
 
 
 # ----- indices -----
