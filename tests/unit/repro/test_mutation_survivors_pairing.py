@@ -60,3 +60,48 @@ def test_the_refusal_lists_every_differing_setting_and_says_how_to_pair_the_runs
         "(summary.json rerun_command), or pass --allow-different-settings to compare the shared requests anyway "
         "(the output then says so at the top)"
     )
+
+
+@pytest.mark.parametrize(
+    "summary, why",
+    [
+        ({}, "no summary.json (killed before writing it?): cannot tell how many requests were planned"),
+        ({"label": "a"}, "its summary.json has no request counts: cannot tell whether it finished"),
+        (
+            {"requests_planned": 8, "requests_done": 3, "not_run": 5, "interrupted": True, "interrupted_by": "SIGTERM"},
+            "interrupted by SIGTERM: 3 of 8 requests run, 5 not run",
+        ),
+        (
+            {"requests_planned": 8, "requests_done": 3, "not_run": 5, "interrupted": True},
+            "interrupted by a signal: 3 of 8 requests run, 5 not run",
+        ),
+        (
+            {"requests_planned": 8, "requests_done": 6, "not_run": 2, "stopped_by_time_limit": True},
+            "stopped at its time limit: 6 of 8 requests run, 2 not run",
+        ),
+        (
+            {"requests_planned": 8, "requests_done": 1, "not_run": 7, "aborted_by": "--fail-fast"},
+            "aborted by --fail-fast: 1 of 8 requests run, 7 not run",
+        ),
+        ({"requests_planned": 8, "requests_done": 7, "not_run": 1}, "incomplete: 7 of 8 requests run, 1 not run"),
+        ({"requests_planned": 8, "requests_done": 8, "not_run": 0}, ""),
+    ],
+)
+def test_how_a_run_did_not_finish_is_said(summary, why):
+    assert pairing.incomplete(summary) == why
+
+
+def test_every_output_warns_first_of_differing_unchecked_settings_and_an_unfinished_run():
+    result = {
+        "settings_differ": {"--seed": "A 0, B 1"},
+        "settings_unchecked": ["--temperature not recorded in both summaries"],
+        "a": {"run": "runs/a", "incomplete": ""},
+        "b": {"run": "runs/b", "incomplete": "incomplete: 7 of 8 requests run, 1 not run"},
+    }
+    assert pairing.warnings(result) == [
+        "the runs differ in settings that decide the workload or its verdicts (--seed: A 0, B 1); compared anyway "
+        "(--allow-different-settings): a difference may be the settings, not the stacks",
+        "cannot check that the runs had the same settings: --temperature not recorded in both summaries; pairs are "
+        "checked on prompt hash and concurrency only",
+        "B (runs/b) did not finish: incomplete: 7 of 8 requests run, 1 not run; only its recorded requests are paired",
+    ]
