@@ -83,3 +83,20 @@ def test_expect_off_names_every_active_server_and_the_fix():
         "http://b:2: active index_k_dtype=fp8 gate=auto launch=1@1.00 (server_info). Fix: restart it "
         "with SGLANG_DSV4_EXT=0, point the run at the stock stack, or pass --expect-extension on (or any)."
     )
+
+
+def test_servers_that_disagree_on_the_dtype_are_each_listed_with_theirs():
+    two_ranks = _active("http://b:2", "fp8")
+    two_ranks["label_sets"] = [
+        {"index_k_dtype": "fp8", "launch": "1@1.00"},
+        {"index_k_dtype": "bf16", "launch": "1@1.00"},
+    ]
+    unlabelled = _active("http://c:3", "fp8")
+    unlabelled["label_sets"] = [{"launch": "1@1.00"}]
+    reason = extension_check.refusal([_active("http://a:1", "bf16"), two_ranks, unlabelled], "on")
+    assert reason == (
+        "--expect-extension on: the servers disagree on index_k_dtype (http://a:1: bf16, http://b:2: bf16/fp8, "
+        "http://c:3: ?); prefill and decode must use the same index-K dtype or PD transfers are corrupted without an "
+        "error. Fix: start every server with the same SGLANG_DSV4_INDEX_K_DTYPE (`sglang-dsv4 serve` does so for a "
+        "whole stack), or pass --expect-extension any to only record the state."
+    )
