@@ -94,28 +94,18 @@ def test_targets_are_compared_with_the_installed_functions():
         _target("builtins.next", "(iterator)"),  # a builtin without a signature
         _target("os.path.no_such_function_either", ANY_SIGNATURE),
     ]
-    drifts = [(d.target, d.expected, d.actual, d.detail) for d in compat.check_targets(targets)]
-    assert drifts == [
-        ("os.path.join", "(a, b)", "(a, *p)", "signature differs"),
-        (
-            "os.path.no_such_function",
-            "(a)",
-            None,
-            "AttributeError: module 'posixpath' has no attribute 'no_such_function'",
-        ),
-        (
-            "builtins.next",
-            "(iterator)",
-            None,
-            "not inspectable: no signature found for builtin <built-in function next>",
-        ),
-        (
-            "os.path.no_such_function_either",
-            ANY_SIGNATURE,
-            None,
-            "AttributeError: module 'posixpath' has no attribute 'no_such_function_either'",
-        ),
+    drifts = compat.check_targets(targets)
+    assert [(d.target, d.expected, d.actual) for d in drifts] == [
+        ("os.path.join", "(a, b)", "(a, *p)"),
+        ("os.path.no_such_function", "(a)", None),
+        ("builtins.next", "(iterator)", None),
+        ("os.path.no_such_function_either", ANY_SIGNATURE, None),
     ]
+    details = [d.detail for d in drifts]
+    assert details[0] == "signature differs"
+    assert details[1] == f"AttributeError: module {os.path.__name__!r} has no attribute 'no_such_function'"
+    assert details[2].startswith("not inspectable: ")
+    assert details[3] == f"AttributeError: module {os.path.__name__!r} has no attribute 'no_such_function_either'"
 
 
 def test_the_installed_sglang_matches_its_releases_rows():
