@@ -1,6 +1,6 @@
 """repro/extension_check.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
 
-Finding a server's log in serve's log directory (the start header's ``--port`` in both spellings, a log
+The decision from the schedulers' records (no record, the inactive ranks named), finding a server's log in serve's log directory (the start header's ``--port`` in both spellings, a log
 with bytes that are not UTF-8, a URL without a port, the supervisor's and the router's logs left out) and
 the refusal of an active server by ``--expect-extension off``, called directly on the module's functions.
 Logs are written as `sglang-dsv4 serve` writes them: its start header (serving.supervise.start_header).
@@ -12,6 +12,7 @@ import io
 import os
 
 from sglang_dsv4_ext.repro import extension_check
+from sglang_dsv4_ext.repro.server_evidence import EXTENSION_GAUGE
 from sglang_dsv4_ext.serving.launch_plan import ChildSpec
 from sglang_dsv4_ext.serving.supervise import start_header
 
@@ -99,4 +100,55 @@ def test_servers_that_disagree_on_the_dtype_are_each_listed_with_theirs():
         "http://c:3: ?); prefill and decode must use the same index-K dtype or PD transfers are corrupted without an "
         "error. Fix: start every server with the same SGLANG_DSV4_INDEX_K_DTYPE (`sglang-dsv4 serve` does so for a "
         "whole stack), or pass --expect-extension any to only record the state."
+    )
+
+
+# ----- the decision from the schedulers' records -----
+def test_no_record_at_all_says_what_may_have_kept_the_extension_out():
+    state = extension_check._from_records("http://a:1", [None, None])
+    assert (state["state"], state["found"]) == (
+        extension_check.INACTIVE,
+        "its schedulers' /server_info has no sglang-dsv4-ext record (SGLANG_DSV4_EXT=0? SGLANG_PLUGINS without "
+        "sglang_dsv4_ext? an sglang-dsv4-ext 0.3.0 or older, without records?)",
+    )
+
+
+def test_each_inactive_rank_is_named_with_its_reason():
+    records = [None, {"active": False, "reason": "SGLANG_DSV4_EXT=0"}, {"active": False}]
+    state = extension_check._from_records("http://a:1", records)
+    assert state["found"] == (
+        "not active in every scheduler: DP rank 0: no record; DP rank 1: SGLANG_DSV4_EXT=0; DP rank 2: not active"
+    )
+
+
+def test_a_server_whose_ranks_report_two_dtypes_is_described_with_both():
+    state = _active("http://a:1", "fp8")
+    state["label_sets"] = [{"index_k_dtype": "fp8"}, {"index_k_dtype": "bf16"}]
+    assert extension_check.describe(state) == "active index_k_dtype=bf16/fp8 (server_info)"
+
+
+# ----- --expect-extension on -----
+def test_expect_on_lists_each_server_not_shown_active_with_its_notes_and_the_fixes_that_apply():
+    unknown = extension_check._state(
+        "http://a:1", extension_check.UNKNOWN, "its /server_info could not be read", notes=["n1", "n2"]
+    )
+    inactive = {"url": "http://b:2", "state": extension_check.INACTIVE, "found": "no record"}  # no notes recorded
+    reason = extension_check.refusal([unknown, inactive, _active("http://c:3", "bf16")], "on")
+    fix_unknown = extension_check._FIX_UNKNOWN.format(gauge=EXTENSION_GAUGE)
+    assert reason == (
+        "--expect-extension on: sglang-dsv4-ext is not shown active on every server, so the run would not measure "
+        "the extension. http://a:1: its /server_info could not be read (n1) (n2); http://b:2: no record. Fix: "
+        f"{fix_unknown}; {extension_check._FIX_INACTIVE}; {extension_check._FIX_ANY}."
+    )
+    assert EXTENSION_GAUGE in fix_unknown
+
+
+def test_expect_on_gives_only_the_fixes_for_what_was_found():
+    inactive = extension_check._state("http://b:2", extension_check.INACTIVE, "no record")
+    unknown = extension_check._state("http://a:1", extension_check.UNKNOWN, "unreadable")
+    only_inactive = extension_check.refusal([inactive], "on")
+    only_unknown = extension_check.refusal([unknown], "on")
+    assert only_inactive.endswith(f"Fix: {extension_check._FIX_INACTIVE}; {extension_check._FIX_ANY}.")
+    assert only_unknown.endswith(
+        f"Fix: {extension_check._FIX_UNKNOWN.format(gauge=EXTENSION_GAUGE)}; {extension_check._FIX_ANY}."
     )
