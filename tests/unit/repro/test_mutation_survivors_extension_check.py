@@ -1,8 +1,9 @@
 """repro/extension_check.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
 
-The decision from the schedulers' records (no record, the inactive ranks named), finding a server's log in serve's log directory (the start header's ``--port`` in both spellings, a log
-with bytes that are not UTF-8, a URL without a port, the supervisor's and the router's logs left out) and
-the refusal of an active server by ``--expect-extension off``, called directly on the module's functions.
+The decision from the schedulers' records (no record, each inactive rank named), finding a server's log in
+serve's log directory (the start header's ``--port`` in both spellings, a log with bytes that are not UTF-8, a
+URL without a port, the supervisor's and the router's logs left out) and the refusals of ``--expect-extension
+on`` and ``off`` (every server listed, the fixes that apply), called directly on the module's functions.
 Logs are written as `sglang-dsv4 serve` writes them: its start header (serving.supervise.start_header).
 """
 
