@@ -153,3 +153,37 @@ def test_expect_on_gives_only_the_fixes_for_what_was_found():
     assert only_unknown.endswith(
         f"Fix: {extension_check._FIX_UNKNOWN.format(gauge=EXTENSION_GAUGE)}; {extension_check._FIX_ANY}."
     )
+
+
+def _record(launch: str, **fields) -> dict:
+    from sglang_dsv4_ext.plugin.activation import EVIDENCE_FIELDS
+
+    return {"active": True, **{f: "x" for f in EVIDENCE_FIELDS}, "launch": launch, **fields}
+
+
+def test_each_decision_from_records_names_the_server_its_state_and_what_was_found():
+    from sglang_dsv4_ext.plugin.activation import EVIDENCE_FIELDS
+
+    decide = extension_check._from_records
+    inactive = decide("http://a:1", [{"active": False}])
+    assert (inactive["url"], inactive["state"]) == ("http://a:1", extension_check.INACTIVE)
+    partial = decide("http://a:1", [{"active": True}])
+    assert (partial["url"], partial["state"], partial["found"]) == (
+        "http://a:1",
+        extension_check.UNKNOWN,
+        f"a scheduler's record lacks some of {', '.join(EVIDENCE_FIELDS)} (or one is not a string)",
+    )
+    active = decide("http://a:1", [_record("7@1.00"), _record("7@1.00")])
+    assert (active["state"], active["found"]) == (
+        extension_check.ACTIVE,
+        "every scheduler reports active in launch 7@1.00",
+    )
+
+
+def test_schedulers_of_two_launches_are_unknown_naming_both():
+    state = extension_check._from_records("http://a:1", [_record("7@1.00"), _record("8@2.00")])
+    assert (state["url"], state["state"], state["found"]) == (
+        "http://a:1",
+        extension_check.UNKNOWN,
+        "its schedulers report several launches: 7@1.00, 8@2.00",
+    )
