@@ -187,3 +187,9 @@ def test_schedulers_of_two_launches_are_unknown_naming_both():
         extension_check.UNKNOWN,
         "its schedulers report several launches: 7@1.00, 8@2.00",
     )
+
+
+def test_a_log_directory_without_the_servers_log_says_so(tmp_path):
+    assert extension_check._log_note("http://127.0.0.1:30000", str(tmp_path), None) == (
+        f"no log in {tmp_path} starts a server on port 30000"
+    )
