@@ -3,7 +3,7 @@
 PYTHON ?= .venv/bin/python
 RUFF ?= $(PYTHON) -m ruff
 
-.PHONY: lint format test mutation gpu
+.PHONY: lint format test mutation mutmut gpu
 
 # ruff (rules and formatting) and mypy (the modules listed in pyproject.toml's [tool.mypy]).
 lint:
@@ -26,3 +26,18 @@ mutation:
 # The GPU tests (marked gpu), on a CUDA machine: tests/run_gpu_tests.sh.
 gpu:
 	bash tests/run_gpu_tests.sh
+
+# Machine mutation testing with mutmut (docs/mutation-testing.md); not in CI (minutes per module).
+# `make mutmut SET=evidence`, or `make mutmut MODULES="sglang_dsv4_ext/config.py" TESTS="tests/unit/cli"`.
+# One worker at the lowest priority; build/mutmut/SET/ keeps the mutants, the results and the log (run.log).
+SET ?=
+MODULES ?=
+TESTS ?=
+MUTMUT_WORKERS ?= 1
+MUTMUT_DIR = build/mutmut/$(or $(SET),custom)
+mutmut:
+	mkdir -p $(MUTMUT_DIR)
+	nice -n 19 $(PYTHON) -m tests.support.mutmut_run $(if $(SET),--set $(SET)) $(if $(MODULES),--modules $(MODULES)) \
+		$(if $(TESTS),--tests $(TESTS)) --workers $(MUTMUT_WORKERS) > $(MUTMUT_DIR)/run.log 2>&1 \
+		|| (tail -30 $(MUTMUT_DIR)/run.log; exit 1)
+	$(PYTHON) -m tests.support.mutmut_run --summary $(if $(SET),--set $(SET)) $(if $(MODULES),--modules $(MODULES))

@@ -1,0 +1,294 @@
+"""Machine mutation testing with mutmut over a chosen module set, the fast unit tests as the test command.
+
+Run from the repository root (``make mutmut``, docs/mutation-testing.md):
+
+    python -m tests.support.mutmut_run --set config
+    python -m tests.support.mutmut_run --set config --survivors   # after adding tests: the survivors again
+    python -m tests.support.mutmut_run --modules sglang_dsv4_ext/config.py --tests tests/unit/cli
+    python -m tests.support.mutmut_run --list
+
+mutmut copies the package into ``build/mutmut/SET/mutants/``, rewrites every function there into a
+dispatcher over its mutants, runs the chosen tests once to learn which tests reach which function,
+then runs, per mutant, only the tests that reach its function, in a process forked from the one that
+already imported SGLang (so a mutant costs its tests, not an SGLang import). A test that starts a
+fresh Python process runs the unmutated tree there: such cases stay in the hand-kept table
+(tests/support/mutation_pass.py), as do the two-release cases.
+
+The module sets below name the modules and the unit tests that exercise them. ``--modules`` and
+``--tests`` replace a set's. ``--summary`` prints the per-module counts of the last run. Exits 0 (a
+survivor is a finding to triage, not a failure of the run) and 2 on a bad argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglang_dsv4_ext.exit_codes import OK, USAGE
+
+ROOT = Path(__file__).resolve().parents[2]
+# One working directory per module set (links to the tree), so each set's mutants/ and results stay
+# beside each other: mutmut writes mutants/ in its working directory and puts back unmutated copies of
+# the files a run does not mutate.
+WORK_ROOT = ROOT / "build" / "mutmut"
+_LINKED = (
+    "sglang_dsv4_ext",
+    "tests",
+    "kernels_sm120",
+    "docs",
+    "serve",
+    "patches",
+    "benchmarks",
+    "pyproject.toml",
+    "README.md",
+    "CHANGELOG.md",
+    "Makefile",
+    "setup.py",
+    "MANIFEST.in",
+)
+
+
+@dataclass(frozen=True)
+class ModuleSet:
+    modules: tuple[str, ...]  # files relative to the repository root
+    tests: tuple[str, ...]  # pytest paths or node ids that exercise them
+
+
+_REPRO = "tests/unit/repro"
+_HOOKS = "tests/unit/hooks"
+MODULE_SETS: dict[str, ModuleSet] = {
+    "config": ModuleSet(
+        ("sglang_dsv4_ext/config.py",),
+        (
+            "tests/unit/cli/test_settings_rows.py",
+            "tests/unit/cli/test_bad_input_config.py",
+            "tests/unit/cli/test_mutation_survivors_config.py",
+            f"{_HOOKS}/test_evidence.py",
+        ),
+    ),
+    "extension_check": ModuleSet(
+        ("sglang_dsv4_ext/repro/extension_check.py",),
+        (f"{_REPRO}/test_expect_extension.py", f"{_REPRO}/test_mutation_survivors_extension_check.py"),
+    ),
+    "pairing": ModuleSet(
+        ("sglang_dsv4_ext/repro/pairing.py",),
+        (f"{_REPRO}/test_bad_input_compare.py", f"{_REPRO}/test_mutation_survivors_pairing.py"),
+    ),
+    "verdict": ModuleSet(
+        ("sglang_dsv4_ext/repro/verdict.py",),
+        (
+            f"{_REPRO}/test_verdict_table.py",
+            f"{_REPRO}/test_repro_units.py",
+            f"{_REPRO}/test_settings_table.py",
+            f"{_REPRO}/test_mutation_survivors_verdict.py",
+        ),
+    ),
+    "integrity": ModuleSet(
+        ("sglang_dsv4_ext/index_k/integrity.py",),
+        (
+            f"{_HOOKS}/test_integrity.py",
+            f"{_HOOKS}/test_integrity_counts.py",
+            f"{_HOOKS}/test_integrity_host_reuse.py",
+            f"{_HOOKS}/test_mutation_survivors_integrity.py",
+            # Reads the process's Prometheus counters as totals: it passes once per process, and mutmut runs the
+            # tests again in the process it forks each mutant from (every mutant would be "killed" by it).
+            f"--deselect={_HOOKS}/test_integrity_counts.py::test_every_loaded_page_is_counted_once_checked_or_why_not",
+        ),
+    ),
+    "compat": ModuleSet(
+        ("sglang_dsv4_ext/plugin/compat.py",),
+        (
+            f"{_HOOKS}/test_called_names.py",
+            f"{_HOOKS}/test_release_paths.py",
+            f"{_HOOKS}/test_hook_module_blocks.py",
+            f"{_HOOKS}/test_mutation_survivors_compat.py",
+        ),
+    ),
+    "capture": ModuleSet(
+        ("sglang_dsv4_ext/recall/capture_files.py", "sglang_dsv4_ext/index_k/capture_check.py"),
+        ("tests/unit/recall", f"{_HOOKS}/test_index_k_capture.py"),
+    ),
+    "runtime": ModuleSet(
+        (
+            "sglang_dsv4_ext/plugin/activation.py",
+            "sglang_dsv4_ext/plugin/launch_identity.py",
+            "sglang_dsv4_ext/hooks/*.py",
+            "sglang_dsv4_ext/hooks/gate/*.py",
+            "sglang_dsv4_ext/index_k/budget.py",
+            "sglang_dsv4_ext/index_k/capture.py",
+            "sglang_dsv4_ext/index_k/capture_format.py",
+            "sglang_dsv4_ext/index_k/dtype.py",
+            "sglang_dsv4_ext/index_k/pool_lifecycle.py",
+        ),
+        (_HOOKS,),
+    ),
+}
+
+_STATUS_BY_EXIT_CODE = {
+    None: "not run yet",
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    33: "no tests",
+    36: "timeout",
+    -24: "timeout",  # SIGXCPU: the CPU-time limit mutmut sets per mutant
+    -9: "timeout",  # SIGKILL: mutmut's second stop after SIGXCPU (or a mutant stopped by hand)
+}
+
+
+def _existing(paths: Sequence[str]) -> list[str]:
+    """Test paths of a set that this tree has (a set may name a file another branch adds); options kept."""
+    return [p for p in paths if p.startswith("-") or (ROOT / p.split("::")[0]).exists()]
+
+
+def work_dir(name: str) -> Path:
+    """The set's working directory under build/mutmut/, its links to the tree made where missing."""
+    directory = WORK_ROOT / name
+    directory.mkdir(parents=True, exist_ok=True)
+    for entry in _LINKED:
+        link = directory / entry
+        if not link.is_symlink() and (ROOT / entry).exists():
+            link.symlink_to(ROOT / entry)
+    return directory
+
+
+def _one_torch_thread() -> None:
+    """torch's CPU work on one thread, set before the tests run: mutmut forks each mutant's process from the one
+    that ran them, and a fork taken while torch's thread pool is up hangs at the child's first tensor operation."""
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+
+
+def _configure(modules: Sequence[str], tests: Sequence[str]) -> None:
+    """Point mutmut's configuration (pyproject's [tool.mutmut]) at this module set and test command."""
+    from mutmut import configuration
+
+    # The tests must import the package and tests/support from mutants/, not the tree this driver came from.
+    for name in [n for n in sys.modules if n.split(".")[0] in ("sglang_dsv4_ext", "tests")]:
+        del sys.modules[name]
+
+    base = configuration._load_config()
+    configuration._config = dataclasses.replace(
+        base, only_mutate=list(modules), pytest_add_cli_args_test_selection=list(tests)
+    )
+
+
+def survivors_by_module(name: str) -> dict[str, Counter[str]]:
+    """Status counts per mutated module of one set's run, read from mutmut's ``mutants/<module>.meta`` files."""
+    mutants = WORK_ROOT / name / "mutants"
+    counts: dict[str, Counter[str]] = {}
+    for meta in sorted(mutants.rglob("*.py.meta")):
+        data = json.loads(meta.read_text())
+        module = str(meta.relative_to(mutants))[: -len(".meta")]
+        counts[module] = Counter(
+            _STATUS_BY_EXIT_CODE.get(code, "suspicious") for code in data["exit_code_by_key"].values()
+        )
+    return counts
+
+
+def surviving_mutants(name: str) -> list[str]:
+    """The names of the mutants that survived one set's last run."""
+    names = []
+    for meta in sorted((WORK_ROOT / name / "mutants").rglob("*.py.meta")):
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        names += [key for key, code in codes.items() if _STATUS_BY_EXIT_CODE.get(code) == "survived"]
+    return names
+
+
+def _print_summary(name: str, modules: Sequence[str]) -> None:
+    import fnmatch
+
+    for module, counts in survivors_by_module(name).items():
+        if not any(fnmatch.fnmatch(module, pattern) for pattern in modules):
+            continue
+        total = sum(counts.values())
+        detail = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        print(f"  {module}: {total} mutants: {detail}")
+    print(
+        f"list the survivors: cd {WORK_ROOT / name} && python -m mutmut results; show one: python -m mutmut show NAME"
+    )
+
+
+def _at_least_one(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid; allowed values: a whole number >= 1")
+    return int(text)
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.support.mutmut_run", description=__doc__.splitlines()[0])
+    parser.add_argument("--set", choices=sorted(MODULE_SETS), help="a named module set with its tests")
+    parser.add_argument("--modules", nargs="+", help="files (or globs) to mutate, relative to the repository root")
+    parser.add_argument("--tests", nargs="+", help="pytest paths that exercise them (the test command)")
+    parser.add_argument("--workers", type=_at_least_one, default=1, help="mutants run at once (default 1)")
+    parser.add_argument("--list", action="store_true", help="print the module sets and exit")
+    parser.add_argument("--summary", action="store_true", help="print the counts of the last run and exit")
+    parser.add_argument(
+        "--survivors", action="store_true", help="run again only the mutants that survived the set's last run"
+    )
+    return parser.parse_args(argv)
+
+
+def _chosen(args: argparse.Namespace) -> tuple[list[str], list[str]] | str:
+    """The modules and tests to run, or the reason the arguments name none."""
+    chosen = MODULE_SETS[args.set] if args.set else ModuleSet((), ())
+    modules = list(args.modules or chosen.modules)
+    tests = _existing(args.tests or chosen.tests)
+    if not modules:
+        return f"name a module set (--set, one of: {', '.join(sorted(MODULE_SETS))}) or --modules"
+    if not tests:
+        return "no test path exists: name the unit tests that exercise the modules with --tests"
+    missing = [m for m in modules if "*" not in m and not (ROOT / m).is_file()]
+    if missing:
+        return f"--modules names no file: {', '.join(missing)}"
+    return modules, tests
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.list:
+        for name, module_set in MODULE_SETS.items():
+            print(f"{name}: {' '.join(module_set.modules)}\n    tests: {' '.join(module_set.tests)}")
+        return OK
+    name = args.set or "custom"
+    if args.summary:
+        _print_summary(name, args.modules or (MODULE_SETS[args.set].modules if args.set else ["*"]))
+        return OK
+    chosen = _chosen(args)
+    if isinstance(chosen, str):
+        print(f"mutmut_run: {chosen}", file=sys.stderr)
+        return USAGE
+    modules, tests = chosen
+    if importlib.util.find_spec("mutmut") is None:
+        print("mutmut_run: mutmut is not installed: pip install -e '.[test]' (it pins mutmut)", file=sys.stderr)
+        return USAGE
+    os.chdir(work_dir(name))
+    _one_torch_thread()
+    _configure(modules, tests)
+    from mutmut.__main__ import _run
+
+    survivors = surviving_mutants(name) if args.survivors else []
+    if args.survivors and not survivors:
+        print(f"mutmut_run: no survivor recorded under {WORK_ROOT / name}: run the set first", file=sys.stderr)
+        return USAGE
+    start = time.monotonic()
+    _run(survivors, max_children=args.workers)
+    print(f"\nmutmut ran {len(modules)} module pattern(s) in {time.monotonic() - start:.0f} s")
+    return OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""repro/extension_check.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
+
+The decision from the schedulers' records (no record, each inactive rank named), finding a server's log in
+serve's log directory (the start header's ``--port`` in both spellings, a log with bytes that are not UTF-8, a
+URL without a port, the supervisor's and the router's logs left out) and the refusals of ``--expect-extension
+on`` and ``off`` (every server listed, the fixes that apply), called directly on the module's functions.
+Logs are written as `sglang-dsv4 serve` writes them: its start header (serving.supervise.start_header).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+from sglang_dsv4_ext.repro import extension_check
+from sglang_dsv4_ext.repro.server_evidence import EXTENSION_GAUGE
+from sglang_dsv4_ext.serving.launch_plan import ChildSpec
+from sglang_dsv4_ext.serving.supervise import start_header
+
+
+def _header(args: list[str], module: str = "sglang.launch_server") -> str:
+    spec = ChildSpec(name="x", role="prefill", python="python", module=module, args=args, env={}, health_url=None)
+    return start_header(spec)
+
+
+def _write(log_dir, name: str, text: str | bytes) -> str:
+    path = os.path.join(log_dir, name)
+    with open(path, "wb") as f:
+        f.write(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+# ----- a flag's value in a start command -----
+def test_a_flag_is_read_in_both_spellings_and_keeps_an_equals_sign_in_its_value():
+    assert extension_check._flag_value(["--port", "30000"], "--port") == "30000"
+    assert extension_check._flag_value(["--port=30000"], "--port") == "30000"
+    assert extension_check._flag_value(["--opt=a=b"], "--opt") == "a=b"
+
+
+def test_a_flag_last_with_no_value_has_none():
+    assert extension_check._flag_value(["--model-path", "m", "--port"], "--port") is None
+
+
+# ----- the last start recorded in a log -----
+def test_the_last_start_is_read_past_bytes_that_are_not_utf8(tmp_path):
+    text = (
+        _header(["--port", "1"]).encode() + b"\xff\xfe garbage\n" + _header(["--port", "2", "--tag", "nameX"]).encode()
+    )
+    path = _write(tmp_path, "prefill.log", text)
+    assert extension_check._last_start_command(path)[-4:] == ["--port", "2", "--tag", "nameX"]
+
+
+def test_a_log_without_a_start_has_no_command_and_reads_nothing_else(tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("--port 1\n"))  # shlex.split(None) would read it
+    path = _write(tmp_path, "prefill.log", "[2026-12-01 12:00:00] no header here\n")
+    assert extension_check._last_start_command(path) == []
+
+
+# ----- which logs serve a URL's port -----
+def test_a_url_without_a_port_is_its_schemes_default_port(tmp_path):
+    assert extension_check._url_port("https://node") == 443
+    path = _write(tmp_path, "prefill.log", _header(["--host", "node", "--port", "80"]))
+    assert extension_check.server_logs(str(tmp_path), "http://node") == [path]
+
+
+def test_the_supervisor_log_and_a_router_log_on_the_port_are_left_out(tmp_path):
+    server = _write(tmp_path, "prefill.log", _header(["--port", "30000"]))
+    _write(tmp_path, "serve.log", _header(["--port", "30000"]))
+    _write(tmp_path, "router.log", _header(["--port", "30000"], module="sglang_router.launch_router"))
+    assert extension_check.server_logs(str(tmp_path), "http://127.0.0.1:30000") == [server]
+
+
+# ----- --expect-extension off -----
+def _active(url: str, dtype: str) -> dict[str, object]:
+    labels = [{"index_k_dtype": dtype, "gate": "auto", "launch": "1@1.00"}]
+    return extension_check._state(url, extension_check.ACTIVE, "every scheduler reports active", labels)
+
+
+def test_expect_off_names_every_active_server_and_the_fix():
+    states = [_active("http://a:1", "bf16"), _active("http://b:2", "fp8")]
+    reason = extension_check.refusal(states, "off")
+    assert reason == (
+        "--expect-extension off (a stock baseline): sglang-dsv4-ext is active on "
+        "http://a:1: active index_k_dtype=bf16 gate=auto launch=1@1.00 (server_info); "
+        "http://b:2: active index_k_dtype=fp8 gate=auto launch=1@1.00 (server_info). Fix: restart it "
+        "with SGLANG_DSV4_EXT=0, point the run at the stock stack, or pass --expect-extension on (or any)."
+    )
+
+
+def test_servers_that_disagree_on_the_dtype_are_each_listed_with_theirs():
+    two_ranks = _active("http://b:2", "fp8")
+    two_ranks["label_sets"] = [
+        {"index_k_dtype": "fp8", "launch": "1@1.00"},
+        {"index_k_dtype": "bf16", "launch": "1@1.00"},
+    ]
+    unlabelled = _active("http://c:3", "fp8")
+    unlabelled["label_sets"] = [{"launch": "1@1.00"}]
+    reason = extension_check.refusal([_active("http://a:1", "bf16"), two_ranks, unlabelled], "on")
+    assert reason == (
+        "--expect-extension on: the servers disagree on index_k_dtype (http://a:1: bf16, http://b:2: bf16/fp8, "
+        "http://c:3: ?); prefill and decode must use the same index-K dtype or PD transfers are corrupted without an "
+        "error. Fix: start every server with the same SGLANG_DSV4_INDEX_K_DTYPE (`sglang-dsv4 serve` does so for a "
+        "whole stack), or pass --expect-extension any to only record the state."
+    )
+
+
+# ----- the decision from the schedulers' records -----
+def test_no_record_at_all_says_what_may_have_kept_the_extension_out():
+    state = extension_check._from_records("http://a:1", [None, None])
+    assert (state["state"], state["found"]) == (
+        extension_check.INACTIVE,
+        "its schedulers' /server_info has no sglang-dsv4-ext record (SGLANG_DSV4_EXT=0? SGLANG_PLUGINS without "
+        "sglang_dsv4_ext? an sglang-dsv4-ext 0.3.0 or older, without records?)",
+    )
+
+
+def test_each_inactive_rank_is_named_with_its_reason():
+    records = [None, {"active": False, "reason": "SGLANG_DSV4_EXT=0"}, {"active": False}]
+    state = extension_check._from_records("http://a:1", records)
+    assert state["found"] == (
+        "not active in every scheduler: DP rank 0: no record; DP rank 1: SGLANG_DSV4_EXT=0; DP rank 2: not active"
+    )
+
+
+def test_a_server_whose_ranks_report_two_dtypes_is_described_with_both():
+    state = _active("http://a:1", "fp8")
+    state["label_sets"] = [{"index_k_dtype": "fp8"}, {"index_k_dtype": "bf16"}]
+    assert extension_check.describe(state) == "active index_k_dtype=bf16/fp8 (server_info)"
+
+
+# ----- --expect-extension on -----
+def test_expect_on_lists_each_server_not_shown_active_with_its_notes_and_the_fixes_that_apply():
+    unknown = extension_check._state(
+        "http://a:1", extension_check.UNKNOWN, "its /server_info could not be read", notes=["n1", "n2"]
+    )
+    inactive = {"url": "http://b:2", "state": extension_check.INACTIVE, "found": "no record"}  # no notes recorded
+    reason = extension_check.refusal([unknown, inactive, _active("http://c:3", "bf16")], "on")
+    fix_unknown = extension_check._FIX_UNKNOWN.format(gauge=EXTENSION_GAUGE)
+    assert reason == (
+        "--expect-extension on: sglang-dsv4-ext is not shown active on every server, so the run would not measure "
+        "the extension. http://a:1: its /server_info could not be read (n1) (n2); http://b:2: no record. Fix: "
+        f"{fix_unknown}; {extension_check._FIX_INACTIVE}; {extension_check._FIX_ANY}."
+    )
+    assert EXTENSION_GAUGE in fix_unknown
+
+
+def test_expect_on_gives_only_the_fixes_for_what_was_found():
+    inactive = extension_check._state("http://b:2", extension_check.INACTIVE, "no record")
+    unknown = extension_check._state("http://a:1", extension_check.UNKNOWN, "unreadable")
+    only_inactive = extension_check.refusal([inactive], "on")
+    only_unknown = extension_check.refusal([unknown], "on")
+    assert only_inactive.endswith(f"Fix: {extension_check._FIX_INACTIVE}; {extension_check._FIX_ANY}.")
+    assert only_unknown.endswith(
+        f"Fix: {extension_check._FIX_UNKNOWN.format(gauge=EXTENSION_GAUGE)}; {extension_check._FIX_ANY}."
+    )
+
+
+def _record(launch: str, **fields) -> dict:
+    from sglang_dsv4_ext.plugin.activation import EVIDENCE_FIELDS
+
+    return {"active": True, **{f: "x" for f in EVIDENCE_FIELDS}, "launch": launch, **fields}
+
+
+def test_each_decision_from_records_names_the_server_its_state_and_what_was_found():
+    from sglang_dsv4_ext.plugin.activation import EVIDENCE_FIELDS
+
+    decide = extension_check._from_records
+    inactive = decide("http://a:1", [{"active": False}])
+    assert (inactive["url"], inactive["state"]) == ("http://a:1", extension_check.INACTIVE)
+    partial = decide("http://a:1", [{"active": True}])
+    assert (partial["url"], partial["state"], partial["found"]) == (
+        "http://a:1",
+        extension_check.UNKNOWN,
+        f"a scheduler's record lacks some of {', '.join(EVIDENCE_FIELDS)} (or one is not a string)",
+    )
+    active = decide("http://a:1", [_record("7@1.00"), _record("7@1.00")])
+    assert (active["state"], active["found"]) == (
+        extension_check.ACTIVE,
+        "every scheduler reports active in launch 7@1.00",
+    )
+
+
+def test_schedulers_of_two_launches_are_unknown_naming_both():
+    state = extension_check._from_records("http://a:1", [_record("7@1.00"), _record("8@2.00")])
+    assert (state["url"], state["state"], state["found"]) == (
+        "http://a:1",
+        extension_check.UNKNOWN,
+        "its schedulers report several launches: 7@1.00, 8@2.00",
+    )
+
+
+def test_a_log_directory_without_the_servers_log_says_so(tmp_path):
+    assert extension_check._log_note("http://127.0.0.1:30000", str(tmp_path), None) == (
+        f"no log in {tmp_path} starts a server on port 30000"
+    )

@@ -1,0 +1,107 @@
+"""repro/pairing.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
+
+How a differing setting is written in the refusal and in every output's warning (an unset value, a
+list, a string quoted as JSON, a number, a switch as given or not), a recorded object compared whatever
+its key order, and requests run at another concurrency counted with the first one named.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_dsv4_ext.errors import PairingError
+from sglang_dsv4_ext.repro import pairing
+from sglang_dsv4_ext.repro.settings import SHAPE_SETTINGS
+
+
+def _run(path: str, **config) -> pairing.LoadedRun:
+    base = {s.name: s.default for s in SHAPE_SETTINGS}
+    base.update(concurrency=[8], repetition={"min_repeats": 8})  # as summary.json records them (JSON)
+    return pairing.LoadedRun(path, {"config": {**base, **config}}, {})
+
+
+def test_each_kind_of_value_is_written_as_the_operator_reads_it(tmp_path):
+    a = _run(str(tmp_path / "a"), thinking=None, concurrency=[8], seed=0, stream=False, repetition={"min_repeats": 8})
+    b = _run(
+        str(tmp_path / "b"), thinking="on", concurrency=[8, 16], seed=1, stream=True, repetition={"min_repeats": 9}
+    )
+    differ, _ = pairing.setting_differences(a, b)
+    assert differ == {
+        "--thinking": 'A unset, B "on"',
+        "--concurrency": "A 8, B 8,16",
+        "--seed": "A 0, B 1",
+        "--stream": "A not given, B given",
+        "--repetition": 'A {"min_repeats": 8}, B {"min_repeats": 9}',
+    }
+
+
+def test_a_setting_recorded_with_its_keys_in_another_order_is_the_same(tmp_path):
+    a = _run(str(tmp_path / "a"), extra_body={"top_k": 1, "min_p": 0.1})
+    b = _run(str(tmp_path / "b"), extra_body={"min_p": 0.1, "top_k": 1})
+    assert pairing.setting_differences(a, b) == ({}, [])
+
+
+def test_requests_at_another_concurrency_are_counted_and_the_first_one_shown(tmp_path):
+    a, b = _run(str(tmp_path / "a")), _run(str(tmp_path / "b"))
+    a.records = {"0/1/0/0": {"concurrency": 8}, "0/0/0/0": {"concurrency": 8}, "0/2/0/0": {"concurrency": 8}}
+    b.records = {"0/1/0/0": {"concurrency": 16}, "0/0/0/0": {"concurrency": 32}, "0/2/0/0": {"concurrency": 8}}
+    differ, _ = pairing.setting_differences(a, b)
+    assert differ == {
+        "--concurrency": "2 of 3 paired requests ran at another concurrency (first 0/0/0/0: A 8, B 32)",
+    }
+
+
+def test_the_refusal_lists_every_differing_setting_and_says_how_to_pair_the_runs():
+    with pytest.raises(PairingError) as err:
+        pairing.refuse_different_settings({"--seed": "A 0, B 1", "--stream": "A not given, B given"})
+    assert str(err.value) == (
+        "the runs differ in settings that decide the workload or its verdicts (--seed: A 0, B 1; --stream: A not "
+        "given, B given), so their shared requests are not a paired comparison. Re-run B with A's re-run command "
+        "(summary.json rerun_command), or pass --allow-different-settings to compare the shared requests anyway "
+        "(the output then says so at the top)"
+    )
+
+
+@pytest.mark.parametrize(
+    "summary, why",
+    [
+        ({}, "no summary.json (killed before writing it?): cannot tell how many requests were planned"),
+        ({"label": "a"}, "its summary.json has no request counts: cannot tell whether it finished"),
+        (
+            {"requests_planned": 8, "requests_done": 3, "not_run": 5, "interrupted": True, "interrupted_by": "SIGTERM"},
+            "interrupted by SIGTERM: 3 of 8 requests run, 5 not run",
+        ),
+        (
+            {"requests_planned": 8, "requests_done": 3, "not_run": 5, "interrupted": True},
+            "interrupted by a signal: 3 of 8 requests run, 5 not run",
+        ),
+        (
+            {"requests_planned": 8, "requests_done": 6, "not_run": 2, "stopped_by_time_limit": True},
+            "stopped at its time limit: 6 of 8 requests run, 2 not run",
+        ),
+        (
+            {"requests_planned": 8, "requests_done": 1, "not_run": 7, "aborted_by": "--fail-fast"},
+            "aborted by --fail-fast: 1 of 8 requests run, 7 not run",
+        ),
+        ({"requests_planned": 8, "requests_done": 7, "not_run": 1}, "incomplete: 7 of 8 requests run, 1 not run"),
+        ({"requests_planned": 8, "requests_done": 8, "not_run": 0}, ""),
+    ],
+)
+def test_how_a_run_did_not_finish_is_said(summary, why):
+    assert pairing.incomplete(summary) == why
+
+
+def test_every_output_warns_first_of_differing_unchecked_settings_and_an_unfinished_run():
+    result = {
+        "settings_differ": {"--seed": "A 0, B 1"},
+        "settings_unchecked": ["--temperature not recorded in both summaries"],
+        "a": {"run": "runs/a", "incomplete": ""},
+        "b": {"run": "runs/b", "incomplete": "incomplete: 7 of 8 requests run, 1 not run"},
+    }
+    assert pairing.warnings(result) == [
+        "the runs differ in settings that decide the workload or its verdicts (--seed: A 0, B 1); compared anyway "
+        "(--allow-different-settings): a difference may be the settings, not the stacks",
+        "cannot check that the runs had the same settings: --temperature not recorded in both summaries; pairs are "
+        "checked on prompt hash and concurrency only",
+        "B (runs/b) did not finish: incomplete: 7 of 8 requests run, 1 not run; only its recorded requests are paired",
+    ]
