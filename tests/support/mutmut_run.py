@@ -273,7 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE
     modules, tests = chosen
     if importlib.util.find_spec("mutmut") is None:
-        print("mutmut_run: mutmut is not installed: pip install -e '.[test,mutation]' (the mutation extra pins mutmut)", file=sys.stderr)
+        print(
+            "mutmut_run: mutmut is not installed: pip install -e '.[test,mutation]' (the mutation extra pins mutmut)",
+            file=sys.stderr,
+        )
         return USAGE
     os.chdir(work_dir(name))
     _one_torch_thread()
