@@ -83,7 +83,7 @@ from .dispatch import (
     scatter_index_k_bf16,
     store_index_k_bf16,
 )
-from .paged_mqa_logits_fp4 import paged_mqa_logits_fp4
+from .paged_logits_fp4 import paged_mqa_logits_fp4
 
 __all__ = [
     "CONFIGS",

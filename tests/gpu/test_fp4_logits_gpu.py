@@ -68,9 +68,7 @@ def test_fp4_kernel_reads_sglang_bytes(dev, lens):
     seq = torch.tensor(lens, dtype=torch.int32, device=dev)
     max_len = max(lens) + 17
     out = torch.full((len(lens), max_len), float("nan"), device=dev)
-    paged_mqa_logits_fp4.paged_mqa_logits_fp4(
-        q_fp4, q_sf, cache.view(-1, 64, 1, 68), w, seq.unsqueeze(-1), pt, max_len, out=out
-    )
+    paged_mqa_logits_fp4(q_fp4, q_sf, cache.view(-1, 64, 1, 68), w, seq.unsqueeze(-1), pt, max_len, out=out)
     ref = R.paged_mqa_logits_reference(q_values, sglang_dequant(cache), w, seq, pt, max_len)
     mask = torch.arange(max_len, device=dev)[None, :] < seq.long()[:, None]
     assert torch.isnan(out[~mask]).all(), "columns past each row's length are not written"

@@ -1,4 +1,4 @@
-"""The fp4 paged MQA logits kernel (``kernels_sm120.paged_mqa_logits_fp4``) on CPU.
+"""The fp4 paged MQA logits kernel (``kernels_sm120.paged_mqa_logits_fp4``, module ``paged_logits_fp4``) on CPU.
 
 Our Triton kernel runs through Triton's interpreter (tests/support/triton_interpreter.py; nothing of
 it stubbed) over SGLang's fp4 index-K pool exactly as stored (uint8 [num_pages, 64, 1, 68]: per
@@ -14,7 +14,7 @@ import types
 import pytest
 import torch
 
-from kernels_sm120 import _triton_helpers, paged_mqa_logits, paged_mqa_logits_fp4
+from kernels_sm120 import _triton_helpers, paged_logits_fp4, paged_mqa_logits
 from kernels_sm120 import reference as R
 from sglang_dsv4_ext.recall import formats
 from tests.support.triton_interpreter import interpreted_kernels
@@ -24,7 +24,7 @@ HEADS = 16  # any power of two >= 16; DeepSeek-V4 has 64 (the GPU tests use 64)
 
 @pytest.fixture
 def interp():
-    with interpreted_kernels(_triton_helpers, paged_mqa_logits, paged_mqa_logits_fp4):
+    with interpreted_kernels(_triton_helpers, paged_mqa_logits, paged_logits_fp4):
         yield
 
 
@@ -91,7 +91,7 @@ def test_fp4_kernel_matches_float64(interp, gen):
     q_fp4, q_sf = R.fp4_q(qc, qe)
     pages = R.fp4_index_k_pages(kc, ke)
     out = torch.full((len(lens), max_len), float("nan"))
-    paged_mqa_logits_fp4.paged_mqa_logits_fp4(
+    paged_logits_fp4.paged_mqa_logits_fp4(
         q_fp4, q_sf, pages, w, seq_lens.unsqueeze(-1), pt, max_len, out=out, target_programs=16, max_chunk=128
     )
     ref = R.paged_mqa_logits_reference(formats.fp4_dequantize(qc, qe), sglang_dequant(pages), w, seq_lens, pt, max_len)
@@ -116,7 +116,7 @@ def test_fp4_kernel_is_exact_where_fp32_sums_are(interp, gen):
     seq_lens = torch.tensor(lens, dtype=torch.int32)
     q_fp4, q_sf = R.fp4_q(qc, qe)
     k_pages = R.fp4_index_k_pages(kc, ke)
-    out = paged_mqa_logits_fp4.paged_mqa_logits_fp4(q_fp4, q_sf, k_pages, w, seq_lens, pt, max_len, target_programs=8)
+    out = paged_logits_fp4.paged_mqa_logits_fp4(q_fp4, q_sf, k_pages, w, seq_lens, pt, max_len, target_programs=8)
     ref = R.paged_mqa_logits_reference(R.fp4_values(qc, qe), sglang_dequant(k_pages), w, seq_lens, pt, max_len)
     mask = written(seq_lens, max_len)
     assert torch.equal(out.double()[mask], ref[mask])
@@ -145,4 +145,4 @@ def test_fp4_launcher_names_the_bad_argument(gen, change, message):
     )
     change(args)
     with pytest.raises((TypeError, ValueError), match=message):
-        paged_mqa_logits_fp4.paged_mqa_logits_fp4(**args)
+        paged_logits_fp4.paged_mqa_logits_fp4(**args)
