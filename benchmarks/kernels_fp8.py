@@ -82,15 +82,12 @@ def shapes() -> list[tuple[str, int, list[int]]]:
 # H200 calls of kernels.py (kernels_sm120/NOTES.md) and one register gather.
 GATHER_TILING_INDEXES = (0, 1, 2, 5)
 PREFILL = ("prefill 2048 rows x <=8K, shared pages", 2048, None)  # causal lengths, one request's pages
-SWEEP_SHAPES = (  # the small shapes where ours was slower than TileLang, and two past 64 MB
+SWEEP_SHAPES = (  # the few-row shapes (the few-row tilings), where ours was slower than TileLang
     (1, [2048]),
     (1, [8192]),
     (1, [65536]),
     (8, [8192] * 8),
     (8, [32768] * 8),
-    (64, [4096] * 64),
-    (64, [65536] * 64),
-    (128, [65536] * 128),
 )
 
 
@@ -99,35 +96,27 @@ def sweep_tilings():
     from kernels_sm120 import dispatch
 
     L = dispatch.LogitsConfig
-    # The current few-row tilings first, then shorter parts (one or two tiles per program), fewer
-    # pipeline stages (a shorter prologue) and no batch-wide balance: at one to eight rows a part is a
-    # few tiles, so the call is a chain of dependent loads (length, page ids, keys), not bandwidth.
+    # fp8: the few-row tiling (64-key parts, three stages) and the one before it; bf16: its few-row
+    # tiling and shorter parts with more programs (the first sweep's bf16 winner at 1 x 2K and 1 x 8K,
+    # "grid bn64 s2 pps8 min64", lost at 1 x 64K and 8 x 8K: two or four stages are kept here).
     return {
-        "mma: grid bn64 s4 busy4 min128 (fp8 few rows)": L(
-            64, 4, 4, programs_per_sm=4, max_chunk=8192, min_chunk=128, page_block=64, busy_per_sm=4, fp8_mma=True
-        ),
-        "mma: items bn64 s4 busy4 min128 (fp8 decode)": L(
-            64, 4, 4, min_chunk=128, page_block=64, busy_per_sm=4, item_grid=True, fp8_mma=True
-        ),
-        "mma: grid bn64 s2 pps8 min64": L(
-            64, 4, 2, programs_per_sm=8, max_chunk=8192, min_chunk=64, page_block=64, fp8_mma=True
-        ),
-        "mma: grid bn32 s2 pps8 min32": L(
-            32, 4, 2, programs_per_sm=8, max_chunk=8192, min_chunk=32, page_block=64, fp8_mma=True
-        ),
-        "mma: grid bn64 s3 pps4 min64 busy4": L(
+        "mma: grid bn64 s3 pps4 min64 busy4 (fp8 few rows)": L(
             64, 4, 3, programs_per_sm=4, max_chunk=8192, min_chunk=64, page_block=64, busy_per_sm=4, fp8_mma=True
         ),
-        "mma: grid bn64 w2 s2 pps8 min64 pb0": L(
-            64, 2, 2, programs_per_sm=8, max_chunk=8192, min_chunk=64, fp8_mma=True
+        "mma: grid bn64 s4 pps4 min128 busy4 (before)": L(
+            64, 4, 4, programs_per_sm=4, max_chunk=8192, min_chunk=128, page_block=64, busy_per_sm=4, fp8_mma=True
         ),
         "widen: grid bn64 s4 pps2 busy2 min256 (bf16 few rows)": L(
             64, 4, 4, programs_per_sm=2, max_chunk=8192, min_chunk=256, page_block=64, busy_per_sm=2
         ),
-        "widen: grid bn64 s2 pps8 min64": L(64, 4, 2, programs_per_sm=8, max_chunk=8192, min_chunk=64, page_block=64),
-        "widen: grid bn32 s2 pps8 min32": L(32, 4, 2, programs_per_sm=8, max_chunk=8192, min_chunk=32, page_block=64),
-        "widen: grid bn64 s3 pps4 min64 busy4": L(
-            64, 4, 3, programs_per_sm=4, max_chunk=8192, min_chunk=64, page_block=64, busy_per_sm=4
+        "widen: grid bn64 s4 pps4 min64 busy4": L(
+            64, 4, 4, programs_per_sm=4, max_chunk=8192, min_chunk=64, page_block=64, busy_per_sm=4
+        ),
+        "widen: grid bn64 s4 pps2 min64 busy2": L(
+            64, 4, 4, programs_per_sm=2, max_chunk=8192, min_chunk=64, page_block=64, busy_per_sm=2
+        ),
+        "widen: grid bn64 s4 pps4 min128 busy4": L(
+            64, 4, 4, programs_per_sm=4, max_chunk=8192, min_chunk=128, page_block=64, busy_per_sm=4
         ),
     }
 
@@ -492,6 +481,38 @@ def goals(rows: list[dict[str, object]]) -> list[str]:
     return out
 
 
+def few_row_timings(dev) -> list[dict[str, object]]:
+    """Ours only (no SGLang, no TileLang): fp8 at its default tiling, bf16 and fp4 at the few-row
+    shapes and two past 64 MB, on the same rotated sets as ``time_shape``."""
+    import torch
+
+    from benchmarks.timing import bench, n_sets
+    from kernels_sm120 import dispatch
+
+    out = []
+    for label, rows, lens in [uniform(1, 2048), uniform(1, 8192), uniform(1, 65536), uniform(8, 8192)] + [
+        uniform(8, 32768),
+        uniform(64, 65536),
+        uniform(128, 65536),
+    ]:
+        key_bytes = sum(lens) * FP8_KEY_BYTES
+        nset = n_sets(key_bytes + rows * 64 * 128, cap=8)
+        sets = [fp8_set(torch, rows, lens, WIDE // 64, dev) for _ in range(nset)]
+        r: dict[str, object] = dict(shape=label, rows=rows, keys=sum(lens), fp8_key_bytes=key_bytes, sets=nset)
+        r["ours_fp8_ms"] = bench(
+            lambda i, sets=sets: dispatch.paged_mqa_logits_fp8(
+                sets[i]["q"], sets[i]["kv"], sets[i]["w"], sets[i]["seq"], sets[i]["table"], WIDE, out=sets[i]["out"]
+            ),
+            nset,
+        )
+        r["ours_fp4_ms"] = _time_fp4(torch, sets, WIDE, dev)
+        sets.clear()
+        torch.cuda.empty_cache()
+        log(f"  few-row timing {label}: fp8 {r['ours_fp8_ms'] * 1e3:.2f} us, fp4 {r['ours_fp4_ms'] * 1e3:.2f} us")
+        out.append(r)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.kernels_fp8",
@@ -500,12 +521,21 @@ def main(argv=None) -> int:
     )
     p.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
     p.add_argument("--no-sweep", action="store_true")
+    p.add_argument("--ours-only", action="store_true", help="ours at few-row shapes, the sweep (no SGLang, TileLang)")
     args = p.parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():
         print("benchmarks.kernels_fp8 needs a CUDA GPU (run it on the lent H200)", file=sys.stderr)
         return 2
+    if args.ours_only:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        dev = torch.device("cuda")
+        result = dict(device=torch.cuda.get_device_properties(dev).name, rows=few_row_timings(dev))
+        if not args.no_sweep:
+            result["sweep"] = run_sweep(dev)
+        (Path(args.out) / "kernels_fp8_ours.json").write_text(json.dumps(result, indent=1, default=str))
+        return 0
     from benchmarks import kernels_stock
     from benchmarks.sglang_gpu import bootstrap
     from benchmarks.timing import measure_copy_bandwidth

@@ -17,8 +17,10 @@ Layouts, as SGLang 0.5.23 stores and passes them
   bytes of the head's four 32-value groups, group g in byte g (little-endian).
 * weights ``[R, H]`` fp32 (``forward_c4_indexer`` casts them), no scale folded in for q.
 
-Arithmetic: every value is decoded exactly (e2m1 times a power of two is a bf16 value), so the
-products on bf16 tensor cores (mma.sync on SM80/SM120) are exact and only the fp32 sums round.
+Arithmetic: every value is decoded exactly (e2m1 times a power of two is a bf16 value, built as
+bits: no float arithmetic per value), so the products on bf16 tensor cores (mma.sync on SM80/SM120)
+are exact and only the fp32 sums round. Exponent bytes must be 2..252 (SGLang's quantizers floor
+amax at 1e-4 and write 111 or more); outside that range the values are not SGLang's.
 The key axis is split into equal parts of whole tiles (``_part_bounds`` of the bf16/fp8 kernel),
 one program per (row, part); the output contract is the bf16 kernel's: columns at or past a
 row's length are not written (see ``paged_mqa_logits``).
@@ -39,32 +41,30 @@ BLOCK_N, NUM_WARPS, NUM_STAGES = 64, 4, 2
 
 
 @triton.jit
-def e2m1_value(code):
-    """The e2m1 value of a 4-bit code (bit 3 the sign, bits 2..1 the exponent, bit 0 the
-    mantissa): 0, 0.5, 1, 1.5, 2, 3, 4, 6 (SGLang's ``DSV4_DEQUANT_FP4_TABLE``), exact."""
-    e = (code >> 1) & 3
-    m = (code & 1).to(tl.float32)
-    normal = (2.0 + m) * (1 << tl.maximum(e, 1)).to(tl.float32) * 0.25  # (1 + m/2) * 2^(e-1)
-    v = tl.where(e == 0, m * 0.5, normal)
-    return tl.where((code & 8) != 0, -v, v)
-
-
-@triton.jit
-def ue8m0_scale(e):
-    """``2^(e - 127)`` for a biased exponent byte e, exactly (``torch.exp2(e - 127)`` in SGLang's
-    dequant): the fp32 with exponent field e; e == 0 is the subnormal 2^-127 (bits 0x400000)."""
-    bits = tl.where(e == 0, 0x400000, e.to(tl.int32) << 23)
-    return bits.to(tl.float32, bitcast=True)
+def fp4_bf16(code, e):
+    """bf16 of e2m1 ``code`` times ``2^(e - 127)``, built as bits (no float arithmetic): magnitude
+    m = code & 7 is 0 or 2^(m>>1 - 1) * (1 + (m & 1) / 2) for m >= 2 (0.5 for m == 1), so the bf16
+    exponent field is e - 1 + (m >> 1) and its top mantissa bit is m & 1 (m >= 2). Exact for
+    2 <= e <= 252 (``exact_exponents``); SGLang's quantizers floor amax at 1e-4, so e >= 111."""
+    c = code.to(tl.int32)
+    m = c & 7
+    field = (e.to(tl.int32) - 1 + (m >> 1)) << 7
+    mant = tl.where(m >= 2, (m & 1) << 6, 0)
+    bits = tl.where(m == 0, 0, field | mant) | ((c & 8) << 12)
+    return bits.to(tl.int16).to(tl.bfloat16, bitcast=True)
 
 
 @triton.jit
 def fp4_halves(payload, exps):
     """Decoded bf16 values of packed bytes [N, 64] (exps [N, 64]: the exponent byte of each byte's
     group): (even elements, odd elements), each [N, 64]."""
-    scale = ue8m0_scale(exps)
-    low = (e2m1_value(payload & 0x0F) * scale).to(tl.bfloat16)
-    high = (e2m1_value((payload >> 4) & 0x0F) * scale).to(tl.bfloat16)
-    return low, high
+    return fp4_bf16(payload & 0x0F, exps), fp4_bf16((payload >> 4) & 0x0F, exps)
+
+
+@triton.jit
+def group_exponents(four, N: tl.constexpr):
+    """[N, 4] exponent bytes -> [N, 64]: byte i of a row's payload is in group i // 16."""
+    return tl.reshape(tl.broadcast_to(four[:, :, None], [N, 4, 16]), [N, 64])
 
 
 @triton.jit
@@ -75,7 +75,8 @@ def _row_q(q_ptr, stride_q_row, sf_ptr, stride_sf_row, row, H: tl.constexpr, HAL
     i = tl.arange(0, HALF_D)
     payload = tl.load(q_ptr + row64 * stride_q_row + h[:, None] * HALF_D + i[None, :]).to(tl.uint8)
     sf = tl.load(sf_ptr + row64 * stride_sf_row + h)  # [H] int32: four exponent bytes
-    exps = (sf[:, None] >> ((i[None, :] // 16) * 8)) & 0xFF  # byte i is in group i // 16
+    g = tl.arange(0, 4)
+    exps = group_exponents((sf[:, None] >> (g[None, :] * 8)) & 0xFF, H)
     even, odd = fp4_halves(payload, exps)
     return tl.trans(even), tl.trans(odd)
 
@@ -114,6 +115,7 @@ def paged_mqa_logits_fp4_kernel(
     out_row = out_ptr + row.to(tl.int64) * stride_out_row
     offs_n = tl.arange(0, BLOCK_N)
     i = tl.arange(0, HALF_D)
+    g = tl.arange(0, 4)
     for it in range(0, tl.cdiv(end - start, BLOCK_N)):
         t = start + it * BLOCK_N + offs_n
         valid = t < compute_end
@@ -121,7 +123,8 @@ def paged_mqa_logits_fp4_kernel(
         base = k_ptr + page * stride_page
         slot = (t % PAGE)[:, None]
         payload = tl.load(base[:, None] + slot * HALF_D + i[None, :], mask=valid[:, None], other=0)
-        exps = tl.load(base[:, None] + PAGE * HALF_D + slot * 4 + i[None, :] // 16, mask=valid[:, None], other=127)
+        four = tl.load(base[:, None] + PAGE * HALF_D + slot * 4 + g[None, :], mask=valid[:, None], other=127)
+        exps = group_exponents(four, BLOCK_N)
         k_even, k_odd = fp4_halves(payload, exps)
         s = tl.dot(k_even, q_even) + tl.dot(k_odd, q_odd)  # [BLOCK_N, H] fp32, exact products
         s = tl.maximum(s, 0.0) * w[None, :]

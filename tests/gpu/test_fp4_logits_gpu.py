@@ -42,7 +42,9 @@ def sglang_dequant(cache):
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4IndexerPool
 
     pool = types.SimpleNamespace(use_fp4_indexer=True, index_k_with_scale_buffer=[cache], start_layer=0, page_size=64)
-    return DeepSeekV4IndexerPool.get_index_k_dequant(pool, 0).double()
+    return DeepSeekV4IndexerPool.get_index_k_dequant(
+        pool, 0, torch.arange(cache.shape[0] * 64, device=cache.device)
+    ).double()
 
 
 def sglang_q(dev, rows, heads):
