@@ -9,6 +9,7 @@ Modules:
 - :mod:`.capture`        ``SGLANG_DSV4_INDEX_K_CAPTURE=DIR``: dump what the bf16 c4 indexer reads.
 - :mod:`.capture_format` the capture file format, shared by its writer and ``recall``.
 - :mod:`.capture_check`  capture settings checked before anything starts (``doctor``, ``serve``).
+- :mod:`.fp8_logits`     ``SGLANG_DSV4_FP8_LOGITS``: which kernel computes the indexer logits over SGLang's fp8 pool.
 
 "Page" here is an index-K page (one row of a layer's ``index_k_with_scale_buffer``), not SGLang's token page:
 README, "Layout", says what each word means.
