@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 FP8_KEY_BYTES = 132
+FP4_KEY_BYTES = 68  # 64 bytes of packed e2m1, 4 ue8m0 exponents (SGLang's fp4 index-K pool)
 WIDE = 262144  # SGLang's decode-graph output width (benchmarks.logits_cases.WIDE)
 
 
@@ -81,17 +82,12 @@ def shapes() -> list[tuple[str, int, list[int]]]:
 # H200 calls of kernels.py (kernels_sm120/NOTES.md) and one register gather.
 GATHER_TILING_INDEXES = (0, 1, 2, 5)
 PREFILL = ("prefill 2048 rows x <=8K, shared pages", 2048, None)  # causal lengths, one request's pages
-SWEEP_SHAPES = (
+SWEEP_SHAPES = (  # the few-row shapes (the few-row tilings), where ours was slower than TileLang
     (1, [2048]),
     (1, [8192]),
     (1, [65536]),
     (8, [8192] * 8),
     (8, [32768] * 8),
-    (64, [4096] * 64),
-    (64, [8192] * 64),
-    (64, [32768] * 64),
-    (128, [65536] * 128),
-    (128, [65536] + [2048] * 127),
 )
 
 
@@ -100,28 +96,27 @@ def sweep_tilings():
     from kernels_sm120 import dispatch
 
     L = dispatch.LogitsConfig
+    # fp8: the few-row tiling (64-key parts, three stages) and the one before it; bf16: its few-row
+    # tiling and shorter parts with more programs (the first sweep's bf16 winner at 1 x 2K and 1 x 8K,
+    # "grid bn64 s2 pps8 min64", lost at 1 x 64K and 8 x 8K: two or four stages are kept here).
     return {
-        "widen: items bn128 s3 busy2": L(128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True),
-        "widen: grid bn64 s4 busy4 min128": L(
-            64, 4, 4, programs_per_sm=4, max_chunk=8192, min_chunk=128, page_block=64, busy_per_sm=4
+        "mma: grid bn64 s3 pps4 min64 busy4 (fp8 few rows)": L(
+            64, 4, 3, programs_per_sm=4, max_chunk=8192, min_chunk=64, page_block=64, busy_per_sm=4, fp8_mma=True
         ),
-        "mma: items bn128 s3 busy2": L(
-            128, 4, 3, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True, fp8_mma=True
-        ),
-        "mma: items bn128 s4 busy4 min128": L(
-            128, 4, 4, min_chunk=128, page_block=64, busy_per_sm=4, item_grid=True, fp8_mma=True
-        ),
-        "mma: items bn64 s4 busy4 min128": L(
-            64, 4, 4, min_chunk=128, page_block=64, busy_per_sm=4, item_grid=True, fp8_mma=True
-        ),
-        "mma: grid bn64 s4 busy4 min128": L(
+        "mma: grid bn64 s4 pps4 min128 busy4 (before)": L(
             64, 4, 4, programs_per_sm=4, max_chunk=8192, min_chunk=128, page_block=64, busy_per_sm=4, fp8_mma=True
         ),
-        "mma: grid bn128 s3 busy4 min128": L(
-            128, 4, 3, programs_per_sm=4, max_chunk=8192, min_chunk=128, page_block=64, busy_per_sm=4, fp8_mma=True
+        "widen: grid bn64 s4 pps2 busy2 min256 (bf16 few rows)": L(
+            64, 4, 4, programs_per_sm=2, max_chunk=8192, min_chunk=256, page_block=64, busy_per_sm=2
         ),
-        "mma: items bn256 w8 s3 busy2": L(
-            256, 8, 3, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True, fp8_mma=True
+        "widen: grid bn64 s4 pps4 min64 busy4": L(
+            64, 4, 4, programs_per_sm=4, max_chunk=8192, min_chunk=64, page_block=64, busy_per_sm=4
+        ),
+        "widen: grid bn64 s4 pps2 min64 busy2": L(
+            64, 4, 4, programs_per_sm=2, max_chunk=8192, min_chunk=64, page_block=64, busy_per_sm=2
+        ),
+        "widen: grid bn64 s4 pps4 min128 busy4": L(
+            64, 4, 4, programs_per_sm=4, max_chunk=8192, min_chunk=128, page_block=64, busy_per_sm=4
         ),
     }
 
@@ -150,6 +145,19 @@ def fp8_set(torch, rows: int, lens: list[int], width_pages: int, dev, shared: bo
         c = _fp8_case(torch, rows, lens, width_pages, dev)
     c["out"] = torch.empty(rows, width_pages * 64, device=dev)
     return c
+
+
+def fp4_set(torch, fp8: dict, dev) -> dict:
+    """SGLang's fp4 inputs for the same rows, lengths and page table as an fp8 set: random e2m1 bytes
+    with exponents 120..130 (uint8 [num_pages, 64 * 68] pages), q packed e2m1 [R, 1, 64, 64] int8 with
+    its int32 exponents [R, 1, 64]. Timing inputs only (the values are checked by the GPU tests)."""
+    num_pages = fp8["kv"].shape[0]
+    kv = torch.randint(0, 256, (num_pages, 64 * FP4_KEY_BYTES), dtype=torch.uint8, device=dev)
+    kv[:, 64 * 64 :] = torch.randint(120, 131, (num_pages, 64 * 4), dtype=torch.uint8, device=dev)
+    rows = fp8["seq"].shape[0]
+    q = torch.randint(-128, 128, (rows, 1, 64, 64), dtype=torch.int8, device=dev)
+    sf = torch.randint(120, 131, (rows, 1, 64, 4), dtype=torch.uint8, device=dev).view(torch.int32)[..., 0]
+    return dict(q=q, sf=sf, kv=kv.view(num_pages, 64, 1, FP4_KEY_BYTES))
 
 
 def bf16_set(torch, rows: int, lens: list[int], max_len: int, dev, shared: bool = False):
@@ -226,6 +234,7 @@ def time_shape(stock, label: str, rows: int, lens: list[int], dev, *, prefill: b
             r["tilelang_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     if not prefill:
         r["gather_ms"], r["gather_tiling"] = _fp8_gather(torch, sets, width, dev)
+    r["ours_fp4_ms"] = _time_fp4(torch, sets, width, dev)
     if rows * max(lens) * FP8_KEY_BYTES <= (4 << 30):  # the torch path gathers rows x longest row
         narrow = -(-max(lens) // 64)
         try:
@@ -274,11 +283,34 @@ def time_shape(stock, label: str, rows: int, lens: list[int], dev, *, prefill: b
     return r
 
 
+def _time_fp4(torch, sets, width, dev) -> float:
+    from benchmarks.timing import bench
+    from kernels_sm120 import paged_mqa_logits_fp4
+
+    fsets = [fp4_set(torch, s, dev) for s in sets]
+    ms = bench(
+        lambda i: paged_mqa_logits_fp4(
+            fsets[i]["q"],
+            fsets[i]["sf"],
+            fsets[i]["kv"],
+            sets[i]["w"],
+            sets[i]["seq"],
+            sets[i]["table"],
+            width,
+            out=sets[i]["out"],
+        ),
+        len(fsets),
+    )
+    fsets.clear()
+    return ms
+
+
 def _ratios(r: dict[str, object]) -> None:
     tl_ms, ours = r.get("tilelang_ms"), r["ours_fp8_ms"]
     if tl_ms:
         r["x_tilelang_fp8"] = tl_ms / ours  # TileLang time / ours: > 1 = ours faster
         r["bf16_over_tilelang"] = r["ours_bf16_ms"] / tl_ms  # bf16 time / TileLang time
+        r["fp4_over_tilelang"] = r["ours_fp4_ms"] / tl_ms  # fp4 pool (stock SM120 cannot run it) / TileLang
     if r.get("gather_ms"):
         r["pct_gather"] = 100 * r["gather_ms"] / ours
     if r.get("copy_ms"):
@@ -416,15 +448,15 @@ def _x(r, key, width=6):
 def format_table(rows: list[dict[str, object]]) -> str:
     head = (
         f"| {'shape':40s} | fp8 MB | copy us | gather us | **TileLang fp8 us** | ours fp8 us | x TileLang | "
-        f"% gather | ours bf16 us | bf16 / TileLang | sm120 torch us |"
+        f"% gather | ours bf16 us | bf16 / TileLang | ours fp4 us | fp4 / TileLang | sm120 torch us |"
     )
-    lines = [head, "|" + "---|" * 11]
+    lines = [head, "|" + "---|" * 13]
     for r in rows:
         lines.append(
             f"| {r['shape']:40s} | {r['fp8_key_bytes'] / 1e6:6.1f} | {_us(r, 'copy_ms')} | {_us(r, 'gather_ms')} | "
             f"{_us(r, 'tilelang_ms')} | {_us(r, 'ours_fp8_ms')} | {_x(r, 'x_tilelang_fp8')} | "
             f"{_x(r, 'pct_gather')} | {_us(r, 'ours_bf16_ms')} | {_x(r, 'bf16_over_tilelang')} | "
-            f"{_us(r, 'sm120_torch_ms', 9)} |"
+            f"{_us(r, 'ours_fp4_ms')} | {_x(r, 'fp4_over_tilelang')} | {_us(r, 'sm120_torch_ms', 9)} |"
         )
     return "\n".join(lines)
 
@@ -449,6 +481,38 @@ def goals(rows: list[dict[str, object]]) -> list[str]:
     return out
 
 
+def few_row_timings(dev) -> list[dict[str, object]]:
+    """Ours only (no SGLang, no TileLang): fp8 at its default tiling, bf16 and fp4 at the few-row
+    shapes and two past 64 MB, on the same rotated sets as ``time_shape``."""
+    import torch
+
+    from benchmarks.timing import bench, n_sets
+    from kernels_sm120 import dispatch
+
+    out = []
+    for label, rows, lens in [uniform(1, 2048), uniform(1, 8192), uniform(1, 65536), uniform(8, 8192)] + [
+        uniform(8, 32768),
+        uniform(64, 65536),
+        uniform(128, 65536),
+    ]:
+        key_bytes = sum(lens) * FP8_KEY_BYTES
+        nset = n_sets(key_bytes + rows * 64 * 128, cap=8)
+        sets = [fp8_set(torch, rows, lens, WIDE // 64, dev) for _ in range(nset)]
+        r: dict[str, object] = dict(shape=label, rows=rows, keys=sum(lens), fp8_key_bytes=key_bytes, sets=nset)
+        r["ours_fp8_ms"] = bench(
+            lambda i, sets=sets: dispatch.paged_mqa_logits_fp8(
+                sets[i]["q"], sets[i]["kv"], sets[i]["w"], sets[i]["seq"], sets[i]["table"], WIDE, out=sets[i]["out"]
+            ),
+            nset,
+        )
+        r["ours_fp4_ms"] = _time_fp4(torch, sets, WIDE, dev)
+        sets.clear()
+        torch.cuda.empty_cache()
+        log(f"  few-row timing {label}: fp8 {r['ours_fp8_ms'] * 1e3:.2f} us, fp4 {r['ours_fp4_ms'] * 1e3:.2f} us")
+        out.append(r)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.kernels_fp8",
@@ -457,12 +521,21 @@ def main(argv=None) -> int:
     )
     p.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
     p.add_argument("--no-sweep", action="store_true")
+    p.add_argument("--ours-only", action="store_true", help="ours at few-row shapes, the sweep (no SGLang, TileLang)")
     args = p.parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():
         print("benchmarks.kernels_fp8 needs a CUDA GPU (run it on the lent H200)", file=sys.stderr)
         return 2
+    if args.ours_only:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        dev = torch.device("cuda")
+        result = dict(device=torch.cuda.get_device_properties(dev).name, rows=few_row_timings(dev))
+        if not args.no_sweep:
+            result["sweep"] = run_sweep(dev)
+        (Path(args.out) / "kernels_fp8_ours.json").write_text(json.dumps(result, indent=1, default=str))
+        return 0
     from benchmarks import kernels_stock
     from benchmarks.sglang_gpu import bootstrap
     from benchmarks.timing import measure_copy_bandwidth

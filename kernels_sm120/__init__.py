@@ -59,6 +59,16 @@ Public functions
     Returns fp32 [R, max_seq_len]: sum_h relu(q[r,h].v[t]) * w[r,h] * scale[t], with the
     output contract of ``paged_mqa_logits_bf16``.
 
+``paged_mqa_logits_fp4(q_fp4, q_sf, kvcache_fp4, weights, seq_lens, page_table, max_seq_len)``
+    SGLang's fp4 index-K pool as stored (``--enable-deepseek-v4-fp4-indexer``) and its fp4 q: the
+    arguments ``forward_c4_indexer`` hands DeepGEMM's ``fp8_fp4_paged_mqa_logits``.
+    q_fp4       [R, 1, H, 64] or [R, H, 64] int8 (two e2m1 codes per byte, element 2i low)
+    q_sf        [R, 1, H] or [R, H] int32 (the ue8m0 exponents of the head's four 32-value groups)
+    kvcache_fp4 uint8 [num_pages, 64, 1, 68] (per page: 64 x 64 payload bytes, then 64 x 4
+                exponent bytes) or [num_pages, 4352]
+    Returns fp32 [R, max_seq_len] of the dequantized values, with the output contract of
+    ``paged_mqa_logits_bf16``.
+
 Also: ``reference`` (float64 references, fp8 quantize-dequantize, ``topk_set_recall``),
 ``dispatch.CONFIGS`` (per-arch configurations), ``python -m kernels_sm120.aot``
 (ahead-of-time compile for sm_120a/sm_100a/sm_90a, shared memory and HMMA check) and
@@ -73,11 +83,13 @@ from .dispatch import (
     scatter_index_k_bf16,
     store_index_k_bf16,
 )
+from .paged_logits_fp4 import paged_mqa_logits_fp4
 
 __all__ = [
     "CONFIGS",
     "index_q_bf16",
     "paged_mqa_logits_bf16",
+    "paged_mqa_logits_fp4",
     "paged_mqa_logits_fp8",
     "scatter_index_k_bf16",
     "store_index_k_bf16",

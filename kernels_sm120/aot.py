@@ -26,7 +26,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from . import index_k_store, index_q, paged_mqa_logits
+from . import index_k_store, index_q, paged_logits_fp4, paged_mqa_logits
 from .dispatch import CONFIGS, SM120_MAX_SHARED_BYTES, ArchConfigs, arch_key
 
 ARCHS = (120, 100, 90)
@@ -168,6 +168,15 @@ def kernel_specs() -> list[KernelSpec]:
                 num_warps=c.logits_for(c.prefill_min_rows, key_fp8=True).num_warps,
                 num_stages=c.logits_for(c.prefill_min_rows, key_fp8=True).num_stages,
             ),
+            needs_tensor_cores=True,
+        ),
+        # over SGLang's fp4 pool as stored (uint8 pages of 68 B per key, packed e2m1 q): one tiling
+        KernelSpec(
+            "paged_mqa_logits_fp4_kernel",
+            paged_logits_fp4.paged_mqa_logits_fp4_kernel,
+            paged_logits_fp4.AOT_SIGNATURES["paged_mqa_logits_fp4_kernel"],
+            lambda c: dict(H=heads, PAGE=page, BLOCK_N=paged_logits_fp4.BLOCK_N),
+            lambda c: dict(num_warps=paged_logits_fp4.NUM_WARPS, num_stages=paged_logits_fp4.NUM_STAGES),
             needs_tensor_cores=True,
         ),
     ]

@@ -111,9 +111,9 @@ class ArchConfigs:
         """The tiling the launcher uses for ``rows`` query rows (``key_fp8``: over fp8 keys)."""
         if rows >= self.prefill_min_rows:
             return (self.logits_fp8_prefill if key_fp8 else None) or self.logits_prefill
-        few = self.logits_few_rows is not None and rows <= self.few_rows_max
+        few = rows <= self.few_rows_max  # each key type's few-row tiling where it has one
         if key_fp8:
-            fp8 = self.logits_fp8_few_rows if few else self.logits_fp8
+            fp8 = (self.logits_fp8_few_rows if few else None) or self.logits_fp8
             if fp8 is not None:
                 return fp8
         return self.logits_few_rows if few and self.logits_few_rows is not None else self.logits
@@ -147,13 +147,15 @@ _HOPPER_CLASS_LOGITS = LogitsConfig(
     busy_per_sm=2,
     item_grid=True,
 )
+# 64-key parts (was 256): the H200's few-row sweep (NOTES.md, "small shapes") took 1 x 2K from 6.33 to
+# 4.88 us and 1 x 8K from 6.74 to 5.55 us, the same within 0.3% at 1 x 64K, 8 x 8K and 8 x 32K.
 _HOPPER_CLASS_FEW_ROWS = LogitsConfig(
     block_n=64,
     num_warps=4,
     num_stages=4,
     programs_per_sm=2,
     max_chunk=8192,
-    min_chunk=256,
+    min_chunk=64,
     page_block=64,
     busy_per_sm=2,
 )
@@ -172,13 +174,17 @@ _HOPPER_CLASS_FP8 = LogitsConfig(
     item_grid=True,
     fp8_mma=True,
 )
+# Few rows: 64-key parts (one tile) and three stages: at one to eight rows a call is a chain of
+# dependent loads (length, page ids, keys), so shorter parts spread it over more SMs; the H200 sweep
+# (NOTES.md, "small shapes") took 1 x 2K from 5.58 to 4.88 us and 1 x 8K from 5.81 to 4.77 us, and
+# was no slower at 1 x 64K, 8 x 8K and 8 x 32K.
 _HOPPER_CLASS_FP8_FEW_ROWS = LogitsConfig(
     block_n=64,
     num_warps=4,
-    num_stages=4,
+    num_stages=3,
     programs_per_sm=4,
     max_chunk=8192,
-    min_chunk=128,
+    min_chunk=64,
     page_block=64,
     busy_per_sm=4,
     fp8_mma=True,

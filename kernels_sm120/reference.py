@@ -157,6 +157,45 @@ def fp8_paged_mqa_logits_reference(
     return paged_mqa_logits_reference(q, rows, weights, seq_lens, page_table, max_seq_len)
 
 
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # SGLang's DSV4_DEQUANT_FP4_TABLE, codes 0..7
+
+
+def fp4_pack(codes: torch.Tensor, exponents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """e2m1 codes [..., 128] (uint8, sign in bit 3) and ue8m0 exponents [..., 4] -> SGLang's packed
+    form: payload [..., 64] uint8 (element 2i in the low nibble, 2i+1 in the high one) and the four
+    exponent bytes of each row [..., 4] uint8 (group g in byte g)."""
+    c = codes.to(torch.uint8)
+    payload = c[..., 0::2] | (c[..., 1::2] << 4)
+    return payload, exponents.to(torch.uint8)
+
+
+def fp4_index_k_pages(codes: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
+    """Key rows (codes [num_pages * 64, 128], exponents [num_pages * 64, 4]) -> SGLang's fp4 pages
+    uint8 [num_pages, 64, 1, 68]: per page 64 x 64 payload bytes, then 64 x 4 exponent bytes (the
+    layout ``DeepSeekV4IndexerPool.get_index_k_fp4`` reads)."""
+    payload, exps = fp4_pack(codes, exponents)
+    pages = torch.cat([payload.reshape(-1, PAGE * 64), exps.reshape(-1, PAGE * 4)], dim=1)
+    return pages.view(-1, PAGE, 1, 68)
+
+
+def fp4_q(codes: torch.Tensor, exponents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q (codes [R, H, 128], exponents [R, H, 4]) -> SGLang's ``(q_fp4 [R, 1, H, 64] int8,
+    q_sf [R, 1, H] int32)`` (``quantize_fp4_indexer_tensor``'s output, unsqueezed by
+    ``forward_c4_indexer``)."""
+    payload, exps = fp4_pack(codes, exponents)
+    sf = exps.contiguous().view(torch.int32)[..., 0]  # four bytes, little-endian: group g in byte g
+    return payload.view(torch.int8).unsqueeze(1), sf.unsqueeze(1)
+
+
+def fp4_values(codes: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
+    """float64 values [..., 128] of e2m1 codes [..., 128] with ue8m0 exponents [..., 4]."""
+    table = torch.tensor(E2M1_VALUES, dtype=torch.float64, device=codes.device)
+    magnitude = table[(codes & 0x7).long()]
+    value = torch.where((codes & 0x8) != 0, -magnitude, magnitude)
+    scale = torch.exp2(exponents.to(torch.float64) - 127).repeat_interleave(32, dim=-1)
+    return value * scale
+
+
 def fp8_quant_dequant_rows(x: torch.Tensor) -> torch.Tensor:
     """SGLang's index-K / index-Q fp8 format, round trip: per row (last dim) fp32 scale
     ``max(1e-4, amax) / 448``, values e4m3 of x / scale, dequantized back to fp32."""

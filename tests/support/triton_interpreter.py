@@ -24,9 +24,9 @@ import triton.language as tl
 
 def all_kernel_modules():
     """Every module of ``kernels_sm120`` that defines ``@triton.jit`` functions."""
-    from kernels_sm120 import _triton_helpers, index_k_store, index_q, paged_mqa_logits
+    from kernels_sm120 import _triton_helpers, index_k_store, index_q, paged_logits_fp4, paged_mqa_logits
 
-    return (_triton_helpers, index_k_store, index_q, paged_mqa_logits)
+    return (_triton_helpers, index_k_store, index_q, paged_mqa_logits, paged_logits_fp4)
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ def results():
 
 def test_every_kernel_compiles_for_every_arch(results):
     names = {s.name for s in aot.kernel_specs()}
-    assert len(names) == 9  # store, scatter, q, logits: decode, few-row, prefill; fp8 decode, few-row, prefill
+    assert len(names) == 10  # store, scatter, q, logits: decode, few-row, prefill; fp8 decode, few-row, prefill; fp4
     assert set(results) == {(n, a) for n in names for a in aot.ARCHS}
     for (name, arch), r in results.items():
         assert r.ptx_target == f"sm_{arch}a", (name, r.ptx_target)
@@ -48,6 +48,7 @@ def test_shared_memory_fits(results):
         "paged_mqa_logits_kernel[fp8]",
         "paged_mqa_logits_kernel[fp8 few rows]",
         "paged_mqa_logits_kernel[fp8 prefill]",
+        "paged_mqa_logits_fp4_kernel",
     ],
 )
 def test_logits_kernel_sm120_uses_hmma_only(results, kernel):

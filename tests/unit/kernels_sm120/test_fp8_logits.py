@@ -180,3 +180,14 @@ def test_fp8_tiling_falls_back_to_bf16_tiling_when_unset():
     cfgs = dispatch.CONFIGS["default"]
     assert cfgs.logits_for(4, key_fp8=True) == cfgs.logits_for(4)
     assert cfgs.logits_for(4096, key_fp8=True) == cfgs.logits_prefill
+
+
+def test_fp8_few_row_tiling_applies_where_bf16_has_none():
+    """SM120 sets an fp8 few-row tiling but no bf16 one: one to eight rows over fp8 keys take the fp8
+    few-row tiling (it was chosen for them), more rows the fp8 decode tiling."""
+    cfgs = dispatch.CONFIGS["sm120"]
+    assert cfgs.logits_few_rows is None and cfgs.logits_fp8_few_rows is not None
+    assert cfgs.logits_for(1, key_fp8=True) == cfgs.logits_fp8_few_rows
+    assert cfgs.logits_for(cfgs.few_rows_max, key_fp8=True) == cfgs.logits_fp8_few_rows
+    assert cfgs.logits_for(cfgs.few_rows_max + 1, key_fp8=True) == cfgs.logits_fp8
+    assert cfgs.logits_for(1) == cfgs.logits
