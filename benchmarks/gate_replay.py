@@ -245,7 +245,7 @@ class GateReplay:
             raise RuntimeError(
                 "gate_replay needs a CUDA GPU: torch.cuda.is_available() is False "
                 f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}). "
-                "Run it on the lent H200: PYTHONUNBUFFERED=1 python -m benchmarks.gate_replay"
+                "Run it on a CUDA GPU machine: PYTHONUNBUFFERED=1 python -m benchmarks.gate_replay"
             )
         cfg.validate()
         self.cfg = cfg
@@ -701,7 +701,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print(
             f"gate_replay.py: needs a CUDA GPU, but torch.cuda.is_available() is False (torch {torch.__version__}, "
-            f"CUDA build {torch.version.cuda}). Run it on the lent H200: "
+            f"CUDA build {torch.version.cuda}). Run it on a CUDA GPU machine: "
             "PYTHONUNBUFFERED=1 python -m benchmarks.gate_replay",
             file=sys.stderr,
         )

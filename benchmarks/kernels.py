@@ -1,4 +1,4 @@
-"""GPU check + benchmark of the bf16 index-K kernels (one call on the lent H200).
+"""GPU check + benchmark of the bf16 index-K kernels (one call on a CUDA GPU).
 
     PYTHONUNBUFFERED=1 python -m benchmarks.kernels --out $OUT
 
@@ -567,7 +567,7 @@ def prefill_lens() -> list[int]:
 
 
 _L = dispatch.LogitsConfig
-# Decode tilings compared by --sweep logits (issue 21: busy_per_sm=2, the item grid, page-id
+# Decode tilings compared by --sweep logits (busy_per_sm=2, the item grid, page-id
 # prefetch depth, fewer and longer programs for few rows, 64-key tiles). The H200 call of
 # 2026-12-01 (NOTES.md, logits v3) ran a wider set: the rows-x-split grid with busy 2, page ids 0 /
 # 16 at a time, min_chunk 1024 and 8 warps lost everywhere to one of these.
@@ -662,7 +662,7 @@ def _sweep_prefill(dev, ceil, note) -> None:
 
 
 # (block_m, num_warps, programs per SM, prefetch); the default first and last (repeat spread).
-# Small sizes (issue 21: >= 85% of the same-size copy at 33.7 MB): fewer or more, smaller programs.
+# Small sizes (goal: >= 85% of the same-size copy at 33.7 MB): fewer or more, smaller programs.
 TILE_VARIANTS = [
     (16, 2, 8, True),
     (16, 2, 4, True),
@@ -1007,7 +1007,7 @@ def _correctness(own, dev) -> dict[str, object]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not torch.cuda.is_available():
-        print("benchmarks.kernels needs a CUDA GPU (run it on the lent H200)", file=sys.stderr)
+        print("benchmarks.kernels needs a CUDA GPU (run it on a CUDA GPU machine)", file=sys.stderr)
         return 2
     dev = torch.device("cuda")
     torch.manual_seed(1234)

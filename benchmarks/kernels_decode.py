@@ -8,7 +8,7 @@ For every decode shape, on the same rotated input sets (so L2 cannot hold them),
     (:mod:`benchmarks.page_gather`), every tiling of ``GATHER_TILINGS``, the fastest kept: the limit
     for any kernel that must read those keys;
   * ``ours``: the logits kernel with this GPU's default decode tiling.
-Goal per shape (issue 21): our rate >= 95% of the gather's, and >= 85% of the copy's wherever the
+Goal per shape: our rate >= 95% of the gather's, and >= 85% of the copy's wherever the
 gather reaches 85% of it. Stock SGLang's times (:mod:`benchmarks.kernels_stock`) join the rows by
 shape label.
 """

@@ -526,7 +526,7 @@ def main(argv=None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("benchmarks.kernels_fp8 needs a CUDA GPU (run it on the lent H200)", file=sys.stderr)
+        print("benchmarks.kernels_fp8 needs a CUDA GPU (run it on a CUDA GPU machine)", file=sys.stderr)
         return 2
     if args.ours_only:
         Path(args.out).mkdir(parents=True, exist_ok=True)

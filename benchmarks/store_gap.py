@@ -1,4 +1,4 @@
-"""Where the store and index-Q lose against a copy of the same bytes at mid sizes (issue 21, goal 2).
+"""Where the store and index-Q lose against a copy of the same bytes at mid sizes (the store and index-Q goal).
 
     PYTHONUNBUFFERED=1 python -m benchmarks.store_gap --out $OUT
 

@@ -128,7 +128,7 @@ _PERSISTENT_STORE = StoreConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _PERSISTENT_Q = QConfig(block_m=16, num_warps=2, programs_per_sm=8)
 _SCATTER = ScatterConfig(block_m=32, num_warps=4)
 # index-Q on Hopper-class parts: no prefetch (73 registers), 12 programs per SM: 1.5-2% over the
-# prefetching tiling at 34 MB and 1.1 GB in two H200 calls (NOTES.md, round 21).
+# prefetching tiling at 34 MB and 1.1 GB in two H200 calls (NOTES.md, the decode tilings).
 _HOPPER_CLASS_Q = QConfig(block_m=16, num_warps=2, programs_per_sm=12, prefetch=False)
 # H100/H200: 228 KiB shared memory per SM, wgmma. Decode logits (v3, NOTES.md): the item grid, one
 # program per part of the batch's total keys / (2 x SMs), at least 256 keys, 128-key tiles, 3 stages

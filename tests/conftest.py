@@ -30,7 +30,7 @@ def _cuda_available() -> bool:
 def pytest_collection_modifyitems(config, items):
     if _cuda_available():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU: run tests/run_gpu_tests.sh on the lent H200")
+    skip = pytest.mark.skip(reason="needs a CUDA GPU: run tests/run_gpu_tests.sh on a CUDA GPU machine")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

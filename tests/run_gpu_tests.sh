@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the GPU tests (pytest -m gpu tests/gpu) on a CUDA machine such as the lent H200, with
+# Run the GPU tests (pytest -m gpu tests/gpu) on a CUDA GPU machine, with
 # SGLang 0.5.23's own Python: from the bundle built on a CPU machine by
 #   python -m benchmarks.sglang_gpu.bundle          (writes .gpu_carry in the repository root, git-ignored)
 # unless SGLang and sgl_kernel are installed there: copy .gpu_carry to the GPU machine's checkout (or set

@@ -1,1 +1,1 @@
-"""SGLang 0.5.23's own Python on the lent GPU machine: bundle build, bootstrap, stubs, stand-ins, replays."""
+"""SGLang 0.5.23's own Python on a CUDA GPU without its native packages: bundle, bootstrap, stubs, stand-ins."""

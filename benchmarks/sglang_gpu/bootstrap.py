@@ -1,4 +1,4 @@
-"""Make SGLang 0.5.23's own Python importable on the lent GPU machine, from the carried bundle.
+"""Make SGLang 0.5.23's own Python importable on a CUDA GPU machine without its native packages (the carried bundle).
 
 Why: that machine has torch 2.11 but no SGLang and none of its native packages, and nothing reaches
 a registry from it. :mod:`benchmarks.sglang_gpu.bundle` builds, on a CPU machine, what travels there

@@ -1,4 +1,4 @@
-"""Build what travels to the lent GPU machine so SGLang 0.5.23's own Python runs there.
+"""Build what travels to a CUDA GPU machine without SGLang's native packages so SGLang 0.5.23's own Python runs there.
 
 Why: the GPU image has torch 2.11, triton 3.6 and Python 3.12 but no SGLang, none of its native
 packages and no registry; what a device call carries is limited to 64 MiB in all. The sglang wheel

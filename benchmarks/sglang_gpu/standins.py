@@ -1,6 +1,6 @@
 """Plain-torch stand-ins for the native ops that the GPU-tested SGLang paths call, and torch bridges.
 
-Why: on the lent GPU machine SGLang's native packages are import stubs (:mod:`.stubs`); a tested path
+Why: where SGLang's native packages are missing they are import stubs (:mod:`.stubs`); a tested path
 that reaches one of their ops must run a plain-torch implementation instead, and say so. Each stand-in
 is installed on the module attribute SGLang looks up at call time, and listed in :data:`STANDINS`
 (the table in benchmarks/GPU-NOTES.md is printed from it).

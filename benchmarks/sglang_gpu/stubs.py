@@ -1,7 +1,7 @@
 """Import stubs for the native (or heavy) packages SGLang's import chain names but the GPU image lacks.
 
 Why: SGLang 0.5.23's Python imports ``sgl_kernel``, ``flashinfer``, ``deep_gemm`` ... at module top
-level when a GPU is visible; the lent GPU machine has none of them (``sgl_kernel`` needs torch
+level when a GPU is visible; a GPU machine with torch alone has none of them (``sgl_kernel`` needs torch
 2.14.1's ABI and is 373 MB). The tested paths never need them, except the few ops that
 :mod:`benchmarks.sglang_gpu.standins` replaces with plain torch.
 

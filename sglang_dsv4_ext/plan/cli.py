@@ -166,7 +166,7 @@ def build_pool_plan(args: argparse.Namespace) -> dict[str, object]:
         "swa_mode": "cap" if args.cap_mode else f"ratio {args.swa_full_tokens_ratio}",
         "mtp": args.mtp,
         "dtypes": results,
-        # added in round 21 (after the 0.3.0 fields, which keep their order and values)
+        # added after the 0.3.0 fields (after them, which keep their order and values)
         "decode_reads": decode_reads.decode_reads_table(
             model, args.context, args.dtypes, start_layer=args.start_layer, end_layer=end_layer
         ),

@@ -16,7 +16,7 @@ import pytest
 def sglang_gpu():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU: run tests/run_gpu_tests.sh on the lent H200")
+        pytest.skip("needs a CUDA GPU: run tests/run_gpu_tests.sh on a CUDA GPU machine")
     from benchmarks.sglang_gpu import bootstrap
 
     try:

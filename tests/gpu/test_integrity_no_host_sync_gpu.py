@@ -33,7 +33,7 @@ HOLD_S = 1.5
 def cuda():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU: run tests/run_gpu_tests.sh on the lent H200")
+        pytest.skip("needs a CUDA GPU: run tests/run_gpu_tests.sh on a CUDA GPU machine")
     from benchmarks.sglang_gpu import race
 
     return types.SimpleNamespace(torch=torch, hold_cycles=int(race.sleep_rate_cycles_per_us() * HOLD_S * 1e6))

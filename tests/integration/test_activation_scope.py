@@ -175,7 +175,7 @@ def test_moved_pool_classes_stop_no_server_and_the_model_guard_refuses_dsv4(move
 
 
 def test_a_missing_wrapt_stops_the_process_instead_of_serving_stock():
-    """Found in issue 19: SGLang's loader swallowed the ImportError and a "bf16" server ran stock fp8."""
+    """Found by review: SGLang's loader swallowed the ImportError and a "bf16" server ran stock fp8."""
     proc = _run("no_wrapt", SGLANG_DSV4_INDEX_K_DTYPE="bf16")
     assert proc.returncode != 0 and "survived" not in proc.stdout, proc.stdout
     assert "sglang-dsv4-ext failed to activate: ModuleNotFoundError" in proc.stderr and "wrapt" in proc.stderr
@@ -194,7 +194,7 @@ def test_a_bug_in_a_post_import_hook_stops_the_process_under_sglangs_except_exce
 
 
 def test_a_gauge_left_in_a_shared_metrics_dir_never_passes_a_later_stock_server(deferred, metrics_dir, capsys):
-    """Found in issue 19: SGLang keeps an operator-set PROMETHEUS_MULTIPROC_DIR on the shared parent directory and
+    """Found by review: SGLang keeps an operator-set PROMETHEUS_MULTIPROC_DIR on the shared parent directory and
     aggregates every .db file there, so the finished scenario's gauge showed 1 for a later stock server.
 
     The stand-in server renders that directory with prometheus_client's MultiProcessCollector (SGLang's exporter)

@@ -175,8 +175,7 @@ def _python_with_sglang_0_5_22() -> str:
     if not python:
         pytest.skip(
             f"no SGLang 0.5.22 environment: set {ENV_PYTHON_0_5_22} to a Python whose sglang is 0.5.22 "
-            "(`pip install sglang==0.5.22` needs pypi.nvidia.com for its cuda-tile dependency; CI wires "
-            "such an environment in a later step of issue 23)"
+            "(.ci/run builds one: .venv-0522)"
         )
     return python
 

@@ -53,7 +53,7 @@ def test_stack_without_activation_line_fails_naming_the_server(tmp_path, monkeyp
 
 
 def test_servers_that_print_the_line_of_this_launch_count_and_another_launch_fails(tmp_path):
-    """Found in issue 19: a log that any launch had ever written the line into counted."""
+    """Found by review: a log that any launch had ever written the line into counted."""
     # The router ends the stack should the check let it start (it must not).
     rc, text = _supervise_stand_ins(
         tmp_path,

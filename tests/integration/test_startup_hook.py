@@ -1,6 +1,6 @@
 """The startup hook: SGLang entry points that never call ``load_plugins()`` get the extension anyway.
 
-Found in issue 19: ``python -m sglang.benchmark.one_batch`` and ``--use-ray``'s scheduler actors build a
+Found by review: ``python -m sglang.benchmark.one_batch`` and ``--use-ray``'s scheduler actors build a
 DeepSeek-V4 model without ``load_plugins()``, so a "bf16" run measured stock fp8. The hook is the
 ``sglang_dsv4_ext-bootstrap.pth`` the package installs (sglang_dsv4_ext/bootstrap.py).
 

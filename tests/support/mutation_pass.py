@@ -183,7 +183,7 @@ MUTATIONS: list[Mutation] = [
         "    except FileNotFoundError as exc:",
         ("tests/unit/recall/test_recall.py::test_unreadable_capture_files_are_named_without_a_traceback",),
     ),
-    # --- capture and recall: evidence that cannot lie (issue 19, section 3) ---
+    # --- capture and recall: evidence that cannot lie ---
     Mutation(
         "capture: the store hands recall its keys before bf16 rounding",
         "sglang_dsv4_ext/hooks/indexer.py",
@@ -596,7 +596,7 @@ MUTATIONS: list[Mutation] = [
         "    if False:",
         ("tests/unit/repro/test_repro_units.py::test_too_few_pairs_cannot_tell_even_when_every_pair_differs",),
     ),
-    # --- issue 20: evidence is never lost, nothing waits forever, outputs never replace inputs ---
+    # --- evidence is never lost, nothing waits forever, outputs never replace inputs ---
     Mutation(
         "repro: each server read ends by one deadline",
         "sglang_dsv4_ext/repro/server_http.py",
@@ -916,7 +916,7 @@ MUTATIONS: list[Mutation] = [
         '    try:\n        mod = importlib.import_module(package + ".router_args")',
         (f"{_SERVE}::test_router_module_is_never_executed_by_validation",),
     ),
-    # --- issue 22: one settings table, the launch plan the only truth about a child ---
+    # --- one settings table, the launch plan the only truth about a child ---
     Mutation(
         "serve: the epilog names every variable the stack sets",
         "sglang_dsv4_ext/serving/cli.py",
@@ -1409,7 +1409,7 @@ MUTATIONS: list[Mutation] = [
             "tests/unit/repro/test_server_evidence.py::test_the_report_page_says_not_checked_for_zero_checked_pages",
         ),
     ),
-    # --- one series per release (issue 23.4) ---
+    # --- one series per release ---
     Mutation(
         "series: rerere stays off without a resolution record",
         "sglang_dsv4_ext/series/gitcmd.py",
@@ -1480,7 +1480,7 @@ MUTATIONS: list[Mutation] = [
         "choose_series_dir(None)",
         (f"{_RELEASES}::test_doctors_verdicts_use_the_series_of_the_sglang_they_judge",),
     ),
-    # --- issue 19, section 1: activation evidence ---
+    # --- activation evidence ---
     Mutation(
         "activation: every failure of the entry point stops the process",
         "sglang_dsv4_ext/plugin/activation.py",
@@ -1622,7 +1622,7 @@ MUTATIONS: list[Mutation] = [
             f"{_SCOPE}::test_a_gauge_left_in_a_shared_metrics_dir_never_passes_a_later_stock_server",
         ),
     ),
-    # --- kernels, decode reads (round 21) ---
+    # --- kernels, decode reads ---
     Mutation(
         "logits: the item grid finds parts past the first 256 rows",
         "kernels_sm120/paged_mqa_logits.py",

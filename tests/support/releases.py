@@ -19,7 +19,7 @@ def only_on(release: str, instead: str):
     return pytest.mark.skipif(RUNNING != release, reason=f"SGLang {release} only (this is {RUNNING}): {instead}")
 
 
-# DeepSeek-V4.1 (issue 23 item 5) was built on SGLang 0.5.23's V4.1 support.
+# DeepSeek-V4.1 support was built on SGLang 0.5.23's V4.1 support.
 ONLY_WITH_0_5_23_V41 = only_on(
     "0.5.23",
     "DeepSeek-V4.1 is supported on SGLang 0.5.23 only: 0.5.22 has no "

@@ -47,7 +47,7 @@ def test_the_readme_configuration_table_is_the_settings_table():
 
 
 def test_the_epilog_names_every_variable_the_stack_sets_in_its_children(capsys):
-    """Found in issue 22: the epilog listed three of the variables every child gets (integrity missing)."""
+    """Found by review: the epilog listed three of the variables every child gets (integrity missing)."""
     out, _ = _dry_run(capsys, "--preset", BF16)
     line = next(x for x in out.splitlines() if x.startswith("# extension environment in every child: "))
     names = [word.split("=", 1)[0] for word in line.split(": ", 1)[1].split()]
@@ -57,7 +57,7 @@ def test_the_epilog_names_every_variable_the_stack_sets_in_its_children(capsys):
 
 
 def test_fp4_budget_is_set_by_serve_and_by_a_preset(capsys, tmp_path):
-    """Found in issue 22: serve's activation check compared fp4_budget, but neither a flag nor a preset key set it."""
+    """Found by review: serve's activation check compared fp4_budget, but neither a flag nor a preset key set it."""
     _, cmds = _dry_run(capsys, "--preset", BF16, "--fp4-budget", "stock")
     assert cmds and all(load_config(env).fp4_budget == "stock" for env, _ in cmds)
     preset = tmp_path / "p.toml"
@@ -87,7 +87,7 @@ def test_a_preset_env_table_may_not_set_a_variable_the_stack_sets(tmp_path):
 
 
 def test_the_dry_run_shows_the_plugin_allowlist_each_server_gets(capsys, monkeypatch):
-    """Found in issue 22: only the start added our name to SGLANG_PLUGINS, so the dry run (and commands.sh,
+    """Found by review: only the start added our name to SGLANG_PLUGINS, so the dry run (and commands.sh,
     the same text) showed children an allowlist that would have skipped the extension."""
     monkeypatch.setenv("SGLANG_PLUGINS", "other_plugin")
     out, cmds = _dry_run(capsys, "--preset", BF16)

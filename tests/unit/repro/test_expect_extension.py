@@ -112,7 +112,7 @@ def test_expect_any_records_a_server_without_the_extension(tmp_path, capsys):
 
 
 def test_a_stock_server_never_passes_whatever_its_metrics_and_logs_show(tmp_path, capsys):
-    """Found in issue 19: a gauge and a log left by an earlier launch passed a later stock server."""
+    """Found by review: a gauge and a log left by an earlier launch passed a later stock server."""
     logs = tmp_path / "serve-logs"
     logs.mkdir()
     earlier = _line_fields()
@@ -136,7 +136,7 @@ def test_a_stock_server_never_passes_whatever_its_metrics_and_logs_show(tmp_path
     {k: ACTIVE_BF16[k] for k in activation.CONFIG_FIELDS},  # the 0.3.0 label set: no launch, pid, start time
 ], ids=["label-less", "without-launch-labels"])  # fmt: skip
 def test_a_gauge_without_the_full_label_set_never_counts(gauge, tmp_path, capsys):
-    """Found in issue 19: a label-less `sglang:dsv4_ext_active 1` passed, and passed the dtype agreement."""
+    """Found by review: a label-less `sglang:dsv4_ext_active 1` passed, and passed the dtype agreement."""
     with InjectingServer({}) as prefill, InjectingServer({}, extension=[gauge], server_info=False) as decode:
         rc, _, err = _run(capsys, prefill.url, tmp_path / "run", "--server-metrics", f"{prefill.url},{decode.url}")
         assert_refused(

@@ -124,7 +124,7 @@ def test_a_refused_export_or_rebase_does_not_leave_a_backup_behind(tmp_path, cap
     assert set(Path(series_dir).parent.glob("*.backup-*")) == earlier
 
 
-# ---- issue 20: the series tooling says what it is doing --------------------------------------
+# ---- the series tooling says what it is doing ------------------------------------------------
 
 
 def _another_project(tmp_path) -> GitRepo:
@@ -289,7 +289,7 @@ def test_export_refuses_a_bad_wheel_and_writes_nothing(tmp_path, capsys, extra, 
 
 
 def test_a_hunk_header_the_parser_cannot_read_is_a_patch_file_error():
-    """The type check (issue 22.5) showed the hunk splitter assumed its header regex matched. ``patches`` lets git
+    """The type check showed the hunk splitter assumed its header regex matched. ``patches`` lets git
     refuse a corrupt hunk first (``load_patch``), so this is the splitter's own contract: a PatchFileError naming
     the file and the header, not an AttributeError."""
     from sglang_dsv4_ext.errors import PatchFileError

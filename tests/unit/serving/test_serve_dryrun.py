@@ -309,7 +309,7 @@ def test_capture_in_the_shell_is_checked_against_what_the_children_see(capsys, m
 
 
 def test_a_single_mode_stack_without_its_server_is_refused_by_name():
-    """Found by the type check (issue 22.5): a single-mode stack built in code with no server listed [None] as its
+    """Found by the type check: a single-mode stack built in code with no server listed [None] as its
     servers, and the plan died on None.name with a traceback."""
     from sglang_dsv4_ext.serving.preset import StackSpec
 
