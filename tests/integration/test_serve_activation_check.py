@@ -86,6 +86,7 @@ def _log(tmp_path, *texts, name="server.log"):
 def _line(monkeypatch, launch=LAUNCH, **env):
     monkeypatch.setattr(activation.STATE, "sglang_version", "0.5.23")
     monkeypatch.setattr(activation.STATE, "launch", launch)
+    monkeypatch.setattr(activation.STATE, "index_k_built", [])  # as at activation: no pool built yet
     return activation.activation_line(load_config({"SGLANG_DSV4_INDEX_K_DTYPE": "bf16", **env}))
 
 
