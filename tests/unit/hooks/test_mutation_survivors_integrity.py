@@ -2,8 +2,8 @@
 
 On one tracker over a CPU buffer (the checksum kernel's torch reference runs there, as in
 tests/unit/hooks/test_integrity.py): how a mismatch is described, single pages counted, which rows
-``sample`` mode keeps (how many, evenly spaced, every row covered within ``step`` loads when every
-load samples the layer), the requests a mismatch names, the bounded request history, the warning
+``sample`` mode keeps (how many, evenly spaced, shifted by one per sampled load of the layer so every
+row is covered within ``step`` of them), the requests a mismatch names, the bounded request history, the warning
 said when loaded pages were never verified, and the list ``report`` appends to.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 
+import pytest
 import torch
 
 from sglang_dsv4_ext.index_k import integrity
@@ -71,12 +72,22 @@ def test_sample_mode_keeps_sample_pages_evenly_spaced_rows_and_counts_the_rest()
     assert tracker.unchecked[integrity.SAMPLING] == 8
 
 
-def test_sample_mode_covers_every_row_within_step_loads_when_each_load_samples_the_layer():
-    tracker = _tracker("sample", sample_pages=8, sample_layer_stride=1)
+@pytest.mark.parametrize("stride", [1, 2])
+def test_sample_mode_shifts_by_one_row_per_sampled_load_of_the_layer_and_covers_every_row(stride):
+    """The shift counts the layer's own sampled loads (``_sampled_rows``), so a prefix loaded again and again has
+    every row verified within ``step`` sampled loads of the layer, ``step * stride`` loads, whatever the stride."""
+    tracker = _tracker("sample", sample_pages=8, sample_layer_stride=stride)
     rows = torch.arange(ROWS)  # step 4
+    firsts: list[int] = []
     covered: set[int] = set()
-    for _ in range(ROWS // 8):
-        covered |= set(_sampled(tracker, rows))
+    for _ in range((ROWS // 8) * stride):
+        tracker.begin_load()
+        tracker.expect(0, rows, rows)
+        if 0 in tracker.pending:
+            kept = tracker.pending[0].rows.tolist()
+            firsts.append(kept[0])
+            covered |= set(kept)
+    assert firsts == [0, 1, 2, 3]
     assert covered == set(range(ROWS))
 
 
@@ -127,10 +138,11 @@ def test_a_reported_mismatch_is_added_to_the_list_given():
 
 
 # ----- the counters, exported at zero on the tracker's own label -----
-def _sample(name: str, **labels) -> float | None:
+def _sample(name: str, where: str, **labels) -> float | None:
+    """The counter's value in ``where``'s series (its launch and regions labels as the tracker sets them)."""
     from prometheus_client import REGISTRY
 
-    return REGISTRY.get_sample_value(name, labels)
+    return REGISTRY.get_sample_value(name, {**integrity.series_labels(where), **labels})
 
 
 def test_a_series_is_exported_at_zero_under_its_own_label_and_counts_there():

@@ -162,8 +162,6 @@ def _record(launch: str, **fields) -> dict:
 
 
 def test_each_decision_from_records_names_the_server_its_state_and_what_was_found():
-    from sglang_dsv4_ext.plugin.activation import EVIDENCE_FIELDS
-
     decide = extension_check._from_records
     inactive = decide("http://a:1", [{"active": False}])
     assert (inactive["url"], inactive["state"]) == ("http://a:1", extension_check.INACTIVE)
@@ -171,10 +169,22 @@ def test_each_decision_from_records_names_the_server_its_state_and_what_was_foun
     assert (partial["url"], partial["state"], partial["found"]) == (
         "http://a:1",
         extension_check.UNKNOWN,
-        f"a scheduler's record lacks some of {', '.join(EVIDENCE_FIELDS)} (or one is not a string)",
+        "a scheduler's record lacks some of version, sglang, index_k_dtype, gate, fp4_budget, integrity, launch, "
+        "process (or one is not a string)",
     )
     active = decide("http://a:1", [_record("7@1.00"), _record("7@1.00")])
     assert (active["state"], active["found"]) == (
+        extension_check.ACTIVE,
+        "every scheduler reports active in launch 7@1.00",
+    )
+
+
+def test_a_record_of_an_earlier_version_without_the_requested_dtype_is_complete():
+    from sglang_dsv4_ext.plugin.activation import REQUESTED_DTYPE_FIELD
+
+    earlier = {k: v for k, v in _record("7@1.00").items() if k != REQUESTED_DTYPE_FIELD}
+    state = extension_check._from_records("http://a:1", [earlier])
+    assert (state["state"], state["found"]) == (
         extension_check.ACTIVE,
         "every scheduler reports active in launch 7@1.00",
     )

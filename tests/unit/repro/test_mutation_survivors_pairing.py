@@ -105,3 +105,52 @@ def test_every_output_warns_first_of_differing_unchecked_settings_and_an_unfinis
         "checked on prompt hash and concurrency only",
         "B (runs/b) did not finish: incomplete: 7 of 8 requests run, 1 not run; only its recorded requests are paired",
     ]
+
+
+# ----- the parsing path each side's servers recorded -----
+def _parsing(*paths: str | None) -> list[dict]:
+    return [{"url": f"http://s{i}:1", "parsing": None if p is None else {"path": p}} for i, p in enumerate(paths)]
+
+
+def test_sides_on_one_parsing_path_raise_no_parsing_problem():
+    assert pairing._parsing_problem(_parsing("deepseek-recipe", "deepseek-recipe"), _parsing("deepseek-recipe")) == []
+
+
+def test_sides_on_two_parsing_paths_are_named_with_their_paths():
+    assert pairing._parsing_problem(_parsing("deepseek-recipe"), _parsing("sglang-detectors")) == [
+        "the sides parse through different paths (A deepseek-recipe, B sglang-detectors): a difference may be the "
+        "parser, not the index-K dtype"
+    ]
+
+
+def test_a_side_whose_servers_record_no_parsing_path_cannot_tell():
+    assert pairing._parsing_problem(_parsing("deepseek-recipe"), _parsing(None)) == [
+        "cannot tell that the sides parse through one path (A deepseek-recipe, B cannot tell)"
+    ]
+
+
+def test_two_sides_that_both_record_no_parsing_path_cannot_tell():
+    assert pairing._parsing_problem(_parsing(None), _parsing(None)) == [
+        "cannot tell that the sides parse through one path (A cannot tell, B cannot tell)"
+    ]
+
+
+def test_sides_whose_servers_each_mix_two_parsing_paths_are_not_on_one_path():
+    mixed = _parsing("deepseek-recipe", "sglang-detectors")
+    assert pairing._parsing_problem(mixed, mixed) == [
+        "the sides parse through different paths (A deepseek-recipe/sglang-detectors, B deepseek-recipe/"
+        "sglang-detectors): a difference may be the parser, not the index-K dtype"
+    ]
+
+
+# ----- the servers a side's summary records -----
+def test_a_side_records_its_summarys_servers_when_each_names_its_url(tmp_path):
+    servers = [{"url": "http://a:1", "state": "active"}, {"url": "http://b:2", "state": "inactive"}]
+    run = pairing.LoadedRun(str(tmp_path), {"servers": servers}, {})
+    assert pairing.side(run)["servers"] == servers
+
+
+@pytest.mark.parametrize("servers", [None, {"url": "http://a:1"}, [{"url": "http://a:1"}, {"state": "active"}], ["x"]])
+def test_a_summary_of_an_earlier_release_or_malformed_servers_records_none(tmp_path, servers):
+    run = pairing.LoadedRun(str(tmp_path), {"servers": servers}, {})
+    assert pairing.side(run)["servers"] is None
