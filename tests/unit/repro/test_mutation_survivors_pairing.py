@@ -154,3 +154,43 @@ def test_a_side_records_its_summarys_servers_when_each_names_its_url(tmp_path):
 def test_a_summary_of_an_earlier_release_or_malformed_servers_records_none(tmp_path, servers):
     run = pairing.LoadedRun(str(tmp_path), {"servers": servers}, {})
     assert pairing.side(run)["servers"] is None
+
+
+def test_a_side_records_its_run_label_identity_counts_and_how_it_did_not_finish(tmp_path):
+    summary = {
+        "label": "bf16",
+        "server_info": {"version": "0.5.23"},
+        "run_id": "r-1",
+        "requests_planned": 4,
+        "requests_done": 2,
+        "not_run": 2,
+    }
+    run = pairing.LoadedRun(str(tmp_path), summary, {"k1": {}, "k2": {}})
+    assert pairing.side(run) == {
+        "run": str(tmp_path),
+        "label": "bf16",
+        "server_info": {"version": "0.5.23"},
+        "run_id": "r-1",
+        "requests": 2,
+        "requests_planned": 4,
+        "incomplete": "incomplete: 2 of 4 requests run, 2 not run",
+        "servers": None,
+    }
+
+
+# ----- the index-K dtypes a side's servers built -----
+def test_the_dtypes_built_are_read_from_active_servers_and_stock_from_inactive_ones():
+    servers = [
+        {"state": "active", "index_k": {"built": ["bf16"]}},
+        {"state": "active", "index_k": {"built": ["mixed:bf16,fp8"]}},
+        {"state": "inactive", "index_k": {"built": ["fp4"]}},  # an inactive server's record is not what it built
+    ]
+    assert pairing._built_dtypes(servers) == {"bf16", "fp8", "stock"}
+
+
+@pytest.mark.parametrize(
+    "server",
+    [{"state": "unknown", "index_k": {"built": ["bf16"]}}, {"state": "active"}, {"state": "active", "index_k": None}],
+)
+def test_the_dtypes_built_are_unknown_when_one_server_does_not_say(server):
+    assert pairing._built_dtypes([{"state": "active", "index_k": {"built": ["bf16"]}}, server]) is None
