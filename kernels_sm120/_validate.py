@@ -152,13 +152,22 @@ def as_fp8_index_k_pages(
     head_dim + 4] (what ``forward_c4_indexer`` passes) or [num_pages, page_size * (head_dim + 4)];
     each page contiguous (its stride between pages is free, a multiple of 16 bytes).
     """
-    check_tensor(name, buffer, dtypes=(torch.uint8,), ndim=(2, 4))
     row = head_dim + FP8_SCALE_BYTES
+    return as_quantized_index_k_pages(
+        name, buffer, page_size, row, f"fp8 index-K: {head_dim} e4m3 values per key, then one fp32 scale per key"
+    )
+
+
+def as_quantized_index_k_pages(name: str, buffer: object, page_size: int, row: int, layout: str) -> torch.Tensor:
+    """A quantized index-K buffer of one layer (``row`` bytes per key, ``layout`` says what they hold) -> uint8
+    view [num_pages, page_size * row]: [num_pages, page_size, 1, row] or [num_pages, page_size * row], each page
+    contiguous and 16-byte aligned (the stride between pages is free)."""
+    check_tensor(name, buffer, dtypes=(torch.uint8,), ndim=(2, 4))
     expected = {2: (page_size * row,), 4: (page_size, 1, row)}[buffer.dim()]
     if tuple(buffer.shape[1:]) != expected:
         raise ValueError(
             f"{name} must be uint8 [num_pages, {page_size}, 1, {row}] or [num_pages, {page_size * row}] "
-            f"(fp8 index-K: {head_dim} e4m3 values per key, then one fp32 scale per key), got {tuple(buffer.shape)}"
+            f"({layout}), got {tuple(buffer.shape)}"
         )
     try:
         pages = buffer.view(buffer.shape[0], page_size * row)

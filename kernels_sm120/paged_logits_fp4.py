@@ -30,7 +30,14 @@ import torch
 import triton
 import triton.language as tl
 
-from ._validate import INDEX_HEAD_DIM, INDEX_PAGE_SIZE, as_index_vector, check_same_device, check_tensor
+from ._validate import (
+    INDEX_HEAD_DIM,
+    INDEX_PAGE_SIZE,
+    as_index_vector,
+    as_quantized_index_k_pages,
+    check_same_device,
+    check_tensor,
+)
 from .paged_mqa_logits import _part_bounds, pick_split
 
 FP4_PAYLOAD_BYTES = INDEX_HEAD_DIM // 2  # 64: two e2m1 codes per byte
@@ -159,23 +166,14 @@ def as_fp4_index_k_pages(name: str, buffer: object, *, page_size: int = INDEX_PA
 
     Accepted: uint8 [num_pages, page_size, 1, 68] (what ``forward_c4_indexer`` passes) or
     [num_pages, page_size * 68] (the pool's ``index_k_with_scale_buffer``); each page contiguous."""
-    check_tensor(name, buffer, dtypes=(torch.uint8,), ndim=(2, 4))
-    expected = {2: (page_size * FP4_KEY_BYTES,), 4: (page_size, 1, FP4_KEY_BYTES)}[buffer.dim()]
-    if tuple(buffer.shape[1:]) != expected:
-        raise ValueError(
-            f"{name} must be uint8 [num_pages, {page_size}, 1, {FP4_KEY_BYTES}] or [num_pages, "
-            f"{page_size * FP4_KEY_BYTES}] (fp4 index-K: per page {page_size} x {FP4_PAYLOAD_BYTES} payload "
-            f"bytes, then {page_size} x {FP4_SCALE_BYTES} ue8m0 exponents), got {tuple(buffer.shape)}"
-        )
-    try:
-        pages = buffer.view(buffer.shape[0], page_size * FP4_KEY_BYTES)
-    except RuntimeError as err:
-        raise ValueError(f"each page of {name} must be contiguous, got strides {tuple(buffer.stride())}") from err
-    if pages.stride(1) != 1 or (pages.shape[0] > 1 and pages.stride(0) % 16):
-        raise ValueError(
-            f"each page of {name} must be contiguous and 16-byte aligned, got strides {tuple(pages.stride())}"
-        )
-    return pages
+    return as_quantized_index_k_pages(
+        name,
+        buffer,
+        page_size,
+        FP4_KEY_BYTES,
+        f"fp4 index-K: per page {page_size} x {FP4_PAYLOAD_BYTES} payload bytes, "
+        f"then {page_size} x {FP4_SCALE_BYTES} ue8m0 exponents",
+    )
 
 
 def _checked_fp4_q(q_fp4, q_sf):
