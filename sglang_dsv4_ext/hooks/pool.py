@@ -39,9 +39,9 @@ from sglang_dsv4_ext.index_k import pool_lifecycle
 from sglang_dsv4_ext.index_k.dtype import (
     BF16,
     bf16_page_view,
-    built_index_k_dtype,
     effective_index_k_dtype,
     index_k_bytes_per_token,
+    pool_index_k_dtype,
 )
 from sglang_dsv4_ext.plugin import compat
 
@@ -201,7 +201,7 @@ def _note_c4_indexer_pool_built(pool) -> None:
     """The evidence reports the dtype of the pool built, said once more where it is not what was asked."""
     from sglang_dsv4_ext.plugin import activation
 
-    built, requested = built_index_k_dtype(pool), load_config().index_k_dtype
+    built, requested = pool_index_k_dtype(pool), load_config().index_k_dtype
     if built != requested:
         logger.warning(
             "sglang-dsv4-ext: %s=%s was requested, but SGLang built a %s c4 indexer pool "

@@ -43,7 +43,7 @@ def effective_index_k_dtype(use_fp4_indexer: bool = False) -> str:
 
     ``use_fp4_indexer=True`` is SGLang asking about an fp4 pool (its own fp4 indexer or
     the V4.1 low-ratio pools, which are always fp4). fp8 asked for with SGLang's fp4 flag gives fp4 (the flag
-    decides SGLang's pool): the evidence reports the dtype built (:func:`built_index_k_dtype`) beside the
+    decides SGLang's pool): the evidence reports the dtype built (:func:`pool_index_k_dtype`) beside the
     one asked for, and the pool hook logs the difference.
     """
     if use_fp4_indexer:
@@ -74,7 +74,7 @@ def stores_bf16_index_k(pool) -> bool:
     return getattr(pool, "index_k_dtype", None) == BF16
 
 
-def built_index_k_dtype(pool) -> str:
+def pool_index_k_dtype(pool) -> str:
     """The index-K dtype a built c4 indexer pool stores: what the evidence reports, whatever was asked."""
     if stores_bf16_index_k(pool):
         return BF16
