@@ -46,6 +46,13 @@ def tree_digest(path: str) -> dict:
     return digest
 
 
+class NoCapture:
+    """Stands in for pytest's ``capsys`` where a module-scoped fixture makes runs (``capsys`` is function-scoped)."""
+
+    def readouterr(self):
+        return "", ""
+
+
 def make_run(out: str, capsys, rates=None, extra: list[str] = (), **server) -> str:
     """A real run in ``out`` (8 requests unless ``extra`` changes the shape) made through the CLI;
     ``server``: keyword arguments of the stand-in server (e.g. ``stall_after``)."""

@@ -14,17 +14,12 @@ import sys
 
 import pytest
 
-from tests.support.repro_cli import assert_refused, copy_run, make_run, requests_file, run_cli, tree_digest
-
-
-class _NoCapture:  # module-scoped fixture: capsys is function-scoped
-    def readouterr(self):
-        return "", ""
+from tests.support.repro_cli import NoCapture, assert_refused, copy_run, make_run, requests_file, run_cli, tree_digest
 
 
 @pytest.fixture(scope="module")
 def good_run(tmp_path_factory):
-    return make_run(str(tmp_path_factory.mktemp("runs") / "good"), _NoCapture())
+    return make_run(str(tmp_path_factory.mktemp("runs") / "good"), NoCapture())
 
 
 @pytest.fixture

@@ -13,19 +13,14 @@ import shutil
 
 import pytest
 
-from tests.support.repro_cli import assert_refused, copy_run, make_run, requests_file, run_cli, tree_digest
-
-
-class _NoCapture:  # module-scoped fixture: capsys is function-scoped
-    def readouterr(self):
-        return "", ""
+from tests.support.repro_cli import NoCapture, assert_refused, copy_run, make_run, requests_file, run_cli, tree_digest
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Two good runs of the same settings against the same server: one run's files, then another's."""
     root = tmp_path_factory.mktemp("runs")
-    return make_run(str(root / "first"), _NoCapture()), make_run(str(root / "second"), _NoCapture())
+    return make_run(str(root / "first"), NoCapture()), make_run(str(root / "second"), NoCapture())
 
 
 @pytest.fixture

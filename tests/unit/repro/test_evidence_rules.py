@@ -17,7 +17,7 @@ import os
 
 import pytest
 
-from tests.support.repro_cli import TINY, assert_refused, copy_run, make_run, run_cli
+from tests.support.repro_cli import TINY, NoCapture, assert_refused, copy_run, make_run, run_cli
 from tests.support.repro_server import ACTIVE_BF16, InjectingServer
 
 RESTARTED_RANK = dict(ACTIVE_BF16, launch="5151@1764593600.00", process="5152@1764593603.50")
@@ -53,15 +53,10 @@ def test_schedulers_of_several_launches_are_recorded_as_unknown_with_expect_any(
     assert state["state"] == "unknown" and state["source"] is None and state["label_sets"] == []
 
 
-class _NoCapture:  # module-scoped fixture: capsys is function-scoped
-    def readouterr(self):
-        return "", ""
-
-
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
-    return make_run(str(root / "a"), _NoCapture()), make_run(str(root / "b"), _NoCapture())
+    return make_run(str(root / "a"), NoCapture()), make_run(str(root / "b"), NoCapture())
 
 
 @pytest.fixture
