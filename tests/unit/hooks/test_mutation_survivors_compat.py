@@ -140,8 +140,11 @@ def test_several_parameters_are_listed_comma_separated():
 
 
 def test_the_installed_release_picks_the_rows_that_judge_it(monkeypatch):
-    """On 0.5.23, judged as if 0.5.22 were installed: its rows, which 0.5.23's functions do not all match."""
-    monkeypatch.setattr(compat, "installed_sglang_version", lambda: "0.5.22")
-    assert compat.installed_table() == compat.table_for("0.5.22") != compat.table_for("0.5.23")
+    """Judged as if the other supported release were installed: its rows, which this release's functions
+    do not all match (run under either release: the other one is the pretended one)."""
+    real = compat.installed_sglang_version()
+    other = next(v for v in compat.SUPPORTED_SGLANG_VERSIONS if v != real)
+    monkeypatch.setattr(compat, "installed_sglang_version", lambda: other)
+    assert compat.installed_table() == compat.table_for(other) != compat.table_for(real)
     drifts = compat.check_targets()
-    assert drifts and drifts == compat.check_targets(compat.table_for("0.5.22"))
+    assert drifts and drifts == compat.check_targets(compat.table_for(other))
