@@ -1,15 +1,15 @@
 """Build steps that ship the patch series and the startup hook (everything else is in pyproject.toml).
 
 The repository's top-level ``patches/`` stays the source of truth. ``build_py`` copies it into
-the built package as ``sglang_dsv4_ext/series/shipped/`` (with the series for other releases in
+the built package as ``sglang_dsv4_ext/tools/series/shipped/`` (with the series for other releases in
 ``patches/sglang-X.Y.Z/``), so an installed wheel can run
 ``sglang-dsv4 patches status`` and ``doctor`` can give its upstream verdict without a checkout
-(see sglang_dsv4_ext/series/paths.py for how the series directory is found). An editable
+(see sglang_dsv4_ext/tools/series/paths.py for how the series directory is found). An editable
 install reads the checkout's ``patches/`` directly and gets no copy.
 
 ``build_py`` also writes :data:`STARTUP_HOOK` at the top of the wheel, so that installing it puts the
 file into site-packages, where Python's ``site`` runs its line at interpreter start
-(sglang_dsv4_ext/bootstrap.py says why). An editable install (``pip install -e``) gets it too: setuptools
+(sglang_dsv4_ext/runtime/bootstrap.py says why). An editable install (``pip install -e``) gets it too: setuptools
 then builds into a throw-away directory and puts what ``install_lib`` names into the editable wheel.
 """
 
@@ -20,7 +20,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 SERIES_SOURCE = Path(__file__).resolve().parent / "patches"
-SHIPPED = Path("sglang_dsv4_ext", "series", "shipped")
+SHIPPED = Path("sglang_dsv4_ext", "tools", "series", "shipped")
 # What a series directory holds: patch files, the series file, the pin and the tombstones of
 # dropped patches; for patches/ (the targeted release) and each patches/sglang-X.Y.Z/ (the series
 # for another release), plus the README. Nothing else ships: not editor backups or .orig/.rej
@@ -31,7 +31,7 @@ SERIES_PATTERNS = ("README.md", *_ONE_SERIES, *(f"sglang-*/{pattern}" for patter
 # (file name, its one line). The name sorts after setuptools' "__editable__.*.pth", which must run first.
 STARTUP_HOOK = (
     "sglang_dsv4_ext-bootstrap.pth",
-    "import sglang_dsv4_ext.bootstrap; sglang_dsv4_ext.bootstrap.install()\n",
+    "import sglang_dsv4_ext.runtime.bootstrap; sglang_dsv4_ext.runtime.bootstrap.install()\n",
 )
 
 

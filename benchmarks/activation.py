@@ -1,7 +1,7 @@
 """Time the extension's activation per process kind: ``python -m benchmarks.activation``.
 
 SGLang calls our entry point from ``load_plugins()`` in every process for every model. Activation
-is deferred (sglang_dsv4_ext/plugin/activation.py): the entry point validates the configuration, and each
+is deferred (sglang_dsv4_ext/runtime/activation.py): the entry point validates the configuration, and each
 target module is checked and patched when SGLang itself imports it. Each row is a fresh interpreter:
 
 * launcher: has imported only SGLang's plugin package; goal: ``load_plugins()`` costs at most 0.3 s
@@ -26,8 +26,8 @@ import sys
 
 _CHILD = r"""
 import importlib, json, sys, time
-from sglang_dsv4_ext.plugin import activation
-from sglang_dsv4_ext.plugin import compat
+from sglang_dsv4_ext.runtime import activation
+from sglang_dsv4_ext.runtime import compat
 kind = sys.argv[1]
 modules = [m for m in compat.target_modules(compat.installed_table()) if m != compat.HOOK_REGISTRY_PROPAGATE.module]
 first = {"launcher": ["sglang.srt.plugins"], "detokenizer": ["sglang.srt.managers.detokenizer_manager"],

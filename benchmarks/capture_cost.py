@@ -47,7 +47,7 @@ class _Bench:
     def __init__(self, requests: int, directory: Path):
         from benchmarks.sglang_gpu import indexer_topk as it
         from sglang_dsv4_ext.config import CaptureConfig
-        from sglang_dsv4_ext.index_k import capture as index_k_capture
+        from sglang_dsv4_ext.runtime.index_k import capture as index_k_capture
 
         self.it, self.ic = it, index_k_capture
         self.shape = it.SHAPES[0]
@@ -86,7 +86,7 @@ class _Bench:
 
 
 def run(requests: int, iters: int, warmup: int) -> list[dict[str, object]]:
-    from sglang_dsv4_ext.plugin import activation
+    from sglang_dsv4_ext.runtime import activation
 
     activation.activate()
     rows = []

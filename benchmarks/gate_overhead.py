@@ -38,8 +38,8 @@ def _tiny_pool():
     """SGLang's real DeepSeekV4TokenToKVPool: layers (0, 4, 128, 4), fp8 index-K, 4096 tokens, CPU."""
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
-    from sglang_dsv4_ext.index_k import budget as index_k_budget
-    from sglang_dsv4_ext.sglang_cpu import dsv4_model
+    from sglang_dsv4_ext.runtime.index_k import budget as index_k_budget
+    from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 
     index_k_budget.forget_budget()  # built without the configurator: no budget to check against
     return DeepSeekV4TokenToKVPool(**dsv4_model.small_pool_kwargs((0, 4, 128, 4), tokens=4096))
@@ -47,7 +47,7 @@ def _tiny_pool():
 
 def _gate_hooked_targets() -> list[tuple[object, str]]:
     """(class, attribute) of every gate hook that an index-K read can pass through."""
-    from sglang_dsv4_ext.plugin import compat
+    from sglang_dsv4_ext.runtime import compat
 
     read_path = (
         compat.POOL_WAIT_LAYER_TRANSFER,
@@ -62,7 +62,7 @@ def _gate_hooked_targets() -> list[tuple[object, str]]:
 @contextlib.contextmanager
 def stock_sglang(pool) -> Iterator[None]:
     """SGLang's originals back in place (class attributes and the pool's raw list), then restored."""
-    from sglang_dsv4_ext.plugin.compat import unwrap_to_original
+    from sglang_dsv4_ext.runtime.compat import unwrap_to_original
 
     saved = [(cls, name, cls.__dict__[name]) for cls, name in _gate_hooked_targets() if name in cls.__dict__]
     sub = pool.c4_indexer_kv_pool
@@ -226,8 +226,8 @@ def main(argv=None) -> int:
     _log("importing SGLang and activating the extension (~10-30 s) ...")
     from sglang.srt.managers.cache_controller import LayerDoneCounter
 
-    from sglang_dsv4_ext.plugin import activation
-    from sglang_dsv4_ext.sglang_cpu.dsv4_model import cpu_server_args
+    from sglang_dsv4_ext.runtime import activation
+    from sglang_dsv4_ext.tools.sglang_cpu.dsv4_model import cpu_server_args
 
     with cpu_server_args():
         state = activation.activate()

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import gate_replay as gr  # noqa: E402
 from kernels_sm120 import index_k_checksum as ck  # noqa: E402
-from sglang_dsv4_ext.index_k import integrity as ii  # noqa: E402
+from sglang_dsv4_ext.runtime.index_k import integrity as ii  # noqa: E402
 
 SCHEDULES = (gr.EAGER_UNGATED, gr.EAGER_GATED, gr.GRAPH_STOCK, gr.GRAPH_WAIT_AHEAD)
 

@@ -19,7 +19,7 @@
     read-only gather of the same pages (``benchmarks/kernels_decode.py``,
     ``benchmarks/page_gather.py``), prefill logits, store and index-Q (% of copy, of the
     same-size copy, of the matrix rate, x torch), each issue goal with met / NOT met, the decode
-    bytes per request (``sglang_dsv4_ext.plan.decode_reads``) beside the logits time of one request,
+    bytes per request (``sglang_dsv4_ext.tools.plan.decode_reads``) beside the logits time of one request,
     plus sweeps of tilings;
 (e) stock SGLang 0.5.23 at the decode shapes (``benchmarks/kernels_stock.py``: its torch
     fallbacks and TileLang kernel, from the GPU bundle, in a subprocess that boots while (a)-(c)
@@ -802,8 +802,8 @@ def per_step_rows(dev, ceil) -> list[dict[str, object]]:
     """``plan``'s decode bytes per request beside the measured logits time of one request per c4
     layer and per step (every c4 layer of the stage), bf16 index-K, this GPU's default tiling."""
     from benchmarks.kernels_decode import time_decode
-    from sglang_dsv4_ext.plan import decode_reads
-    from sglang_dsv4_ext.sglang_cpu import dsv4_model
+    from sglang_dsv4_ext.tools.plan import decode_reads
+    from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 
     model = dsv4_model.load_model()
     c4_layers = model.compress_ratios[: model.num_hidden_layers].count(4)
@@ -840,7 +840,7 @@ def format_per_step(rows: list[dict[str, object]]) -> str:
             f"{r['logits_us_per_step']:9.1f}"
         )
     lines.append(
-        "MB: KV bytes one decode step reads per request (sglang_dsv4_ext.plan.decode_reads, as "
+        "MB: KV bytes one decode step reads per request (sglang_dsv4_ext.tools.plan.decode_reads, as "
         "`sglang-dsv4 plan --context` prints them); us: our bf16 logits for that one request, per c4 layer "
         "(CUDA-graph median) and x the c4 layers of a step"
     )

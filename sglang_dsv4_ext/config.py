@@ -13,7 +13,7 @@ variable, the :class:`ExtConfig` field, how its text is read, its default, serve
 key (where it has them), whether serve passes it to every child, and whether the activation line shows
 it. :class:`ExtConfig` and :class:`CaptureConfig` declare one field per row (its name and type, so a
 type checker sees them; the default is the row's, and a test checks the fields are the rows'); serve's flags
-(``serving/cli.py``), the preset's ``[extension]`` table (``serving/preset.py``), the variables every
+(``tools/serving/cli.py``), the preset's ``[extension]`` table (``tools/serving/preset.py``), the variables every
 child gets (:meth:`ExtConfig.to_env`), the activation line's fields (:data:`SHOWN_FIELDS`) and the
 README's Configuration table (checked by ``tests/unit/cli/test_settings_rows.py``) are derived from them.
 
@@ -115,7 +115,7 @@ def _parse_positive_int(name: str, raw: str) -> int:
 
 def _parse_capture_layers(name: str, raw: str) -> str:
     """The layer rule, normalised (``all``, ``every:N``, ``2,4,10``); membership is checked against the
-    model's c4 layers where the pool is known (:mod:`sglang_dsv4_ext.index_k.capture`)."""
+    model's c4 layers where the pool is known (:mod:`sglang_dsv4_ext.runtime.index_k.capture`)."""
     value = raw  # taken as written (the one rule above): no case folding, no spaces dropped
     every = value[len("every:") :] if value.startswith("every:") else None
     if value == "all" or (every is not None and _is_whole_number(every) and int(every) >= 1):

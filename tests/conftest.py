@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def cpu_server_args():
-    from sglang_dsv4_ext.sglang_cpu.dsv4_model import cpu_server_args
+    from sglang_dsv4_ext.tools.sglang_cpu.dsv4_model import cpu_server_args
 
     with cpu_server_args() as server_args:
         yield server_args
@@ -46,7 +46,7 @@ def cpu_server_args():
 
 @pytest.fixture(scope="session")
 def ext_active(cpu_server_args):
-    from sglang_dsv4_ext.plugin import activation
+    from sglang_dsv4_ext.runtime import activation
 
     return activation.activate()
 

@@ -358,7 +358,7 @@ def run(seeds=(0, 1, 2), device: str = "cuda", log=print) -> dict:
     import sglang.srt.layers.attention.dsv4.indexer as sg_indexer
     import torch
 
-    from sglang_dsv4_ext.plugin import activation
+    from sglang_dsv4_ext.runtime import activation
 
     activation.activate()
     rows = []

@@ -482,7 +482,7 @@ def format_table(rows: list[Row]) -> str:
 
 
 def run(cfg: RaceConfig, out_dir=None, log=print) -> dict:
-    from sglang_dsv4_ext.plugin import activation
+    from sglang_dsv4_ext.runtime import activation
 
     state = activation.activate()
     race = Race(cfg, log=log)

@@ -35,9 +35,9 @@ def _float64_topk(rec, row: int, k: int):
 
 
 def test_capture_on_gpu_holds_the_rows_the_indexer_read(sglang_gpu, tmp_path):
-    from sglang_dsv4_ext.index_k import capture as index_k_capture
-    from sglang_dsv4_ext.plugin import activation
-    from sglang_dsv4_ext.recall import cli as recall
+    from sglang_dsv4_ext.runtime import activation
+    from sglang_dsv4_ext.runtime.index_k import capture as index_k_capture
+    from sglang_dsv4_ext.tools.recall import cli as recall
 
     activation.activate()
     shape = indexer_topk.SHAPES[0]  # decode: one query row per request
@@ -88,8 +88,8 @@ def test_a_capturing_call_never_waits_for_the_gpu(sglang_gpu, tmp_path, monkeypa
     keys rounded to bf16 (to within one bf16 step)."""
     import kernels_sm120
     from sglang_dsv4_ext.config import CaptureConfig
-    from sglang_dsv4_ext.index_k import capture as index_k_capture
-    from sglang_dsv4_ext.recall import capture_files
+    from sglang_dsv4_ext.runtime.index_k import capture as index_k_capture
+    from sglang_dsv4_ext.tools.recall import capture_files
 
     shape = indexer_topk.SHAPES[0]  # decode: one row per request, each its own page table
     pool = indexer_topk.build_pool("bf16", shape.pages, "cuda")

@@ -72,7 +72,7 @@ def _indices(torch, kind, values):
 
 @pytest.mark.parametrize("io_backend", ["direct", "kernel"])
 def test_tracker_record_expect_verify_forget_poll_never_block_the_host(cuda, io_backend):
-    from sglang_dsv4_ext.index_k import integrity as ii
+    from sglang_dsv4_ext.runtime.index_k import integrity as ii
 
     torch = cuda.torch
     g = torch.Generator(device="cuda").manual_seed(5)
@@ -123,7 +123,7 @@ def _sglang_stack(torch):
     never unregisters it, so a second mirror allocated where the first one was freed fails with
     cudaErrorHostMemoryAlreadyRegistered (and poisons the tests after it).
     """
-    from sglang_dsv4_ext.index_k import integrity as ii
+    from sglang_dsv4_ext.runtime.index_k import integrity as ii
 
     if not _STACK:
         _STACK.append(_build_sglang_stack(torch))
@@ -139,8 +139,8 @@ def _build_sglang_stack(torch):
     from sglang.srt.mem_cache.memory_pool_host import DeepSeekV4PagedHostPool, LogicalHostPool
     from sglang.srt.mem_cache.pool_host import HostPoolGroup, PoolEntry
 
-    from sglang_dsv4_ext.hooks import integrity
-    from sglang_dsv4_ext.index_k import integrity as ii
+    from sglang_dsv4_ext.runtime.hooks import integrity
+    from sglang_dsv4_ext.runtime.index_k import integrity as ii
 
     tokens = (ROWS + 1) * PAGE
     pool = DeepSeekV4TokenToKVPool(
@@ -191,7 +191,7 @@ def _build_sglang_stack(torch):
 def test_integrity_hooks_on_sglangs_pools_never_block_the_host(sglang_gpu, cuda, io_backend):
     """The hook functions themselves (called as HookRegistry calls them after SGLang's method returned; the
     transfers are not under test here), with the indices each io backend hands them."""
-    from sglang_dsv4_ext.hooks import integrity
+    from sglang_dsv4_ext.runtime.hooks import integrity
 
     torch = cuda.torch
     pool, host, anchor = _sglang_stack(torch)

@@ -1,4 +1,4 @@
-"""recall's fp8 / fp4 rounding (sglang_dsv4_ext/recall/formats.py) against SGLang's own GPU quantizers.
+"""recall's fp8 / fp4 rounding (sglang_dsv4_ext/tools/recall/formats.py) against SGLang's own GPU quantizers.
 
 * fp8: SGLang's CUDA JIT index-K store ``fused_store_cache(..., type="indexer")`` (``store.cuh``,
   ``fused_store_indexer_cache``; the c4 compressor's fused store uses the same arithmetic) on every
@@ -14,7 +14,7 @@ Nothing is stubbed. The JIT test skips, saying so, where SGLang's JIT toolchain 
 import pytest
 import torch
 
-from sglang_dsv4_ext.recall import formats
+from sglang_dsv4_ext.tools.recall import formats
 
 pytestmark = [
     pytest.mark.gpu,

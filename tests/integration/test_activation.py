@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sglang_dsv4_ext.config import ConfigError, load_config
-from sglang_dsv4_ext.plugin import activation, compat
+from sglang_dsv4_ext.runtime import activation, compat
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def phases():
 
 
 def test_entry_point_is_discovered(phases):
-    assert "sglang_dsv4_ext=sglang_dsv4_ext.plugin.activation:register" in phases["entry_points"]
+    assert "sglang_dsv4_ext=sglang_dsv4_ext.runtime.activation:register" in phases["entry_points"]
 
 
 def test_kill_switch_leaves_sglang_untouched(phases):

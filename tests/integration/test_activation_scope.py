@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from sglang_dsv4_ext.index_k import fp8_logits
-from sglang_dsv4_ext.plugin import activation, compat
+from sglang_dsv4_ext.runtime import activation, compat
+from sglang_dsv4_ext.runtime.index_k import fp8_logits
 from tests.support.releases import RUNNING
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

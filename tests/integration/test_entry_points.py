@@ -14,7 +14,7 @@ from pathlib import Path
 
 import sglang
 
-from sglang_dsv4_ext.doctor import sglang_entry_points
+from sglang_dsv4_ext.tools.doctor import sglang_entry_points
 
 SGLANG = Path(sglang.__file__).parent
 
@@ -43,7 +43,8 @@ def test_the_files_that_call_load_plugins_are_the_listed_entry_points():
 
 
 def test_doctor_lists_them_and_says_whether_the_startup_hook_runs_here(ext_active, capsys, monkeypatch):
-    from sglang_dsv4_ext import bootstrap, cli
+    from sglang_dsv4_ext.runtime import bootstrap
+    from sglang_dsv4_ext.tools import cli
 
     monkeypatch.setattr(bootstrap, "_INSTALLED", [])  # this test process: checkout on PYTHONPATH, no .pth
     assert cli.main(["doctor", "--json"]) == 0

@@ -37,7 +37,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sglang_dsv4_ext.plugin import compat
+from sglang_dsv4_ext.runtime import compat
 from tests.support import gate_doubles as gd
 from tests.support.releases import RUNNING
 

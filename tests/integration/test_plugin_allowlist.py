@@ -13,12 +13,12 @@ import sys
 
 import pytest
 
-from sglang_dsv4_ext.plugin import compat
+from sglang_dsv4_ext.runtime import compat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _LOAD = r"""
 import json, sys, sglang.srt.plugins as plugins
-from sglang_dsv4_ext.plugin import activation
+from sglang_dsv4_ext.runtime import activation
 plugins.load_plugins()
 print(json.dumps({"loaded": activation.STATE.loaded}))
 """
@@ -62,7 +62,7 @@ def test_sglang_loader_honours_the_allowlist_and_the_launcher_line_shows_the_con
     ],
 )
 def test_doctor_reports_blocked_and_exits_non_zero(plugins_value, said):
-    proc = _run(["-m", "sglang_dsv4_ext.cli", "doctor", "--json"], plugins_value)
+    proc = _run(["-m", "sglang_dsv4_ext.tools.cli", "doctor", "--json"], plugins_value)
     assert proc.returncode == 1, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     assert f"blocked by SGLANG_PLUGINS={plugins_value!r}: {said}" in report["error"]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext.plugin import compat
+from sglang_dsv4_ext.runtime import compat
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "support" / "release_0_5_22.py"
@@ -180,8 +180,8 @@ def test_parameter_difference_names_what_the_found_signature_lacks_or_adds():
 
 
 def test_doctor_says_per_row_what_the_other_release_lacks(ext_active, capsys):
-    from sglang_dsv4_ext.doctor import cli as doctor
-    from sglang_dsv4_ext.plugin import activation
+    from sglang_dsv4_ext.runtime import activation
+    from sglang_dsv4_ext.tools.doctor import cli as doctor
 
     running = compat.rows_release(compat.installed_sglang_version())
     other = next(v for v in compat.SUPPORTED_SGLANG_VERSIONS if v != running)

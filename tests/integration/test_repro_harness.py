@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from sglang_dsv4_ext.cli import main
 from sglang_dsv4_ext.errors import ServerActivationError
-from sglang_dsv4_ext.repro import rundir
-from sglang_dsv4_ext.repro.runner import Runner, format_summary
-from sglang_dsv4_ext.repro.settings import RunConfig
-from sglang_dsv4_ext.repro.stats import wilson_interval
+from sglang_dsv4_ext.tools.cli import main
+from sglang_dsv4_ext.tools.repro import rundir
+from sglang_dsv4_ext.tools.repro.runner import Runner, format_summary
+from sglang_dsv4_ext.tools.repro.settings import RunConfig
+from sglang_dsv4_ext.tools.repro.stats import wilson_interval
 from tests.support.repro_cli import read_json_strict
 from tests.support.repro_server import (
     ABORTING_KINDS,
@@ -134,7 +134,7 @@ def test_transport_failures_are_classified_not_crashes_and_streaming_works(tmp_p
     printed = format_summary(summary)
     assert "server evidence" in printed and f"{srv.url}: extension active" in printed
     # The HTML report shows the same rows.
-    from sglang_dsv4_ext.report.cli import build_page
+    from sglang_dsv4_ext.tools.report.cli import build_page
 
     page = build_page([str(tmp_path / "s")])
     assert "aborted_requests" in page and "active index_k_dtype=bf16" in page
@@ -242,7 +242,7 @@ def test_offline_reparse_and_rerun_command(tmp_path, capsys):
     # The recorded re-run command is accepted by the CLI parser as is.
     import shlex
 
-    from sglang_dsv4_ext.cli import build_parser
+    from sglang_dsv4_ext.tools.cli import build_parser
 
     argv = shlex.split(summary["rerun_command"])[1:]
     args = build_parser(argv).parse_args(argv)
@@ -388,7 +388,7 @@ def test_a_signal_flushes_the_records_and_writes_an_interrupted_summary(signame,
     assert "server evidence" in stdout
     # reparse accepts the directory; a comparison would say first that it did not finish.
     assert main(["repro", "reparse", str(out)]) == 0
-    from sglang_dsv4_ext.repro.pairing import incomplete
+    from sglang_dsv4_ext.tools.repro.pairing import incomplete
 
     n = len(records)
     assert incomplete(summary) == f"interrupted by {signame}: {n} of 320 requests run, {320 - n} not run"
@@ -461,7 +461,7 @@ def test_ab_stopped_before_b_says_what_it_kept(tmp_path):
 
 def test_a_bug_mid_run_still_leaves_the_records_and_a_summary(tmp_path, monkeypatch):
     """Not a request failure (those are verdicts) but a defect: the evidence so far is kept, the error raised."""
-    from sglang_dsv4_ext.repro import runner as runner_module
+    from sglang_dsv4_ext.tools.repro import runner as runner_module
 
     real = runner_module.classify
     calls = []

@@ -24,14 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext.cli import main as cli_main
-from sglang_dsv4_ext.plugin import compat
-from sglang_dsv4_ext.series import checkrepo, rebase
-from sglang_dsv4_ext.series.classify import Kind
-from sglang_dsv4_ext.series.package_dir import installed_sglang_dir
-from sglang_dsv4_ext.series.releases import release_series_dirs
-from sglang_dsv4_ext.series.series import load_series, read_pin, read_tombstones
-from sglang_dsv4_ext.series.upstream_history import HistoryError, build_history, tag_wheel_info
+from sglang_dsv4_ext.runtime import compat
+from sglang_dsv4_ext.tools.cli import main as cli_main
+from sglang_dsv4_ext.tools.series import checkrepo, rebase
+from sglang_dsv4_ext.tools.series.classify import Kind
+from sglang_dsv4_ext.tools.series.package_dir import installed_sglang_dir
+from sglang_dsv4_ext.tools.series.releases import release_series_dirs
+from sglang_dsv4_ext.tools.series.series import load_series, read_pin, read_tombstones
+from sglang_dsv4_ext.tools.series.upstream_history import HistoryError, build_history, tag_wheel_info
 from tests.support import series_synthetic as S
 from tests.support.cli_calls import run_patches as run_cli
 from tests.support.series_history import clone_history, shared_history

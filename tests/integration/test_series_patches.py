@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext.hooks import HOOK_MODULES
-from sglang_dsv4_ext.plugin import compat
-from sglang_dsv4_ext.series.package_dir import installed_sglang_dir, overlay_copy
-from sglang_dsv4_ext.series.releases import release_series_dirs
-from sglang_dsv4_ext.series.series import REQUIRED_DEP3_FIELDS, load_series, read_pin, unlisted_patch_files
-from sglang_dsv4_ext.series.upstream import fix_verdicts, mirrors_targets, needed_targets, upstream_targets
+from sglang_dsv4_ext.runtime import compat
+from sglang_dsv4_ext.runtime.hooks import HOOK_MODULES
+from sglang_dsv4_ext.tools.series.package_dir import installed_sglang_dir, overlay_copy
+from sglang_dsv4_ext.tools.series.releases import release_series_dirs
+from sglang_dsv4_ext.tools.series.series import REQUIRED_DEP3_FIELDS, load_series, read_pin, unlisted_patch_files
+from sglang_dsv4_ext.tools.series.upstream import fix_verdicts, mirrors_targets, needed_targets, upstream_targets
 from tests.support.cli_calls import run_patches as run_cli
 from tests.support.releases import only_on
 from tests.support.series_history import clone_history
@@ -42,7 +42,7 @@ ONLY_0_5_23_SERIES = only_on(
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_PATCHES = ROOT / "patches"
 RELEASE_SERIES = release_series_dirs(PROJECT_PATCHES)  # patches/ and patches/sglang-X.Y.Z/
-RUNTIME_PREFIX = "sglang_dsv4_ext.hooks."
+RUNTIME_PREFIX = "sglang_dsv4_ext.runtime.hooks."
 
 # The extension's tests that check behaviour only (no plugin objects): they must pass on the
 # patched sources with the extension off. The rest of those files test the plugin machinery
@@ -213,8 +213,8 @@ def test_status_and_doctor_agree_on_the_installed_sglang(ext_active):
     """For the installed SGLang: a fix status calls needed is one doctor applies (or skips by
     configuration), never one it calls not needed; and every row doctor does apply is a fix the
     series carries, so the series is the complete source form of what the extension patches."""
-    from sglang_dsv4_ext.doctor import cli as doctor
-    from sglang_dsv4_ext.plugin import activation
+    from sglang_dsv4_ext.runtime import activation
+    from sglang_dsv4_ext.tools.doctor import cli as doctor
 
     verdicts = fix_verdicts()
     assert [v.upstream for v in verdicts] == [False] * len(verdicts)

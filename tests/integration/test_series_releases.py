@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext.series.package_dir import overlay_copy
-from sglang_dsv4_ext.series.releases import package_version, release_series_dirs
-from sglang_dsv4_ext.series.series import load_series, read_pin
-from sglang_dsv4_ext.series.upstream_history import extract_package, fetch_wheel, sha256_of, tag_wheel_info
+from sglang_dsv4_ext.tools.series.package_dir import overlay_copy
+from sglang_dsv4_ext.tools.series.releases import package_version, release_series_dirs
+from sglang_dsv4_ext.tools.series.series import load_series, read_pin
+from sglang_dsv4_ext.tools.series.upstream_history import extract_package, fetch_wheel, sha256_of, tag_wheel_info
 from tests.integration.test_series_patches import PLUGIN_TESTS_ON_PATCHED_SOURCES
 from tests.support.cli_calls import run_patches as run_cli
 from tests.support.series_history import clone_history, shared_history

@@ -3,7 +3,7 @@
 The servers are ``tests/support/serve_standin.py`` programs (real HTTP /health, real teed logs); they
 are not SGLang: by default they print no activation line, which is exactly the failure to catch, and
 with ``STANDIN_ACTIVATION_LINE`` they print what a launcher and its scheduler print, with the real
-:func:`sglang_dsv4_ext.plugin.activation.activation_line` / ``launcher_line``.
+:func:`sglang_dsv4_ext.runtime.activation.activation_line` / ``launcher_line``.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import pytest
 
 from sglang_dsv4_ext.config import load_config, plugins_with_ours
 from sglang_dsv4_ext.errors import ActivationError
-from sglang_dsv4_ext.plugin import activation, launch_identity
-from sglang_dsv4_ext.serving import activation_check
-from sglang_dsv4_ext.serving.launch_plan import build_plan, format_plan
-from sglang_dsv4_ext.serving.preset import load_preset
-from sglang_dsv4_ext.serving.supervise import Supervisor
+from sglang_dsv4_ext.runtime import activation, launch_identity
+from sglang_dsv4_ext.tools.serving import activation_check
+from sglang_dsv4_ext.tools.serving.launch_plan import build_plan, format_plan
+from sglang_dsv4_ext.tools.serving.preset import load_preset
+from sglang_dsv4_ext.tools.serving.supervise import Supervisor
 from tests.integration.test_serve_supervise import STANDIN, _preset
 from tests.support.serve_helpers import sglang_args
 

@@ -28,10 +28,10 @@ import time
 import psutil
 import pytest
 
-from sglang_dsv4_ext.cli import main
-from sglang_dsv4_ext.serving.launch_plan import build_plan
-from sglang_dsv4_ext.serving.preset import load_preset
-from sglang_dsv4_ext.serving.supervise import FATAL_SIGNALS, Supervisor
+from sglang_dsv4_ext.tools.cli import main
+from sglang_dsv4_ext.tools.serving.launch_plan import build_plan
+from sglang_dsv4_ext.tools.serving.preset import load_preset
+from sglang_dsv4_ext.tools.serving.supervise import FATAL_SIGNALS, Supervisor
 from tests.support.serve_helpers import TESTS_DIR, free_port, pid_alive, sglang_args
 
 REPO = os.path.dirname(TESTS_DIR)

@@ -2,7 +2,7 @@
 
 Found by review: ``python -m sglang.benchmark.one_batch`` and ``--use-ray``'s scheduler actors build a
 DeepSeek-V4 model without ``load_plugins()``, so a "bf16" run measured stock fp8. The hook is the
-``sglang_dsv4_ext-bootstrap.pth`` the package installs (sglang_dsv4_ext/bootstrap.py).
+``sglang_dsv4_ext-bootstrap.pth`` the package installs (sglang_dsv4_ext/runtime/bootstrap.py).
 
 The editable wheel is built by setuptools' real PEP 660 hook (what ``pip install -e`` installs; the
 regular wheel is checked in test_wheel_ships_series.py). The scenarios run in a fresh virtual environment
@@ -28,7 +28,7 @@ from tests.support.releases import skip_unless_this_python_builds_wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK = "sglang_dsv4_ext-bootstrap.pth"
-HOOK_LINE = "import sglang_dsv4_ext.bootstrap; sglang_dsv4_ext.bootstrap.install()\n"
+HOOK_LINE = "import sglang_dsv4_ext.runtime.bootstrap; sglang_dsv4_ext.runtime.bootstrap.install()\n"
 
 
 @pytest.fixture(scope="module")
@@ -90,14 +90,14 @@ def test_at_startup_the_hook_imports_nothing_of_sglang(fresh_venv):
     out = _scenario(fresh_venv, "startup")
     assert out["installed"] is True
     assert out["sglang_modules"] == []
-    assert out["ours"] == ["sglang_dsv4_ext", "sglang_dsv4_ext.bootstrap"]
+    assert out["ours"] == ["sglang_dsv4_ext", "sglang_dsv4_ext.runtime.bootstrap"]
 
 
 @pytest.mark.parametrize("scenario", ["one_batch", "ray_actor"])
 def test_an_entry_point_without_load_plugins_builds_dsv4_with_the_extension(fresh_venv, scenario):
     out = _scenario(fresh_venv, scenario)
     assert out["plugins_loaded_before_build"] is False  # SGLang's entry module never loaded plugins
-    assert "sglang_dsv4_ext.plugin.activation" in out["ours_before_build"]  # the hook guarded the model module
+    assert "sglang_dsv4_ext.runtime.activation" in out["ours_before_build"]  # the hook guarded the model module
     # Our guard ran first (build_checked below); SGLang's own __init__ then stops on CPU (no published config).
     assert out["model_init"].startswith("ValueError: config namespace"), out["model_init"]
     assert out["plugins_loaded_after_build"] is True and out["build_checked"] is True
@@ -109,6 +109,6 @@ def test_an_entry_point_without_load_plugins_builds_dsv4_with_the_extension(fres
 
 def test_the_kill_switch_leaves_such_an_entry_point_stock(fresh_venv):
     out = _scenario(fresh_venv, "kill_switch", SGLANG_DSV4_EXT="0")
-    assert "sglang_dsv4_ext.plugin.activation" not in out["ours"]  # nothing of activation ran
+    assert "sglang_dsv4_ext.runtime.activation" not in out["ours"]  # nothing of activation ran
     assert out["model_init_wrapped"] is False
     assert "sglang-dsv4-ext" not in out["stderr"]

@@ -1,6 +1,6 @@
 """A wheel built from the repository carries the patch series and runs the series tooling outside
 the checkout; GitPython is needed only by the commands that drive a git repository. It also carries
-the startup hook (sglang_dsv4_ext/bootstrap.py).
+the startup hook (sglang_dsv4_ext/runtime/bootstrap.py).
 
 Builds the real wheel (``pip wheel . --no-build-isolation``), installs it with ``--target`` into a
 temporary directory and runs ``sglang-dsv4`` from another working directory against the installed
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext.plugin import compat
-from sglang_dsv4_ext.series.series import read_series_names
-from sglang_dsv4_ext.series.upstream_history import wheel_cache_dir
+from sglang_dsv4_ext.runtime import compat
+from sglang_dsv4_ext.tools.series.series import read_series_names
+from sglang_dsv4_ext.tools.series.upstream_history import wheel_cache_dir
 from tests.support.releases import skip_unless_this_python_builds_wheels
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ def installed_wheel(tmp_path_factory):
 
 def _sglang_dsv4(site: Path, cwd: Path, *argv: str, hide_gitpython: bool = False):
     prelude = "import sys; sys.modules['git'] = None; " if hide_gitpython else "import sys; "
-    code = prelude + "from sglang_dsv4_ext.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = prelude + "from sglang_dsv4_ext.tools.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run(
         [sys.executable, "-c", code, *argv], cwd=cwd, env=_env(site), capture_output=True, text=True, timeout=300
     )
@@ -78,7 +78,7 @@ def _sglang_dsv4(site: Path, cwd: Path, *argv: str, hide_gitpython: bool = False
 def test_the_wheel_contains_every_patch_of_the_series(installed_wheel):
     wheel, _ = installed_wheel
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = "sglang_dsv4_ext/series/shipped/"
+    shipped = "sglang_dsv4_ext/tools/series/shipped/"
     assert {shipped + "series", shipped + "UPSTREAM_PIN"} <= names
     assert {shipped + name for name in SERIES} <= names
     older = f"{shipped}{OLDER}/"
@@ -130,5 +130,5 @@ def test_the_wheel_installs_the_startup_hook_into_site_packages(installed_wheel)
     wheel, site = installed_wheel
     assert "sglang_dsv4_ext-bootstrap.pth" in zipfile.ZipFile(wheel).namelist()
     assert (site / "sglang_dsv4_ext-bootstrap.pth").read_text() == (
-        "import sglang_dsv4_ext.bootstrap; sglang_dsv4_ext.bootstrap.install()\n"
+        "import sglang_dsv4_ext.runtime.bootstrap; sglang_dsv4_ext.runtime.bootstrap.install()\n"
     )

@@ -11,7 +11,7 @@ import os
 import sys
 
 from sglang_dsv4_ext.config import ENV_GATE, ENV_INDEX_K_DTYPE, ENV_KILL_SWITCH
-from sglang_dsv4_ext.plugin import activation, compat
+from sglang_dsv4_ext.runtime import activation, compat
 
 PROBE_TARGETS = [
     t.path for t in (compat.INDEXER_BYTES_PER_TOKEN, compat.MAKE_INDEXER_POOL, compat.SUBPOOL_INDEX_K_READERS[0])

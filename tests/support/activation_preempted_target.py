@@ -15,7 +15,7 @@ import json
 import sys
 
 from sglang_dsv4_ext.errors import ActivationError
-from sglang_dsv4_ext.plugin import activation, compat
+from sglang_dsv4_ext.runtime import activation, compat
 
 VICTIM = compat.LOGICAL_HOST_POOL_INIT  # a row every supported release has
 

@@ -41,7 +41,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from sglang_dsv4_ext.plugin import activation, compat, launch_identity  # noqa: E402
+from sglang_dsv4_ext.runtime import activation, compat, launch_identity  # noqa: E402
 
 TARGET_MODULES = [
     m for m in compat.target_modules(compat.installed_table()) if m != compat.HOOK_REGISTRY_PROPAGATE.module
@@ -80,7 +80,7 @@ def build_mha_pool():
 
 
 def build_dsv4_pool():
-    from sglang_dsv4_ext.sglang_cpu.dsv4_model import cpu_server_args
+    from sglang_dsv4_ext.tools.sglang_cpu.dsv4_model import cpu_server_args
     from tests.support.dsv4_pools import small_pool
 
     with cpu_server_args():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sglang_dsv4_ext.cli import main as cli_main
+from sglang_dsv4_ext.tools.cli import main as cli_main
 
 
 def run_patches(*argv: str) -> int:

@@ -22,7 +22,7 @@ import types
 import torch
 
 from benchmarks.sglang_gpu import race, standins
-from sglang_dsv4_ext.sglang_cpu import dsv4_model
+from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 from tests.support import gate_doubles as gd
 
 PAGE = 256

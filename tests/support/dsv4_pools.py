@@ -7,7 +7,7 @@ import contextlib
 import pytest
 import torch
 
-from sglang_dsv4_ext.sglang_cpu import dsv4_model
+from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 
 TINY_BUDGET_BYTES = 256 << 20  # fits the c128 state bias of 8 requests plus ~20K full tokens
 

@@ -20,7 +20,7 @@ import torch
 from sglang.srt.managers.cache_controller import LayerDoneCounter
 from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
-from sglang_dsv4_ext.sglang_cpu.dsv4_model import small_pool_kwargs
+from sglang_dsv4_ext.tools.sglang_cpu.dsv4_model import small_pool_kwargs
 
 # Global layers of build_pool(): ratio 0, c4, c128, c4 -> c4 sub-pool layers 0 and 1 are global 1 and 3.
 RATIOS = (0, 4, 128, 4)
@@ -38,7 +38,7 @@ def _pool_kwargs(ratios: Sequence[int], **extra) -> dict:
 def _forget_budget() -> None:
     # The pool's startup self-check compares with the last configurator budget of this
     # process; these pools are built without the configurator (another test may have run it).
-    from sglang_dsv4_ext.index_k import budget as index_k_budget
+    from sglang_dsv4_ext.runtime.index_k import budget as index_k_budget
 
     index_k_budget.forget_budget()
 

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_dsv4_ext.exit_codes import OK, USAGE
+from sglang_dsv4_ext.tools.exit_codes import OK, USAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 # One working directory per module set (links to the tree), so each set's mutants/ and results stay
@@ -76,15 +76,15 @@ MODULE_SETS: dict[str, ModuleSet] = {
         ),
     ),
     "extension_check": ModuleSet(
-        ("sglang_dsv4_ext/repro/extension_check.py",),
+        ("sglang_dsv4_ext/tools/repro/extension_check.py",),
         (f"{_REPRO}/test_expect_extension.py", f"{_REPRO}/test_mutation_survivors_extension_check.py"),
     ),
     "pairing": ModuleSet(
-        ("sglang_dsv4_ext/repro/pairing.py",),
+        ("sglang_dsv4_ext/tools/repro/pairing.py",),
         (f"{_REPRO}/test_bad_input_compare.py", f"{_REPRO}/test_mutation_survivors_pairing.py"),
     ),
     "verdict": ModuleSet(
-        ("sglang_dsv4_ext/repro/verdict.py",),
+        ("sglang_dsv4_ext/tools/repro/verdict.py",),
         (
             f"{_REPRO}/test_verdict_table.py",
             f"{_REPRO}/test_repro_units.py",
@@ -93,7 +93,7 @@ MODULE_SETS: dict[str, ModuleSet] = {
         ),
     ),
     "integrity": ModuleSet(
-        ("sglang_dsv4_ext/index_k/integrity.py",),
+        ("sglang_dsv4_ext/runtime/index_k/integrity.py",),
         (
             f"{_HOOKS}/test_integrity.py",
             f"{_HOOKS}/test_integrity_counts.py",
@@ -105,7 +105,7 @@ MODULE_SETS: dict[str, ModuleSet] = {
         ),
     ),
     "compat": ModuleSet(
-        ("sglang_dsv4_ext/plugin/compat.py",),
+        ("sglang_dsv4_ext/runtime/compat.py",),
         (
             f"{_HOOKS}/test_called_names.py",
             f"{_HOOKS}/test_release_paths.py",
@@ -114,20 +114,20 @@ MODULE_SETS: dict[str, ModuleSet] = {
         ),
     ),
     "capture": ModuleSet(
-        ("sglang_dsv4_ext/recall/capture_files.py", "sglang_dsv4_ext/index_k/capture_check.py"),
+        ("sglang_dsv4_ext/tools/recall/capture_files.py", "sglang_dsv4_ext/tools/recall/capture_check.py"),
         ("tests/unit/recall", f"{_HOOKS}/test_index_k_capture.py"),
     ),
     "runtime": ModuleSet(
         (
-            "sglang_dsv4_ext/plugin/activation.py",
-            "sglang_dsv4_ext/plugin/launch_identity.py",
-            "sglang_dsv4_ext/hooks/*.py",
-            "sglang_dsv4_ext/hooks/gate/*.py",
-            "sglang_dsv4_ext/index_k/budget.py",
-            "sglang_dsv4_ext/index_k/capture.py",
-            "sglang_dsv4_ext/index_k/capture_format.py",
-            "sglang_dsv4_ext/index_k/dtype.py",
-            "sglang_dsv4_ext/index_k/pool_lifecycle.py",
+            "sglang_dsv4_ext/runtime/activation.py",
+            "sglang_dsv4_ext/runtime/launch_identity.py",
+            "sglang_dsv4_ext/runtime/hooks/*.py",
+            "sglang_dsv4_ext/runtime/hooks/gate/*.py",
+            "sglang_dsv4_ext/runtime/index_k/budget.py",
+            "sglang_dsv4_ext/runtime/index_k/capture.py",
+            "sglang_dsv4_ext/runtime/index_k/capture_format.py",
+            "sglang_dsv4_ext/runtime/index_k/dtype.py",
+            "sglang_dsv4_ext/runtime/index_k/pool_lifecycle.py",
         ),
         (_HOOKS,),
     ),

@@ -22,7 +22,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from sglang_dsv4_ext.plugin import activation, compat  # noqa: E402
+from sglang_dsv4_ext.runtime import activation, compat  # noqa: E402
 
 
 def _hooked_in_refused_modules() -> list:

@@ -2,9 +2,9 @@
 
 No import of that release (its dependencies are not this environment's): each module is parsed with ``ast``
 and a row's path is followed as ``pkgutil.resolve_name`` and ``getattr`` follow it on a live SGLang
-(:func:`sglang_dsv4_ext.plugin.compat.resolve`): module, then class or function, then attribute, through
+(:func:`sglang_dsv4_ext.runtime.compat.resolve`): module, then class or function, then attribute, through
 base classes and ``from X import Y`` re-exports. The signature is spelled as
-:func:`sglang_dsv4_ext.plugin.compat.normalised_signature` spells it (names, kinds, ``repr`` of defaults; a
+:func:`sglang_dsv4_ext.runtime.compat.normalised_signature` spells it (names, kinds, ``repr`` of defaults; a
 classmethod without its first parameter, as ``getattr`` on the class binds it).
 """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_dsv4_ext.plugin import compat
+from sglang_dsv4_ext.runtime import compat
 
 RUNNING = compat.installed_sglang_version()
 

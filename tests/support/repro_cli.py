@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 
-from sglang_dsv4_ext.cli import main
+from sglang_dsv4_ext.tools.cli import main
 from tests.support.repro_server import InjectingServer
 
 # A tiny workload: 2 sessions x 2 rounds (tool + answer step) = 8 requests.

@@ -16,7 +16,7 @@ import argparse
 import signal
 import sys
 
-from sglang_dsv4_ext.cli import main as cli_main
+from sglang_dsv4_ext.tools.cli import main as cli_main
 
 
 def _signals(names: str):

@@ -81,8 +81,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from sglang_dsv4_ext.repro import dsml
-from sglang_dsv4_ext.repro.scenario import TOOLS_BY_NAME, _args_for, expected_from_user_text, prompt_sha256
+from sglang_dsv4_ext.tools.repro import dsml
+from sglang_dsv4_ext.tools.repro.scenario import TOOLS_BY_NAME, _args_for, expected_from_user_text, prompt_sha256
 
 KINDS = (
     "ok",
@@ -382,7 +382,7 @@ def _next_process() -> str:
 
 
 def _record(labels: dict) -> dict:
-    """A scheduler's record as the extension answers it in /server_info (hooks/evidence.py): active, the built
+    """A scheduler's record as the extension answers it in /server_info (runtime/hooks/evidence.py): active, the built
     index-K dtype beside the requested one, and its ranks counted (one rank of one TP group)."""
     return dict(
         labels,

@@ -14,8 +14,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from sglang_dsv4_ext.series.gitrepo import GitRepo, run_git_in
-from sglang_dsv4_ext.series.upstream_history import DEFAULT_VERSIONS, build_history
+from sglang_dsv4_ext.tools.series.gitrepo import GitRepo, run_git_in
+from sglang_dsv4_ext.tools.series.upstream_history import DEFAULT_VERSIONS, build_history
 
 _CACHE = {}
 

@@ -33,7 +33,7 @@ def pytest_sessionfinish(session, exitstatus):
     sglang = sys.modules.get("sglang")
     if sglang is not None:
         record["sglang_file"] = getattr(sglang, "__file__", None)
-    activation = sys.modules.get("sglang_dsv4_ext.plugin.activation")
+    activation = sys.modules.get("sglang_dsv4_ext.runtime.activation")
     if activation is not None:
         record["activated"] = bool(activation.STATE.activated)
     registry = sys.modules.get("sglang.srt.plugins.hook_registry")

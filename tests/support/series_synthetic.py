@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sglang_dsv4_ext.series.checkrepo import export_range
-from sglang_dsv4_ext.series.gitrepo import GitRepo
+from sglang_dsv4_ext.tools.series.checkrepo import export_range
+from sglang_dsv4_ext.tools.series.gitrepo import GitRepo
 
 PKG = "python/sglang/srt/"
 AUTHOR = {"GIT_AUTHOR_NAME": "Patch Author", "GIT_AUTHOR_EMAIL": "author@example.invalid"}

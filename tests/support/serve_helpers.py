@@ -14,7 +14,7 @@ TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @functools.lru_cache(maxsize=1)
 def sglang_args():
     """The tool's validator (imports SGLang once: several seconds)."""
-    from sglang_dsv4_ext.serving.validate import SGLangArgs
+    from sglang_dsv4_ext.tools.serving.validate import SGLangArgs
 
     return SGLangArgs()
 

@@ -18,7 +18,7 @@ comes from environment variables (the preset's per-server ``env`` table sets the
                               (prints "metrics drip started" to its log on the first such request)
   STANDIN_METRICS=html        GET /metrics answers 200 with an HTML page (not Prometheus text)
   STANDIN_ACTIVATION_LINE=K   print what a launcher and its scheduler print at start, with the real
-                              functions of sglang_dsv4_ext.plugin.activation (the one import beyond the stdlib):
+                              functions of sglang_dsv4_ext.runtime.activation (the one import beyond the stdlib):
                               this-launch (as a launch_server that built a DSV4 model), other-launch (an
                               active line naming another launch), launcher (only the launcher's line)
 
@@ -67,7 +67,7 @@ def _descendants():
 
 def _print_activation_lines(kind: str) -> None:
     from sglang_dsv4_ext.config import load_config
-    from sglang_dsv4_ext.plugin import activation, launch_identity
+    from sglang_dsv4_ext.runtime import activation, launch_identity
 
     os.environ[launch_identity.ENV_LAUNCH] = launch_identity.of_process()  # as the launcher's entry point does
     cfg = load_config()

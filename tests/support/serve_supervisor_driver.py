@@ -19,8 +19,8 @@ import json
 import signal
 import sys
 
-from sglang_dsv4_ext.serving.launch_plan import ChildSpec
-from sglang_dsv4_ext.serving.supervise import Supervisor
+from sglang_dsv4_ext.tools.serving.launch_plan import ChildSpec
+from sglang_dsv4_ext.tools.serving.supervise import Supervisor
 
 
 def _signals(names: str):

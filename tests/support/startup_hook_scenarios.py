@@ -29,7 +29,7 @@ def _ours_loaded() -> list:
 
 
 def startup() -> dict:
-    from sglang_dsv4_ext import bootstrap  # already imported by the .pth: this only fetches it
+    from sglang_dsv4_ext.runtime import bootstrap  # already imported by the .pth: this only fetches it
 
     return {
         "sglang_modules": sorted(m for m in sys.modules if m == "sglang" or m.startswith("sglang.")),
@@ -53,8 +53,8 @@ def _build_dsv4(out: dict) -> dict:
     except Exception as exc:  # SGLang's __init__ on a None config, after our guard: expected on CPU
         out["model_init"] = f"{type(exc).__name__}: {exc}"[:300]
     out["plugins_loaded_after_build"] = plugins._plugins_loaded
-    if "sglang_dsv4_ext.plugin.activation" in sys.modules:
-        from sglang_dsv4_ext.plugin import activation
+    if "sglang_dsv4_ext.runtime.activation" in sys.modules:
+        from sglang_dsv4_ext.runtime import activation
 
         out["build_checked"] = activation.STATE.build_checked
     from tests.support.dsv4_pools import sized_pool  # the checkout is on PYTHONPATH

@@ -1,4 +1,4 @@
-"""Every command's exit status is a name from :mod:`sglang_dsv4_ext.exit_codes`, never a bare number.
+"""Every command's exit status is a name from :mod:`sglang_dsv4_ext.tools.exit_codes`, never a bare number.
 
 A command's entry functions (``run`` and ``main`` of every module) are read from the source: a ``return`` of
 an integer literal there is a code defined twice (``exit_codes`` says what each code means, once).

@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from sglang_dsv4_ext.cli import main
 from sglang_dsv4_ext.config import ConfigError, ExtConfig, load_config
+from sglang_dsv4_ext.tools.cli import main
 from tests.support.serve_helpers import dry_run_children, environment_from_dry_run
 
 ALIAS, DTYPE, GATE, EXT = (

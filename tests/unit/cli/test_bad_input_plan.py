@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from sglang_dsv4_ext import cli
+from sglang_dsv4_ext.tools import cli
 from tests.support.cli_calls import assert_refused_once
 from tests.support.releases import ONLY_WITH_0_5_23_V41
 

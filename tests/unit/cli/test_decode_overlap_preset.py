@@ -19,7 +19,7 @@ PRESET = "dsv4-flash-8gpu-pd-4p4d-bf16-hicache"
 def _dry_run(*extra):
     env = dict(os.environ, PYTHONPATH=ROOT)
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_dsv4_ext.cli", "serve", "--preset", PRESET, "--dry-run", *extra],
+        [sys.executable, "-m", "sglang_dsv4_ext.tools.cli", "serve", "--preset", PRESET, "--dry-run", *extra],
         capture_output=True,
         text=True,
         env=env,

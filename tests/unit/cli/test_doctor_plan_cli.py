@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_dsv4_ext import cli
-from sglang_dsv4_ext.index_k.dtype import index_k_bytes_per_token
-from sglang_dsv4_ext.plugin import activation, compat
-from sglang_dsv4_ext.sglang_cpu import dsv4_model
+from sglang_dsv4_ext.runtime import activation, compat
+from sglang_dsv4_ext.runtime.index_k.dtype import index_k_bytes_per_token
+from sglang_dsv4_ext.tools import cli
+from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 

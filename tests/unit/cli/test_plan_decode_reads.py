@@ -1,6 +1,6 @@
 """``sglang-dsv4 plan --context``: the bytes a decode step reads per request, by index-K dtype.
 
-The formula (``sglang_dsv4_ext.plan.decode_reads``) is checked against SGLang 0.5.23's real pools built
+The formula (``sglang_dsv4_ext.tools.plan.decode_reads``) is checked against SGLang 0.5.23's real pools built
 on CPU through its own configurator and builder (tests/support/dsv4_pools.py): the row size of every
 KV pool a decode step reads, the index-K row each dtype's indexer pool allocates, and the number of
 layers of each kind. Then the per-reader sums against an independent walk over the layers, and the
@@ -13,10 +13,10 @@ import json
 
 import pytest
 
-from sglang_dsv4_ext import cli
-from sglang_dsv4_ext.index_k.dtype import index_k_bytes_per_token
-from sglang_dsv4_ext.plan import decode_reads
-from sglang_dsv4_ext.sglang_cpu import dsv4_model
+from sglang_dsv4_ext.runtime.index_k.dtype import index_k_bytes_per_token
+from sglang_dsv4_ext.tools import cli
+from sglang_dsv4_ext.tools.plan import decode_reads
+from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 from tests.support.dsv4_pools import sized_pool
 
 MODEL = dsv4_model.load_model()
@@ -217,7 +217,7 @@ def test_a_fifo_or_a_device_as_recall_json_is_refused_without_blocking(ext_activ
 
 
 def test_a_large_recall_json_is_refused_by_size(ext_active, capsys, tmp_path, monkeypatch):
-    from sglang_dsv4_ext.plan import cli as plan_cli
+    from sglang_dsv4_ext.tools.plan import cli as plan_cli
 
     monkeypatch.setattr(plan_cli, "RECALL_JSON_LIMIT", 64)  # the bound, made small here
     path = tmp_path / "recall.json"

@@ -1,7 +1,7 @@
 """`plan` says what bf16 costs in indexer time against stock SM120's default, from measured rates."""
 
-from sglang_dsv4_ext import cli
-from sglang_dsv4_ext.plan import decode_reads
+from sglang_dsv4_ext.tools import cli
+from sglang_dsv4_ext.tools.plan import decode_reads
 
 
 def test_plan_prints_the_measured_indexer_time_beside_the_bytes(capsys):

@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from sglang_dsv4_ext import cli
-from sglang_dsv4_ext.plan import decode_reads
-from sglang_dsv4_ext.sglang_cpu import dsv4_model
+from sglang_dsv4_ext.tools import cli
+from sglang_dsv4_ext.tools.plan import decode_reads
+from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 from tests.support.dsv4_pools import sized_pool
 from tests.support.releases import ONLY_WITH_0_5_23_V41
 

@@ -13,10 +13,10 @@ import re
 import pytest
 
 from sglang_dsv4_ext import config
-from sglang_dsv4_ext.cli import main
 from sglang_dsv4_ext.config import load_config
-from sglang_dsv4_ext.serving.launch_plan import build_plan, check_spec
-from sglang_dsv4_ext.serving.preset import PresetError, default_spec, load_preset
+from sglang_dsv4_ext.tools.cli import main
+from sglang_dsv4_ext.tools.serving.launch_plan import build_plan, check_spec
+from sglang_dsv4_ext.tools.serving.preset import PresetError, default_spec, load_preset
 from tests.support.serve_helpers import commands_from_dry_run, sglang_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -128,7 +128,7 @@ def test_plugin_allowed_is_what_sglangs_plugin_loader_does(monkeypatch, value, l
     load_plugins_by_group over the installed entry points (it imports our entry point, never calls it)."""
     from sglang.srt.plugins import GENERAL_PLUGINS_GROUP, load_plugins_by_group
 
-    from sglang_dsv4_ext.plugin import activation
+    from sglang_dsv4_ext.runtime import activation
 
     if value is None:
         monkeypatch.delenv("SGLANG_PLUGINS", raising=False)

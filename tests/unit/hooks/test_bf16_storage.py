@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from sglang_dsv4_ext import errors
-from sglang_dsv4_ext.hooks import hicache as hicache_patch
-from sglang_dsv4_ext.index_k import dtype as index_k
-from sglang_dsv4_ext.plugin import activation, compat
+from sglang_dsv4_ext.runtime import activation, compat
+from sglang_dsv4_ext.runtime.hooks import hicache as hicache_patch
+from sglang_dsv4_ext.runtime.index_k import dtype as index_k
 from tests.support.dsv4_pools import BF16_POOL_LAYOUT_MISUSES, sized_pool
 from tests.support.pd_handshake import decode_side_check
 from tests.support.releases import only_on

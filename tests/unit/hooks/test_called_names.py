@@ -1,6 +1,6 @@
 """Every SGLang name a hook module calls or imports is a row of the table (compat.TARGETS or compat.CALLED).
 
-An AST scan of ``sglang_dsv4_ext/hooks/**`` finds what a hook reaches in SGLang without our table knowing:
+An AST scan of ``sglang_dsv4_ext/runtime/hooks/**`` finds what a hook reaches in SGLang without our table knowing:
   * a name imported from an ``sglang`` module (``from sglang.x import Name``), and each member read off it
     (``Name.member``); a module imported from SGLang (``from sglang.x import mod``, ``import sglang.x as m``)
     and each name read off it (``mod.name``);
@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from sglang_dsv4_ext.plugin import compat
+from sglang_dsv4_ext.runtime import compat
 
 ROOT = Path(__file__).resolve().parents[3]
 HOOKS = ROOT / "sglang_dsv4_ext" / "hooks"

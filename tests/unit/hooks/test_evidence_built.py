@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 
-from sglang_dsv4_ext.plugin import activation, rank_census
+from sglang_dsv4_ext.runtime import activation, rank_census
 from tests.support.dsv4_pools import sized_pool
 
 RATIO_MODE = dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True)

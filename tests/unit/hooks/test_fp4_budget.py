@@ -11,12 +11,12 @@ import threading
 
 import pytest
 
-from sglang_dsv4_ext import cli
 from sglang_dsv4_ext.config import ConfigError, load_config
-from sglang_dsv4_ext.hooks import pool as pool_hook
-from sglang_dsv4_ext.hooks import sizing
-from sglang_dsv4_ext.index_k.dtype import index_k_bytes_per_token
-from sglang_dsv4_ext.sglang_cpu import dsv4_model
+from sglang_dsv4_ext.runtime.hooks import pool as pool_hook
+from sglang_dsv4_ext.runtime.hooks import sizing
+from sglang_dsv4_ext.runtime.index_k.dtype import index_k_bytes_per_token
+from sglang_dsv4_ext.tools import cli
+from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 from tests.support.dsv4_pools import sized_pool
 
 MODEL = dsv4_model.load_model()
@@ -77,8 +77,8 @@ def test_plan_shows_the_stock_estimate_beside_the_exact_budget(fp4, capsys):
 
 
 def test_doctor_shows_the_fp4_budget_on_the_sizing_row(fp4):
-    from sglang_dsv4_ext.doctor import cli as doctor
-    from sglang_dsv4_ext.plugin import compat
+    from sglang_dsv4_ext.runtime import compat
+    from sglang_dsv4_ext.tools.doctor import cli as doctor
 
     rows = {row["target"]: row for row in doctor.collect_report()["targets"]}
     assert rows[compat.INDEXER_BYTES_PER_TOKEN.path]["fp4_budget"].startswith("exact: ")

@@ -1,6 +1,6 @@
 """SGLANG_DSV4_FP8_LOGITS: the indexer hook routes SGLang's SM120 fp8 logits to kernels_sm120's fp8 kernel.
 
-The hook under test is the real ``_around_forward_c4_indexer`` (hooks/indexer.py). The ``original`` it wraps
+The hook under test is the real ``_around_forward_c4_indexer`` (runtime/hooks/indexer.py). The ``original`` it wraps
 is a stand-in for SGLang's ``C4IndexerBackendMixin.forward_c4_indexer`` reduced to the one thing this route
 touches: it looks up ``fp8_paged_mqa_logits_torch_sm120`` in SGLang's indexer module at call time (as
 ``forward_c4_indexer`` does: ``fn = fp8_paged_mqa_logits_torch_sm120``) and calls it with SGLang's arguments
@@ -21,9 +21,9 @@ from kernels_sm120 import _triton_helpers, paged_mqa_logits
 from kernels_sm120 import reference as R
 from sglang_dsv4_ext.config import ENV_FP8_LOGITS
 from sglang_dsv4_ext.errors import ConfigError
-from sglang_dsv4_ext.hooks import indexer as hook
-from sglang_dsv4_ext.index_k import fp8_logits
-from sglang_dsv4_ext.plugin import compat
+from sglang_dsv4_ext.runtime import compat
+from sglang_dsv4_ext.runtime.hooks import indexer as hook
+from sglang_dsv4_ext.runtime.index_k import fp8_logits
 from tests.support.triton_interpreter import interpreted_kernels
 
 
@@ -137,7 +137,7 @@ def test_planned_kernel_says_what_each_configuration_runs():
 
 def test_doctor_says_which_logits_kernel_the_configuration_runs(monkeypatch):
     from sglang_dsv4_ext.config import load_config
-    from sglang_dsv4_ext.doctor.cli import logits_kernel_choice
+    from sglang_dsv4_ext.tools.doctor.cli import logits_kernel_choice
 
     monkeypatch.setenv(ENV_FP8_LOGITS, "sglang")
     assert logits_kernel_choice(load_config()) == fp8_logits.planned_kernel("fp8", "sglang")

@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from sglang_dsv4_ext import errors
-from sglang_dsv4_ext.hooks import gate
-from sglang_dsv4_ext.plugin import activation, compat
+from sglang_dsv4_ext.runtime import activation, compat
+from sglang_dsv4_ext.runtime.hooks import gate
 from tests.support import gate_doubles as gd
 
 POOL = compat.POOL_INIT.owner_path
@@ -131,7 +131,7 @@ def test_oracle_sees_both_kinds_in_sglang_0_5_23(ext_active):
 
 
 def test_doctor_reports_each_accessor_as_upstream_or_extension_gated(ext_active):
-    from sglang_dsv4_ext.doctor import cli as doctor
+    from sglang_dsv4_ext.tools.doctor import cli as doctor
 
     rows = {row["target"]: row for row in doctor.collect_report()["targets"]}
     for target in READER_TARGETS:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from sglang_dsv4_ext import errors
-from sglang_dsv4_ext.sglang_cpu import dsv4_model
+from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 from tests.support import gate_doubles as gd
 from tests.support.dsv4_pools import sized_pool
 from tests.support.releases import ONLY_WITH_0_5_23_V41

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from sglang_dsv4_ext.hooks import HOOK_MODULES
+from sglang_dsv4_ext.runtime.hooks import HOOK_MODULES
 
 LABELS = ("Why", "How", "Upstream status", "Retire when")
 
@@ -36,7 +36,7 @@ def test_block_fields_reads_the_four_labels_and_only_at_line_starts():
 
 @pytest.mark.parametrize("name", HOOK_MODULES)
 def test_hook_module_starts_with_why_how_upstream_retire(name):
-    module = importlib.import_module(f"sglang_dsv4_ext.hooks.{name}")
+    module = importlib.import_module(f"sglang_dsv4_ext.runtime.hooks.{name}")
     doc = inspect.getdoc(module) or ""
     fields = block_fields(doc)
     assert set(fields) == set(LABELS), f"{module.__name__}: missing {set(LABELS) - set(fields)}"

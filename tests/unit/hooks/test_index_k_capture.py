@@ -22,11 +22,12 @@ from sglang.srt.layers.attention.dsv4.compressor_v2 import CompressorBackendMixi
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from kernels_sm120 import reference
-from sglang_dsv4_ext import cli, errors
+from sglang_dsv4_ext import errors
 from sglang_dsv4_ext.config import CaptureConfig, load_config
-from sglang_dsv4_ext.index_k import capture as index_k_capture
-from sglang_dsv4_ext.recall import capture_files
-from sglang_dsv4_ext.recall import cli as recall
+from sglang_dsv4_ext.runtime.index_k import capture as index_k_capture
+from sglang_dsv4_ext.tools import cli
+from sglang_dsv4_ext.tools.recall import capture_files
+from sglang_dsv4_ext.tools.recall import cli as recall
 from tests.support import indexer_doubles as dbl
 from tests.support.device_resident import DeviceResident, HostRead, on_device
 from tests.unit.hooks.test_indexer import Q_LORA_RANK, dsv4_pool, forward_metadata, paged_metadata, slot_of

@@ -25,9 +25,9 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from kernels_sm120 import reference
 from sglang_dsv4_ext import errors
-from sglang_dsv4_ext.hooks import indexer as indexer_patch
-from sglang_dsv4_ext.index_k.dtype import index_k_bytes_per_token
-from sglang_dsv4_ext.plugin import activation
+from sglang_dsv4_ext.runtime import activation
+from sglang_dsv4_ext.runtime.hooks import indexer as indexer_patch
+from sglang_dsv4_ext.runtime.index_k.dtype import index_k_bytes_per_token
 from tests.support import indexer_doubles as dbl
 from tests.support.dsv4_pools import sized_pool
 from tests.support.gate_doubles import StreamWaits

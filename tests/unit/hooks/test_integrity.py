@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from kernels_sm120 import index_k_checksum as ck
-from sglang_dsv4_ext.hooks import integrity
-from sglang_dsv4_ext.index_k import integrity as index_k_integrity
-from sglang_dsv4_ext.plugin import compat
+from sglang_dsv4_ext.runtime import compat
+from sglang_dsv4_ext.runtime.hooks import integrity
+from sglang_dsv4_ext.runtime.index_k import integrity as index_k_integrity
 from tests.support import gate_doubles as gd
 
 PAGE = 256

@@ -14,8 +14,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from kernels_sm120 import index_k_checksum as ck
-from sglang_dsv4_ext.hooks import integrity
-from sglang_dsv4_ext.index_k import integrity as ii
+from sglang_dsv4_ext.runtime.hooks import integrity
+from sglang_dsv4_ext.runtime.index_k import integrity as ii
 
 ROW_BYTES = 256
 

@@ -1,7 +1,7 @@
 """Integrity counts belong to one launch, and the last verifications of a run reach them without another load.
 
 The counters are the tracker's own (prometheus_client's default registry, as SGLang's /metrics serves it) and
-are read back through repro's parser (``repro/server_evidence.py``), as ``repro run`` reads a server.
+are read back through repro's parser (``tools/repro/server_evidence.py``), as ``repro run`` reads a server.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 import torch
 from prometheus_client import REGISTRY, generate_latest
 
-from sglang_dsv4_ext.index_k import integrity as ii
-from sglang_dsv4_ext.repro import server_evidence as se
+from sglang_dsv4_ext.runtime.index_k import integrity as ii
+from sglang_dsv4_ext.tools.repro import server_evidence as se
 
 EARLIER, CURRENT = "111@1764500000.00", "222@1764590000.00"
 
@@ -71,8 +71,8 @@ def test_the_last_verifications_reach_the_counters_without_another_load(launch_l
 
 
 def test_the_pool_hook_labels_the_series_with_this_processs_launch(ext_active, monkeypatch, launch_label):
-    from sglang_dsv4_ext.hooks import integrity as integrity_hook
-    from sglang_dsv4_ext.plugin import activation
+    from sglang_dsv4_ext.runtime import activation
+    from sglang_dsv4_ext.runtime.hooks import integrity as integrity_hook
     from tests.support import dsv4_hicache_stack as hs
 
     monkeypatch.setattr(activation.STATE, "launch", CURRENT)
@@ -111,8 +111,8 @@ def test_only_aiters_split_fp4_layout_is_labelled_payload_only(
 
     from sglang.srt.mem_cache.hicache_storage import PoolName
 
-    from sglang_dsv4_ext.hooks import integrity
-    from sglang_dsv4_ext.plugin import activation
+    from sglang_dsv4_ext.runtime import activation
+    from sglang_dsv4_ext.runtime.hooks import integrity
 
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_INTEGRITY", "sample")
     monkeypatch.setattr(activation.STATE, "index_k_built", [built])
@@ -120,7 +120,7 @@ def test_only_aiters_split_fp4_layout_is_labelled_payload_only(
     monkeypatch.setattr(torch.version, "hip", hip)
     host = types.SimpleNamespace()
     buffers = [torch.zeros(4, 64, dtype=torch.uint8)]
-    integrity._after_host_pool_init(None, host, PoolName.DEEPSEEK_V4_C4_INDEXER, buffers, 64, 4)
+    integrity._after_host_pool_init(activation, None, host, PoolName.DEEPSEEK_V4_C4_INDEXER, buffers, 64, 4)
     assert integrity.tracker_of(host) is not None
     labels = {"where": ii.WHERE_LOAD, "launch": CURRENT, "regions": regions}
     assert REGISTRY.get_sample_value(ii.CHECKED_METRIC_NAME, labels) is not None
@@ -131,9 +131,9 @@ def test_fp4_integrity_covers_payload_and_scales_of_each_page(monkeypatch, launc
     """SGLang's real fp4 c4 indexer pool (``--enable-deepseek-v4-fp4-indexer``) and HiCache stack on CPU: one
     page row holds the 64 slots' payload and their scales (68 B per slot); a flipped scale byte of a host page
     is found where the layer is read."""
-    from sglang_dsv4_ext.hooks import integrity
-    from sglang_dsv4_ext.plugin import activation
-    from sglang_dsv4_ext.sglang_cpu import dsv4_model
+    from sglang_dsv4_ext.runtime import activation
+    from sglang_dsv4_ext.runtime.hooks import integrity
+    from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
     from tests.support import dsv4_hicache_stack as hs
     from tests.support import gate_doubles as gd
 

@@ -1,6 +1,6 @@
 """Which pages the integrity tracker verifies, and what each mismatch report names.
 
-Pure tracker tests (``sglang_dsv4_ext/index_k/integrity.py``, which imports nothing from SGLang): the
+Pure tracker tests (``sglang_dsv4_ext/runtime/index_k/integrity.py``, which imports nothing from SGLang): the
 checksum kernels run their torch reference on CPU (``kernels_sm120/index_k_checksum.py``).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from sglang_dsv4_ext.index_k import integrity as ii
+from sglang_dsv4_ext.runtime.index_k import integrity as ii
 
 ROW_BYTES = 256
 

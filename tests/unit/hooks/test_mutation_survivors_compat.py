@@ -1,4 +1,4 @@
-"""plugin/compat.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
+"""runtime/compat.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
 
 The helpers doctor and activation judge SGLang with: a row as one release has it, the positional
 arguments the gate probe passes after ``layer_id``, how a drift is described, the comparison of a
@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import os
 
-from sglang_dsv4_ext.plugin import compat
-from sglang_dsv4_ext.plugin.compat import ALWAYS, ANY_SIGNATURE, SAME_SIGNATURE, Drift, OnRelease, Target
+from sglang_dsv4_ext.runtime import compat
+from sglang_dsv4_ext.runtime.compat import ALWAYS, ANY_SIGNATURE, SAME_SIGNATURE, Drift, OnRelease, Target
 
 
 def _target(path: str = "pkg.mod.Class.method", signature: str = "(self, layer_id, loc)", releases=()) -> Target:

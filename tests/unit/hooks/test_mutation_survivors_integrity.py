@@ -1,4 +1,4 @@
-"""index_k/integrity.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
+"""runtime/index_k/integrity.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
 
 On one tracker over a CPU buffer (the checksum kernel's torch reference runs there, as in
 tests/unit/hooks/test_integrity.py): how a mismatch is described, single pages counted, which rows
@@ -15,8 +15,8 @@ import uuid
 import pytest
 import torch
 
-from sglang_dsv4_ext.index_k import integrity
-from sglang_dsv4_ext.index_k.integrity import IntegrityTracker, Mismatch
+from sglang_dsv4_ext.runtime.index_k import integrity
+from sglang_dsv4_ext.runtime.index_k.integrity import IntegrityTracker, Mismatch
 
 ROWS, WIDTH = 32, 64
 

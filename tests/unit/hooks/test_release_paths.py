@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from sglang_dsv4_ext import errors
-from sglang_dsv4_ext.hooks.gate import replay
-from sglang_dsv4_ext.plugin import compat
+from sglang_dsv4_ext.runtime import compat
+from sglang_dsv4_ext.runtime.hooks.gate import replay
 from tests.support.dsv4_pools import sized_pool
 from tests.support.releases import only_on
 
@@ -82,7 +82,7 @@ def test_the_prefill_replay_hook_waits_first_where_sglang_has_no_wait_for_layer_
     from sglang.srt.model_executor.runner.prefill_cuda_graph_runner import PrefillCudaGraphRunner
 
     assert not hasattr(PrefillCudaGraphRunner, "_wait_for_layer_loads")
-    from sglang_dsv4_ext.plugin import activation
+    from sglang_dsv4_ext.runtime import activation
 
     (hook,) = [h for h in activation.STATE.hooks if h.target.path == compat.PREFILL_GRAPH_EXECUTE.path]
     assert hook.fn is replay.around_prefill_execute_waiting_first

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from sglang_dsv4_ext.plugin import compat
+from sglang_dsv4_ext.runtime import compat
 from tests.support.release_source import ReleaseSource
 
 OTHER_RELEASE = "0.5.22"

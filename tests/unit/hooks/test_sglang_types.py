@@ -1,4 +1,4 @@
-"""The Protocols of sglang_dsv4_ext/sglang_types.py describe SGLang's real classes (0.5.23).
+"""The Protocols of sglang_dsv4_ext/runtime/sglang_types.py describe SGLang's real classes (0.5.23).
 
 Each method a Protocol lists exists on the SGLang class it names, with the same parameter names: a hook
 annotated with a Protocol then relies on nothing SGLang does not have. Attributes set in ``__init__``
@@ -12,7 +12,7 @@ import pkgutil
 
 import pytest
 
-from sglang_dsv4_ext import sglang_types
+from sglang_dsv4_ext.runtime import sglang_types
 
 
 def differences(protocol, cls) -> dict:

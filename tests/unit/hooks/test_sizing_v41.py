@@ -17,10 +17,10 @@ from importlib import resources
 import pytest
 
 from sglang_dsv4_ext import errors
-from sglang_dsv4_ext.hooks import pool as pool_patch
-from sglang_dsv4_ext.index_k import budget as index_k_budget
-from sglang_dsv4_ext.index_k import dtype as index_k
-from sglang_dsv4_ext.sglang_cpu import dsv4_model
+from sglang_dsv4_ext.runtime.hooks import pool as pool_patch
+from sglang_dsv4_ext.runtime.index_k import budget as index_k_budget
+from sglang_dsv4_ext.runtime.index_k import dtype as index_k
+from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 from tests.support.dsv4_pools import sized_pool
 from tests.support.releases import ONLY_WITH_0_5_23_V41
 

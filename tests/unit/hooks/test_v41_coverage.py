@@ -15,11 +15,11 @@ import re
 import pytest
 import torch
 
-from sglang_dsv4_ext import cli
 from sglang_dsv4_ext.config import load_config
-from sglang_dsv4_ext.doctor.cli import coverage_notes
-from sglang_dsv4_ext.plugin import activation
-from sglang_dsv4_ext.sglang_cpu import dsv4_model
+from sglang_dsv4_ext.runtime import activation
+from sglang_dsv4_ext.tools import cli
+from sglang_dsv4_ext.tools.doctor.cli import coverage_notes
+from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 from tests.support import gate_doubles as gd
 from tests.support.dsv4_pools import sized_pool
 from tests.support.releases import ONLY_WITH_0_5_23_V41

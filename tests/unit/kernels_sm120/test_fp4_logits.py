@@ -16,7 +16,7 @@ import torch
 
 from kernels_sm120 import _triton_helpers, paged_logits_fp4, paged_mqa_logits
 from kernels_sm120 import reference as R
-from sglang_dsv4_ext.recall import formats
+from sglang_dsv4_ext.tools.recall import formats
 from tests.support.triton_interpreter import interpreted_kernels
 
 HEADS = 16  # any power of two >= 16; DeepSeek-V4 has 64 (the GPU tests use 64)

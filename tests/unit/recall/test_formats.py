@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kernels_sm120 import reference
-from sglang_dsv4_ext.recall import formats
+from sglang_dsv4_ext.tools.recall import formats
 from tests.support.releases import only_on
 from tests.support.triton_interpreter import interpreted_kernels
 
@@ -121,7 +121,7 @@ def test_fp4_round_trip_equals_sglangs_pool_reader():
 @pytest.mark.parametrize("fmt", ["fp8", "fp4"])
 def test_round_trip_is_close_but_lossy(fmt):
     """A sanity bound that fails if a format silently became the identity or garbage."""
-    from sglang_dsv4_ext.recall import cli as recall
+    from sglang_dsv4_ext.tools.recall import cli as recall
 
     x = _rows(64, 5, 0, 0).double()
     err = ((recall.round_trip(fmt, x) - x).norm() / x.norm()).item()

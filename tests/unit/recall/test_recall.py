@@ -1,6 +1,7 @@
 """``sglang-dsv4 recall`` on synthetic captures whose recall is known exactly, and on every kind of bad capture.
 
-Files are written in the capture format (sglang_dsv4_ext/index_k/capture_format.py) by :func:`write_capture`; the files
+Files are written in the capture format (sglang_dsv4_ext/runtime/index_k/capture_format.py) by
+:func:`write_capture`; the files
 the capturer itself writes are read back by recall in tests/unit/hooks/test_index_k_capture.py.
 """
 
@@ -16,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_dsv4_ext import cli
-from sglang_dsv4_ext.index_k import capture_format
-from sglang_dsv4_ext.recall import capture_files
-from sglang_dsv4_ext.recall import cli as recall
+from sglang_dsv4_ext.runtime.index_k import capture_format
+from sglang_dsv4_ext.tools import cli
+from sglang_dsv4_ext.tools.recall import capture_files
+from sglang_dsv4_ext.tools.recall import cli as recall
 
 D = 128
 
@@ -347,7 +348,7 @@ def test_json_into_a_closed_pipe_ends_without_a_traceback(tmp_path):
     write_capture(tmp_path / "a.pt", _keys(600))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sglang_dsv4_ext.cli", "recall", str(tmp_path), "--json"],
+        [sys.executable, "-m", "sglang_dsv4_ext.tools.cli", "recall", str(tmp_path), "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
@@ -368,7 +369,7 @@ def test_capture_files_module_reads_a_file_in_isolation(tmp_path):
 # The layer against the capturing model, repeated rows, hard links
 # ---------------------------------------------------------------------------------------
 
-C4_LAYERS = [2, 4, 6, 8]  # the c4 layer ids the capturer records (index_k/capture.py, from the pool's ratios)
+C4_LAYERS = [2, 4, 6, 8]  # the c4 layer ids the capturer records (runtime/index_k/capture.py, from the pool's ratios)
 
 
 @pytest.mark.parametrize("layer", [3, 999])

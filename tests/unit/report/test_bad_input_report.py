@@ -104,7 +104,7 @@ def test_an_output_that_is_not_a_regular_file_is_refused_without_waiting(run, tm
     os.mkfifo(fifo)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_dsv4_ext.cli", "report", run_dir, "-o", str(fifo), "--force"],
+        [sys.executable, "-m", "sglang_dsv4_ext.tools.cli", "report", run_dir, "-o", str(fifo), "--force"],
         env=dict(os.environ, PYTHONPATH=root),
         capture_output=True,
         text=True,

@@ -10,8 +10,8 @@ import shutil
 
 import pytest
 
-from sglang_dsv4_ext import cli
-from sglang_dsv4_ext.repro.settings import RunConfig
+from sglang_dsv4_ext.tools import cli
+from sglang_dsv4_ext.tools.repro.settings import RunConfig
 
 N = 40
 

@@ -14,8 +14,8 @@ import os
 
 import pytest
 
-from sglang_dsv4_ext import exit_codes
-from sglang_dsv4_ext.repro import server_info
+from sglang_dsv4_ext.tools import exit_codes
+from sglang_dsv4_ext.tools.repro import server_info
 from tests.support.repro_cli import TINY, assert_refused, run_cli
 from tests.support.repro_server import ACTIVE_BF16, InjectingServer
 
@@ -197,7 +197,7 @@ def test_compare_flags_a_side_whose_dtype_is_only_configured_and_sides_on_two_pa
 
 
 def test_parsing_path_follows_the_release_and_says_cannot_tell_otherwise():
-    from sglang_dsv4_ext.repro.extension_check import parsing_path
+    from sglang_dsv4_ext.tools.repro.extension_check import parsing_path
 
     assert parsing_path("0.5.23", "deepseekv4")["path"] == "deepseek-recipe"
     assert parsing_path("0.5.22", "deepseekv41")["path"] == "sglang-detectors"
@@ -225,7 +225,7 @@ def test_a_server_restarted_during_the_run_is_marked_everywhere(tmp_path, capsys
 
 
 def test_a_counter_that_went_down_marks_a_restart_even_when_the_records_cannot_be_read_after(tmp_path, capsys):
-    from sglang_dsv4_ext.repro import server_evidence
+    from sglang_dsv4_ext.tools.repro import server_evidence
 
     before = [{"url": "http://h:1", "counters": {"sglang:num_aborted_requests": 9.0}}]
     after = [{"url": "http://h:1", "counters": {"sglang:num_aborted_requests": 5.0}}]

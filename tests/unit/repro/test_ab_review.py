@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 
-from sglang_dsv4_ext import exit_codes
+from sglang_dsv4_ext.tools import exit_codes
 from tests.support.repro_cli import TINY, assert_refused, run_cli
 from tests.support.repro_server import ACTIVE_BF16, InjectingServer
 
@@ -57,7 +57,7 @@ def test_a_side_whose_ranks_report_two_dtypes_is_a_mix_not_a_dtype(tmp_path, cap
 
 
 def test_one_process_that_built_pools_of_two_dtypes_is_a_mix(tmp_path, capsys):
-    """A scheduler that built c4 indexer pools of two dtypes reports ``mixed:bf16,fp8`` (plugin/activation.py:
+    """A scheduler that built c4 indexer pools of two dtypes reports ``mixed:bf16,fp8`` (runtime/activation.py:
     built_index_k_dtype): that side ran a mix even though it has one record, never "bf16" or a dtype of its own."""
     mixed = _record(ACTIVE_BF16, index_k_dtype="mixed:bf16,fp8")
     a = _run(capsys, tmp_path / "a", "--expect-extension", "any", records=[mixed], extension=[FP8])
@@ -194,7 +194,7 @@ def _incident_script(tmp_path, env: dict, *extra: str):
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     shim = tmp_path / "bin" / "sglang-dsv4"
     shim.parent.mkdir(parents=True)
-    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m sglang_dsv4_ext.cli "$@"\n')
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m sglang_dsv4_ext.tools.cli "$@"\n')
     shim.chmod(0o755)
     full_env = dict(os.environ, PATH=f"{shim.parent}:{os.environ['PATH']}", PYTHONPATH=repo, **env)
     script = os.path.join(repo, "serve", "repro-incident.sh")
@@ -222,8 +222,8 @@ def test_incident_script_refuses_a_stack_that_did_not_build_the_dtype_its_label_
 def test_a_non_streamed_reply_without_a_finish_reason_is_not_judged():
     """SGLang's ``serving_chat.py`` answers ``finish_reason: null`` for a request with no finish reason in its
     meta info (``finish_reason["type"] if finish_reason else None``): half a tool call was judged as corruption."""
-    from sglang_dsv4_ext.repro.client import observation_from_body
-    from sglang_dsv4_ext.repro.verdict import CORRUPTION_CLASSES, classify
+    from sglang_dsv4_ext.tools.repro.client import observation_from_body
+    from sglang_dsv4_ext.tools.repro.verdict import CORRUPTION_CLASSES, classify
 
     half_call = {"name": "read_file", "arguments": '{"path": "/src/ma'}
     body = {"choices": [{"index": 0, "finish_reason": None, "message": {"role": "assistant", "content": "",

@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from sglang_dsv4_ext.repro.compare import compare_records
-from sglang_dsv4_ext.repro.verdict import TRANSPORT_CLASSES, Observation, classify
+from sglang_dsv4_ext.tools.repro.compare import compare_records
+from sglang_dsv4_ext.tools.repro.verdict import TRANSPORT_CLASSES, Observation, classify
 from tests.support.repro_cli import TINY, run_cli
 from tests.support.repro_server import InjectingServer
 
@@ -32,7 +32,7 @@ def test_a_finish_reason_outside_stop_length_tool_calls_is_its_own_transport_cla
 
 
 def _tools():
-    from sglang_dsv4_ext.repro.scenario import TOOLS_BY_NAME
+    from sglang_dsv4_ext.tools.repro.scenario import TOOLS_BY_NAME
 
     return TOOLS_BY_NAME
 

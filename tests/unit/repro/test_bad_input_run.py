@@ -37,7 +37,7 @@ FLAG_ROWS = {
     "concurrency 0": (["--concurrency", "8,0"], ["--concurrency", ">= 1"]),
     "concurrency words": (["--concurrency", "eight"], ["--concurrency", "comma-separated integers"]),
     "sessions 0": (["--sessions", "0"], ["--sessions", ">= 1"]),
-    # one number rule for every command (tool_support/arg_types.py): int() and float() take other scripts' digits
+    # one number rule for every command (tools/tool_support/arg_types.py): int() and float() take other scripts' digits
     "sessions Arabic-Indic 12": (["--sessions", "\u0661\u0662"], ["--sessions", "ASCII digits", "'\u0661\u0662'"]),
     "rounds full-width 8": (["--rounds", "\uff18"], ["--rounds", "ASCII digits"]),
     "seed superscript 2": (["--seed", "\u00b2"], ["--seed", "ASCII digits"]),
@@ -195,7 +195,7 @@ READ_FAULT_ROWS = {
 @pytest.fixture
 def short_reads(monkeypatch):
     """Each server read given 1 s instead of 10 (a dripping answer then ends the read sooner; nothing else)."""
-    monkeypatch.setattr("sglang_dsv4_ext.repro.server_http.READ_DEADLINE_S", 1.0)
+    monkeypatch.setattr("sglang_dsv4_ext.tools.repro.server_http.READ_DEADLINE_S", 1.0)
 
 
 @pytest.mark.parametrize("when", ["before", "after"])

@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sglang_dsv4_ext.repro import settings
-from sglang_dsv4_ext.tool_support import urls
+from sglang_dsv4_ext.tools.repro import settings
+from sglang_dsv4_ext.tools.tool_support import urls
 from tests.support.repro_cli import TINY, assert_refused, make_run, run_cli
 from tests.support.repro_server import InjectingServer
 

@@ -3,9 +3,9 @@ server (tests/support/repro_server.py, which answers ``/server_info`` with the s
 as SGLang carries them):
 
 - `repro run --expect-extension on`: schedulers of one server that report different launches are not one
-  active server (repro/extension_check.py, the "several launches" rule, here for /server_info records);
+  active server (tools/repro/extension_check.py, the "several launches" rule, here for /server_info records);
 - `repro compare` and `report`: a setting one summary does not record is said at the top, never passed over
-  (repro/pairing.py, the "not recorded in both summaries" note).
+  (tools/repro/pairing.py, the "not recorded in both summaries" note).
 
 Each test fails when its rule is taken out (checked by hand: the rule's lines removed, the test run, restored).
 """

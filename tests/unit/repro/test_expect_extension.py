@@ -1,9 +1,9 @@
 """`repro run --expect-extension / --server-metrics / --serve-logs` through the real CLI, against the
 loopback stand-in server (tests/support/repro_server.py), which answers like SGLang: ``/server_info`` with
-the schedulers' activation records (the live evidence, hooks/evidence.py) and ``/metrics`` rendered by
+the schedulers' activation records (the live evidence, runtime/hooks/evidence.py) and ``/metrics`` rendered by
 prometheus_client with the extension's gauge. A refusal must come before any chat request (the stand-in
 counts them) and before the run directory exists. Logs are written as `sglang-dsv4 serve` writes them,
-with the real activation line (sglang_dsv4_ext.plugin.activation.activation_line).
+with the real activation line (sglang_dsv4_ext.runtime.activation.activation_line).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import os
 import pytest
 
 from sglang_dsv4_ext.config import load_config
-from sglang_dsv4_ext.plugin import activation
-from sglang_dsv4_ext.repro import extension_check
-from sglang_dsv4_ext.serving import activation_check
-from sglang_dsv4_ext.serving.launch_plan import ChildSpec
-from sglang_dsv4_ext.serving.supervise import start_header
+from sglang_dsv4_ext.runtime import activation
+from sglang_dsv4_ext.tools.repro import extension_check
+from sglang_dsv4_ext.tools.serving import activation_check
+from sglang_dsv4_ext.tools.serving.launch_plan import ChildSpec
+from sglang_dsv4_ext.tools.serving.supervise import start_header
 from tests.support.repro_cli import TINY, assert_refused, run_cli
 from tests.support.repro_server import ACTIVE_BF16, InjectingServer
 

@@ -1,4 +1,4 @@
-"""repro/extension_check.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
+"""tools/repro/extension_check.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
 
 The decision from the schedulers' records (no record, each inactive rank named), finding a server's log in
 serve's log directory (the start header's ``--port`` in both spellings, a log with bytes that are not UTF-8, a
@@ -12,10 +12,10 @@ from __future__ import annotations
 import io
 import os
 
-from sglang_dsv4_ext.repro import extension_check
-from sglang_dsv4_ext.repro.server_evidence import EXTENSION_GAUGE
-from sglang_dsv4_ext.serving.launch_plan import ChildSpec
-from sglang_dsv4_ext.serving.supervise import start_header
+from sglang_dsv4_ext.tools.repro import extension_check
+from sglang_dsv4_ext.tools.repro.server_evidence import EXTENSION_GAUGE
+from sglang_dsv4_ext.tools.serving.launch_plan import ChildSpec
+from sglang_dsv4_ext.tools.serving.supervise import start_header
 
 
 def _header(args: list[str], module: str = "sglang.launch_server") -> str:
@@ -156,7 +156,7 @@ def test_expect_on_gives_only_the_fixes_for_what_was_found():
 
 
 def _record(launch: str, **fields) -> dict:
-    from sglang_dsv4_ext.plugin.activation import EVIDENCE_FIELDS
+    from sglang_dsv4_ext.runtime.activation import EVIDENCE_FIELDS
 
     return {"active": True, **{f: "x" for f in EVIDENCE_FIELDS}, "launch": launch, **fields}
 
@@ -180,7 +180,7 @@ def test_each_decision_from_records_names_the_server_its_state_and_what_was_foun
 
 
 def test_a_record_of_an_earlier_version_without_the_requested_dtype_is_complete():
-    from sglang_dsv4_ext.plugin.activation import REQUESTED_DTYPE_FIELD
+    from sglang_dsv4_ext.runtime.activation import REQUESTED_DTYPE_FIELD
 
     earlier = {k: v for k, v in _record("7@1.00").items() if k != REQUESTED_DTYPE_FIELD}
     state = extension_check._from_records("http://a:1", [earlier])

@@ -1,4 +1,4 @@
-"""repro/pairing.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
+"""tools/repro/pairing.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
 
 How a differing setting is written in the refusal and in every output's warning (an unset value, a
 list, a string quoted as JSON, a number, a switch as given or not), a recorded object compared whatever
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from sglang_dsv4_ext.errors import PairingError
-from sglang_dsv4_ext.repro import pairing
-from sglang_dsv4_ext.repro.settings import SHAPE_SETTINGS
+from sglang_dsv4_ext.tools.repro import pairing
+from sglang_dsv4_ext.tools.repro.settings import SHAPE_SETTINGS
 
 
 def _run(path: str, **config) -> pairing.LoadedRun:

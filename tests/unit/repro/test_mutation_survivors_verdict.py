@@ -1,4 +1,4 @@
-"""repro/verdict.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
+"""tools/repro/verdict.py behaviour that mutmut's mutants showed untested (docs/mutation-testing.md).
 
 The loop rule at its bounds (a loop exactly ``min_chars`` long, exactly ``min_repeats`` times, across a
 newline, blank, or shorter than ``min_chars``), where a loop is looked for (the arguments of every call
@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from sglang_dsv4_ext.repro import dsml
-from sglang_dsv4_ext.repro.scenario import TOOLS_BY_NAME
-from sglang_dsv4_ext.repro.verdict import Observation, RepetitionRule, classify, reference_origin
+from sglang_dsv4_ext.tools.repro import dsml
+from sglang_dsv4_ext.tools.repro.scenario import TOOLS_BY_NAME
+from sglang_dsv4_ext.tools.repro.verdict import Observation, RepetitionRule, classify, reference_origin
 
 RULE = RepetitionRule()  # 8 repeats, 160 chars, period <= 200
 UNIT_20 = "abcdefghij0123456789"  # no shorter period inside
@@ -150,7 +150,7 @@ def test_arguments_against_the_schema_name_the_first_error_by_path():
 
 
 def test_a_nested_schema_error_is_located_by_its_path():
-    from sglang_dsv4_ext.repro.verdict import _schema_error
+    from sglang_dsv4_ext.tools.repro.verdict import _schema_error
 
     schema = {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "string"}}}}}
     assert _schema_error(schema, {"a": {"b": 1}}) == "a/b: 1 is not of type 'string'"

@@ -7,18 +7,18 @@ import math
 
 import pytest
 
-from sglang_dsv4_ext.repro import dsml
-from sglang_dsv4_ext.repro.compare import PairingError, compare_records, pairs_needed
-from sglang_dsv4_ext.repro.reparse import reference_verdict
-from sglang_dsv4_ext.repro.scenario import (
+from sglang_dsv4_ext.tools.repro import dsml
+from sglang_dsv4_ext.tools.repro.compare import PairingError, compare_records, pairs_needed
+from sglang_dsv4_ext.tools.repro.reparse import reference_verdict
+from sglang_dsv4_ext.tools.repro.scenario import (
     TOOLS,
     TOOLS_BY_NAME,
     ScenarioConfig,
     expected_from_user_text,
     session_requests,
 )
-from sglang_dsv4_ext.repro.stats import mcnemar_exact, wilson_interval
-from sglang_dsv4_ext.repro.verdict import Observation, RepetitionRule, classify
+from sglang_dsv4_ext.tools.repro.stats import mcnemar_exact, wilson_interval
+from sglang_dsv4_ext.tools.repro.verdict import Observation, RepetitionRule, classify
 
 M = dsml.DSML_MARKER
 CALL = ("read_file", {"path": "src/a.py", "max_lines": 100})

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from sglang_dsv4_ext.repro import server_evidence as se
+from sglang_dsv4_ext.tools.repro import server_evidence as se
 
 
 class _Metrics:
@@ -55,7 +55,7 @@ def server():
 def test_metric_names_are_sglangs_own():
     from sglang.srt.observability import metrics_collector
 
-    from sglang_dsv4_ext.index_k import integrity as ii
+    from sglang_dsv4_ext.runtime.index_k import integrity as ii
 
     source = inspect.getsource(metrics_collector)
     ours = {ii.METRIC_NAME, ii.CHECKED_METRIC_NAME, ii.UNCHECKED_METRIC_NAME}
@@ -119,7 +119,7 @@ def test_integrity_counts_are_read_from_the_series_the_extension_exports_at_zero
     """The tracker's own Prometheus text (series at 0, then counts with reasons) parsed as a server's /metrics."""
     from prometheus_client import generate_latest
 
-    from sglang_dsv4_ext.index_k import integrity as ii
+    from sglang_dsv4_ext.runtime.index_k import integrity as ii
 
     ii.export_at_zero("load")
     counters = se.parse_counters(generate_latest().decode())
@@ -152,7 +152,7 @@ def test_zero_mismatches_are_shown_only_beside_checked_pages(checked, mismatches
 
 
 def test_the_report_page_says_not_checked_for_zero_checked_pages(tmp_path):
-    from sglang_dsv4_ext.report import cli
+    from sglang_dsv4_ext.tools.report import cli
 
     evidence = [
         {

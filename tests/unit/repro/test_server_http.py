@@ -1,4 +1,4 @@
-"""The bounded GET (sglang_dsv4_ext/tool_support/http_probe.py) over ``https://``: repro reads a server's
+"""The bounded GET (sglang_dsv4_ext/tools/tool_support/http_probe.py) over ``https://``: repro reads a server's
 ``/metrics`` and ``/server_info`` through it, and ``--server-metrics`` / ``--endpoint`` accept https URLs.
 
 A real TLS server on 127.0.0.1 with a certificate made here (``cryptography``); the probe's certificate
@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sglang_dsv4_ext.tool_support import http_probe
+from sglang_dsv4_ext.tools.tool_support import http_probe
 
 
 def _certificate(tmp_path):

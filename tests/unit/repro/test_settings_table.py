@@ -9,9 +9,9 @@ import shlex
 
 import pytest
 
-from sglang_dsv4_ext.cli import build_parser
-from sglang_dsv4_ext.repro.settings import SETTINGS, RunConfig, run_config_from_args
-from sglang_dsv4_ext.repro.verdict import RepetitionRule
+from sglang_dsv4_ext.tools.cli import build_parser
+from sglang_dsv4_ext.tools.repro.settings import SETTINGS, RunConfig, run_config_from_args
+from sglang_dsv4_ext.tools.repro.verdict import RepetitionRule
 
 # A value different from the default for every setting (a new setting without one fails here).
 NON_DEFAULT = {

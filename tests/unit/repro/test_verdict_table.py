@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from sglang_dsv4_ext.repro import dsml
-from sglang_dsv4_ext.repro.client import observation_from_body
-from sglang_dsv4_ext.repro.scenario import TOOLS_BY_NAME
-from sglang_dsv4_ext.repro.verdict import (
+from sglang_dsv4_ext.tools.repro import dsml
+from sglang_dsv4_ext.tools.repro.client import observation_from_body
+from sglang_dsv4_ext.tools.repro.scenario import TOOLS_BY_NAME
+from sglang_dsv4_ext.tools.repro.verdict import (
     CORRUPTION_CLASSES,
     TRANSPORT_CLASSES,
     Observation,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext.cli import main as cli_main
 from sglang_dsv4_ext.errors import GitError
-from sglang_dsv4_ext.series import checkrepo
-from sglang_dsv4_ext.series.gitrepo import GitRepo
-from sglang_dsv4_ext.series.series import read_pin
+from sglang_dsv4_ext.tools.cli import main as cli_main
+from sglang_dsv4_ext.tools.series import checkrepo
+from sglang_dsv4_ext.tools.series.gitrepo import GitRepo
+from sglang_dsv4_ext.tools.series.series import read_pin
 from tests.support import series_synthetic as S
 
 
@@ -293,7 +293,7 @@ def test_a_hunk_header_the_parser_cannot_read_is_a_patch_file_error():
     refuse a corrupt hunk first (``load_patch``), so this is the splitter's own contract: a PatchFileError naming
     the file and the header, not an AttributeError."""
     from sglang_dsv4_ext.errors import PatchFileError
-    from sglang_dsv4_ext.series.series import split_hunks
+    from sglang_dsv4_ext.tools.series.series import split_hunks
 
     text = "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -x +y @@\n-a\n+b\n"
     with pytest.raises(PatchFileError, match=r"x.py: hunk #1 has a malformed header '@@ -x \+y @@'"):

@@ -13,10 +13,10 @@ import signal
 
 import pytest
 
-from sglang_dsv4_ext import exit_codes
 from sglang_dsv4_ext.errors import GitError
-from sglang_dsv4_ext.series import rebase
-from sglang_dsv4_ext.series.series import load_series
+from sglang_dsv4_ext.tools import exit_codes
+from sglang_dsv4_ext.tools.series import rebase
+from sglang_dsv4_ext.tools.series.series import load_series
 from tests.support import series_synthetic as S
 from tests.support.cli_calls import run_patches as run_cli
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext.series.releases import release_series_dirs
-from sglang_dsv4_ext.series.series import load_series
+from sglang_dsv4_ext.tools.series.releases import release_series_dirs
+from sglang_dsv4_ext.tools.series.series import load_series
 
 SERIES_DIRS = release_series_dirs(Path(__file__).resolve().parents[3] / "patches")  # every release's series
 PATCHES = [(d, p) for d in SERIES_DIRS for p in load_series(d).patches]

@@ -12,10 +12,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from sglang_dsv4_ext.series import rebase
-from sglang_dsv4_ext.series.gitrepo import GitRepo, run_git_in
-from sglang_dsv4_ext.series.resolutions import rr_cache_of
-from sglang_dsv4_ext.series.series import load_series, read_pin
+from sglang_dsv4_ext.tools.series import rebase
+from sglang_dsv4_ext.tools.series.gitrepo import GitRepo, run_git_in
+from sglang_dsv4_ext.tools.series.resolutions import rr_cache_of
+from sglang_dsv4_ext.tools.series.series import load_series, read_pin
 from tests.support import series_synthetic as S
 from tests.support.cli_calls import run_patches as run_cli
 

@@ -1,5 +1,5 @@
 """One series per SGLang release: status, check, apply and doctor take the series pinned to the
-target's version (sglang_dsv4_ext/series/releases.py).
+target's version (sglang_dsv4_ext/tools/series/releases.py).
 
 The series root is a temporary ``patches/`` (the checkout's is swapped out): its own series is
 pinned to 9.0.1 and ``sglang-9.0.0/`` holds the synthetic series of
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext.series import paths
-from sglang_dsv4_ext.series.releases import choose_series_dir, package_version, ref_version
-from sglang_dsv4_ext.series.upstream import fix_verdicts
+from sglang_dsv4_ext.tools.series import paths
+from sglang_dsv4_ext.tools.series.releases import choose_series_dir, package_version, ref_version
+from sglang_dsv4_ext.tools.series.upstream import fix_verdicts
 from tests.support import series_synthetic as S
 from tests.support.cli_calls import run_patches as run_cli
 

@@ -1,7 +1,7 @@
 """The patch tool on small synthetic repositories (see tests/support/series_synthetic.py).
 
 Each scenario is built so that exactly one classification holds per patch; the tests drive
-the real CLI entry point (``sglang_dsv4_ext.cli.main``) wherever a user would.
+the real CLI entry point (``sglang_dsv4_ext.tools.cli.main``) wherever a user would.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from sglang_dsv4_ext.cli import main as cli_main
-from sglang_dsv4_ext.series import checkrepo, rebase
-from sglang_dsv4_ext.series.classify import Kind
-from sglang_dsv4_ext.series.gitrepo import GitRepo
-from sglang_dsv4_ext.series.package_dir import classify_against_package
-from sglang_dsv4_ext.series.series import load_series, read_pin, read_tombstones
+from sglang_dsv4_ext.tools.cli import main as cli_main
+from sglang_dsv4_ext.tools.series import checkrepo, rebase
+from sglang_dsv4_ext.tools.series.classify import Kind
+from sglang_dsv4_ext.tools.series.gitrepo import GitRepo
+from sglang_dsv4_ext.tools.series.package_dir import classify_against_package
+from sglang_dsv4_ext.tools.series.series import load_series, read_pin, read_tombstones
 from tests.support import series_synthetic as S
 from tests.support.cli_calls import run_patches as run_cli
 

@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from sglang_dsv4_ext.cli import main
 from sglang_dsv4_ext.config import load_config
+from sglang_dsv4_ext.tools.cli import main
 from tests.support.cli_calls import assert_refused_once
 from tests.support.serve_helpers import dry_run_children, environment_from_dry_run
 

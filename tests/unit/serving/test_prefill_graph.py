@@ -15,10 +15,10 @@ import sys
 
 import pytest
 
-from sglang_dsv4_ext.cli import main
 from sglang_dsv4_ext.errors import PrefillGraphArgsError
-from sglang_dsv4_ext.sglang_cpu import prefill_graph
-from sglang_dsv4_ext.sglang_cpu.prefill_graph import resolve
+from sglang_dsv4_ext.tools.cli import main
+from sglang_dsv4_ext.tools.sglang_cpu import prefill_graph
+from sglang_dsv4_ext.tools.sglang_cpu.prefill_graph import resolve
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BF16 = "dsv4-flash-8gpu-pd-4p4d-bf16-hicache"
@@ -80,7 +80,7 @@ def test_doctor_in_a_fresh_process_says_there_are_no_server_args():
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4")}
     env["PYTHONPATH"] = REPO
     done = subprocess.run(
-        [sys.executable, "-m", "sglang_dsv4_ext.cli", "doctor", "--json"],
+        [sys.executable, "-m", "sglang_dsv4_ext.tools.cli", "doctor", "--json"],
         cwd=REPO,
         env=env,
         capture_output=True,

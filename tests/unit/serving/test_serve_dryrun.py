@@ -14,11 +14,11 @@ import textwrap
 
 import pytest
 
-from sglang_dsv4_ext.cli import main
 from sglang_dsv4_ext.config import ExtConfig, load_config
-from sglang_dsv4_ext.serving.launch_plan import build_plan
-from sglang_dsv4_ext.serving.preset import PRESET_DIR, PresetError, list_presets, load_preset, spec_from_dict
-from sglang_dsv4_ext.serving.validate import CommandLineError
+from sglang_dsv4_ext.tools.cli import main
+from sglang_dsv4_ext.tools.serving.launch_plan import build_plan
+from sglang_dsv4_ext.tools.serving.preset import PRESET_DIR, PresetError, list_presets, load_preset, spec_from_dict
+from sglang_dsv4_ext.tools.serving.validate import CommandLineError
 from tests.support.releases import only_on
 from tests.support.serve_helpers import commands_from_dry_run, parse_like_sglang, sglang_args
 
@@ -311,7 +311,7 @@ def test_capture_in_the_shell_is_checked_against_what_the_children_see(capsys, m
 def test_a_single_mode_stack_without_its_server_is_refused_by_name():
     """Found by the type check: a single-mode stack built in code with no server listed [None] as its
     servers, and the plan died on None.name with a traceback."""
-    from sglang_dsv4_ext.serving.preset import StackSpec
+    from sglang_dsv4_ext.tools.serving.preset import StackSpec
 
     with pytest.raises(PresetError, match=r"<command line>: single mode needs its \[single\] server"):
         build_plan(StackSpec(mode="single", model_path="m"), 0, sglang_args(), validate_router=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from sglang_dsv4_ext.cli import main
+from sglang_dsv4_ext.tools.cli import main
 
 BF16_PRESET = "dsv4-flash-8gpu-single-tp8-bf16-hicache"
 NOTE = "index-K bf16 changes nothing for"

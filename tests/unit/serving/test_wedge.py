@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from sglang_dsv4_ext.serving.wedge import (
+from sglang_dsv4_ext.tools.serving.wedge import (
     GENERATED_TOKENS,
     RUNNING_REQS,
     MetricsUnreadableError,
