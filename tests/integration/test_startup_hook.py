@@ -90,7 +90,8 @@ def test_at_startup_the_hook_imports_nothing_of_sglang(fresh_venv):
     out = _scenario(fresh_venv, "startup")
     assert out["installed"] is True
     assert out["sglang_modules"] == []
-    assert out["ours"] == ["sglang_dsv4_ext", "sglang_dsv4_ext.runtime.bootstrap"]
+    # the two packages (docstrings only) and the hook itself: nothing else of ours, nothing of SGLang
+    assert out["ours"] == ["sglang_dsv4_ext", "sglang_dsv4_ext.runtime", "sglang_dsv4_ext.runtime.bootstrap"]
 
 
 @pytest.mark.parametrize("scenario", ["one_batch", "ray_actor"])

@@ -88,7 +88,7 @@ def test_the_wheel_contains_every_patch_of_the_series(installed_wheel):
 
 def test_patches_status_runs_outside_the_checkout_on_the_shipped_series(installed_wheel, tmp_path):
     _, site = installed_wheel
-    shipped = site / "sglang_dsv4_ext" / "series" / "shipped"
+    shipped = site / "sglang_dsv4_ext" / "tools" / "series" / "shipped"
     # the installed release's series (.ci/run runs this under 0.5.22 too), then the other release's
     installed = compat.installed_sglang_version()
     series_of = {"0.5.23": (shipped, SERIES), "0.5.22": (shipped / OLDER, SERIES_OLDER)}

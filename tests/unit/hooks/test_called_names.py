@@ -23,7 +23,7 @@ from pathlib import Path
 from sglang_dsv4_ext.runtime import compat
 
 ROOT = Path(__file__).resolve().parents[3]
-HOOKS = ROOT / "sglang_dsv4_ext" / "hooks"
+HOOKS = ROOT / "sglang_dsv4_ext" / "runtime" / "hooks"
 _PRIVATE = re.compile(r"^_[A-Za-z0-9]\w*$")  # one leading underscore, not a dunder
 _SGLANG_DIR = Path(next(iter(importlib.util.find_spec("sglang").submodule_search_locations))).parent
 
