@@ -15,7 +15,7 @@ it. :class:`ExtConfig` and :class:`CaptureConfig` declare one field per row (its
 type checker sees them; the default is the row's, and a test checks the fields are the rows'); serve's flags
 (``tools/serving/cli.py``), the preset's ``[extension]`` table (``tools/serving/preset.py``), the variables every
 child gets (:meth:`ExtConfig.to_env`), the activation line's fields (:data:`SHOWN_FIELDS`) and the
-README's Configuration table (checked by ``tests/unit/cli/test_settings_rows.py``) are derived from them.
+Configuration table of docs/settings.md (checked by ``tests/unit/cli/test_settings_rows.py``) are derived from them.
 
 Parsed once per process: :func:`load_config` reads the table's variables (a dictionary lookup each) on
 every call and parses them only when their values differ from a parse already made, so a decision
@@ -149,8 +149,8 @@ class Setting:
     field: str | None  # the ExtConfig field ("capture.rows": a CaptureConfig field); None: an alias
     kind: Kind
     default: Any
-    meaning: str  # what it does (the README's meaning column)
-    values: str = ""  # the README's values column, where the choices and default do not say it
+    meaning: str  # what it does (docs/settings.md's meaning column)
+    values: str = ""  # docs/settings.md's values column, where the choices and default do not say it
     serve_flag: str | None = None  # `sglang-dsv4 serve`'s flag (a switch where the kind is one)
     serve_help: str = ""
     preset_key: str | None = None  # the key in a preset's [extension] table
@@ -334,7 +334,7 @@ SHOWN_FIELDS: tuple[str, ...] = tuple(s.attribute for s in SETTINGS if s.shown)
 
 
 def values_text(setting: Setting) -> str:
-    """The README's values column: the choices with the default marked, unless the row says more."""
+    """docs/settings.md's values column: the choices with the default marked, unless the row says more."""
     if setting.values:
         return setting.values
     default = setting.text(setting.default)
@@ -342,7 +342,7 @@ def values_text(setting: Setting) -> str:
 
 
 def markdown_table() -> str:
-    """The README's Configuration table, one line per row of :data:`SETTINGS` (a test keeps the README equal)."""
+    """docs/settings.md's Configuration table, one line per row of :data:`SETTINGS` (a test keeps the page equal)."""
     lines = ["| variable | values | serve flag / preset key | meaning |", "|---|---|---|---|"]
     for s in SETTINGS:
         serve = " / ".join(f"`{x}`" for x in (s.serve_flag, s.preset_key and f"[extension] {s.preset_key}") if x)

@@ -68,7 +68,7 @@ def copy_run(src: str, dst: str) -> str:
 
 
 def requests_file(run_dir: str) -> str:
-    return os.path.join(run_dir, "requests.jsonl")  # the documented name (README), spelled as users see it
+    return os.path.join(run_dir, "requests.jsonl")  # the documented name (docs/repro.md), spelled as users see it
 
 
 def _not_json(constant: str):

@@ -11,5 +11,5 @@ Modules:
 - :mod:`.fp8_logits`     which kernel computes the c4 indexer's logits over the fp8 pool, and the router to ours.
 
 "Page" here is an index-K page (one row of a layer's ``index_k_with_scale_buffer``), not SGLang's token page:
-docs/layout.md says what each word means.
+docs/layout.md, "Names, explained once", says what each word means.
 """

@@ -27,10 +27,10 @@ a CUDA event goes with them to a background thread, which waits for it, checks w
 sampled row read a prefix of the same pool slots, no row read past what was gathered) and trims, checksums
 and writes the file; a file that fails a check is not written (logged, counted as failed). The store's
 float64 transform runs only on sampled layers while capture still wants a request of the batch. Once
-the bounds are reached a call returns at the first check. The measured cost per call is in the README
-(``benchmarks/capture_cost.py``). CUDA-graph replays run no Python, so decode steps served from a graph
-are not captured (prefill is; capture decode with ``--disable-cuda-graph``). Only attention-TP rank 0
-captures (every TP rank holds the same indexer heads and keys).
+the bounds are reached a call returns at the first check. The measured cost per call is in
+docs/proving-on-a-cluster.md (``benchmarks/capture_cost.py``). CUDA-graph replays run no Python, so decode steps
+served from a graph are not captured (prefill is; capture decode with ``--disable-cuda-graph``). Only attention-TP
+rank 0 captures (every TP rank holds the same indexer heads and keys).
 
 Files are never overwritten: each process writes under its own new subdirectory
 ``DIR/<host>-pid<pid>-<time>/`` (created with ``exist_ok=False``), files opened with ``"xb"``.

@@ -171,7 +171,7 @@ def ab_section(ab: dict) -> str:
     )
 
 
-# What each piece of evidence on the page proves, and what it cannot (the README's tables, in short).
+# What each piece of evidence on the page proves, and what it cannot (docs/evidence.md's tables, in short).
 READING_GUIDE = (
     (
         "what each side ran (state, index-K built, ranks, SGLang, parsing)",

@@ -47,7 +47,7 @@ below are the schema, and an error names the key in one line)::
     args = ["--policy", "cache_aware"]
 
 The ``[extension]`` keys are the rows of :data:`sglang_dsv4_ext.config.SETTINGS` that have a preset key
-(:class:`ExtensionTable` is made from them; the README's Configuration table lists them).
+(:class:`ExtensionTable` is made from them; docs/settings.md's Configuration table lists them).
 
 One set of pydantic models: the file's tables (:class:`PresetFile`) and the stack serve runs
 (:class:`StackSpec`, :class:`Instance`, and :class:`RouterSpec`, which is also the ``[router]`` table)

@@ -1,9 +1,9 @@
-"""The extension's environment variables: the README's bad-input table for configuration.
+"""The extension's environment variables: the bad-input table for configuration (docs/bad-input.md).
 
 Rows go through :func:`load_config` (what every process reads: activation, pool creation,
 ``doctor``, ``serve``) and one row through ``sglang-dsv4 serve --dry-run``. An empty (or
 blank) value means unset, for every variable; a bad value is one error naming the variable
-and the allowed values. The rows mirror the README table "Bad input: configuration".
+and the allowed values. The rows mirror the table "Configuration" of docs/bad-input.md.
 """
 
 from __future__ import annotations

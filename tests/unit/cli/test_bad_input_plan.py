@@ -1,8 +1,8 @@
-"""`sglang-dsv4 plan`: the README's bad-input table, row by row, through the real CLI entry.
+"""`sglang-dsv4 plan`: the bad-input table of docs/bad-input.md, row by row, through the real CLI entry.
 
 Each row is an input and the one error line the user must see: exit 2, the flag or the
 model-config field named with what is allowed, no traceback, no plan printed. The rows
-mirror the README table "Bad input: sglang-dsv4 plan".
+mirror the table "`sglang-dsv4 plan`" of docs/bad-input.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One settings table (``config.SETTINGS``): what serve, a preset, the README and the children show
+"""One settings table (``config.SETTINGS``): what serve, a preset, docs/settings.md and the children show
 follows the rows, and the environment is parsed once per set of values.
 
 Nothing is stubbed: serve runs through its real command line (``--dry-run``, SGLang 0.5.23's real
@@ -36,11 +36,10 @@ def _serve_help(capsys) -> str:
     return " ".join(capsys.readouterr().out.split())  # argparse wraps lines; compare words
 
 
-def test_the_readme_configuration_table_is_the_settings_table():
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        readme = f.read()
-    section = readme[readme.index("## Configuration\n") : readme.index("\n## ", readme.index("## Configuration\n") + 1)]
-    table = "\n".join(line for line in section.splitlines() if line.startswith("|"))
+def test_the_settings_page_configuration_table_is_the_settings_table():
+    with open(os.path.join(REPO, "docs", "settings.md"), encoding="utf-8") as f:
+        page = f.read()
+    table = "\n".join(line for line in page.splitlines() if line.startswith("|"))
     assert table == config.markdown_table(), (
         "regenerate: python -c 'from sglang_dsv4_ext import config; print(config.markdown_table())'"
     )

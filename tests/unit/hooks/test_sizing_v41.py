@@ -78,8 +78,8 @@ def expected_bytes_per_full_token(model, swa_ratio=Fraction(1, 10)) -> Fraction:
     return swa + sum(len(s) * (kv_bytes_per_slot(r) + FP4_BYTES) / r for r, s in model.low_ratio_sources().items())
 
 
-def test_readme_figure_from_the_formula():
-    """The README's 3972.50 B per full token for V4.1-Flash (ratio 0.1) follows from 2 x r0, 18 x r2, 20 x r1."""
+def test_documented_figure_from_the_formula():
+    """docs/plan.md's 3972.50 B per full token for V4.1-Flash (ratio 0.1) follows from 2 x r0, 18 x r2, 20 x r1."""
     assert V41.layer_counts() == {0: 2, 1: 20, 2: 18}
     assert expected_bytes_per_full_token(V41) == Fraction("3972.5")
 

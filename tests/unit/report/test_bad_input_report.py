@@ -1,4 +1,4 @@
-"""`sglang-dsv4 report`: each row of the README's bad-input table, through the real CLI.
+"""`sglang-dsv4 report`: each row of its bad-input table (docs/bad-input.md), through the real CLI.
 
 The runs are real (8 requests against the stand-in server, tests/support/repro_server.py), then one field
 is broken on purpose. Every row: exit 2, one line naming the input (``FILE:LINE: field: ...`` for a record),

@@ -90,7 +90,7 @@ def _run(tmp_path, name, bad_every, done=N, concurrency=(8, 80), **summary):
 def _browser_path():
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
-        pytest.skip("no chromium installed (apt-get install -y chromium) - see README")
+        pytest.skip("no chromium installed (apt-get install -y chromium) - see docs/development.md")
     return path
 
 

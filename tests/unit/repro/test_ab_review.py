@@ -149,7 +149,7 @@ def test_a_summary_with_an_empty_servers_list_says_nothing_shows_what_ran(tmp_pa
 
 
 def test_ab_checks_a_stock_baseline_against_the_extension_in_one_call(tmp_path, capsys):
-    """The README's baseline (stock fp8 + HiCache) against the extension: each side checked for what it is."""
+    """The baseline of docs/repro.md (stock fp8 + HiCache) against the extension: each side checked for what it is."""
     with InjectingServer({}, records=[None], extension=[]) as stock, InjectingServer({}) as ext:
         rc, out, err = run_cli(["repro", "ab", "--endpoint-a", stock.url, "--endpoint-b", ext.url,
                                 "--expect-extension-a", "off", "--expect-extension-b", "on",

@@ -1,4 +1,4 @@
-"""`sglang-dsv4 repro compare`: each row of the README's bad-input table, through the real CLI.
+"""`sglang-dsv4 repro compare`: each row of its bad-input table (docs/bad-input.md), through the real CLI.
 
 The runs are real (8 requests against the stand-in server), then one line is broken on purpose.
 Every row: exit 2, a message naming the file and line (or flag), no traceback, nothing written.

@@ -1,4 +1,4 @@
-"""`sglang-dsv4 repro reparse`: each row of the README's bad-input table, through the real CLI.
+"""`sglang-dsv4 repro reparse`: each row of its bad-input table (docs/bad-input.md), through the real CLI.
 
 Every row: exit 2, a message naming the input, no traceback, and the run directory unchanged.
 """

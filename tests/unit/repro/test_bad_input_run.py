@@ -1,4 +1,4 @@
-"""`sglang-dsv4 repro run` / `repro ab`: each row of the README's bad-input table, through the real CLI.
+"""`sglang-dsv4 repro run` / `repro ab`: each row of its bad-input table (docs/bad-input.md), through the real CLI.
 
 Every row must end with exit 2, a message naming the input, no traceback, and nothing written or
 changed (an earlier run stays byte for byte; the stand-in server sees no request). Then what the user

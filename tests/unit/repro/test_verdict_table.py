@@ -1,14 +1,17 @@
-"""The README's verdict table, row by row, against :func:`classify` and the reply reader.
+"""The verdict table of docs/repro.md, row by row, against :func:`classify` and the reply reader.
 
 Each row is an observation a client can get and the class the table gives it. The rows added
 with this module pin the rules the table states but the code once missed: a tool step asks for
 exactly one call with exactly the requested arguments, so another call alongside, the same call
-twice, or an unrequested argument is a failure; a reply of the wrong shape is ``protocol_error``.
+twice, or an unrequested argument is a failure; a reply of the wrong shape is ``protocol_error``. The page's
+table names every class of :data:`CLASSES` once, and no other.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +19,7 @@ from sglang_dsv4_ext.tools.repro import dsml
 from sglang_dsv4_ext.tools.repro.client import observation_from_body
 from sglang_dsv4_ext.tools.repro.scenario import TOOLS_BY_NAME
 from sglang_dsv4_ext.tools.repro.verdict import (
+    CLASSES,
     CORRUPTION_CLASSES,
     TRANSPORT_CLASSES,
     Observation,
@@ -25,6 +29,7 @@ from sglang_dsv4_ext.tools.repro.verdict import (
 from tests.support.repro_server import SHAPES
 
 REQUESTED = ("read_file", {"path": "src/a.py", "max_lines": 100})
+REPRO_PAGE = Path(__file__).resolve().parents[3] / "docs" / "repro.md"
 
 
 def _call(name, args):
@@ -34,7 +39,7 @@ def _call(name, args):
 GOOD_CALL = _call(*REQUESTED)
 OTHER_CALL = _call("search_code", {"query": "evict_pages"})
 
-# (step, observation, class) per README row; the detail must say why (fragment).
+# (step, observation, class) per row of the page's table; the detail must say why (fragment).
 ROWS = {
     "ok: the requested call": ("tool", Observation(tool_calls=[GOOD_CALL]), "ok", ""),
     "ok: a clean answer": ("answer", Observation(content="Done."), "ok", ""),
@@ -131,6 +136,28 @@ ROWS = {
         "[DONE]",
     ),
 }
+
+
+def verdicts_in_table(page: str) -> list[str]:
+    """The verdict names of the page's ``| verdict | meaning |`` table, in its order (a row may name several)."""
+    lines = page.splitlines()
+    start = lines.index("| verdict | meaning |") + 2  # past the header and its |---| line
+    names: list[str] = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        names += re.findall(r"`([a-z_]+)`", line.split("|")[1])
+    return names
+
+
+def test_verdicts_in_table_reads_every_name_of_each_row():
+    page = "x\n| verdict | meaning |\n|---|---|\n| `ok` | fine |\n| `a`, `b` | both `c` |\n\n| `d` | after |\n"
+    assert verdicts_in_table(page) == ["ok", "a", "b"]
+
+
+def test_the_repro_page_table_names_every_verdict_class_once():
+    names = verdicts_in_table(REPRO_PAGE.read_text(encoding="utf-8"))
+    assert sorted(names) == sorted(CLASSES), (names, CLASSES)
 
 
 @pytest.mark.parametrize("row", sorted(ROWS))

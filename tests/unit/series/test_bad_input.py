@@ -1,4 +1,4 @@
-"""`sglang-dsv4 patches`: the README's bad-input rows, each walked through the real CLI on small
+"""`sglang-dsv4 patches`: the bad-input rows of docs/bad-input.md, each walked through the real CLI on small
 synthetic git repositories (tests/support/series_synthetic.py). Every refusal is one line on stderr,
 exit 2, and the repository and the series directory are left as they were."""
 

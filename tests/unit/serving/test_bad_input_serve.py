@@ -1,9 +1,9 @@
-"""`sglang-dsv4 serve`: the README's bad-input table, row by row, through the real CLI entry.
+"""`sglang-dsv4 serve`: the bad-input table of docs/bad-input.md, row by row, through the real CLI entry.
 
 Each row is an input a careless or hostile user gives and the one error line they must see
 (exit 2, no traceback, no command printed as if valid, nothing started). Validation runs
-SGLang 0.5.23's real argument parser; nothing is stubbed. The rows mirror the README table
-"Bad input: sglang-dsv4 serve".
+SGLang 0.5.23's real argument parser; nothing is stubbed. The rows mirror the table
+"`sglang-dsv4 serve`" of docs/bad-input.md.
 """
 
 from __future__ import annotations
