@@ -116,7 +116,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "repro: the extension check refuses before any request",
         "sglang_dsv4_ext/tools/repro/runner.py",
-        "    extension_check.check(states, expect)\n",
+        "    extension_check.check(states, expect, expect_dtype)\n",
         "    pass\n",
         ("tests/unit/repro/test_expect_extension.py",),
     ),
@@ -541,8 +541,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "repro: stream_cut is a transport class",
         "sglang_dsv4_ext/tools/repro/verdict.py",
-        'TRANSPORT_CLASSES = ("http_error", "protocol_error", "stream_cut", "timeout")',
-        'TRANSPORT_CLASSES = ("http_error", "protocol_error", "timeout")',
+        'TRANSPORT_CLASSES = ("http_error", "protocol_error", "stream_cut", "aborted", "timeout")',
+        'TRANSPORT_CLASSES = ("http_error", "protocol_error", "aborted", "timeout")',
         (
             "tests/unit/repro/test_verdict_table.py",
             "tests/unit/repro/test_repro_units.py::test_a_cut_stream_on_either_side_excludes_the_pair",
@@ -826,7 +826,7 @@ MUTATIONS: list[Mutation] = [
             "    return (\n"
             "        isinstance(record, dict)\n"
             '        and record.get("active") is True\n'
-            "        and all(isinstance(record.get(f), str) for f in EVIDENCE_FIELDS)\n"
+            "        and all(isinstance(record.get(f), str) for f in RECORD_FIELDS)\n"
             "    )\n"
         ),
         (
