@@ -14,13 +14,13 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def bench(fn: Callable[[int], None], sets: int, graph: bool = True) -> float:
+def bench(fn: Callable[[int], None], sets: int, graph: bool = True, rep: int = 150) -> float:
     """Median ms of one fn(i), i cycling over the input sets.
 
     With ``graph`` (our kernels, which are capturable), one CUDA graph runs every set once
     and its replays are timed, so host launch overhead (Python validation, Triton's
     launcher: tens of microseconds, more on a slow host) is not counted; SGLang replays
-    decode in CUDA graphs too. Falls back to eager timing if capture fails.
+    decode in CUDA graphs too. Falls back to eager timing if capture fails. ``rep``: ms of replays.
     """
     if graph:
         try:
@@ -34,7 +34,7 @@ def bench(fn: Callable[[int], None], sets: int, graph: bool = True) -> float:
             with torch.cuda.graph(g):
                 for i in range(sets):
                     fn(i)
-            return triton.testing.do_bench(g.replay, warmup=25, rep=150, return_mode="median") / sets
+            return triton.testing.do_bench(g.replay, warmup=25, rep=rep, return_mode="median") / sets
         except Exception as err:  # noqa: BLE001  report and time eagerly
             log(f"    (graph capture failed: {type(err).__name__}: {err}; timing eagerly)")
     state = {"i": 0}
@@ -43,7 +43,7 @@ def bench(fn: Callable[[int], None], sets: int, graph: bool = True) -> float:
         fn(state["i"] % sets)
         state["i"] += 1
 
-    return triton.testing.do_bench(call, warmup=25, rep=150, return_mode="median")
+    return triton.testing.do_bench(call, warmup=25, rep=rep, return_mode="median")
 
 
 def n_sets(bytes_per_set: int, target: int = 512 << 20, cap: int = 8) -> int:

@@ -58,12 +58,13 @@ def _decode_constexprs(cfg, heads: int, head_dim: int, page: int) -> dict[str, i
         PAGE_BLOCK=cfg.page_block,
         BALANCE=cfg.busy_per_sm > 0 and cfg.rows_per_program == 1,
         ITEM_GRID=cfg.item_grid,
+        INTERLEAVED=cfg.interleaved,
     )
 
 
 def _fp8_constexprs(cfg, heads: int, head_dim: int, page: int) -> dict[str, int]:
     mode = paged_mqa_logits.FP8_MMA if cfg.fp8_mma else paged_mqa_logits.FP8_WIDEN
-    return dict(_decode_constexprs(cfg, heads, head_dim, page), KEY_FP8=mode)
+    return dict(_decode_constexprs(cfg, heads, head_dim, page), KEY_FP8=mode, SCALES_AHEAD=cfg.scales_ahead)
 
 
 def kernel_specs() -> list[KernelSpec]:
@@ -111,9 +112,19 @@ def kernel_specs() -> list[KernelSpec]:
             lambda c: dict(num_warps=c.logits.num_warps, num_stages=c.logits.num_stages),
             needs_tensor_cores=True,
         ),
-        # the same kernel with the few-row decode tiling (the decode tiling where an arch has none)
+        # the same kernel with the few-row and one-row decode tilings (the decode tiling where an arch has none)
         KernelSpec(
             "paged_mqa_logits_kernel[few rows]",
+            paged_mqa_logits.paged_mqa_logits_kernel,
+            paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel"],
+            lambda c: _decode_constexprs(c.logits_for(c.few_rows_max), heads, head_dim, page),
+            lambda c: dict(
+                num_warps=c.logits_for(c.few_rows_max).num_warps, num_stages=c.logits_for(c.few_rows_max).num_stages
+            ),
+            needs_tensor_cores=True,
+        ),
+        KernelSpec(
+            "paged_mqa_logits_kernel[one row]",
             paged_mqa_logits.paged_mqa_logits_kernel,
             paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel"],
             lambda c: _decode_constexprs(c.logits_for(1), heads, head_dim, page),
@@ -150,6 +161,17 @@ def kernel_specs() -> list[KernelSpec]:
         ),
         KernelSpec(
             "paged_mqa_logits_kernel[fp8 few rows]",
+            paged_mqa_logits.paged_mqa_logits_kernel,
+            paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel[fp8]"],
+            lambda c: _fp8_constexprs(c.logits_for(c.few_rows_max, key_fp8=True), heads, head_dim, page),
+            lambda c: dict(
+                num_warps=c.logits_for(c.few_rows_max, key_fp8=True).num_warps,
+                num_stages=c.logits_for(c.few_rows_max, key_fp8=True).num_stages,
+            ),
+            needs_tensor_cores=True,
+        ),
+        KernelSpec(
+            "paged_mqa_logits_kernel[fp8 one row]",
             paged_mqa_logits.paged_mqa_logits_kernel,
             paged_mqa_logits.AOT_SIGNATURES["paged_mqa_logits_kernel[fp8]"],
             lambda c: _fp8_constexprs(c.logits_for(1, key_fp8=True), heads, head_dim, page),

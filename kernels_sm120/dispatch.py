@@ -86,6 +86,11 @@ class LogitsConfig:
     busy_per_sm: int = 0
     item_grid: bool = False
     fp8_mma: bool = False  # fp8 keys: the product on fp8 tensor cores (else widened to fp16)
+    # few rows (one row per program, 64-key tiles): part j of a row takes its pages j, j + split, ...
+    # (split = programs_per_sm x SMs / rows), so its first page id is read beside the row's length
+    interleaved: bool = False
+    # fp8 keys: each tile's key scales loaded one tile ahead (the pipeliner streams only the key tiles)
+    scales_ahead: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,11 +111,18 @@ class ArchConfigs:
     logits_fp8: LogitsConfig | None = None
     logits_fp8_few_rows: LogitsConfig | None = None
     logits_fp8_prefill: LogitsConfig | None = None
+    # one query row (a single decode request: no shorter row beside it can leave programs idle), per key
+    # type; None: the few-row tiling
+    logits_one_row: LogitsConfig | None = None
+    logits_fp8_one_row: LogitsConfig | None = None
 
     def logits_for(self, rows: int, key_fp8: bool = False) -> LogitsConfig:
         """The tiling the launcher uses for ``rows`` query rows (``key_fp8``: over fp8 keys)."""
         if rows >= self.prefill_min_rows:
             return (self.logits_fp8_prefill if key_fp8 else None) or self.logits_prefill
+        one = (self.logits_fp8_one_row if key_fp8 else self.logits_one_row) if rows == 1 else None
+        if one is not None:
+            return one
         few = rows <= self.few_rows_max  # each key type's few-row tiling where it has one
         if key_fp8:
             fp8 = (self.logits_fp8_few_rows if few else None) or self.logits_fp8
@@ -159,25 +171,32 @@ _HOPPER_CLASS_FEW_ROWS = LogitsConfig(
     page_block=64,
     busy_per_sm=2,
 )
+# One row, bf16 keys: interleaved parts (part j takes the row's pages j, j + split, ...: its first page id
+# is read beside the row's length), 4 stages, 2 programs per SM. The H200 sweep of NOTES.md ("interleaved
+# parts"): 1 x 2K 4.98 -> 4.23 us, 1 x 8K 5.53 -> 4.62, 1 x 64K 10.4 -> 9.4. Not for 2 to 8 rows: a row's
+# parts are fixed on the host, so a long row beside short ones gets only its 1 / rows of the programs (the
+# (rows, split) grid's batch-wide chunk balances mixed lengths; 8 x 64K was already 1% slower interleaved).
+_HOPPER_CLASS_ONE_ROW = LogitsConfig(64, 4, 4, programs_per_sm=2, interleaved=True)
 # fp8 keys (SGLang's stock pool): the product on fp8 tensor cores (wgmma QGMMA on sm90, mma.sync QMMA on
 # sm_120a). Widened to fp16, the kernel ran no faster over fp8 keys than over bf16 keys (the H200 call
 # of NOTES.md, "fp8 logits"): the fp16 product, not the bytes, was its limit. Decode: the item grid
-# with 64-key tiles, four busy programs per SM and 128-key parts; few rows: the (rows, split) grid
-# likewise (the sweep's best at every shape it timed but one, NOTES.md).
+# with 64-key tiles, four busy programs per SM, 128-key parts, three stages and each tile's key scales
+# loaded one tile ahead (they were a plain load in the tile's own iteration, so every tile waited one
+# memory round trip after its product): 6-9% faster than the same tiling without from 34 MB to 1.1 GB in
+# two H200 calls (NOTES.md, "scales ahead"); six busy programs per SM and 128-key tiles were slower.
 _HOPPER_CLASS_FP8 = LogitsConfig(
     block_n=64,
     num_warps=4,
-    num_stages=4,
+    num_stages=3,
     min_chunk=128,
     page_block=64,
     busy_per_sm=4,
     item_grid=True,
     fp8_mma=True,
+    scales_ahead=True,
 )
-# Few rows: 64-key parts (one tile) and three stages: at one to eight rows a call is a chain of
-# dependent loads (length, page ids, keys), so shorter parts spread it over more SMs; the H200 sweep
-# (NOTES.md, "small shapes") took 1 x 2K from 5.58 to 4.88 us and 1 x 8K from 5.81 to 4.77 us, and
-# was no slower at 1 x 64K, 8 x 8K and 8 x 32K.
+# Few rows, fp8 keys: the (rows, split) grid with 64-key parts, three stages and the scales ahead: 8 x 8K 8.6 ->
+# 8.1 us, 8 x 32K 16.4 -> 15.1, 8 x 64K 26.5 -> 24.2 (NOTES.md, "scales ahead").
 _HOPPER_CLASS_FP8_FEW_ROWS = LogitsConfig(
     block_n=64,
     num_warps=4,
@@ -188,7 +207,12 @@ _HOPPER_CLASS_FP8_FEW_ROWS = LogitsConfig(
     page_block=64,
     busy_per_sm=4,
     fp8_mma=True,
+    scales_ahead=True,
 )
+# One row, fp8 keys: interleaved parts, 3 stages, 4 programs per SM: 1 x 2K 4.88 -> 4.20 us, 1 x 8K 5.10 ->
+# 4.40, 1 x 64K 8.6 -> 7.2 (the grid with scales ahead: 4.6, 4.8, 8.2). Two stages or two programs per SM:
+# 0.1 us faster at 1 x 2K, 7-17% slower at 1 x 64K (NOTES.md, "interleaved parts").
+_HOPPER_CLASS_FP8_ONE_ROW = LogitsConfig(64, 4, 3, programs_per_sm=4, interleaved=True, fp8_mma=True)
 _HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 
 CONFIGS: dict[str, ArchConfigs] = {
@@ -203,6 +227,8 @@ CONFIGS: dict[str, ArchConfigs] = {
         logits_fp8=_HOPPER_CLASS_FP8,
         logits_fp8_few_rows=_HOPPER_CLASS_FP8_FEW_ROWS,
         logits_fp8_prefill=dataclasses.replace(_HOPPER_CLASS_PREFILL, fp8_mma=True),
+        logits_one_row=_HOPPER_CLASS_ONE_ROW,
+        logits_fp8_one_row=_HOPPER_CLASS_FP8_ONE_ROW,
     ),
     # B200/GB200 (sm_100a): 228 KiB per SM like Hopper; Triton lowers tl.dot to tcgen05.
     # Not measured here: same tiling as sm90.
@@ -217,6 +243,8 @@ CONFIGS: dict[str, ArchConfigs] = {
         logits_fp8=_HOPPER_CLASS_FP8,
         logits_fp8_few_rows=_HOPPER_CLASS_FP8_FEW_ROWS,
         logits_fp8_prefill=dataclasses.replace(_HOPPER_CLASS_PREFILL, fp8_mma=True),
+        logits_one_row=_HOPPER_CLASS_ONE_ROW,
+        logits_fp8_one_row=_HOPPER_CLASS_FP8_ONE_ROW,
     ),
     # RTX PRO 6000 / RTX 50xx (sm_120a): 99 KiB per block, ~100 KiB per SM, mma.sync only.
     # Logits: 3 stages of 16 KiB key tiles with q (48.5 KiB) fit twice per SM; ~1.8 TB/s over
@@ -243,6 +271,10 @@ CONFIGS: dict[str, ArchConfigs] = {
         # in NOTES.md), not measured on an SM120 card
         logits_fp8=_HOPPER_CLASS_FP8,
         logits_fp8_few_rows=_HOPPER_CLASS_FP8_FEW_ROWS,
+        # one row, bf16 keys: the H200's interleaved parts with 3 stages (q + 2 key tiles = 48.5 KiB: two
+        # programs per SM, as the decode tiling; 4 stages need 64.5 KiB, one)
+        logits_one_row=LogitsConfig(64, 4, 3, programs_per_sm=2, interleaved=True),
+        logits_fp8_one_row=_HOPPER_CLASS_FP8_ONE_ROW,
         logits_fp8_prefill=LogitsConfig(
             block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=2, fp8_mma=True
         ),
@@ -439,4 +471,6 @@ def _logits(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, c
         num_stages=config.num_stages,
         key_fp8=key_fp8,
         fp8_mma=key_fp8 and config.fp8_mma,
+        interleaved=config.interleaved,
+        scales_ahead=key_fp8 and config.scales_ahead,
     )

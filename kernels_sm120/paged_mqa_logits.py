@@ -220,6 +220,27 @@ def key_tile(k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.co
 
 
 @triton.jit
+def key_tile_bytes(
+    k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.constexpr, PAGE_BLOCK: tl.constexpr
+):
+    """fp8 key rows t [BLOCK_N] as stored (uint8 [BLOCK_N, D], zero where not ``valid``)."""
+    page = tl.gather(ids, tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1), 0).to(tl.int64)
+    d = tl.arange(0, D)
+    return tl.load(
+        k_ptr + page[:, None] * stride_page + (t % PAGE)[:, None] * D + d[None, :], mask=valid[:, None], other=0
+    )
+
+
+@triton.jit
+def fp8_block_scales(
+    k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.constexpr, PAGE_BLOCK: tl.constexpr
+):
+    """The fp32 scales [BLOCK_N] of fp8 key rows t, pages gathered from the block's ids (0 where not ``valid``)."""
+    page = tl.gather(ids, tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1), 0).to(tl.int64)
+    return fp8_key_scales(k_ptr, stride_page, page, t, valid, D, PAGE)
+
+
+@triton.jit
 def fp8_key_tile(
     k_ptr,
     stride_page,
@@ -261,8 +282,13 @@ def _one_row(
     BLOCK_N: tl.constexpr,
     PAGE_BLOCK: tl.constexpr,
     KEY_FP8: tl.constexpr = 0,
+    SCALES_AHEAD: tl.constexpr = False,
 ):
-    """Logits of one row (q [H, D], w [H]) over [start, end): keys below n_keys, -inf from n_keys on."""
+    """Logits of one row (q [H, D], w [H]) over [start, end): keys below n_keys, -inf from n_keys on.
+
+    SCALES_AHEAD (fp8 keys): each tile's key scales are loaded one tile ahead and carried. Triton's
+    pipeliner streams only the loads that feed the dot (the key tiles, cp.async); a scale load in the
+    tile's own iteration made every tile wait one memory round trip after its product."""
     row64 = row.to(tl.int64)
     out_row = out_ptr + row64 * stride_out_row
     offs_n = tl.arange(0, BLOCK_N)
@@ -286,15 +312,29 @@ def _one_row(
                 pb, ids, lo, blk_end = page_id_block(
                     pt_row, p_first, pb_i, n_pages, start, compute_end, PAGE, PAGE_BLOCK
                 )
-                for i in range(0, tl.cdiv(blk_end - lo, BLOCK_N)):
-                    t = lo + i * BLOCK_N + offs_n
-                    valid = t < compute_end
-                    if KEY_FP8:
-                        k, scale = fp8_key_tile(k_ptr, stride_page, ids, pb, t, valid, D, PAGE, PAGE_BLOCK, KEY_FP8)
-                    else:
-                        k = key_tile(k_ptr, stride_page, ids, pb, t, valid, D, PAGE, PAGE_BLOCK)
-                        scale = 1.0
-                    _logits_tile(k, q_t, w, out_row, t, valid, end, scale)
+                if not (KEY_FP8 and SCALES_AHEAD):
+                    for i in range(0, tl.cdiv(blk_end - lo, BLOCK_N)):
+                        t = lo + i * BLOCK_N + offs_n
+                        valid = t < compute_end
+                        if KEY_FP8:
+                            k, scale = fp8_key_tile(k_ptr, stride_page, ids, pb, t, valid, D, PAGE, PAGE_BLOCK, KEY_FP8)
+                        else:
+                            k = key_tile(k_ptr, stride_page, ids, pb, t, valid, D, PAGE, PAGE_BLOCK)
+                            scale = 1.0
+                        _logits_tile(k, q_t, w, out_row, t, valid, end, scale)
+                else:
+                    t = lo + offs_n
+                    scale_next = fp8_block_scales(k_ptr, stride_page, ids, pb, t, t < compute_end, D, PAGE, PAGE_BLOCK)
+                    for i in range(0, tl.cdiv(blk_end - lo, BLOCK_N)):
+                        t = lo + i * BLOCK_N + offs_n
+                        valid = t < compute_end
+                        raw = key_tile_bytes(k_ptr, stride_page, ids, pb, t, valid, D, PAGE, PAGE_BLOCK)
+                        scale = scale_next
+                        t_next = t + BLOCK_N
+                        scale_next = fp8_block_scales(
+                            k_ptr, stride_page, ids, pb, t_next, t_next < blk_end, D, PAGE, PAGE_BLOCK
+                        )
+                        _logits_tile(fp8_key_values(raw, KEY_FP8), q_t, w, out_row, t, valid, end, scale)
         fill_start = start + tl.cdiv(compute_end - start, BLOCK_N) * BLOCK_N
     # Only when seq_len exceeds the page table's reach (never in SGLang): -inf up to end.
     for n0 in range(fill_start, end, BLOCK_N):
@@ -424,6 +464,7 @@ def _item_program(
     BLOCK_N: tl.constexpr,
     PAGE_BLOCK: tl.constexpr,
     KEY_FP8: tl.constexpr,
+    SCALES_AHEAD: tl.constexpr,
 ):
     """Decode, item grid: program i takes the batch's i-th work item (the rows' parts of one
     batch-wide chunk size, in row order); programs past the last item return at once. The grid
@@ -456,7 +497,66 @@ def _item_program(
             BLOCK_N,
             PAGE_BLOCK,
             KEY_FP8,
+            SCALES_AHEAD,
         )
+
+
+@triton.jit
+def _interleaved_part(
+    q_ptr,
+    stride_q_row,
+    k_ptr,
+    stride_page,
+    w_ptr,
+    stride_w_row,
+    seq_lens_ptr,
+    page_table_ptr,
+    stride_pt_row,
+    pt_width,
+    out_ptr,
+    stride_out_row,
+    max_len,
+    split,
+    row,
+    part,
+    H: tl.constexpr,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    KEY_FP8: tl.constexpr,
+):
+    """One row (few rows), interleaved parts: program (row, part) takes the row's pages part, part + split,
+    part + 2 split, ... (one PAGE-key tile each). Which page comes first does not depend on the row's
+    length, so its id, q and the weights are loaded beside the length: the first key load waits for one
+    round trip (length and id together), not for the length and then the ids. Page ids are read one
+    tile ahead and carried (the pipeliner then keeps its key buffers, see ``_one_row_tiles``). A first
+    id read past the row's pages is never used: every key load is masked by the length. (Scales one
+    tile ahead, as ``_one_row`` can, would need the ids two ahead; Triton's pipeliner then dropped
+    cp.async for the key tiles: AOT sm_90a / sm_120a, no LDGSTS.)"""
+    row64 = row.to(tl.int64)
+    pt_row = page_table_ptr + row64 * stride_pt_row
+    n_raw = tl.load(seq_lens_ptr + row)
+    page = tl.load(pt_row + part, mask=part < pt_width, other=0).to(tl.int64)
+    q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row, H, D, KEY_FP8)
+    n_write = tl.minimum(tl.maximum(n_raw, 0), max_len)
+    n_keys = tl.minimum(n_write, pt_width * PAGE)  # past the table's reach: -inf (never in SGLang)
+    q_t = tl.trans(q)  # [D, H]
+    out_row = out_ptr + row64 * stride_out_row
+    offs = tl.arange(0, PAGE)
+    d = tl.arange(0, D)
+    # this program's pages below cdiv(n_write, PAGE); none (<= 0) when part is past them
+    n_tiles = tl.cdiv(tl.cdiv(n_write, PAGE) - part, split)
+    for i in range(0, n_tiles):  # from 0: see _one_row
+        p = part + i * split
+        t = p * PAGE + offs
+        valid = t < n_keys
+        k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
+        scale = 1.0
+        if KEY_FP8:
+            k = fp8_key_values(k, KEY_FP8)
+            scale = fp8_key_scales(k_ptr, stride_page, page, t, valid, D, PAGE)
+        p_next = p + split
+        page = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
+        _logits_tile(k, q_t, w, out_row, t, valid, n_write, scale)
 
 
 @triton.jit
@@ -487,6 +587,7 @@ def _grid_one_row(
     PAGE_BLOCK: tl.constexpr,
     BALANCE: tl.constexpr,
     KEY_FP8: tl.constexpr,
+    SCALES_AHEAD: tl.constexpr,
 ):
     """Program (row ``group``, ``part``) of the (rows, split) grid."""
     n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + group), 0), max_len)
@@ -517,6 +618,7 @@ def _grid_one_row(
             BLOCK_N,
             PAGE_BLOCK,
             KEY_FP8,
+            SCALES_AHEAD,
         )
 
 
@@ -640,9 +742,34 @@ def paged_mqa_logits_kernel(
     BALANCE: tl.constexpr = False,
     ITEM_GRID: tl.constexpr = False,
     KEY_FP8: tl.constexpr = 0,
+    INTERLEAVED: tl.constexpr = False,
+    SCALES_AHEAD: tl.constexpr = False,
 ):
     reach = pt_width * PAGE
-    if ITEM_GRID:
+    if INTERLEAVED:
+        _interleaved_part(
+            q_ptr,
+            stride_q_row,
+            k_ptr,
+            stride_page,
+            w_ptr,
+            stride_w_row,
+            seq_lens_ptr,
+            page_table_ptr,
+            stride_pt_row,
+            pt_width,
+            out_ptr,
+            stride_out_row,
+            max_len,
+            split,
+            tl.program_id(0),
+            tl.program_id(1),
+            H,
+            D,
+            PAGE,
+            KEY_FP8,
+        )
+    elif ITEM_GRID:
         _item_program(
             q_ptr,
             stride_q_row,
@@ -666,6 +793,7 @@ def paged_mqa_logits_kernel(
             BLOCK_N,
             PAGE_BLOCK,
             KEY_FP8,
+            SCALES_AHEAD,
         )
     elif ROWS == 1:
         _grid_one_row(
@@ -695,6 +823,7 @@ def paged_mqa_logits_kernel(
             PAGE_BLOCK,
             BALANCE,
             KEY_FP8,
+            SCALES_AHEAD,
         )
     else:
         # longest-first in causal prefill: groups in reverse row order
@@ -848,6 +977,8 @@ def paged_mqa_logits(
     num_stages: int,
     key_fp8: bool = False,
     fp8_mma: bool = False,
+    interleaved: bool = False,
+    scales_ahead: bool = False,
 ) -> torch.Tensor:
     """Launcher; see the module docstring (columns past each row's length are not written).
 
@@ -868,6 +999,11 @@ def paged_mqa_logits(
     ``item_grid`` (one row per program only): one program per part of one batch-wide chunk size
     (total keys / ``busy_programs``, at least ``min_chunk``), ``busy_programs + rows`` programs,
     instead of the (rows, split) grid.
+    ``interleaved`` (one row per program, 64-key tiles, few rows): program (row, part) of the (rows,
+    split) grid, split = ``target_programs / rows``, takes the row's pages part, part + split, ... (see
+    ``_interleaved_part``); max_chunk, min_chunk, page_block and busy_programs do not apply.
+    ``scales_ahead`` (fp8 keys, page ids in blocks: page_block > 0, not interleaved): each tile's key
+    scales are loaded one tile ahead (see ``_one_row``).
     """
     q, pages, weights, seq_lens, out = _checked_args(
         q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program, key_fp8
@@ -882,9 +1018,23 @@ def paged_mqa_logits(
             f"the item grid takes one row per program and needs busy_programs >= 1, got "
             f"rows_per_program={rows_per_program}, busy_programs={busy_programs}"
         )
+    if interleaved and (rows_per_program != 1 or item_grid or block_n != INDEX_PAGE_SIZE):
+        raise ValueError(
+            f"interleaved parts take one row per program on the (rows, split) grid and {INDEX_PAGE_SIZE}-key "
+            f"tiles, got rows_per_program={rows_per_program}, item_grid={item_grid}, block_n={block_n}"
+        )
+    if scales_ahead and (not key_fp8 or interleaved or not page_block or rows_per_program != 1):
+        raise ValueError(
+            f"scales_ahead takes fp8 keys, one row per program and page ids in blocks (page_block > 0, not "
+            f"interleaved), got key_fp8={key_fp8}, interleaved={interleaved}, page_block={page_block}, "
+            f"rows_per_program={rows_per_program}"
+        )
     min_chunk = triton.cdiv(max(min_chunk, 0), block_n) * block_n  # parts start on tile boundaries
     groups = triton.cdiv(rows, rows_per_program)
-    split = pick_split(groups, max_seq_len, block_n, target_programs, max_chunk)
+    if interleaved:  # every part one page at a time: at most as many parts as the output has pages
+        split = max(1, min(target_programs // rows, triton.cdiv(max_seq_len, INDEX_PAGE_SIZE)))
+    else:
+        split = pick_split(groups, max_seq_len, block_n, target_programs, max_chunk)
     # item grid: the parts number at most busy_programs + rows (each row's last part may be short)
     grid = (busy_programs + rows, 1) if item_grid else (groups, split)
     paged_mqa_logits_kernel[grid](
@@ -914,6 +1064,8 @@ def paged_mqa_logits(
         BALANCE=busy_programs > 0 and rows_per_program == 1,
         ITEM_GRID=item_grid,
         KEY_FP8=(FP8_MMA if fp8_mma else FP8_WIDEN) if key_fp8 else 0,
+        INTERLEAVED=interleaved,
+        SCALES_AHEAD=scales_ahead,
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -4,8 +4,9 @@ Why: stock SGLang on SM120 runs ``tilelang_fp8_paged_mqa_logits`` (``srt/arg_gro
 ``SGLANG_OPT_USE_TILELANG_INDEXER`` and ``SGLANG_FP8_PAGED_MQA_LOGITS_TORCH`` there, and
 ``forward_c4_indexer`` tests the TileLang switch first) or, without TileLang, its torch path
 ``fp8_paged_mqa_logits_torch_sm120``. ``kernels_sm120.paged_mqa_logits_fp8`` reads the same pool as
-stored and computes the same logits, faster at every decode shape with more than about 30 MB of keys and
-on every mixed batch measured (kernels_sm120/NOTES.md, "fp8 logits"). With ``SGLANG_DSV4_FP8_LOGITS=triton``
+stored and computes the same logits, faster at every decode shape measured from 8.7 MB of keys (1.5-1.6x from
+64 MB) and on every mixed batch measured, 0.91x at one row of 2K-8K keys (kernels_sm120/NOTES.md, "fp8 logits",
+"Interleaved parts for one row, fp8 key scales one tile ahead"). With ``SGLANG_DSV4_FP8_LOGITS=triton``
 (the default) the indexer hook hands SGLang a router in place of those two functions for the call: it runs
 ours when the arguments are what ours takes, else SGLang's own function, unchanged. The pool, its read gate
 and the top-k are SGLang's; only the logits kernel changes.

@@ -24,7 +24,8 @@ def results():
 
 def test_every_kernel_compiles_for_every_arch(results):
     names = {s.name for s in aot.kernel_specs()}
-    assert len(names) == 10  # store, scatter, q, logits: decode, few-row, prefill; fp8 decode, few-row, prefill; fp4
+    # store, scatter, q; logits: decode, few-row, one-row, prefill; fp8 decode, few-row, one-row, prefill; fp4
+    assert len(names) == 12
     assert set(results) == {(n, a) for n in names for a in aot.ARCHS}
     for (name, arch), r in results.items():
         assert r.ptx_target == f"sm_{arch}a", (name, r.ptx_target)
@@ -44,9 +45,11 @@ def test_shared_memory_fits(results):
     [
         "paged_mqa_logits_kernel",
         "paged_mqa_logits_kernel[few rows]",
+        "paged_mqa_logits_kernel[one row]",
         "paged_mqa_logits_kernel[prefill]",
         "paged_mqa_logits_kernel[fp8]",
         "paged_mqa_logits_kernel[fp8 few rows]",
+        "paged_mqa_logits_kernel[fp8 one row]",
         "paged_mqa_logits_kernel[fp8 prefill]",
         "paged_mqa_logits_fp4_kernel",
     ],
@@ -90,5 +93,23 @@ def test_decode_logits_keep_their_pipeline_stages(arch, item_grid):
     cfg = dataclasses.replace(cfgs.logits, item_grid=item_grid, busy_per_sm=cfgs.logits.busy_per_sm or 2)
     compiled, _, _ = aot.compile_kernel(spec, arch, dataclasses.replace(cfgs, logits=cfg))
     key_tile = cfg.block_n * 128 * 2
+    assert compiled.metadata.shared >= (cfg.num_stages - 1) * key_tile, (compiled.metadata.shared, key_tile)
+    assert "LDGSTS" in aot.disassemble(compiled.asm["cubin"])
+
+
+@pytest.mark.parametrize("arch", [90, 120])
+@pytest.mark.parametrize("kernel", ["[fp8]", "[fp8 few rows]", "[fp8 one row]"])
+def test_fp8_decode_logits_keep_their_pipeline_stages(arch, kernel):
+    """The fp8 decode tilings carry values across tiles (key scales one tile ahead; the one-row tiling's
+    interleaved page ids) and must keep num_stages - 1 cp.async key buffers. With the interleaved parts'
+    ids read two tiles ahead (for their scales) Triton's pipeliner dropped cp.async altogether (no LDGSTS)."""
+    from kernels_sm120 import dispatch
+
+    cfgs = dispatch.CONFIGS[dispatch.arch_key((arch // 10, arch % 10))]
+    rows = {"[fp8]": 64, "[fp8 few rows]": cfgs.few_rows_max, "[fp8 one row]": 1}[kernel]
+    cfg = cfgs.logits_for(rows, key_fp8=True)
+    spec = next(s for s in aot.kernel_specs() if s.name == f"paged_mqa_logits_kernel{kernel}")
+    compiled, _, _ = aot.compile_kernel(spec, arch)
+    key_tile = cfg.block_n * 128  # e4m3 bytes
     assert compiled.metadata.shared >= (cfg.num_stages - 1) * key_tile, (compiled.metadata.shared, key_tile)
     assert "LDGSTS" in aot.disassemble(compiled.asm["cubin"])

@@ -120,13 +120,26 @@ FP8_TILINGS = [
     # the product on fp8 tensor cores (q and keys as stored), both decode grids
     dispatch.LogitsConfig(64, 4, 2, programs_per_sm=2, page_block=4, busy_per_sm=1, fp8_mma=True),
     dispatch.LogitsConfig(64, 4, 3, min_chunk=128, busy_per_sm=1, page_block=4, item_grid=True, fp8_mma=True),
+    # interleaved few-row parts: one part per row (4 programs over 6 rows), and 5 parts per row
+    dispatch.LogitsConfig(64, 4, 3, programs_per_sm=1, interleaved=True, fp8_mma=True),
+    dispatch.LogitsConfig(64, 4, 2, programs_per_sm=8, interleaved=True),
+    # key scales one tile ahead: the item grid over 4-page id blocks, the (rows, split) grid over 2-page
+    # blocks (a block edge every other tile), 32-key tiles (two tiles per page)
+    dispatch.LogitsConfig(
+        64, 4, 3, min_chunk=128, busy_per_sm=1, page_block=4, item_grid=True, fp8_mma=True, scales_ahead=True
+    ),
+    dispatch.LogitsConfig(64, 4, 2, programs_per_sm=2, page_block=2, busy_per_sm=1, scales_ahead=True),
+    dispatch.LogitsConfig(32, 4, 3, programs_per_sm=2, page_block=2, fp8_mma=True, scales_ahead=True),
 ]
 
 
 @pytest.mark.parametrize(
     "cfg",
     FP8_TILINGS,
-    ids=lambda c: f"bn{c.block_n}-pb{c.page_block}-r{c.rows_per_program}-mma{int(c.fp8_mma)}-items{int(c.item_grid)}",
+    ids=lambda c: (
+        f"bn{c.block_n}-pb{c.page_block}-r{c.rows_per_program}-mma{int(c.fp8_mma)}-items{int(c.item_grid)}"
+        f"-p{c.programs_per_sm}{'-interleaved' if c.interleaved else ''}{'-scales-ahead' if c.scales_ahead else ''}"
+    ),
 )
 def test_fp8_kernel_every_tiling(interp, gen, cfg):
     lens = [500, 257, 0, 64, 1, 130]
@@ -183,11 +196,22 @@ def test_fp8_tiling_falls_back_to_bf16_tiling_when_unset():
 
 
 def test_fp8_few_row_tiling_applies_where_bf16_has_none():
-    """SM120 sets an fp8 few-row tiling but no bf16 one: one to eight rows over fp8 keys take the fp8
+    """SM120 sets an fp8 few-row tiling but no bf16 one: two to eight rows over fp8 keys take the fp8
     few-row tiling (it was chosen for them), more rows the fp8 decode tiling."""
     cfgs = dispatch.CONFIGS["sm120"]
     assert cfgs.logits_few_rows is None and cfgs.logits_fp8_few_rows is not None
-    assert cfgs.logits_for(1, key_fp8=True) == cfgs.logits_fp8_few_rows
+    assert cfgs.logits_for(2, key_fp8=True) == cfgs.logits_fp8_few_rows
     assert cfgs.logits_for(cfgs.few_rows_max, key_fp8=True) == cfgs.logits_fp8_few_rows
     assert cfgs.logits_for(cfgs.few_rows_max + 1, key_fp8=True) == cfgs.logits_fp8
-    assert cfgs.logits_for(1) == cfgs.logits
+    assert cfgs.logits_for(2) == cfgs.logits
+
+
+@pytest.mark.parametrize("arch", ["sm90", "sm100", "sm120"])
+def test_one_row_takes_the_interleaved_tiling_of_its_key_type(arch):
+    """A single decode row takes the one-row tiling of its key type (interleaved parts); two rows the
+    few-row (or decode) tiling, whose batch-wide chunk balances a long row beside short ones."""
+    cfgs = dispatch.CONFIGS[arch]
+    assert cfgs.logits_for(1, key_fp8=True) == cfgs.logits_fp8_one_row and cfgs.logits_fp8_one_row.interleaved
+    assert cfgs.logits_for(1) == cfgs.logits_one_row and cfgs.logits_one_row.interleaved
+    assert not cfgs.logits_for(2, key_fp8=True).interleaved and not cfgs.logits_for(2).interleaved
+    assert dispatch.CONFIGS["default"].logits_for(1) == dispatch.CONFIGS["default"].logits

@@ -368,12 +368,17 @@ def check_logits_contract(out, ref, seq_lens, max_len, poison_is_nan=True):
     assert rel_err(out[fin], ref[fin]) < 1e-5
 
 
-def test_logits_kernel_matches_reference_and_masks(interp, gen):
+@pytest.mark.parametrize(
+    "cfg",
+    [None, dispatch.LogitsConfig(64, 4, 3, programs_per_sm=2, interleaved=True)],
+    ids=["default-tiling", "interleaved"],
+)
+def test_logits_kernel_matches_reference_and_masks(interp, gen, cfg):
     lens = [0, 1, 64, 65, 300, 700]  # 700 > 6 pages * 64: -inf past the table's reach
     cache, q, w, seq, pt = logits_case(gen, 6, lens, width=6)
     max_len = 450  # also shorter than some rows
     out = torch.full((6, max_len), float("nan"))
-    got = dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, max_len, out=out)
+    got = dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, max_len, out=out, config=cfg)
     ref = R.paged_mqa_logits_reference(q, cache.view(-1, 128), w, seq, pt, max_len)
     assert got is out and out.shape == (6, max_len) and out.dtype == torch.float32
     check_logits_contract(out, ref, seq, max_len)
@@ -407,6 +412,9 @@ LOGITS_TILINGS = [
     # one program per part of one batch-wide chunk size (the item grid)
     dispatch.LogitsConfig(32, 4, 2, programs_per_sm=1, busy_per_sm=2, page_block=4, item_grid=True),
     dispatch.LogitsConfig(64, 4, 3, programs_per_sm=2, min_chunk=128, busy_per_sm=1, item_grid=True),
+    # few rows, interleaved parts (part j takes pages j, j + split, ...): 1 and 5 parts per row
+    dispatch.LogitsConfig(64, 4, 3, programs_per_sm=1, interleaved=True),
+    dispatch.LogitsConfig(64, 4, 2, programs_per_sm=8, interleaved=True),
 ]
 
 
@@ -415,6 +423,7 @@ LOGITS_TILINGS = [
     LOGITS_TILINGS,
     ids=lambda c: (
         f"bn{c.block_n}-p{c.programs_per_sm}-r{c.rows_per_program}-pb{c.page_block}{'-items' if c.item_grid else ''}"
+        f"{'-interleaved' if c.interleaved else ''}"
     ),
 )
 def test_logits_kernel_tilings_and_splits(interp, gen, cfg):
