@@ -36,13 +36,11 @@ def _log(message: str) -> None:
 
 def _tiny_pool():
     """SGLang's real DeepSeekV4TokenToKVPool: layers (0, 4, 128, 4), fp8 index-K, 4096 tokens, CPU."""
-    from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
-
     from sglang_dsv4_ext.runtime.index_k import budget as index_k_budget
     from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 
     index_k_budget.forget_budget()  # built without the configurator: no budget to check against
-    return DeepSeekV4TokenToKVPool(**dsv4_model.small_pool_kwargs((0, 4, 128, 4), tokens=4096))
+    return dsv4_model.small_pool((0, 4, 128, 4), tokens=4096)
 
 
 def _gate_hooked_targets() -> list[tuple[object, str]]:

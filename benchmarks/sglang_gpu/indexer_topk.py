@@ -169,32 +169,11 @@ def backend_class():
 
 
 def build_pool(dtype: str, pages: int, device: str):
-    import torch
-    from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
+    from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 
     tokens = (pages + 1) * FULL_PAGE
     with env(**{DTYPE_ENV: dtype}):  # the index-K dtype is decided at pool creation
-        return DeepSeekV4TokenToKVPool(
-            max_num_reqs=4,
-            swa_size=tokens,
-            c4_size=tokens // 4,
-            c128_size=tokens // 128,
-            c4_state_pool_size=8,
-            c128_state_pool_size=8,
-            page_size=FULL_PAGE,
-            swa_page_size=FULL_PAGE,
-            dtype=torch.float8_e4m3fn,
-            c4_state_dtype=torch.float32,
-            c128_state_dtype=torch.float32,
-            qk_nope_head_dim=448,
-            qk_rope_head_dim=64,
-            indexer_head_dim=HEAD_DIM,
-            layer_num=1,
-            device=device,
-            enable_memory_saver=False,
-            compression_ratios=[4],
-            full_size=tokens,
-        )
+        return dsv4_model.small_pool([4], tokens=tokens, page_size=FULL_PAGE, device=device)
 
 
 @dataclass

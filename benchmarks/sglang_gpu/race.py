@@ -158,34 +158,15 @@ class Stack:
     def __init__(self, cfg: RaceConfig, gate: str, device: str = "cuda"):
         import torch
         from sglang.srt.managers.cache_controller import HiCacheController
-        from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
         from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _dsv4_indexer_regions
         from sglang.srt.mem_cache.memory_pool_host import DeepSeekV4PagedHostPool
+
+        from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 
         self.cfg, self.gate, self.device = cfg, gate, torch.device(device)
         tokens = (cfg.pages + 1) * FULL_PAGE  # page 0 stays the null page
         with env(GATE_ENV, gate):  # the gate mode is decided at pool creation
-            self.pool = DeepSeekV4TokenToKVPool(
-                max_num_reqs=4,
-                swa_size=tokens,
-                c4_size=tokens // 4,
-                c128_size=tokens // 128,
-                c4_state_pool_size=8,
-                c128_state_pool_size=8,
-                page_size=FULL_PAGE,
-                swa_page_size=FULL_PAGE,
-                dtype=torch.float8_e4m3fn,
-                c4_state_dtype=torch.float32,
-                c128_state_dtype=torch.float32,
-                qk_nope_head_dim=448,
-                qk_rope_head_dim=64,
-                indexer_head_dim=128,
-                layer_num=cfg.layers,
-                device=device,
-                enable_memory_saver=False,
-                compression_ratios=[4] * cfg.layers,
-                full_size=tokens,
-            )
+            self.pool = dsv4_model.small_pool([4] * cfg.layers, tokens=tokens, page_size=FULL_PAGE, device=device)
         (region,) = _dsv4_indexer_regions(self.pool, FULL_PAGE)
         pin = self.device.type == "cuda"
         self.host = DeepSeekV4PagedHostPool(

@@ -133,7 +133,6 @@ def _sglang_stack(torch):
 
 
 def _build_sglang_stack(torch):
-    from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
     from sglang.srt.mem_cache.hicache_storage import PoolName
     from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _dsv4_indexer_regions
     from sglang.srt.mem_cache.memory_pool_host import DeepSeekV4PagedHostPool, LogicalHostPool
@@ -141,29 +140,10 @@ def _build_sglang_stack(torch):
 
     from sglang_dsv4_ext.runtime.hooks import integrity
     from sglang_dsv4_ext.runtime.index_k import integrity as ii
+    from tests.support.dsv4_pools import small_pool
 
     tokens = (ROWS + 1) * PAGE
-    pool = DeepSeekV4TokenToKVPool(
-        max_num_reqs=4,
-        swa_size=tokens,
-        c4_size=tokens // 4,
-        c128_size=tokens // 128,
-        c4_state_pool_size=8,
-        c128_state_pool_size=8,
-        page_size=PAGE,
-        swa_page_size=PAGE,
-        dtype=torch.float8_e4m3fn,
-        c4_state_dtype=torch.float32,
-        c128_state_dtype=torch.float32,
-        qk_nope_head_dim=448,
-        qk_rope_head_dim=64,
-        indexer_head_dim=128,
-        layer_num=4,
-        device="cuda",
-        enable_memory_saver=False,
-        compression_ratios=[0, 4, 128, 4],
-        full_size=tokens,
-    )
+    pool = small_pool((0, 4, 128, 4), tokens=tokens, page_size=PAGE, device="cuda")
     (region,) = _dsv4_indexer_regions(pool, PAGE)
     host = DeepSeekV4PagedHostPool(
         pool_name=str(region.name),

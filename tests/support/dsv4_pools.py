@@ -63,8 +63,13 @@ def sized_pool(
         yield configurator, pool_config, pool
 
 
-def small_pool(compression_ratios=(0, 4, 128, 4), *, tokens: int = 4096):
-    """A directly constructed DeepSeekV4TokenToKVPool (no configurator) for gate tests."""
-    from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
+def small_pool(compression_ratios=(0, 4, 128, 4), **pool_args):
+    """A real DSV4 pool built without the configurator (``dsv4_model.small_pool``: ``tokens``, ``page_size``,
+    ``device``, ``pool_class`` and more constructor arguments), every pool the tests build directly.
 
-    return DeepSeekV4TokenToKVPool(**dsv4_model.small_pool_kwargs(compression_ratios, tokens=tokens))
+    The last configurator budget of this process is forgotten first: the pool's startup self-check compares
+    with it, and a pool built without the configurator has none (another test may have run the configurator)."""
+    from sglang_dsv4_ext.runtime.index_k import budget as index_k_budget
+
+    index_k_budget.forget_budget()
+    return dsv4_model.small_pool(compression_ratios, **pool_args)

@@ -14,13 +14,11 @@ a hook target on the test-double pool class.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 from sglang.srt.managers.cache_controller import LayerDoneCounter
 from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
-from sglang_dsv4_ext.tools.sglang_cpu.dsv4_model import small_pool_kwargs
+from tests.support.dsv4_pools import small_pool
 
 # Global layers of build_pool(): ratio 0, c4, c128, c4 -> c4 sub-pool layers 0 and 1 are global 1 and 3.
 RATIOS = (0, 4, 128, 4)
@@ -31,28 +29,14 @@ LOW_KV_SOURCES = (1, 3)  # ratio-2 sub-pool layer 0 <- global 1 (read by 1, 2); 
 TOKENS = 4096
 
 
-def _pool_kwargs(ratios: Sequence[int], **extra) -> dict:
-    return small_pool_kwargs(ratios, tokens=TOKENS, **extra)
-
-
-def _forget_budget() -> None:
-    # The pool's startup self-check compares with the last configurator budget of this
-    # process; these pools are built without the configurator (another test may have run it).
-    from sglang_dsv4_ext.runtime.index_k import budget as index_k_budget
-
-    index_k_budget.forget_budget()
-
-
 def build_pool(cls=DeepSeekV4TokenToKVPool, **extra):
     """A real DSV4 pool (fp8 index-K), layers (0, 4, 128, 4); ``cls`` may be a subclass, ``extra`` more pool kwargs."""
-    _forget_budget()
-    return cls(**_pool_kwargs(RATIOS, **extra))
+    return small_pool(RATIOS, tokens=TOKENS, pool_class=cls, **extra)
 
 
 def build_low_ratio_pool():
     """A real DSV4 pool with V4.1 ratio-2 layers (fp4 index-K sub-pool shared per kv_source)."""
-    _forget_budget()
-    return DeepSeekV4TokenToKVPool(**_pool_kwargs(LOW_RATIOS, kv_source_layers=LOW_KV_SOURCES))
+    return small_pool(LOW_RATIOS, tokens=TOKENS, kv_source_layers=LOW_KV_SOURCES)
 
 
 class Dsv4PoolWithoutIndexKWait(DeepSeekV4TokenToKVPool):

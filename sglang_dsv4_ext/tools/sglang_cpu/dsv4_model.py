@@ -313,20 +313,32 @@ def build_pool(kvc, pool_config, *, max_running_requests: int = 8):
     )
 
 
-def small_pool_kwargs(compression_ratios, *, tokens: int = 4096, **extra) -> dict:
-    """Constructor arguments of a small CPU ``DeepSeekV4TokenToKVPool`` with these layers, built without the
-    configurator (fp8 index-K, 256-token pages, 4 requests): for the tests and the gate benchmark."""
+def small_pool(
+    compression_ratios,
+    *,
+    tokens: int = 4096,
+    page_size: int = PAGE_SIZE,
+    device: str = "cpu",
+    pool_class=None,
+    **extra,
+):
+    """A small ``DeepSeekV4TokenToKVPool`` with these layers (one compression ratio each), built without the
+    configurator: fp8 index-K (unless the pool hook builds another), 4 requests, ``tokens`` full and SWA tokens
+    in pages of ``page_size``. ``pool_class``: a subclass to build instead; ``extra``: more constructor arguments.
+    For the tests and the benchmarks; one built with the extension active is checked against the last
+    configurator budget of the process, so callers forget that budget first."""
     import torch
+    from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
-    return dict(
+    return (pool_class or DeepSeekV4TokenToKVPool)(
         max_num_reqs=4,
         swa_size=tokens,
         c4_size=tokens // 4,
         c128_size=tokens // 128,
         c4_state_pool_size=8,
         c128_state_pool_size=8,
-        page_size=PAGE_SIZE,
-        swa_page_size=PAGE_SIZE,
+        page_size=page_size,
+        swa_page_size=page_size,
         dtype=torch.float8_e4m3fn,
         c4_state_dtype=torch.float32,
         c128_state_dtype=torch.float32,
@@ -334,7 +346,7 @@ def small_pool_kwargs(compression_ratios, *, tokens: int = 4096, **extra) -> dic
         qk_rope_head_dim=64,
         indexer_head_dim=128,
         layer_num=len(compression_ratios),
-        device="cpu",
+        device=device,
         enable_memory_saver=False,
         compression_ratios=list(compression_ratios),
         full_size=tokens,

@@ -25,6 +25,7 @@ from sglang_dsv4_ext import errors
 from sglang_dsv4_ext.runtime import activation, compat
 from sglang_dsv4_ext.runtime.hooks import gate
 from tests.support import gate_doubles as gd
+from tests.support.dsv4_pools import small_pool
 
 POOL = compat.POOL_INIT.owner_path
 SUB = compat.SUBPOOL_INDEX_K_READERS[0].owner_path
@@ -268,11 +269,8 @@ def test_strict_is_quiet_with_hicache_off_or_no_load_pending(ext_active, gate_mo
 
 def test_pipeline_stage_maps_subpool_layers_to_stage_local_load_events(ext_active, gate_mode):
     # A PP stage [2, 6): c4 sub-pool layers 0, 1 are global layers 3, 4 = load events 1, 2.
-    from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
-
     gate_mode("strict")
-    gd._forget_budget()
-    pool = DeepSeekV4TokenToKVPool(**gd._pool_kwargs((0, 4, 128, 4, 4, 128), start_layer=2, end_layer=6))
+    pool = small_pool((0, 4, 128, 4, 4, 128), tokens=gd.TOKENS, start_layer=2, end_layer=6)
     sub = pool.c4_indexer_kv_pool
     waits = gd.StreamWaits.on(pool, num_layers=4)
     waits.start_load()
