@@ -6,33 +6,16 @@ discovery, kill switch, invalid values, a drifted table, the default activation)
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from sglang_dsv4_ext.config import ConfigError, load_config
 from sglang_dsv4_ext.runtime import activation, compat
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.fresh_interpreter import ROOT, last_json_line, run_python_ok
 
 
 @pytest.fixture(scope="module")
 def phases():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4")}
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "support" / "activation_phases.py")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return last_json_line(run_python_ok(str(ROOT / "tests" / "support" / "activation_phases.py")))
 
 
 def test_entry_point_is_discovered(phases):

@@ -8,35 +8,26 @@ what a drifted SGLang looks like to activation.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
 from sglang_dsv4_ext.runtime import activation, compat
 from sglang_dsv4_ext.runtime.index_k import fp8_logits
+from tests.support.fresh_interpreter import ROOT, child_env, last_json_line, run_python, run_python_ok
 from tests.support.releases import RUNNING
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "tests", "support", "activation_scope.py")
+SCRIPT = str(ROOT / "tests" / "support" / "activation_scope.py")
 
 
 def _run(name: str, **extra_env) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4") and k != "SGLANG_PLUGINS"}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env.update(PYTHONPATH=ROOT, **extra_env)
-    return subprocess.run(
-        [sys.executable, SCRIPT, name], capture_output=True, text=True, env=env, timeout=900, cwd=ROOT
-    )
+    return run_python(SCRIPT, name, env=child_env(**extra_env), timeout=900)
 
 
 def _scenario(name: str, **extra_env) -> dict:
-    proc = _run(name, **extra_env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    return last_json_line(run_python_ok(SCRIPT, name, env=child_env(**extra_env), timeout=900))
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,12 @@ Each child runs SGLang's real ``load_plugins()`` against the installed entry poi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from sglang_dsv4_ext.runtime import compat
+from tests.support.fresh_interpreter import child_env, last_json_line, run_python, run_python_ok
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _LOAD = r"""
 import json, sys, sglang.srt.plugins as plugins
 from sglang_dsv4_ext.runtime import activation
@@ -24,15 +21,8 @@ print(json.dumps({"loaded": activation.STATE.loaded}))
 """
 
 
-def _run(args, plugins_value):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4")}
-    env["PYTHONPATH"] = ROOT
-    env["SGLANG_DSV4_INDEX_K_DTYPE"] = "bf16"
-    if plugins_value is None:
-        env.pop("SGLANG_PLUGINS", None)
-    else:
-        env["SGLANG_PLUGINS"] = plugins_value
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+def _env(plugins_value: str) -> dict[str, str]:
+    return child_env(SGLANG_DSV4_INDEX_K_DTYPE="bf16", SGLANG_PLUGINS=plugins_value)
 
 
 @pytest.mark.parametrize(
@@ -41,9 +31,8 @@ def _run(args, plugins_value):
 def test_sglang_loader_honours_the_allowlist_and_the_launcher_line_shows_the_configuration(
     plugins_value, expect_active
 ):
-    proc = _run(["-c", _LOAD], plugins_value)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"loaded": expect_active}
+    proc = run_python_ok("-c", _LOAD, env=_env(plugins_value))
+    assert last_json_line(proc) == {"loaded": expect_active}
     lines = [line for line in proc.stderr.splitlines() if line.startswith("sglang-dsv4-ext")]
     if expect_active:
         # A launcher built nothing: it says which configuration it passes on, never "active".
@@ -62,7 +51,7 @@ def test_sglang_loader_honours_the_allowlist_and_the_launcher_line_shows_the_con
     ],
 )
 def test_doctor_reports_blocked_and_exits_non_zero(plugins_value, said):
-    proc = _run(["-m", "sglang_dsv4_ext.tools.cli", "doctor", "--json"], plugins_value)
+    proc = run_python("-m", "sglang_dsv4_ext.tools.cli", "doctor", "--json", env=_env(plugins_value))
     assert proc.returncode == 1, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     assert f"blocked by SGLANG_PLUGINS={plugins_value!r}: {said}" in report["error"]

@@ -13,8 +13,6 @@ says what each scenario stands in for).
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import sysconfig
@@ -24,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from sglang_dsv4_ext import __version__
+from tests.support.fresh_interpreter import child_env, last_json_line, run_python_ok
 from tests.support.releases import skip_unless_this_python_builds_wheels
 
-ROOT = Path(__file__).resolve().parents[2]
 HOOK = "sglang_dsv4_ext-bootstrap.pth"
 HOOK_LINE = "import sglang_dsv4_ext.runtime.bootstrap; sglang_dsv4_ext.runtime.bootstrap.install()\n"
 
@@ -36,9 +34,7 @@ def editable_wheel(tmp_path_factory) -> Path:
     skip_unless_this_python_builds_wheels()
     out = tmp_path_factory.mktemp("editable")
     code = f"from setuptools import build_meta; print(build_meta.build_editable({str(out)!r}))"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out / proc.stdout.strip().splitlines()[-1]
+    return out / run_python_ok("-c", code, timeout=300).stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture(scope="module")
@@ -62,18 +58,15 @@ def fresh_venv(tmp_path_factory, editable_wheel) -> Path:
 
 
 def _scenario(venv: Path, name: str, **env_extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4") and k != "SGLANG_PLUGINS"}
-    env.update(PYTHONPATH=str(ROOT), SGLANG_DSV4_INDEX_K_DTYPE="bf16", **env_extra)
-    proc = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "tests.support.startup_hook_scenarios", name],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
+    proc = run_python_ok(
+        "-m",
+        "tests.support.startup_hook_scenarios",
+        name,
+        python=str(venv / "bin" / "python"),
+        env=child_env(SGLANG_DSV4_INDEX_K_DTYPE="bf16", **env_extra),
         timeout=900,
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = last_json_line(proc)
     out["stderr"] = proc.stderr
     return out
 

@@ -6,27 +6,15 @@ SGLang's own argument parser first), in one subprocess per case.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from tests.support.fresh_interpreter import run_python_ok
+
 PRESET = "dsv4-flash-8gpu-pd-4p4d-bf16-hicache"
 
 
 def _dry_run(*extra):
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_dsv4_ext.tools.cli", "serve", "--preset", PRESET, "--dry-run", *extra],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run_python_ok("-m", "sglang_dsv4_ext.tools.cli", "serve", "--preset", PRESET, "--dry-run", *extra)
     return {
         line.split("--disaggregation-mode ")[1].split()[0]: line
         for line in proc.stdout.splitlines()

@@ -3,16 +3,13 @@ paged logits call must read: every row below each row's length, through its page
 nothing else. Run through Triton's interpreter on CPU, every tiling the benchmark sweeps."""
 
 import dataclasses
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from benchmarks import page_gather
 from kernels_sm120 import paged_mqa_logits
+from tests.support.fresh_interpreter import run_python_ok
 from tests.support.triton_interpreter import interpreted_kernels
 
 
@@ -88,16 +85,7 @@ def test_programs_past_the_last_item_read_nothing():
     """Most programs of the item grid have no part (here 18 programs, 2 parts): they must read
     no key row at all. Run in a child process: the interpreter dereferences what a program
     asks for, so a stray read crashes the child instead of failing quietly."""
-    root = Path(__file__).resolve().parents[3]
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(root)},
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run_python_ok("-c", CHILD, timeout=300)
     rows = torch.randn(8, 64 * 128, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16).view(8, 64, 128)
     want = rows[2].double().sum().item() + rows[7, :1].double().sum().item()
     assert abs(float(proc.stdout.strip().splitlines()[-1]) - want) < 1e-3 * max(1.0, abs(want))

@@ -21,6 +21,7 @@ from sglang_dsv4_ext.runtime.index_k import capture_format
 from sglang_dsv4_ext.tools import cli
 from sglang_dsv4_ext.tools.recall import capture_files
 from sglang_dsv4_ext.tools.recall import cli as recall
+from tests.support.fresh_interpreter import child_env
 
 D = 128
 
@@ -346,12 +347,11 @@ def test_an_unreadable_subdirectory_is_an_error_not_skipped(tmp_path, capsys, mo
 
 def test_json_into_a_closed_pipe_ends_without_a_traceback(tmp_path):
     write_capture(tmp_path / "a.pt", _keys(600))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     proc = subprocess.Popen(
         [sys.executable, "-m", "sglang_dsv4_ext.tools.cli", "recall", str(tmp_path), "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=env,
+        env=child_env(),
     )
     proc.stdout.close()  # the reader is gone before the first byte (`| head -0`)
     err = proc.stderr.read().decode()

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from tests.support.fresh_interpreter import run_python
 from tests.support.repro_cli import NoCapture, assert_refused, copy_run, make_run, requests_file, run_cli, tree_digest
 
 
@@ -102,14 +101,7 @@ def test_an_output_that_is_not_a_regular_file_is_refused_without_waiting(run, tm
     run_dir, _ = run
     fifo = tmp_path / "page.html"
     os.mkfifo(fifo)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_dsv4_ext.tools.cli", "report", run_dir, "-o", str(fifo), "--force"],
-        env=dict(os.environ, PYTHONPATH=root),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_python("-m", "sglang_dsv4_ext.tools.cli", "report", run_dir, "-o", str(fifo), "--force", timeout=60)
     assert_refused(proc.returncode, proc.stderr, f"-o {fifo}: exists and is not a regular file")
 
 

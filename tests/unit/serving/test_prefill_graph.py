@@ -9,9 +9,6 @@ config (the bundled DeepSeek-V4-Flash config.json, or another architecture name)
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -19,8 +16,8 @@ from sglang_dsv4_ext.errors import PrefillGraphArgsError
 from sglang_dsv4_ext.tools.cli import main
 from sglang_dsv4_ext.tools.sglang_cpu import prefill_graph
 from sglang_dsv4_ext.tools.sglang_cpu.prefill_graph import resolve
+from tests.support.fresh_interpreter import run_python_ok
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BF16 = "dsv4-flash-8gpu-pd-4p4d-bf16-hicache"
 BASE = ["--model-path", "deepseek-ai/DeepSeek-V4-Flash"]
 
@@ -77,17 +74,7 @@ def test_dry_run_follows_the_breakable_flag_on_prefill_only(capsys):
 
 
 def test_doctor_in_a_fresh_process_says_there_are_no_server_args():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4")}
-    env["PYTHONPATH"] = REPO
-    done = subprocess.run(
-        [sys.executable, "-m", "sglang_dsv4_ext.tools.cli", "doctor", "--json"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = run_python_ok("-m", "sglang_dsv4_ext.tools.cli", "doctor", "--json")
     assert json.loads(done.stdout)["prefill_graph"] == "no server args in this process"
 
 
