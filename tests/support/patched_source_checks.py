@@ -14,13 +14,13 @@ parts of the HiCache stack build after the anchor pool is made (a gloo group, CU
 
 from __future__ import annotations
 
-import types
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from tests.support import gate_doubles as gd
+from tests.support import indexer_doubles
 from tests.support.dsv4_pools import BF16_POOL_LAYOUT_MISUSES, sized_pool
 
 RATIO_MODE = dict(swa_full_tokens_ratio=0.1, _swa_full_tokens_ratio_explicitly_set=True)
@@ -218,22 +218,10 @@ def test_prefill_replay_adds_nothing_without_a_pending_load_or_for_full_graphs(g
 
 
 @pytest.fixture
-def stub_kernels(monkeypatch):
-    """kernels_sm120 stand-in: the bf16 Triton kernels need CUDA; record the calls instead."""
-    calls = []
-    module = types.ModuleType("kernels_sm120")
-
-    def index_q_bf16(q, weight, weight_scale, freqs_cis, positions, num_heads):
-        calls.append(("index_q_bf16", tuple(q.shape), weight_scale, num_heads))
-        return q.to(torch.bfloat16), (weight * weight_scale).float()
-
-    def store_index_k_bf16(*args):
-        calls.append(("store_index_k_bf16",))
-
-    module.index_q_bf16 = index_q_bf16
-    module.store_index_k_bf16 = store_index_k_bf16
-    monkeypatch.setitem(__import__("sys").modules, "kernels_sm120", module)
-    return calls
+def cuda_stubs(monkeypatch):
+    """The indexer's CUDA-only launches (our bf16 Triton kernels, SGLang's JIT q kernels), recorded and computed
+    by their stand-ins (tests/support/indexer_doubles.py)."""
+    return indexer_doubles.CudaStubs(monkeypatch).install()
 
 
 def _fake_c4_indexer(heads=4, dim=128):
@@ -242,29 +230,26 @@ def _fake_c4_indexer(heads=4, dim=128):
         n_local_heads=heads,
         head_dim=dim,
         weight_scale=0.5,
-        freqs_cis=None,
+        freqs_cis=torch.polar(torch.ones(8, dim // 4), torch.zeros(8, dim // 4)),  # RoPE on the last 64 dims
         wq_b=lambda q_lora: (torch.ones(q_lora.shape[0], heads * dim, dtype=torch.bfloat16), None),
     )
 
 
-def test_compute_q_takes_the_bf16_path_only_for_bf16(monkeypatch, stub_kernels):
+def test_compute_q_takes_the_bf16_path_only_for_bf16(monkeypatch, cuda_stubs):
     from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
 
-    fp8_calls = []
-    monkeypatch.setattr(
-        sg_indexer,
-        "fused_q_indexer_rope_hadamard_quant",  # SGLang's fp8 JIT kernel
-        lambda *args: fp8_calls.append(args) or ("fp8-q", "fp8-w"),
-    )
     fake = _fake_c4_indexer()
     q_lora, positions, weight = torch.zeros(3, 16), torch.arange(3), torch.ones(3, 4)
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "bf16")
     q, w = sg_indexer.C4Indexer.compute_q(fake, q_lora, positions, weight)
-    assert stub_kernels == [("index_q_bf16", (3, 4, 128), 0.5, 4)] and fp8_calls == []
+    assert cuda_stubs.called("index_q_bf16") == 1 and cuda_stubs.called("fused_q_fp8") == 0
+    call = cuda_stubs.calls["index_q_bf16"][0]
+    assert tuple(call["q"].shape) == (3, 4, 128) and call["weight_scale"] == 0.5
     assert q.dtype == torch.bfloat16 and tuple(w.shape) == (3, 4, 1) and torch.all(w == 0.5)
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp8")
-    assert sg_indexer.C4Indexer.compute_q(fake, q_lora, positions, weight) == ("fp8-q", "fp8-w")
-    assert len(fp8_calls) == 1 and len(stub_kernels) == 1
+    q, _ = sg_indexer.C4Indexer.compute_q(fake, q_lora, positions, weight)
+    assert q.dtype == torch.float8_e4m3fn  # what SGLang's fp8 JIT kernel hands back
+    assert cuda_stubs.called("fused_q_fp8") == 1 and cuda_stubs.called("index_q_bf16") == 1
 
 
 def test_indexer_and_compressor_route_a_bf16_pool_to_the_bf16_path(monkeypatch, bf16_pool):
