@@ -3,7 +3,7 @@
 PYTHON ?= .venv/bin/python
 RUFF ?= $(PYTHON) -m ruff
 
-.PHONY: lint format test mutation mutmut gpu
+.PHONY: lint format test test-fast mutation mutmut gpu
 
 # ruff (rules and formatting) and mypy (the modules listed in pyproject.toml's [tool.mypy]).
 lint:
@@ -18,6 +18,12 @@ format:
 
 test:
 	$(PYTHON) -m pytest
+
+# The unit tests of both wings without those marked slow (Triton-interpreter sweeps, the AOT compile, fresh
+# interpreters, downloads), in FAST_WORKERS pytest-xdist workers: about a minute on two cores.
+FAST_WORKERS ?= 2
+test-fast:
+	$(PYTHON) -m pytest -q tests/unit -m "not slow" -n $(FAST_WORKERS)
 
 # Disables each fix in turn in a copy of the tree and runs the tests that claim it (tests/support/mutation_pass.py).
 mutation:

@@ -6,6 +6,8 @@
   ``activate()`` the entry point calls; hooks decide per call from the environment, so
   tests switch features with ``monkeypatch.setenv``.
 - ``gpu`` marker: skipped here with a reason; ``tests/run_gpu_tests.sh`` runs them on the H200.
+- ``integration`` marker: set here on every test under tests/integration; ``slow`` marks a unit test that
+  takes seconds. ``make test-fast`` runs tests/unit without the slow ones.
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+INTEGRATION_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "integration")
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if str(item.path).startswith(INTEGRATION_DIR + os.sep):
+            item.add_marker(pytest.mark.integration)
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU: run tests/run_gpu_tests.sh on a CUDA GPU machine")

@@ -14,17 +14,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from sglang_dsv4_ext.runtime import compat
+from tests.support.fresh_interpreter import ROOT, child_env, last_json_line, run_python, run_python_ok
 
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "support" / "release_0_5_22.py"
 ENV_PYTHON_0_5_22 = "DSV4_TEST_SGLANG_0_5_22_PYTHON"
 _MP = "sglang.srt.mem_cache.deepseek_v4_memory_pool.DeepSeekV4TokenToKVPool"
@@ -59,16 +56,9 @@ def python_0_5_22() -> str:
     if not python:
         pytest.skip(
             f"{ENV_PYTHON_0_5_22} is not set: no Python with SGLang 0.5.22 to run the real 0.5.22 tree "
-            f"(`pip install sglang==0.5.22` needs NVIDIA's index; .ci/run builds an overlay and sets it)"
+            f"(`pip install sglang==0.5.22` needs NVIDIA's index or an override: .ci/run builds one and sets it)"
         )
     return python
-
-
-def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_DSV4") and k != "SGLANG_PLUGINS"}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env.update(PYTHONPATH=str(ROOT), **extra)
-    return env
 
 
 def test_supported_releases_are_spelled_once_and_pyproject_admits_exactly_them():
@@ -102,16 +92,14 @@ def test_each_release_has_its_own_rows_and_an_untested_one_is_judged_by_the_newe
 
 @pytest.fixture(scope="module")
 def real_drift():
-    proc = subprocess.run(
-        [python_0_5_22(), str(SCRIPT), "real_drift"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=_env(SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG="1"),
+    proc = run_python_ok(
+        str(SCRIPT),
+        "real_drift",
+        python=python_0_5_22(),
+        env=child_env(SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG="1"),
         timeout=900,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    return last_json_line(proc)
 
 
 def test_real_0_5_22_tree_against_0_5_23_rows_reports_exactly_the_seven_drifts(real_drift):
@@ -160,14 +148,7 @@ def test_release_hook_paths_pass_on_the_real_0_5_22_classes():
     python = python_0_5_22()
     if compat.installed_sglang_version() == "0.5.22":
         pytest.skip("this run is the 0.5.22 one: the release-path tests run in this process")
-    proc = subprocess.run(
-        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *RELEASE_PATH_TESTS],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=_env(),
-        timeout=1200,
-    )
+    proc = run_python("-m", "pytest", "-q", "-p", "no:cacheprovider", *RELEASE_PATH_TESTS, python=python, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout.splitlines()[-1], proc.stdout[-500:]
 

@@ -49,8 +49,8 @@ def fresh_venv(tmp_path_factory, editable_wheel) -> Path:
             check=True,
         ).stdout.strip()
     )
-    # SGLang, torch, ...: this interpreter's site-packages, and those an overlay environment borrows (.ci/run's
-    # SGLang 0.5.22 run); plain path lines, so no .pth file of theirs runs in the fresh environment
+    # SGLang, torch, ...: this interpreter's site-packages, and any other on its path; plain path lines, so no
+    # .pth file of theirs runs in the fresh environment
     sites = [sysconfig.get_paths()["purelib"]] + [p for p in sys.path if p.endswith("site-packages")]
     (site / "00-test-environment.pth").write_text("".join(p + "\n" for p in dict.fromkeys(sites)))
     (site / HOOK).write_bytes(zipfile.ZipFile(editable_wheel).read(HOOK))

@@ -30,9 +30,9 @@ ONLY_WITH_0_5_23_V41 = only_on(
 def skip_unless_this_python_builds_wheels() -> None:
     """Skip when this interpreter's setuptools cannot build a wheel (the packaging tests build ours).
 
-    An overlay environment made with plain ``python3 -m venv`` carries its own setuptools, found before the
-    borrowed one: on Python 3.11 that is 65.5, which needs the ``wheel`` package for ``bdist_wheel``.
-    ``.ci/run``'s 0.5.22 overlay has none of its own (``--without-pip``), so there these tests run.
+    An environment made with plain ``python3 -m venv`` on Python 3.11 carries setuptools 65.5, which needs the
+    ``wheel`` package for ``bdist_wheel``. ``.ci/run``'s 0.5.22 environment (made by uv, with no bundled setuptools)
+    gets a newer one among SGLang's dependencies, so there these tests run.
     """
     import importlib.util
 
@@ -43,5 +43,5 @@ def skip_unless_this_python_builds_wheels() -> None:
         return
     pytest.skip(
         f"this interpreter's own setuptools {setuptools.__version__} ({setuptools.__file__}) cannot build "
-        f"a wheel without the `wheel` package: an overlay environment with a setuptools of its own"
+        f"a wheel without the `wheel` package (a plain `python3 -m venv` environment on Python 3.11)"
     )

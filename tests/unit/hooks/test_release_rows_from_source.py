@@ -21,6 +21,8 @@ import pytest
 from sglang_dsv4_ext.runtime import compat
 from tests.support.release_source import ReleaseSource
 
+pytestmark = pytest.mark.slow  # the other release's wheel: downloaded on first use, parsed whole
+
 OTHER_RELEASE = "0.5.22"
 ENV_WHEEL = "DSV4_TEST_SGLANG_0_5_22_WHEEL"  # a wheel already on this machine (skips the download)
 ROWS = [*compat.TARGETS, *compat.CALLED]

@@ -14,6 +14,8 @@ import pytest
 from kernels_sm120 import aot
 from kernels_sm120.dispatch import SM120_MAX_SHARED_BYTES
 
+pytestmark = pytest.mark.slow  # compiles every kernel for three architectures: about a minute
+
 
 @pytest.fixture(scope="module")
 def results():

@@ -81,6 +81,7 @@ print(repr(out[:page_gather.gather_programs(cfg, 2, 128, 4)].double().sum().item
 """
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_programs_past_the_last_item_read_nothing():
     """Most programs of the item grid have no part (here 18 programs, 2 parts): they must read
     no key row at all. Run in a child process: the interpreter dereferences what a program

@@ -437,6 +437,7 @@ def test_logits_kernel_tilings_and_splits(interp, gen, cfg):
     check_logits_contract(out, ref, seq, 768)
 
 
+@pytest.mark.slow  # many rows through Triton's interpreter: tens of seconds each
 @pytest.mark.parametrize("item_grid", [False, True], ids=["rows-x-split", "item-grid"])
 def test_logits_batch_balanced_chunks_over_many_rows(interp, gen, item_grid):
     """busy_per_sm: every program sums all rows' lengths (here 530 rows, three 256-row
@@ -534,6 +535,7 @@ POISONS = {
 }
 
 
+@pytest.mark.slow  # Triton's interpreter over every row length: about ten seconds
 def test_topk_is_the_same_whatever_lies_past_each_row(interp, gen, sglang_topk_transform):
     """The contract: the kernel writes columns t < seq_len only, and SGLang's real top-k
     transform (``topk_transform_pytorch_vectorized``, the one that runs on CPU; the CUDA

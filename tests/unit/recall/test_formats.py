@@ -78,6 +78,7 @@ def _fp4_rows() -> torch.Tensor:
     "0.5.23",
     "SGLang 0.5.22 has no sglang.kernels.ops.quantization.fp4_indexer_quant (the reference this compares with)",
 )
+@pytest.mark.slow  # SGLang's Triton quantizer through Triton's interpreter
 def test_fp4_equals_sglangs_torch_reference_and_triton_quantizer_bit_for_bit():
     from sglang.kernels.ops.quantization import fp4_indexer_quant
     from sglang.test.kernels.deepseek_v4.common import quantize_fp4_indexer_ref

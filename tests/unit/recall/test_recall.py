@@ -345,6 +345,7 @@ def test_an_unreadable_subdirectory_is_an_error_not_skipped(tmp_path, capsys, mo
     _refused(tmp_path, capsys, f"{tmp_path / 'locked'}: cannot list this directory (Permission denied)")
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_json_into_a_closed_pipe_ends_without_a_traceback(tmp_path):
     write_capture(tmp_path / "a.pt", _keys(600))
     proc = subprocess.Popen(

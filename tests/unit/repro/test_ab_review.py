@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from sglang_dsv4_ext.tools import exit_codes
 from tests.support.repro_cli import TINY, assert_refused, run_cli
 from tests.support.repro_server import ACTIVE_BF16, InjectingServer
@@ -201,6 +203,7 @@ def _incident_script(tmp_path, env: dict, *extra: str):
     return subprocess.run(["bash", script, *TINY, *extra], env=full_env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # the incident script runs the command in fresh interpreters
 def test_incident_script_refuses_a_stack_that_did_not_build_the_dtype_its_label_names(tmp_path):
     with InjectingServer({}, records=[_record()]) as bf16_stack:  # the "fp8 baseline" built bf16
         done = _incident_script(

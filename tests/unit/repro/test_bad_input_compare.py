@@ -239,6 +239,7 @@ def _after_sides(out: str) -> list[str]:
     return [line for line in lines if _AS_ASKED not in line]
 
 
+@pytest.mark.slow  # the run waits out its 3 s time limit
 def test_compare_says_first_that_a_run_did_not_finish(good_run, tmp_path, capsys):
     """Stopped at its time limit with 4 of 8 requests recorded: it used to be compared as if complete."""
     cut = make_run(str(tmp_path / "cut"), capsys, extra=["--time-limit", "3"], stall_after=4)

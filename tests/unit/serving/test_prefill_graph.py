@@ -73,6 +73,7 @@ def test_dry_run_follows_the_breakable_flag_on_prefill_only(capsys):
     assert "breakable prefill graph off" in said["decode-0"]
 
 
+@pytest.mark.slow  # a fresh interpreter that imports SGLang
 def test_doctor_in_a_fresh_process_says_there_are_no_server_args():
     done = run_python_ok("-m", "sglang_dsv4_ext.tools.cli", "doctor", "--json")
     assert json.loads(done.stdout)["prefill_graph"] == "no server args in this process"

@@ -124,7 +124,9 @@ def canned():
     [
         ("/html", "not Prometheus text"),
         ("/missing", "HTTP 404 (was the server started with --enable-metrics?)"),
-        ("/drip", "no answer (no complete answer within 2 s)"),  # a deadline for the whole read, not per recv
+        pytest.param(  # a deadline for the whole read, not per recv; waits it out
+            "/drip", "no answer (no complete answer within 2 s)", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_an_unreadable_metrics_endpoint_is_no_verdict_and_says_why(canned, path, reason):
