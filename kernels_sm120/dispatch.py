@@ -448,7 +448,18 @@ def paged_mqa_logits_fp8(
     return _logits(q_fp8, kvcache_fp8, weights, seq_lens, page_table, max_seq_len, out, config, key_fp8=True)
 
 
-def _logits(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, config, *, key_fp8):
+def _logits(
+    q: torch.Tensor,
+    index_k_cache: torch.Tensor,
+    weights: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_table: torch.Tensor,
+    max_seq_len: int,
+    out: torch.Tensor | None,
+    config: LogitsConfig | None,
+    *,
+    key_fp8: bool,
+) -> torch.Tensor:
     if config is None:
         config = configs_for(q.device).logits_for(q.shape[0], key_fp8)
     return logits_mod.paged_mqa_logits(

@@ -23,6 +23,7 @@ import inspect
 import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 # SGLang releases this table was written and tested against, oldest first (spelled here only:
 # pyproject's range and the README are tested against it). Another version refuses to activate
@@ -686,11 +687,11 @@ def installed_table() -> list[Target]:
     return table_for(installed_sglang_version())
 
 
-def _format_default(value) -> str:
+def _format_default(value: object) -> str:
     return repr(value)
 
 
-def normalised_signature(fn: Callable) -> str:
+def normalised_signature(fn: Callable[..., Any]) -> str:
     """Parameter names, kinds and defaults of ``fn`` as one string, annotations dropped."""
     sig = inspect.signature(fn)
     out: list[str] = []
@@ -713,16 +714,16 @@ def normalised_signature(fn: Callable) -> str:
     return "(" + ", ".join(out) + ")"
 
 
-def resolve(path: str):
+def resolve(path: str) -> tuple[Any, str, Any]:
     """Return ``(owner, attribute_name, current_value)`` for a dotted target path."""
     owner_path, _, attr = path.rpartition(".")
     owner = pkgutil.resolve_name(owner_path)
     return owner, attr, getattr(owner, attr)
 
 
-def unwrap_to_original(fn: Callable) -> Callable:
+def unwrap_to_original(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Follow ``__wrapped__`` (HookRegistry and functools keep it) to the original function."""
-    seen = set()
+    seen: set[int] = set()
     while hasattr(fn, "__wrapped__") and id(fn) not in seen:
         seen.add(id(fn))
         fn = fn.__wrapped__
@@ -791,6 +792,6 @@ def target_modules(targets: Iterable[Target]) -> list[str]:
     return list(dict.fromkeys(t.module for t in targets))
 
 
-def owner_of(target: Target):
+def owner_of(target: Target) -> Any:
     """The module or class that holds ``target`` (imports it)."""
     return pkgutil.resolve_name(target.owner_path)

@@ -1312,8 +1312,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "integrity: pages freed through the KV anchor forget their checksum",
         "sglang_dsv4_ext/runtime/hooks/integrity.py",
-        "def _after_anchor_free(result, self, indices):\n    _forget_in_borrowers(self, indices)\n",
-        "def _after_anchor_free(result, self, indices):\n    pass\n",
+        "    _forget_in_borrowers(self, indices)\n",
+        "    pass\n",
         (_REUSE + "test_evicted_pages_forget_and_a_reset_forgets_everything",),
     ),
     Mutation(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -54,7 +55,7 @@ TENSOR_FIELDS: dict[str, torch.dtype] = {
 OPTIONAL_TENSOR_FIELDS: dict[str, torch.dtype] = {PREROUNDING: torch.float32}
 
 
-def content_checksum(record: Mapping[str, object]) -> str:
+def content_checksum(record: Mapping[str, Any]) -> str:
     """sha256 over the metadata (JSON, sorted keys; an optional field only where present, so a file without it
     keeps the checksum it was written with), then each tensor present, in name order: its name, dtype,
     shape and bytes. Every field of the format but ``checksum`` itself is covered."""

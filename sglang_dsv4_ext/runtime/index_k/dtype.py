@@ -6,8 +6,13 @@ or inspects the pool it is given.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sglang_dsv4_ext.config import ENV_INDEX_K_DTYPE, load_config
 from sglang_dsv4_ext.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 BF16 = "bf16"
 
@@ -63,7 +68,7 @@ def effective_index_k_dtype(use_fp4_indexer: bool = False) -> str:
     return wanted
 
 
-def stores_bf16_index_k(pool) -> bool:
+def stores_bf16_index_k(pool: object) -> bool:
     """True for the bf16 c4 indexer pool the pool hook builds (it says so in ``index_k_dtype``).
 
     The one question "is index-K bf16 here?" of a built pool; the hooks ask it of the pool they reach
@@ -74,14 +79,14 @@ def stores_bf16_index_k(pool) -> bool:
     return getattr(pool, "index_k_dtype", None) == BF16
 
 
-def pool_index_k_dtype(pool) -> str:
+def pool_index_k_dtype(pool: object) -> str:
     """The index-K dtype a built c4 indexer pool stores: what the evidence reports, whatever was asked."""
     if stores_bf16_index_k(pool):
         return BF16
     return "fp4" if getattr(pool, "use_fp4_indexer", False) else "fp8"
 
 
-def bf16_page_view(page_rows, page_size: int, index_head_dim: int):
+def bf16_page_view(page_rows: torch.Tensor, page_size: int, index_head_dim: int) -> torch.Tensor:
     """View one layer's uint8 page rows ``[pages, page_size*head_dim*2]`` as bf16 ``[pages, page_size, head_dim]``."""
     import torch
 

@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 OURS = "kernels_sm120.paged_mqa_logits_fp8"
 OURS_BF16 = "kernels_sm120.paged_mqa_logits_bf16"
@@ -28,7 +32,9 @@ _LAST: dict[str, str] = {}
 _LOCK = threading.Lock()
 
 
-def outside_ours(q_fp8, kvcache_fp8, weight, clean_logits) -> str | None:
+def outside_ours(
+    q_fp8: torch.Tensor, kvcache_fp8: torch.Tensor, weight: torch.Tensor, clean_logits: bool
+) -> str | None:
     """Why ours cannot take this call (None: it can). Checked on host-known shapes and dtypes only."""
     import torch
 
@@ -53,12 +59,19 @@ def _note(kernel: str) -> None:
         _LAST["kernel"] = kernel
 
 
-def router(name: str, original: Callable) -> Callable:
+def router(name: str, original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """A function with SGLang's fp8 logits signature that runs ours where it can, else ``original``."""
 
     def fp8_paged_mqa_logits(
-        q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata, max_seq_len, clean_logits=True
-    ):
+        q_fp8: torch.Tensor,
+        kvcache_fp8: torch.Tensor,
+        weight: torch.Tensor,
+        seq_lens: torch.Tensor,
+        page_table: torch.Tensor,
+        deep_gemm_metadata: Any,
+        max_seq_len: int,
+        clean_logits: bool = True,
+    ) -> torch.Tensor:
         why = outside_ours(q_fp8, kvcache_fp8, weight, clean_logits)
         if why is None:
             import kernels_sm120
