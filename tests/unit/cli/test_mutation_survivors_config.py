@@ -20,24 +20,29 @@ DTYPE, ALIAS = config.ENV_INDEX_K_DTYPE, config.ENV_BF16_ALIAS
 
 
 # ----- a choice (built once at import for each row, so its own behaviour is tested on a fresh one) -----
+class _Checks(config.Choice):
+    SAMPLE = "sample"
+    FULL = "full"
+
+
 def test_a_choice_reads_its_text_exactly_as_listed_and_declares_its_choices():
-    kind = config._choice("sample", "full")
-    assert kind.parse("VAR", "full") == "full"
-    assert kind.parse("VAR", "sample") == "sample"
-    assert kind.type is str
+    kind = config._choice(_Checks)
+    assert kind.parse("VAR", "full") is _Checks.FULL
+    assert kind.parse("VAR", "sample") is _Checks.SAMPLE
+    assert kind.type is _Checks
     assert kind.choices == ("sample", "full")
 
 
 @pytest.mark.parametrize("text", [" full ", "Full", "FULL"])
 def test_a_choice_refuses_its_values_spelled_otherwise(text):
-    kind = config._choice("sample", "full")
+    kind = config._choice(_Checks)
     with pytest.raises(ConfigError) as err:
         kind.parse("VAR", text)
     assert str(err.value) == f"VAR={text!r} is not valid; allowed values: 'sample', 'full'"
 
 
 def test_a_choice_refuses_other_text_naming_the_variable_and_the_allowed_values():
-    kind = config._choice("sample", "full")
+    kind = config._choice(_Checks)
     with pytest.raises(ConfigError) as err:
         kind.parse("VAR", "often")
     assert str(err.value) == "VAR='often' is not valid; allowed values: 'sample', 'full'"

@@ -9,6 +9,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
+from sglang_dsv4_ext.config import GateMode
 from sglang_dsv4_ext.errors import DSV4IndexKGateError
 from sglang_dsv4_ext.runtime.hooks.gate.waits import waited_upto
 
@@ -59,8 +60,8 @@ def before_subpool_read(sub_pool, local_layer_id: int, what: str, *, raw_access:
     counter = parent.layer_transfer_counter
     if counter is None or getattr(counter, "consumer_index", -1) < 0:
         return  # HiCache off, or no load pending for this batch
-    mode = parent.__dict__.get("_dsv4_gate_mode", "auto")
-    if mode == "off":
+    mode = parent.__dict__.get("_dsv4_gate_mode", GateMode.AUTO)
+    if mode == GateMode.OFF:
         return
     global_layer = sub_pool._dsv4_gate_global_layers.get(local_layer_id)
     if global_layer is None:
@@ -76,7 +77,7 @@ def before_subpool_read(sub_pool, local_layer_id: int, what: str, *, raw_access:
         f"load is pending and not yet waited for (caller: {site}); read through "
         f"DeepSeekV4TokenToKVPool.get_index_k_* or call wait_layer_transfer({global_layer}) first"
     )
-    if mode == "strict":
+    if mode == GateMode.STRICT:
         raise DSV4IndexKGateError(message)
     with _logged_lock:
         first = site not in _logged_sites
@@ -156,7 +157,7 @@ def link_subpools(pool) -> None:
 
     mode = load_config().gate
     pool._dsv4_gate_mode = mode
-    if mode == "off":
+    if mode == GateMode.OFF:
         return
     global_layers = loading_layers(pool)
     for ratio, sub_pool in getattr(pool, "index_pools", {}).items():
@@ -177,6 +178,6 @@ def link_subpools(pool) -> None:
 
 def gate_toplevel_reader(original, self, layer_id, *args, **kwargs):
     """Wait for the layer's load before an ungated top-level index-K reader returns data."""
-    if self.layer_transfer_counter is not None and getattr(self, "_dsv4_gate_mode", "auto") != "off":
+    if self.layer_transfer_counter is not None and getattr(self, "_dsv4_gate_mode", GateMode.AUTO) != GateMode.OFF:
         self.wait_layer_transfer(layer_id)
     return original(self, layer_id, *args, **kwargs)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextvars
 from typing import TYPE_CHECKING
 
+from sglang_dsv4_ext.config import GateMode
+
 if TYPE_CHECKING:
     from sglang_dsv4_ext.runtime.sglang_types import LayerDoneCounter
 
@@ -56,7 +58,7 @@ def around_wait_layer_transfer(original, self, layer_id):
         return  # no load pending for this batch: nothing to record or wait ahead for
     local = layer_id - self.start_layer
     note_wait(counter, local)
-    if wait_ahead_pool.get() == id(self) and getattr(self, "_dsv4_gate_mode", "auto") != "off":
+    if wait_ahead_pool.get() == id(self) and getattr(self, "_dsv4_gate_mode", GateMode.AUTO) != GateMode.OFF:
         ahead = local + 1
         if ahead < counter.num_layers and load_pending(counter):
             counter.wait_until(ahead)
