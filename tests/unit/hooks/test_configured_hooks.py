@@ -13,14 +13,14 @@ from sglang_dsv4_ext.config import ExtConfig, GateMode, IndexKDtype, configured
 
 def test_configured_reaches_the_pool_creation_decisions(ext_active, env_writes):
     from sglang_dsv4_ext.runtime.index_k.dtype import pool_index_k_dtype
-    from tests.support.dsv4_pools import small_pool
+    from tests.support.gate_doubles import build_pool
 
     with configured(ExtConfig(index_k_dtype=IndexKDtype.BF16, gate=GateMode.STRICT)):
-        pool = small_pool()
+        pool = build_pool()
     assert pool._dsv4_gate_mode is GateMode.STRICT  # the gate mode is read when the pool is built
     assert pool_index_k_dtype(pool.c4_indexer_kv_pool) == "bf16"  # so is the index-K dtype
     with configured(ExtConfig(gate=GateMode.OFF)):
-        stock = small_pool()
+        stock = build_pool()
     assert stock._dsv4_gate_mode is GateMode.OFF and pool_index_k_dtype(stock.c4_indexer_kv_pool) == "fp8"
     assert env_writes == []
 
