@@ -242,7 +242,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "recall: without fp32 keys bf16 is labelled the reference",
         "sglang_dsv4_ext/tools/recall/cli.py",
-        '            if fmt == "bf16" and reference == REFERENCE_BF16:',
+        "            if fmt == IndexKDtype.BF16 and reference == REFERENCE_BF16:",
         "            if False:",
         (f"{_REC}::test_without_fp32_keys_bf16_is_labelled_the_reference_not_scored",),
     ),
@@ -367,8 +367,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "sizing: bf16 index-K budgeted at 256 B",
         "sglang_dsv4_ext/runtime/hooks/sizing.py",
-        "    if dtype == BF16:\n        return index_k_bytes_per_token(BF16, index_head_dim)",
-        "    if False:\n        return index_k_bytes_per_token(BF16, index_head_dim)",
+        "    if dtype == IndexKDtype.BF16:\n        return index_k_bytes_per_token(IndexKDtype.BF16, index_head_dim)",
+        "    if False:\n        return index_k_bytes_per_token(IndexKDtype.BF16, index_head_dim)",
         ("tests/unit/hooks/test_sizing.py",),
     ),
     Mutation(
@@ -381,7 +381,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "pool: bf16 indexer pool built for bf16",
         "sglang_dsv4_ext/runtime/hooks/pool.py",
-        "    if force_fp4 or effective_index_k_dtype(False) != BF16:",
+        "    if force_fp4 or effective_index_k_dtype(False) != IndexKDtype.BF16:",
         "    if True:",
         ("tests/unit/hooks/test_bf16_storage.py", "tests/unit/hooks/test_sizing.py"),
     ),
@@ -1082,8 +1082,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "V4.1 pool: bf16 never reaches the force_fp4 low-ratio index-K pools",
         "sglang_dsv4_ext/runtime/hooks/pool.py",
-        "    if force_fp4 or effective_index_k_dtype(False) != BF16:",
-        "    if effective_index_k_dtype(False) != BF16:",
+        "    if force_fp4 or effective_index_k_dtype(False) != IndexKDtype.BF16:",
+        "    if effective_index_k_dtype(False) != IndexKDtype.BF16:",
         ("tests/unit/hooks/test_sizing_v41.py",),
     ),
     Mutation(

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from sglang_dsv4_ext.config import load_config
+from sglang_dsv4_ext.config import Fp8LogitsKernel, load_config
 from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
 from sglang_dsv4_ext.runtime import compat
 from sglang_dsv4_ext.runtime.index_k import capture as index_k_capture
@@ -269,7 +269,7 @@ def _fp8_logits_owners() -> list[tuple[object, str]]:
 def fp8_logits_routed(fp8_pool: bool) -> Iterator[None]:
     """During one forward_c4_indexer call over the fp8 pool with SGLANG_DSV4_FP8_LOGITS=triton: SGLang's
     fp8 logits functions are routers (runtime/index_k/fp8_logits.py) that run ours where ours takes the call."""
-    if not fp8_pool or load_config().fp8_logits != "triton":
+    if not fp8_pool or load_config().fp8_logits != Fp8LogitsKernel.TRITON:
         yield
         return
     owners = _fp8_logits_owners()

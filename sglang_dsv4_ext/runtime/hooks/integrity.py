@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sglang_dsv4_ext.config import load_config
+from sglang_dsv4_ext.config import IndexKDtype, IntegrityMode, load_config
 from sglang_dsv4_ext.runtime import compat
 from sglang_dsv4_ext.runtime.index_k import integrity as index_k_integrity
 
@@ -102,7 +102,7 @@ def _after_host_pool_init(
     **kwargs: object,
 ) -> None:
     mode = load_config().integrity
-    if mode == index_k_integrity.OFF or str(getattr(pool_name, "value", pool_name)) != _c4_indexer_pool_name():
+    if mode == IntegrityMode.OFF or str(getattr(pool_name, "value", pool_name)) != _c4_indexer_pool_name():
         return None
     index_k_integrity.use_launch(process.current_launch())
     split = _scales_in_a_second_region(process.built_index_k_dtype())
@@ -130,7 +130,7 @@ def _scales_in_a_second_region(built_index_k_dtype: str) -> bool:
     ``uses_aiter_fp4_layout`` (a ROCm build with the fp4 indexer); elsewhere an fp4 page row holds both (68 B per
     slot), as fp8's holds value and scale, and the one mirror tracked covers the whole row.
     """
-    return built_index_k_dtype == "fp4" and torch.version.hip is not None
+    return built_index_k_dtype == IndexKDtype.FP4 and torch.version.hip is not None
 
 
 def _page_aligned(self: PagedHostPool, host_indices: torch.Tensor, device_indices: torch.Tensor) -> bool:

@@ -34,13 +34,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
-from sglang_dsv4_ext.config import ENV_FP4_BUDGET, ENV_INDEX_K_DTYPE, load_config
+from sglang_dsv4_ext.config import ENV_FP4_BUDGET, ENV_INDEX_K_DTYPE, Fp4Budget, IndexKDtype, load_config
 from sglang_dsv4_ext.errors import DSV4IndexKLayoutError, IndexKSizingError
 from sglang_dsv4_ext.runtime import compat
 from sglang_dsv4_ext.runtime.index_k import budget as index_k_budget
 from sglang_dsv4_ext.runtime.index_k import pool_lifecycle
 from sglang_dsv4_ext.runtime.index_k.dtype import (
-    BF16,
     bf16_page_view,
     effective_index_k_dtype,
     index_k_bytes_per_token,
@@ -61,7 +60,7 @@ class _Bf16IndexKPoolMethods:
     Page row = 64 slots x 128 x 2 B = 16384 B.
     """
 
-    index_k_dtype = BF16
+    index_k_dtype = IndexKDtype.BF16
     # DeepSeekV4IndexerPool's, read by the methods below (declared for the type checker only).
     page_size: int
     index_head_dim: int
@@ -69,7 +68,7 @@ class _Bf16IndexKPoolMethods:
     index_k_with_scale_buffer: list[torch.Tensor]
 
     def get_bytes_per_token(self) -> int:
-        return index_k_bytes_per_token(BF16, self.index_head_dim)
+        return index_k_bytes_per_token(IndexKDtype.BF16, self.index_head_dim)
 
     # --- bf16 accessors -------------------------------------------------------
     def index_k_bf16_pages(self, layer_id: int) -> torch.Tensor:
@@ -184,7 +183,7 @@ def _around_make_indexer_pool(
 ) -> IndexerSubPool:
     # Low-ratio (V4.1) pools are always fp4; only the c4 indexer can be bf16. release_kwargs: what only
     # some releases pass (0.5.23's index_k_page8, for a low-ratio pool), handed on as given.
-    if force_fp4 or effective_index_k_dtype(False) != BF16:
+    if force_fp4 or effective_index_k_dtype(False) != IndexKDtype.BF16:
         pool = original(
             self,
             size,
@@ -321,7 +320,7 @@ def _describe_low_ratio(sizes: dict[int, tuple[int, Fraction]]) -> str:
 
 def _stock_fp4_estimate_in_force(kv_pool: DSV4TokenToKVPool) -> bool:
     index_pool = getattr(kv_pool, "index_pools", {}).get(4)
-    return bool(getattr(index_pool, "use_fp4_indexer", False)) and load_config().fp4_budget == "stock"
+    return bool(getattr(index_pool, "use_fp4_indexer", False)) and load_config().fp4_budget == Fp4Budget.STOCK
 
 
 _POOL_INIT_SIGNATURE: inspect.Signature | None = None
@@ -353,7 +352,7 @@ def _around_pool_init(
 
 def _note_bf16_without_c4_layers(kv_pool: DSV4TokenToKVPool) -> None:
     """bf16 asked for a model without c4 layers (DeepSeek-V4.1): nothing changes, and the log says so."""
-    if load_config().index_k_dtype != BF16 or 4 in getattr(kv_pool, "index_pools", {}):
+    if load_config().index_k_dtype != IndexKDtype.BF16 or 4 in getattr(kv_pool, "index_pools", {}):
         return
     logger.warning(
         "sglang-dsv4-ext: %s=bf16 changes nothing for this model: it has no c4 layers, and SGLang builds its "

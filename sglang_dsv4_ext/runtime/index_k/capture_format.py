@@ -26,8 +26,10 @@ from typing import Any
 
 import torch
 
+from sglang_dsv4_ext.config import IndexKDtype
+
 FORMAT_VERSION = 3
-STORED_DTYPE = "bf16"
+STORED_DTYPE = IndexKDtype.BF16.value  # the text itself: torch.load(weights_only=True) reads no enum
 CHECKSUM = "checksum"
 PREROUNDING = "k_fp32"
 

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+from sglang_dsv4_ext.config import Fp8LogitsKernel, IndexKDtype
+
 OURS = "kernels_sm120.paged_mqa_logits_fp8"
 OURS_BF16 = "kernels_sm120.paged_mqa_logits_bf16"
 FP4 = "SGLang's fp4 logits (deep_gemm.fp8_fp4_paged_mqa_logits)"
@@ -94,18 +96,18 @@ def last_kernel() -> str | None:
 
 def planned_kernel(index_k_dtype: str, fp8_logits: str) -> str:
     """The kernel the configuration chooses (before any indexer call)."""
-    if index_k_dtype == "bf16":
+    if index_k_dtype == IndexKDtype.BF16:
         return OURS_BF16
-    if index_k_dtype == "fp4":
+    if index_k_dtype == IndexKDtype.FP4:
         return FP4
-    if fp8_logits == "sglang":
+    if fp8_logits == Fp8LogitsKernel.SGLANG:
         return "SGLang's own fp8 logits (as stock: TileLang on SM120)"
     return f"{OURS} where SGLang would call its TileLang or torch fp8 logits, else SGLang's"
 
 
 def logits_kernel(index_k_dtype: str, fp8_logits: str) -> str:
     """The activation record's ``logits_kernel``: what the last call ran, else what the configuration chooses."""
-    if index_k_dtype != "fp8":
+    if index_k_dtype != IndexKDtype.FP8:
         return planned_kernel(index_k_dtype, fp8_logits)
     last = last_kernel()
     return f"last call: {last}" if last else f"no indexer call yet: {planned_kernel(index_k_dtype, fp8_logits)}"

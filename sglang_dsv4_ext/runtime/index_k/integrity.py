@@ -47,13 +47,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from kernels_sm120 import index_k_checksum as ck
+from sglang_dsv4_ext.config import IntegrityMode
 
 if TYPE_CHECKING:
     from prometheus_client import Counter
 
 logger = logging.getLogger("sglang_dsv4_ext.integrity")
 
-OFF, SAMPLE, FULL = "off", "sample", "full"
 WHERE_LOAD = "load"  # a HiCache layer load, verified where the layer is read
 WHERE_PD = "pd"  # a PD decode server's received KV
 METRIC_NAME = "sglang:dsv4_index_k_integrity_mismatches_total"
@@ -150,7 +150,7 @@ class IntegrityTracker:
         sample_layer_stride: int = 4,
         series: Series | None = None,
     ):
-        if mode not in (SAMPLE, FULL):
+        if mode not in (IntegrityMode.SAMPLE, IntegrityMode.FULL):
             raise ValueError(f"integrity mode must be 'sample' or 'full' for a tracker, got {mode!r}")
         self.mode, self.where = mode, where
         self.buffers = list(buffers)  # plain list: reading it is not an index-K read
@@ -259,7 +259,7 @@ class IntegrityTracker:
             self._note_unverified(layer, self.pending.pop(layer))
 
     def samples_layer(self, layer: int) -> bool:
-        return self.mode == FULL or (layer + self.loads) % self.sample_layer_stride == 0
+        return self.mode == IntegrityMode.FULL or (layer + self.loads) % self.sample_layer_stride == 0
 
     def expect(self, layer: int, dst_rows: torch.Tensor, keys: torch.Tensor, requests: Sequence[str] = ()) -> None:
         """Device rows ``dst_rows`` of ``layer`` were loaded from ``keys``: verify them where read."""
@@ -268,7 +268,7 @@ class IntegrityTracker:
             self._count_unchecked(SAMPLING, n)
             return
         dst_rows, keys = indices_on(self.device, dst_rows), indices_on(self.device, keys)
-        if self.mode == SAMPLE and n > self.sample_pages:
+        if self.mode == IntegrityMode.SAMPLE and n > self.sample_pages:
             dst_rows, keys = self._sampled_rows(layer, n, dst_rows, keys)
             self._count_unchecked(SAMPLING, n - dst_rows.numel())
         self._after_forgets()

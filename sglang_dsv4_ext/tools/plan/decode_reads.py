@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sglang_dsv4_ext.config import IndexKDtype
 from sglang_dsv4_ext.runtime.index_k.dtype import index_k_bytes_per_token
 
 DEFAULT_CONTEXTS = (8192, 32768, 131072, 1048576)
@@ -80,7 +81,7 @@ def decode_reads_table(model, contexts: Sequence[int], dtypes: Sequence[str], **
     out = {}
     for n in contexts:
         per = {d: decode_read_bytes(model, n, d, **stage) for d in dtypes}
-        fp8 = decode_read_bytes(model, n, "fp8", **stage)["total"]
+        fp8 = decode_read_bytes(model, n, IndexKDtype.FP8, **stage)["total"]
         out[str(n)] = {
             d: {**r, "indexer_share": r["indexer"] / r["total"], "vs_fp8": r["total"] / fp8} for d, r in per.items()
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from sglang_dsv4_ext.config import GateMode
 from sglang_dsv4_ext.runtime.hooks.gate.waits import load_pending, note_wait, wait_ahead_pool
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ def around_wait_for_layer_loads(original: Callable[[object], None], self: object
     if getattr(self, "_is_full_backend", False):
         return  # SGLang already waited for the last layer (hence all layers)
     pool = _dsv4_pool_of(self)
-    if pool is None or pool._dsv4_gate_mode == "off":
+    if pool is None or pool._dsv4_gate_mode == GateMode.OFF:
         return
     counter = pool.layer_transfer_counter
     if load_pending(counter):
@@ -43,7 +44,7 @@ def _replay_waiting_ahead(
 
 def around_prefill_execute(original: Callable[..., Any], self: object, forward_batch: object, **kwargs: Any) -> Any:
     pool = _dsv4_pool_of(self)
-    if pool is None or getattr(self, "_is_full_backend", False) or pool._dsv4_gate_mode == "off":
+    if pool is None or getattr(self, "_is_full_backend", False) or pool._dsv4_gate_mode == GateMode.OFF:
         return original(self, forward_batch, **kwargs)
     return _replay_waiting_ahead(original, self, pool, forward_batch, kwargs)
 
@@ -59,7 +60,7 @@ def around_prefill_execute_waiting_first(
     DeepSeek-V4 pool with the gate on; any other replay is 0.5.22's own.
     """
     pool = _dsv4_pool_of(self)
-    if pool is None or pool._dsv4_gate_mode == "off":
+    if pool is None or pool._dsv4_gate_mode == GateMode.OFF:
         return original(self, forward_batch, **kwargs)
     full = getattr(self, "_is_full_backend", False)
     counter = pool.layer_transfer_counter

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, Protocol, SupportsIndex
 
+from sglang_dsv4_ext.config import GateMode
 from sglang_dsv4_ext.errors import DSV4IndexKGateError
 from sglang_dsv4_ext.runtime.hooks.gate.waits import waited_upto
 
@@ -78,8 +79,8 @@ def before_subpool_read(sub_pool: GatedSubPool, local_layer_id: int, what: str, 
     counter = parent.layer_transfer_counter
     if counter is None or getattr(counter, "consumer_index", -1) < 0:
         return  # HiCache off, or no load pending for this batch
-    mode = parent.__dict__.get("_dsv4_gate_mode", "auto")
-    if mode == "off":
+    mode = parent.__dict__.get("_dsv4_gate_mode", GateMode.AUTO)
+    if mode == GateMode.OFF:
         return
     global_layer = sub_pool._dsv4_gate_global_layers.get(local_layer_id)
     if global_layer is None:
@@ -95,7 +96,7 @@ def before_subpool_read(sub_pool: GatedSubPool, local_layer_id: int, what: str, 
         f"load is pending and not yet waited for (caller: {site}); read through "
         f"DeepSeekV4TokenToKVPool.get_index_k_* or call wait_layer_transfer({global_layer}) first"
     )
-    if mode == "strict":
+    if mode == GateMode.STRICT:
         raise DSV4IndexKGateError(message)
     with _logged_lock:
         first = site not in _logged_sites
@@ -179,7 +180,7 @@ def link_subpools(pool: DSV4TokenToKVPool) -> None:
 
     mode = load_config().gate
     pool._dsv4_gate_mode = mode  # type: ignore[attr-defined]  # the gate's mark on SGLang's pool (GatedPool)
-    if mode == "off":
+    if mode == GateMode.OFF:
         return
     global_layers = loading_layers(pool)
     for ratio, sub_pool in getattr(pool, "index_pools", {}).items():
@@ -202,6 +203,6 @@ def gate_toplevel_reader(
     original: Callable[..., Any], self: DSV4TokenToKVPool, layer_id: int, *args: object, **kwargs: Any
 ) -> Any:
     """Wait for the layer's load before an ungated top-level index-K reader returns data."""
-    if self.layer_transfer_counter is not None and getattr(self, "_dsv4_gate_mode", "auto") != "off":
+    if self.layer_transfer_counter is not None and getattr(self, "_dsv4_gate_mode", GateMode.AUTO) != GateMode.OFF:
         self.wait_layer_transfer(layer_id)
     return original(self, layer_id, *args, **kwargs)

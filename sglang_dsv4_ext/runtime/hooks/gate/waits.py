@@ -6,6 +6,8 @@ import contextvars
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeGuard
 
+from sglang_dsv4_ext.config import GateMode
+
 if TYPE_CHECKING:
     from sglang_dsv4_ext.runtime.sglang_types import DSV4TokenToKVPool, LayerDoneCounter
 
@@ -62,7 +64,7 @@ def around_wait_layer_transfer(
         return  # no load pending for this batch: nothing to record or wait ahead for
     local = layer_id - self.start_layer
     note_wait(counter, local)
-    if wait_ahead_pool.get() == id(self) and getattr(self, "_dsv4_gate_mode", "auto") != "off":
+    if wait_ahead_pool.get() == id(self) and getattr(self, "_dsv4_gate_mode", GateMode.AUTO) != GateMode.OFF:
         ahead = local + 1
         if ahead < counter.num_layers and load_pending(counter):
             counter.wait_until(ahead)
