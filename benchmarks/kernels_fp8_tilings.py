@@ -53,6 +53,9 @@ def candidates() -> dict[str, tuple[str, str, object]]:
         "bf16 few: grid bn64 s4 pps2 min64 busy2 (default)": ("few", "bf16", few16),
         "bf16 few: interleaved s3 pps4": ("few", "bf16", L(64, 4, 3, programs_per_sm=4, interleaved=True)),
         "bf16 few: interleaved s4 pps2": ("few", "bf16", L(64, 4, 4, programs_per_sm=2, interleaved=True)),
+        "bf16 few: interleaved s4 pps4": ("few", "bf16", L(64, 4, 4, programs_per_sm=4, interleaved=True)),
+        "bf16 few: interleaved s2 pps4": ("few", "bf16", L(64, 4, 2, programs_per_sm=4, interleaved=True)),
+        "bf16 few: interleaved s3 pps8": ("few", "bf16", L(64, 4, 3, programs_per_sm=8, interleaved=True)),
         # fp8, decode (item grid)
         "fp8 decode: items bn64 s4 busy4 min128 (default)": ("decode", "fp8", dec8),
         "fp8 decode: + scales ahead": ("decode", "fp8", _replace(dec8, scales_ahead=True)),
@@ -74,6 +77,16 @@ def candidates() -> dict[str, tuple[str, str, object]]:
             "bf16 decode",
             "bf16",
             _replace(dec8, fp8_mma=False, busy_per_sm=2, min_chunk=256),
+        ),
+        "bf16 decode: items bn64 s3 busy4 min64": (
+            "bf16 decode",
+            "bf16",
+            _replace(dec8, fp8_mma=False, num_stages=3, min_chunk=64),
+        ),
+        "bf16 decode: items bn64 s4 busy3 min128": (
+            "bf16 decode",
+            "bf16",
+            _replace(dec8, fp8_mma=False, busy_per_sm=3),
         ),
     }
 

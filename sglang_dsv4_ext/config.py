@@ -41,6 +41,7 @@ ENV_ALLOW_UNTESTED = "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG"
 ENV_FP4_BUDGET = "SGLANG_DSV4_FP4_BUDGET"
 ENV_INTEGRITY = "SGLANG_DSV4_INDEX_K_INTEGRITY"
 ENV_FP8_LOGITS = "SGLANG_DSV4_FP8_LOGITS"
+ENV_FP4_LOGITS = "SGLANG_DSV4_FP4_LOGITS"
 ENV_CAPTURE = "SGLANG_DSV4_INDEX_K_CAPTURE"  # a directory: capture what the c4 indexer reads, for `recall`
 ENV_CAPTURE_REQUESTS = "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS"
 ENV_CAPTURE_LAYERS = "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS"
@@ -54,6 +55,7 @@ FP4_BUDGETS = ("exact", "stock")
 INTEGRITY_MODES = ("off", "sample", "full")
 # triton: kernels_sm120.paged_mqa_logits_fp8 where SGLang would call its TileLang or torch fp8 logits; sglang: stock.
 FP8_LOGITS_KERNELS = ("triton", "sglang")
+FP4_LOGITS_KERNELS = ("triton", "sglang")
 _BOOL_VALUES = {"0": False, "1": True}
 CAPTURE_LAYER_FORMS = ("'all'", "'every:N' (every Nth c4 layer, N >= 1)", "a comma list of c4 layer ids")
 
@@ -279,6 +281,17 @@ SETTINGS: tuple[Setting, ...] = (
         "record's `logits_kernel` says which ran",
     ),
     Setting(
+        ENV_FP4_LOGITS,
+        "fp4_logits",
+        _choice(*FP4_LOGITS_KERNELS),
+        "triton",
+        "the c4 indexer's logits over SGLang's fp4 index-K pool (`--enable-deepseek-v4-fp4-indexer`) where SGLang "
+        "would raise (its `SGLANG_OPT_USE_TILELANG_INDEXER` on, SM120's default): `triton` runs "
+        "`kernels_sm120.paged_mqa_logits_fp4` on the pool as stored (DeepGEMM's `fp8_fp4_paged_mqa_logits` for "
+        "any call it does not take), `sglang` leaves SGLang's (which raises). The activation record's "
+        "`logits_kernel` says which ran",
+    ),
+    Setting(
         ENV_CAPTURE,
         "capture.directory",
         DIRECTORY,
@@ -384,6 +397,7 @@ class ExtConfig:
     fp4_budget: str = _default("fp4_budget")
     integrity: str = _default("integrity")
     fp8_logits: str = _default("fp8_logits")
+    fp4_logits: str = _default("fp4_logits")
     capture: CaptureConfig = dataclasses.field(default=CaptureConfig())
 
     @property
