@@ -36,11 +36,12 @@ TILELANG = "tilelang_fp8_paged_mqa_logits"  # the name SGLang's TileLang fp8 log
 
 # Where SGLang's TileLang fp8 logits measured faster than ours: (at most this many query rows, a page table reaching
 # at most this many keys, i.e. width x 64). Measured on an NVIDIA H200, 2026-12-02, with the page table as wide as
-# the longest row (``python -m benchmarks.kernels_fp8 --crossover-only``; kernels_sm120/NOTES.md, "Never slower:
-# the few-row crossover"), TileLang's time / ours at each edge and one step past it: 1 x 16K 0.95, 1 x 24K 1.09;
-# 2 x 16K 0.95, 2 x 32K 1.03; 4 x 8K 0.94, 4 x 16K 1.04; 8 x 2K 0.83, 8 x 8K 1.05 (3 and 5-7 rows not measured:
-# they take the tier of the next row count up). Under SGLang's decode CUDA graph the width is the captured one
-# (262144 keys for 1M tokens), so graphed decode always runs ours.
+# the longest row, three calls within 0.1 us (``python -m benchmarks.kernels_fp8 --crossover-only``;
+# kernels_sm120/NOTES.md, "One run of every kernel and limit"), TileLang's time / ours at each edge and one step
+# past it: 1 x 16K 0.94-0.95, 1 x 24K 1.09; 2 x 16K 0.95, 2 x 32K 1.03; 4 x 8K 0.94, 4 x 16K 1.03-1.04; 8 x 2K
+# 0.83, 8 x 8K 1.04-1.05 (3 and 5-7 rows not measured: they take the tier of the next row count up). Under
+# SGLang's decode CUDA graph the width is the captured one (262144 keys for 1M tokens), so graphed decode always
+# runs ours.
 TILELANG_FASTER = ((2, 16384), (4, 8192), (8, 2048))
 
 _LAST: dict[str, str] = {}
@@ -70,7 +71,7 @@ def outside_ours(q_fp8, kvcache_fp8, weight, clean_logits) -> str | None:
 def tilelang_faster(name: str, q_fp8, page_table) -> str | None:
     """Why SGLang's ``name`` is faster than ours for this call (None: it is not), from host-known shapes."""
     if name != TILELANG:
-        return None  # SGLang's torch path is 10x slower than ours at every shape measured
+        return None  # SGLang's torch path is 20-120x slower than TileLang at every shape measured
     rows, keys = q_fp8.shape[0], page_table.shape[1] * 64
     for max_rows, max_keys in TILELANG_FASTER:
         if rows <= max_rows and keys <= max_keys:
