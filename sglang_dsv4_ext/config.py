@@ -51,6 +51,7 @@ ENV_ALLOW_UNTESTED = "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG"
 ENV_FP4_BUDGET = "SGLANG_DSV4_FP4_BUDGET"
 ENV_INTEGRITY = "SGLANG_DSV4_INDEX_K_INTEGRITY"
 ENV_FP8_LOGITS = "SGLANG_DSV4_FP8_LOGITS"
+ENV_FP4_LOGITS = "SGLANG_DSV4_FP4_LOGITS"
 ENV_CAPTURE = "SGLANG_DSV4_INDEX_K_CAPTURE"  # a directory: capture what the c4 indexer reads, for `recall`
 ENV_CAPTURE_REQUESTS = "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS"
 ENV_CAPTURE_LAYERS = "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS"
@@ -104,6 +105,11 @@ class IntegrityMode(Choice):
 class Fp8LogitsKernel(Choice):
     TRITON = "triton"  # kernels_sm120.paged_mqa_logits_fp8 where SGLang would call its TileLang or torch fp8 logits
     SGLANG = "sglang"  # SGLang's own
+
+
+class Fp4LogitsKernel(Choice):
+    TRITON = "triton"  # kernels_sm120.paged_mqa_logits_fp4 where SGLang would raise (its TileLang switch on)
+    SGLANG = "sglang"  # SGLang's own (DeepGEMM; raises while the TileLang switch is on)
 
 
 _BOOL_VALUES = {"0": False, "1": True}
@@ -334,6 +340,17 @@ SETTINGS: tuple[Setting, ...] = (
         "record's `logits_kernel` says which ran",
     ),
     Setting(
+        ENV_FP4_LOGITS,
+        "fp4_logits",
+        _choice(Fp4LogitsKernel),
+        Fp4LogitsKernel.TRITON,
+        "the c4 indexer's logits over SGLang's fp4 index-K pool (`--enable-deepseek-v4-fp4-indexer`) where SGLang "
+        "would raise (its `SGLANG_OPT_USE_TILELANG_INDEXER` on, SM120's default): `triton` runs "
+        "`kernels_sm120.paged_mqa_logits_fp4` on the pool as stored (DeepGEMM's `fp8_fp4_paged_mqa_logits` for "
+        "any call it does not take), `sglang` leaves SGLang's (which raises). The activation record's "
+        "`logits_kernel` says which ran",
+    ),
+    Setting(
         ENV_CAPTURE,
         "capture.directory",
         DIRECTORY,
@@ -443,6 +460,7 @@ class ExtConfig:
     fp4_budget: Fp4Budget = _default("fp4_budget")
     integrity: IntegrityMode = _default("integrity")
     fp8_logits: Fp8LogitsKernel = _default("fp8_logits")
+    fp4_logits: Fp4LogitsKernel = _default("fp4_logits")
     capture: CaptureConfig = dataclasses.field(default=CaptureConfig())
 
     def __post_init__(self) -> None:

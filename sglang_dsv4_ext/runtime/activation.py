@@ -636,7 +636,7 @@ def _logits_kernel(cfg: ExtConfig) -> str:
     built = built_index_k_dtype()
     if built.startswith("mixed:"):
         return f"cannot tell: this process built c4 indexer pools of more than one dtype ({built})"
-    return fp8_logits.logits_kernel(cfg.index_k_dtype if built == NONE_BUILT else built, cfg.fp8_logits)
+    return fp8_logits.logits_kernel(cfg.index_k_dtype if built == NONE_BUILT else built, cfg.fp8_logits, cfg.fp4_logits)
 
 
 def evidence_record() -> dict[str, object]:

@@ -535,6 +535,13 @@ _FP8_LOGITS = "(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_meta
 TILELANG_FP8_LOGITS = "sglang.kernels.ops.attention.dsa.tilelang_kernel.tilelang_fp8_paged_mqa_logits"
 SM120_TORCH_FP8_LOGITS = f"{_IDX}.fp8_paged_mqa_logits_torch_sm120"
 TILELANG_INDEXER_SWITCH = "SGLANG_OPT_USE_TILELANG_INDEXER"  # SGLang's environment switch for the TileLang row
+# DeepGEMM's fp4 logits (what forward_c4_indexer imports for the fp4 indexer once the TileLang switch is off).
+# SGLANG_DSV4_FP4_LOGITS=triton stands a router in for it where SGLang would raise instead (the switch on, SM120's
+# default), and turns the switch off for that call. Not a CALLED row, like TILELANG_FP8_LOGITS: checking it would
+# load DeepGEMM's CUDA library in every process; the router takes the signature of sgl-deep-gemm 0.2.3's wrapper
+# (q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits=False,
+# logits_dtype=torch.float, indices=None), of which forward_c4_indexer passes the first eight.
+DEEPGEMM_FP4_LOGITS = "deep_gemm.fp8_fp4_paged_mqa_logits"
 _PARALLEL = "sglang.srt.distributed.parallel_state"
 MODEL_PARALLEL_INITIALIZED = Target(
     f"{_PARALLEL}.model_parallel_is_initialized", "()", "pool", ALWAYS, "whether a TP group exists to count ranks in"
@@ -592,6 +599,10 @@ CALLED: list[Target] = [
     ),
     Target(f"{_IDX}.get_global_indexer_capturer", "()", "indexer", BF16, "refuse bf16 with the top-k capturer"),
     Target(f"{_IDX}.iter_row_chunks", "(*, num_rows, rows_per_chunk)", "indexer", BF16, "SGLang's logits row chunks"),
+    # indexer: SGLANG_DSV4_FP4_LOGITS=triton reads and, for one call, overrides the switch forward_c4_indexer tests
+    # before it raises on the fp4 indexer (DEEPGEMM_FP4_LOGITS)
+    Target(f"{_IDX}.envs", ANY_SIGNATURE, "indexer", ALWAYS, "SGLang's environment fields (its TileLang switch)"),
+    Target(f"{_IDX}.is_hip", "()", "indexer", ALWAYS, "HIP has its own fp4 logits (aiter): never routed"),
     Target(f"{_IDX}.DSATopKBackend.is_torch", "(self)", "indexer", BF16, "top-k branch selection"),
     Target(f"{_IDX}.DSATopKBackend.is_flashinfer", "(self)", "indexer", BF16, "top-k branch selection"),
     Target(f"{_IDX}.DSATopKBackend.should_use_topk_v2", "(self)", "indexer", BF16, "top-k branch selection"),

@@ -442,6 +442,20 @@ MUTATIONS: list[Mutation] = [
         ("tests/unit/hooks/test_indexer.py::test_bf16_store_then_select_end_to_end_with_the_real_kernels",),
     ),
     Mutation(
+        "indexer: the fp4 indexer's logits routed to ours where SGLang would raise",
+        "sglang_dsv4_ext/runtime/hooks/indexer.py",
+        '    if not fp4_pool or load_config().fp4_logits != "triton" or not _raises_on_fp4():',
+        "    if True:",
+        ("tests/unit/hooks/test_fp4_logits_route.py::test_where_sglang_raises_ours_computes_the_fp4_logits",),
+    ),
+    Mutation(
+        "fp8 logits: TileLang takes the few short rows where it measured faster",
+        "sglang_dsv4_ext/runtime/index_k/fp8_logits.py",
+        " or tilelang_faster(name, q_fp8, page_table)",
+        "",
+        ("tests/unit/hooks/test_fp8_logits_route.py::test_the_router_hands_a_short_row_to_sglangs_tilelang_function",),
+    ),
+    Mutation(
         "sizing: fp4 on CUDA budgeted at the 68 B allocated (exact)",
         "sglang_dsv4_ext/runtime/hooks/sizing.py",
         "        if stock:\n            return original(index_head_dim, use_fp4_indexer)",

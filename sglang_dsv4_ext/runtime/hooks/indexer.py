@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from sglang_dsv4_ext.config import Fp8LogitsKernel, load_config
+from sglang_dsv4_ext.config import Fp4LogitsKernel, Fp8LogitsKernel, load_config
 from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
 from sglang_dsv4_ext.runtime import compat
 from sglang_dsv4_ext.runtime.index_k import capture as index_k_capture
@@ -228,7 +228,8 @@ def _around_forward_c4_indexer(
 ) -> None:
     # release_kwargs: 0.5.23's q_lora_quant (SGLang passes it by name); 0.5.22 has no such parameter.
     bf16 = not c4_indexer.use_fp4_indexer and backend_stores_bf16_index_k(self)
-    with index_k_pool_scope(bf16), fp8_logits_routed(not bf16 and not c4_indexer.use_fp4_indexer):
+    fp4 = c4_indexer.use_fp4_indexer
+    with index_k_pool_scope(bf16), fp8_logits_routed(not bf16 and not fp4), fp4_logits_routed(fp4):
         return (forward_c4_indexer_bf16 if bf16 else original)(
             self,
             x,
@@ -281,6 +282,38 @@ def fp8_logits_routed(fp8_pool: bool) -> Iterator[None]:
     finally:
         for (module, attribute), original in zip(owners, originals):
             setattr(module, attribute, original)
+
+
+def _raises_on_fp4() -> bool:
+    """Whether SGLang's forward_c4_indexer raises on the fp4 indexer here: CUDA (HIP has its own aiter path)
+    with SGLang's TileLang switch on, as SM120's defaults set it (compat.TILELANG_INDEXER_SWITCH). Read through
+    SGLang's indexer module: the names forward_c4_indexer itself reads."""
+    from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
+
+    return not sg_indexer.is_hip() and bool(getattr(sg_indexer.envs, compat.TILELANG_INDEXER_SWITCH).get())
+
+
+@contextlib.contextmanager
+def fp4_logits_routed(fp4_pool: bool) -> Iterator[None]:
+    """During one forward_c4_indexer call over the fp4 pool with SGLANG_DSV4_FP4_LOGITS=triton, where SGLang
+    would raise (its TileLang switch on): the switch off for the call and DeepGEMM's fp4 logits a router
+    (runtime/index_k/fp8_logits.py) that runs kernels_sm120's fp4 kernel where it takes the call."""
+    if not fp4_pool or load_config().fp4_logits != Fp4LogitsKernel.TRITON or not _raises_on_fp4():
+        yield
+        return
+    import importlib
+
+    from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
+
+    module_name, _, attribute = compat.DEEPGEMM_FP4_LOGITS.rpartition(".")
+    module = importlib.import_module(module_name)
+    original = getattr(module, attribute)
+    setattr(module, attribute, fp8_logits.fp4_router(getattr(original, "__wrapped__", original)))
+    try:
+        with getattr(sg_indexer.envs, compat.TILELANG_INDEXER_SWITCH).override(False):
+            yield
+    finally:
+        setattr(module, attribute, original)
 
 
 def _match_rows(tensor: torch.Tensor, rows: int, value: int) -> torch.Tensor:

@@ -284,14 +284,15 @@ def collect_report(model=None, model_name: str = "") -> dict[str, object]:
 
 
 def logits_kernel_choice(config) -> str:
-    """Which kernel computes the c4 indexer's logits under this configuration (SGLANG_DSV4_FP8_LOGITS)."""
+    """Which kernel computes the c4 indexer's logits under this configuration (SGLANG_DSV4_FP8_LOGITS,
+    SGLANG_DSV4_FP4_LOGITS)."""
     from sglang_dsv4_ext.runtime.index_k import fp8_logits
 
     if config is None:
         return "cannot tell (the configuration is not valid)"
     if not config.enabled:
         return "SGLang's own (the extension is off)"
-    return fp8_logits.planned_kernel(config.index_k_dtype, config.fp8_logits)
+    return fp8_logits.planned_kernel(config.index_k_dtype, config.fp8_logits, config.fp4_logits)
 
 
 def _print_human(report: dict[str, object]) -> None:
