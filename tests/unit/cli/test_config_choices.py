@@ -18,6 +18,7 @@ from sglang_dsv4_ext.config import (
     ConfigError,
     ExtConfig,
     Fp4Budget,
+    Fp4LogitsKernel,
     Fp8LogitsKernel,
     GateMode,
     IndexKDtype,
@@ -34,6 +35,7 @@ CHOICES = {
     "fp4_budget": Fp4Budget,
     "integrity": IntegrityMode,
     "fp8_logits": Fp8LogitsKernel,
+    "fp4_logits": Fp4LogitsKernel,
 }
 ENUM_TEXTS = {
     IndexKDtype: ("fp8", "bf16", "fp4"),
@@ -41,6 +43,7 @@ ENUM_TEXTS = {
     Fp4Budget: ("exact", "stock"),
     IntegrityMode: ("off", "sample", "full"),
     Fp8LogitsKernel: ("triton", "sglang"),
+    Fp4LogitsKernel: ("triton", "sglang"),
 }
 ROWS = {s.attribute: s for s in config.SETTINGS if s.field}
 
