@@ -444,7 +444,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "indexer: the fp4 indexer's logits routed to ours where SGLang would raise",
         "sglang_dsv4_ext/runtime/hooks/indexer.py",
-        '    if not fp4_pool or load_config().fp4_logits != Fp4LogitsKernel.TRITON or not _raises_on_fp4():',
+        "    if not fp4_pool or load_config().fp4_logits != Fp4LogitsKernel.TRITON or not _raises_on_fp4():",
         "    if True:",
         ("tests/unit/hooks/test_fp4_logits_route.py::test_where_sglang_raises_ours_computes_the_fp4_logits",),
     ),
