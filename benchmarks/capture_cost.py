@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
+from sglang_dsv4_ext.config import IndexKDtype
+
 
 def _median_ms(step: Callable[[], None], iters: int, sync: bool, after: Callable[[], None]) -> float:
     import torch
@@ -51,7 +53,7 @@ class _Bench:
 
         self.it, self.ic = it, index_k_capture
         self.shape = it.SHAPES[0]
-        self.pool = it.build_pool("bf16", self.shape.pages, "cuda")
+        self.pool = it.build_pool(IndexKDtype.BF16, self.shape.pages, "cuda")
         self.inp = it.make_inputs(self.shape, 0, "cuda")
         it.store_bf16(self.pool, self.inp)
         self.config = CaptureConfig(directory=str(directory), requests=requests)
@@ -73,7 +75,7 @@ class _Bench:
             self.capture.queued_bytes, self.capture.stopped = 0, None
 
     def indexer_call(self) -> None:
-        self.it.launch_indexer(self.pool, self.inp, self.shape, "bf16")
+        self.it.launch_indexer(self.pool, self.inp, self.shape, IndexKDtype.BF16)
 
     def store(self) -> None:
         self.it.store_bf16(self.pool, self.inp)

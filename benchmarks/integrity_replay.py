@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import gate_replay as gr  # noqa: E402
 from kernels_sm120 import index_k_checksum as ck  # noqa: E402
+from sglang_dsv4_ext.config import IntegrityMode
 from sglang_dsv4_ext.runtime.index_k import integrity as ii  # noqa: E402
 
 SCHEDULES = (gr.EAGER_UNGATED, gr.EAGER_GATED, gr.GRAPH_STOCK, gr.GRAPH_WAIT_AHEAD)
@@ -43,7 +44,7 @@ class IntegrityReplay(gr.GateReplay):
         self.mode = mode
         self.pages = cfg.pages_per_layer
         self.tracker = None
-        if mode != ii.OFF:
+        if mode != IntegrityMode.OFF:
             n, p = cfg.layers, self.pages
             views = [self.kdev[layer].view(p, -1) for layer in range(n)]
             self.tracker = ii.IntegrityTracker(mode, views, gr.CONTENT_SETS * p)
@@ -129,11 +130,11 @@ def main(argv=None):
         return 2
     cfg = gr.ReplayConfig(trials=args.trials, progress_every=0)
     results, card = [], gr.card_info()
-    for mode in (ii.OFF, ii.SAMPLE, ii.FULL):
+    for mode in (IntegrityMode.OFF, IntegrityMode.SAMPLE, IntegrityMode.FULL):
         rows, cal = run_mode(cfg, mode, args.trials, print)
         results += rows
         print(f"mode {mode}: done ({cal['layer_compute_us']:.1f} us/layer compute)", flush=True)
-    base = {r["schedule"]: r["median_ms"] for r in results if r["mode"] == ii.OFF}
+    base = {r["schedule"]: r["median_ms"] for r in results if r["mode"] == IntegrityMode.OFF}
     print(f"card: {card}")
     print(
         f"{'mode':<7}{'schedule':<17}{'trials':>7}{'stale':>7}{'detected':>9}{'det_%':>8}{'false+':>7}"

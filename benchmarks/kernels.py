@@ -802,6 +802,7 @@ def per_step_rows(dev, ceil) -> list[dict[str, object]]:
     """``plan``'s decode bytes per request beside the measured logits time of one request per c4
     layer and per step (every c4 layer of the stage), bf16 index-K, this GPU's default tiling."""
     from benchmarks.kernels_decode import time_decode
+    from sglang_dsv4_ext.config import IndexKDtype
     from sglang_dsv4_ext.tools.plan import decode_reads
     from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 
@@ -811,7 +812,7 @@ def per_step_rows(dev, ceil) -> list[dict[str, object]]:
     for n in decode_reads.DEFAULT_CONTEXTS:
         keys = n // 4
         r = time_decode(dev, ceil, f"1 request, {n // 1024}K context", 1, [keys], goal=False, tilings=(), copy=False)
-        reads = {d: decode_reads.decode_read_bytes(model, n, d) for d in ("fp8", "bf16", "fp4")}
+        reads = {d: decode_reads.decode_read_bytes(model, n, d) for d in IndexKDtype}
         out.append(
             dict(
                 context=n,
@@ -820,7 +821,7 @@ def per_step_rows(dev, ceil) -> list[dict[str, object]]:
                 logits_us_per_layer=r["ms"] * 1e3,
                 logits_us_per_step=r["ms"] * 1e3 * c4_layers,
                 **{f"{d}_bytes": v["total"] for d, v in reads.items()},
-                bf16_indexer_share=reads["bf16"]["indexer"] / reads["bf16"]["total"],
+                bf16_indexer_share=reads[IndexKDtype.BF16]["indexer"] / reads[IndexKDtype.BF16]["total"],
             )
         )
     return out

@@ -78,6 +78,31 @@ def shapes() -> list[tuple[str, int, list[int]]]:
     return out
 
 
+# Few rows with the page table as wide as the longest row (eager decode and extend: SGLang's call passes
+# the batch's width; under the decode CUDA graph it is the captured width, WIDE): where the router hands
+# one-row calls to TileLang (runtime/index_k/fp8_logits.py, SGLANG_FASTER_BELOW). ours fp8 and TileLang only.
+CROSSOVER_SHAPES = tuple(
+    uniform(r, k)
+    for r, k in (
+        (1, 2048),
+        (1, 4096),
+        (1, 8192),
+        (1, 16384),
+        (1, 24576),
+        (1, 32768),
+        (1, 65536),
+        (2, 2048),
+        (2, 8192),
+        (2, 16384),
+        (2, 32768),
+        (4, 2048),
+        (4, 8192),
+        (4, 16384),
+        (8, 2048),
+        (8, 8192),
+    )
+)
+
 # The gather tilings timed per shape: the three pipelined ones that were fastest somewhere in the
 # H200 calls of kernels.py (kernels_sm120/NOTES.md) and one register gather.
 GATHER_TILING_INDEXES = (0, 1, 2, 5)
@@ -281,6 +306,53 @@ def time_shape(stock, label: str, rows: int, lens: list[int], dev, *, prefill: b
         + f"bf16/tl {r.get('bf16_over_tilelang', float('nan')):.2f})"
     )
     return r
+
+
+def crossover(stock, dev) -> list[dict[str, object]]:
+    """CROSSOVER_SHAPES: ours fp8 (the tiling dispatch picks) and TileLang, page table width = longest row."""
+    import torch
+
+    from benchmarks.timing import bench, n_sets
+    from kernels_sm120 import dispatch
+
+    out = []
+    for label, rows, lens in CROSSOVER_SHAPES:
+        width = -(-max(lens) // 64) * 64
+        nset = n_sets(sum(lens) * FP8_KEY_BYTES + rows * 64 * 128, cap=8)
+        sets = [fp8_set(torch, rows, lens, width // 64, dev) for _ in range(nset)]
+        r: dict[str, object] = dict(shape=f"{label}, width {width // 1024}K", rows=rows, width=width)
+        r["ours_fp8_ms"] = bench(
+            lambda i, sets=sets, width=width: dispatch.paged_mqa_logits_fp8(
+                sets[i]["q"], sets[i]["kv"], sets[i]["w"], sets[i]["seq"], sets[i]["table"], width, out=sets[i]["out"]
+            ),
+            nset,
+        )
+        if stock.tilelang is not None:
+            try:
+                r["tilelang_ms"] = bench(
+                    lambda i, sets=sets, width=width: stock.tilelang(
+                        sets[i]["q"],
+                        sets[i]["kv"],
+                        sets[i]["w"],
+                        sets[i]["seq"],
+                        sets[i]["table"],
+                        None,
+                        width,
+                        clean_logits=False,
+                    ),
+                    nset,
+                )
+                r["x_tilelang_fp8"] = r["tilelang_ms"] / r["ours_fp8_ms"]
+            except Exception as exc:  # noqa: BLE001  recorded per shape
+                r["tilelang_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        sets.clear()
+        torch.cuda.empty_cache()
+        log(
+            f"  crossover {r['shape']}: ours {r['ours_fp8_ms'] * 1e3:.2f} us, TileLang "
+            + (f"{r['tilelang_ms'] * 1e3:.2f} us (x {r['x_tilelang_fp8']:.2f})" if "tilelang_ms" in r else "-")
+        )
+        out.append(r)
+    return out
 
 
 def _time_fp4(torch, sets, width, dev) -> float:
@@ -522,6 +594,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
     p.add_argument("--no-sweep", action="store_true")
     p.add_argument("--ours-only", action="store_true", help="ours at few-row shapes, the sweep (no SGLang, TileLang)")
+    p.add_argument("--crossover-only", action="store_true", help="only the few-row crossover against TileLang")
     args = p.parse_args(argv)
     import torch
 
@@ -556,7 +629,7 @@ def main(argv=None) -> int:
     )
     result["copy_gbs"] = measure_copy_bandwidth(dev)
     log(f"{result['info']}, copy {result['copy_gbs']:.0f} GB/s  [{time.time() - t0:.0f}s]")
-    if not args.no_sweep:
+    if not args.no_sweep and not args.crossover_only:
         result["sweep"] = run_sweep(dev)
     if child is not None:
         why = kernels_stock._tilelang_after(child, out_dir, stock, carry, WIDE, dev, timeout_s=240)
@@ -564,6 +637,10 @@ def main(argv=None) -> int:
     else:
         result["tilelang"] = f"not carried ({kernels_stock.TILELANG_ARCHIVE} absent)"
     log(f"tilelang: {result['tilelang']}  [{time.time() - t0:.0f}s]")
+    if args.crossover_only:
+        result["crossover"] = crossover(stock, dev)
+        (out_dir / "kernels_fp8_crossover.json").write_text(json.dumps(result, indent=1, default=str))
+        return 0
     if stock.tilelang is not None:  # the prefill row count's split_kv
         c = fp8_set(torch, 2048, [64] * 2048, 2, dev)
         stock.tilelang(c["q"], c["kv"], c["w"], c["seq"], c["table"], None, 128, clean_logits=False)
@@ -580,6 +657,8 @@ def main(argv=None) -> int:
     (out_dir / "kernels_fp8.json").write_text(json.dumps(result, indent=1, default=str))
     log(format_table(rows))
     log("\n".join(result["goals"]))
+    result["crossover"] = crossover(stock, dev)  # last: TileLang compiles one kernel per new split_kv here
+    (out_dir / "kernels_fp8.json").write_text(json.dumps(result, indent=1, default=str))
     log(f"done [{time.time() - t0:.0f}s]")
     return 0
 

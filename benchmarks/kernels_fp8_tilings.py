@@ -29,6 +29,19 @@ WIDE = 262144
 FEW_SHAPES = ((1, 2048), (1, 8192), (1, 65536), (8, 8192), (8, 32768), (8, 65536))
 DECODE_SHAPES = ((64, 2048), (64, 4096), (64, 8192), (128, 4096), (128, 16384), (64, 65536), (128, 65536))
 BF16_DECODE_SHAPES = ((64, 2048), (64, 4096))
+# Two to eight rows, uniform and with one long row beside short ones (a tiling that fixes each row's parts on
+# the host leaves the long row 1 / rows of the programs): the bf16 few-row candidates (--few-mixed)
+FEW_MIXED_LENS = (
+    ("2 x 8K", [8192] * 2),
+    ("4 x 8K", [8192] * 4),
+    ("4 x 32K", [32768] * 4),
+    ("8 x 8K", [8192] * 8),
+    ("2 mixed: 1 x 64K + 1 x 2K", [65536, 2048]),
+    ("4 mixed: 1 x 64K + 3 x 2K", [65536] + [2048] * 3),
+    ("8 mixed: 1 x 64K + 7 x 2K", [65536] + [2048] * 7),
+    ("8 mixed: 2 x 32K + 6 x 4K", [32768] * 2 + [4096] * 6),
+)
+FEW_MIXED_CANDIDATES = ("bf16 few: grid bn64 s4 pps2 min64 busy2 (default)", "bf16 few: interleaved s2 pps4")
 
 
 def candidates() -> dict[str, tuple[str, str, object]]:
@@ -53,6 +66,9 @@ def candidates() -> dict[str, tuple[str, str, object]]:
         "bf16 few: grid bn64 s4 pps2 min64 busy2 (default)": ("few", "bf16", few16),
         "bf16 few: interleaved s3 pps4": ("few", "bf16", L(64, 4, 3, programs_per_sm=4, interleaved=True)),
         "bf16 few: interleaved s4 pps2": ("few", "bf16", L(64, 4, 4, programs_per_sm=2, interleaved=True)),
+        "bf16 few: interleaved s4 pps4": ("few", "bf16", L(64, 4, 4, programs_per_sm=4, interleaved=True)),
+        "bf16 few: interleaved s2 pps4": ("few", "bf16", L(64, 4, 2, programs_per_sm=4, interleaved=True)),
+        "bf16 few: interleaved s3 pps8": ("few", "bf16", L(64, 4, 3, programs_per_sm=8, interleaved=True)),
         # fp8, decode (item grid)
         "fp8 decode: items bn64 s4 busy4 min128 (default)": ("decode", "fp8", dec8),
         "fp8 decode: + scales ahead": ("decode", "fp8", _replace(dec8, scales_ahead=True)),
@@ -74,6 +90,16 @@ def candidates() -> dict[str, tuple[str, str, object]]:
             "bf16 decode",
             "bf16",
             _replace(dec8, fp8_mma=False, busy_per_sm=2, min_chunk=256),
+        ),
+        "bf16 decode: items bn64 s3 busy4 min64": (
+            "bf16 decode",
+            "bf16",
+            _replace(dec8, fp8_mma=False, num_stages=3, min_chunk=64),
+        ),
+        "bf16 decode: items bn64 s4 busy3 min128": (
+            "bf16 decode",
+            "bf16",
+            _replace(dec8, fp8_mma=False, busy_per_sm=3),
         ),
     }
 
@@ -160,14 +186,14 @@ def check(name: str, rows: int, dev) -> dict[str, object]:
     return dict(candidate=name, rows=rows, max_rel_vs_f64=rel, unwritten_untouched=untouched, ok=bool(ok))
 
 
-def time_point(name: str, rows: int, keys: int, dev) -> float:
+def time_point(name: str, rows: int, keys: int, dev, lens: list[int] | None = None) -> float:
     import torch
 
     from benchmarks.timing import bench, n_sets
 
     group, kind, cfg = candidates()[name]
-    lens = [keys] * rows
-    nbytes = rows * keys * (132 if kind == "fp8" else 256)
+    lens = lens or [keys] * rows
+    nbytes = sum(lens) * (132 if kind == "fp8" else 256)
     nset = n_sets(nbytes, cap=8)
     sets = [_inputs(torch, kind, rows, lens, dev) for _ in range(nset)]
     ms = bench(lambda i: _call(kind, sets[i], cfg), nset, rep=100)
@@ -176,11 +202,26 @@ def time_point(name: str, rows: int, keys: int, dev) -> float:
     return ms
 
 
+def few_mixed(dev, out_dir: Path, t0: float) -> int:
+    """FEW_MIXED_CANDIDATES checked (float64, 8 rows) then timed at FEW_MIXED_LENS."""
+    result: dict[str, object] = dict(checks=[check(n, r, dev) for n in FEW_MIXED_CANDIDATES for r in (2, 4, 8)])
+    log(f"checks: {sum(c['ok'] for c in result['checks'])}/{len(result['checks'])} ok  [{time.time() - t0:.0f}s]")
+    result["points"] = []
+    for label, lens in FEW_MIXED_LENS:
+        for name in FEW_MIXED_CANDIDATES:
+            us = time_point(name, len(lens), max(lens), dev, lens=lens) * 1e3
+            result["points"].append(dict(candidate=name, shape=label, us=us))
+            log(f"  {label}  {name}: {us:.2f} us  [{time.time() - t0:.0f}s]")
+        (out_dir / "kernels_fp8_few_mixed.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.kernels_fp8_tilings", description=__doc__)
     p.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
     p.add_argument("--workers", type=int, default=12)
     p.add_argument("--only", default="", help="comma-separated groups (few, decode, bf16 decode)")
+    p.add_argument("--few-mixed", action="store_true", help="only FEW_MIXED_CANDIDATES at FEW_MIXED_LENS")
     args = p.parse_args(argv)
     import torch
 
@@ -190,6 +231,15 @@ def main(argv=None) -> int:
     t0 = time.time()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.few_mixed:
+        return few_mixed(torch.device("cuda"), out_dir, t0)
+    return sweep(args, out_dir, t0)
+
+
+def sweep(args, out_dir: Path, t0: float) -> int:
+    """Every candidate of the chosen groups: compiled in workers, checked against float64, timed."""
+    import torch
+
     groups = [g.strip() for g in args.only.split(",") if g.strip()] or ["few", "decode", "bf16 decode"]
     cands = {n: c for n, c in candidates().items() if c[0] in groups}
     # one compile per candidate and row count (Triton specialises rows == 1 and multiples of 16)

@@ -37,7 +37,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _butterfly(t, BLOCK_M: tl.constexpr, A: tl.constexpr, N: tl.constexpr, H: tl.constexpr):
+def _butterfly(t: tl.tensor, BLOCK_M: tl.constexpr, A: tl.constexpr, N: tl.constexpr, H: tl.constexpr) -> tl.tensor:
     """One butterfly stage on bit log2(H) of the last axis of ``t`` [BLOCK_M, A, N]."""
     G: tl.constexpr = N // (2 * H)
     u = tl.permute(tl.reshape(t, [BLOCK_M, A, G, 2, H]), [0, 1, 2, 4, 3])  # the bit's pair last
@@ -47,7 +47,7 @@ def _butterfly(t, BLOCK_M: tl.constexpr, A: tl.constexpr, N: tl.constexpr, H: tl
 
 
 @triton.jit
-def _wht8_last_axis(t, BLOCK_M: tl.constexpr):
+def _wht8_last_axis(t: tl.tensor, BLOCK_M: tl.constexpr) -> tl.tensor:
     """8-point Walsh-Hadamard transform (unscaled) along the last axis of [BLOCK_M, 8, 8]."""
     t = _butterfly(t, BLOCK_M, 8, 8, 1)
     t = _butterfly(t, BLOCK_M, 8, 8, 2)
@@ -55,7 +55,7 @@ def _wht8_last_axis(t, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def _wht64(x, BLOCK_M: tl.constexpr):
+def _wht64(x: tl.tensor, BLOCK_M: tl.constexpr) -> tl.tensor:
     """Unscaled natural-order 64-point Walsh-Hadamard transform of each row of [BLOCK_M, 64]."""
     t = tl.reshape(x, [BLOCK_M, 8, 8])  # [row, a, b], column = 8 a + b
     t = _wht8_last_axis(t, BLOCK_M)  # bits 0..2: inside each thread
@@ -64,7 +64,7 @@ def _wht64(x, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def hadamard128(x0, x1, BLOCK_M: tl.constexpr):
+def hadamard128(x0: tl.tensor, x1: tl.tensor, BLOCK_M: tl.constexpr) -> tuple[tl.tensor, tl.tensor]:
     """``[x0 | x1] @ H128 / sqrt(128)`` as its two halves, from fp32 halves [BLOCK_M, 64]."""
     SCALE: tl.constexpr = 128**-0.5
     out0 = _wht64(x0 + x1, BLOCK_M)
@@ -73,7 +73,7 @@ def hadamard128(x0, x1, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def rope_interleaved(x, freqs, BLOCK_M: tl.constexpr):
+def rope_interleaved(x: tl.tensor, freqs: tl.tensor, BLOCK_M: tl.constexpr) -> tl.tensor:
     """RoPE of fp32 [BLOCK_M, 64] (pairs (2k, 2k + 1) = (real, imag)) by the table rows
     ``freqs`` [BLOCK_M, 64] fp32 = (cos_k, sin_k) interleaved (``view_as_real(freqs_cis)``)."""
     x_re, x_im = tl.split(tl.reshape(x, [BLOCK_M, 32, 2]))

@@ -54,7 +54,7 @@ def check_rows(name: str, t: torch.Tensor, rows: int) -> None:
         raise ValueError(f"{name} must have {rows} rows (one per input row), got shape {tuple(t.shape)}")
 
 
-def as_index_vector(name: str, t: object, rows: int) -> torch.Tensor:
+def as_index_vector(name: str, t: torch.Tensor, rows: int) -> torch.Tensor:
     """[rows] or [rows, 1] int32/int64 -> a 1-D view with unit stride."""
     check_tensor(name, t, dtypes=INDEX_DTYPES, ndim=(1, 2), last_dim_contiguous=False)
     if t.dim() == 2:
@@ -67,7 +67,7 @@ def as_index_vector(name: str, t: object, rows: int) -> torch.Tensor:
     return t
 
 
-def as_rope_table(freqs_cis: object, rope_dim: int = INDEX_ROPE_DIM) -> torch.Tensor:
+def as_rope_table(freqs_cis: torch.Tensor, rope_dim: int = INDEX_ROPE_DIM) -> torch.Tensor:
     """SGLang's ``freqs_cis`` (complex64 [max_pos, rope_dim/2]) or its real view
     (fp32 [max_pos, rope_dim], interleaved cos, sin) -> the fp32 [max_pos, rope_dim] view."""
     if not isinstance(freqs_cis, torch.Tensor):
@@ -93,7 +93,7 @@ def as_rope_table(freqs_cis: object, rope_dim: int = INDEX_ROPE_DIM) -> torch.Te
 
 def as_index_k_pages(
     name: str,
-    buffer: object,
+    buffer: torch.Tensor,
     *,
     page_size: int = INDEX_PAGE_SIZE,
     head_dim: int = INDEX_HEAD_DIM,
@@ -140,7 +140,7 @@ FP8_SCALE_BYTES = 4  # one fp32 scale per key
 
 def as_fp8_index_k_pages(
     name: str,
-    buffer: object,
+    buffer: torch.Tensor,
     *,
     page_size: int = INDEX_PAGE_SIZE,
     head_dim: int = INDEX_HEAD_DIM,
@@ -158,7 +158,7 @@ def as_fp8_index_k_pages(
     )
 
 
-def as_quantized_index_k_pages(name: str, buffer: object, page_size: int, row: int, layout: str) -> torch.Tensor:
+def as_quantized_index_k_pages(name: str, buffer: torch.Tensor, page_size: int, row: int, layout: str) -> torch.Tensor:
     """A quantized index-K buffer of one layer (``row`` bytes per key, ``layout`` says what they hold) -> uint8
     view [num_pages, page_size * row]: [num_pages, page_size, 1, row] or [num_pages, page_size * row], each page
     contiguous and 16-byte aligned (the stride between pages is free)."""

@@ -21,13 +21,14 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from . import index_k_store, index_q, paged_logits_fp4, paged_mqa_logits
-from .dispatch import CONFIGS, SM120_MAX_SHARED_BYTES, ArchConfigs, arch_key
+from .dispatch import CONFIGS, SM120_MAX_SHARED_BYTES, ArchConfigs, LogitsConfig, arch_key
 
 ARCHS = (120, 100, 90)
 # Largest dynamic shared memory one block may use.
@@ -41,14 +42,14 @@ _TC_PATTERNS = {"HMMA": r"\b[HQ]MMA\b", "HGMMA": r"\b[HQ]GMMA\b", "UTCMMA": r"\b
 @dataclass(frozen=True)
 class KernelSpec:
     name: str
-    fn: object  # triton JITFunction
+    fn: triton.runtime.JITFunction
     signature: dict[str, str]
     constexprs: Callable[[ArchConfigs], dict[str, int]]
     options: Callable[[ArchConfigs], dict[str, int]]
     needs_tensor_cores: bool
 
 
-def _decode_constexprs(cfg, heads: int, head_dim: int, page: int) -> dict[str, int]:
+def _decode_constexprs(cfg: LogitsConfig, heads: int, head_dim: int, page: int) -> dict[str, int]:
     return dict(
         H=heads,
         D=head_dim,
@@ -62,7 +63,7 @@ def _decode_constexprs(cfg, heads: int, head_dim: int, page: int) -> dict[str, i
     )
 
 
-def _fp8_constexprs(cfg, heads: int, head_dim: int, page: int) -> dict[str, int]:
+def _fp8_constexprs(cfg: LogitsConfig, heads: int, head_dim: int, page: int) -> dict[str, int]:
     mode = paged_mqa_logits.FP8_MMA if cfg.fp8_mma else paged_mqa_logits.FP8_WIDEN
     return dict(_decode_constexprs(cfg, heads, head_dim, page), KEY_FP8=mode, SCALES_AHEAD=cfg.scales_ahead)
 
@@ -222,7 +223,9 @@ class AotResult:
         return self.shared <= self.max_shared
 
 
-def compile_kernel(spec: KernelSpec, arch: int, configs: ArchConfigs | None = None):
+def compile_kernel(
+    spec: KernelSpec, arch: int, configs: ArchConfigs | None = None
+) -> tuple[Any, ArchConfigs, dict[str, int]]:
     """Compile ``spec`` for ``arch`` (90, 100, 120) with ``configs`` (default: the arch's own)."""
     configs = configs or CONFIGS[arch_key((arch // 10, arch % 10))]
     constexprs = spec.constexprs(configs)

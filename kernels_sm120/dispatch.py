@@ -159,23 +159,15 @@ _HOPPER_CLASS_LOGITS = LogitsConfig(
     busy_per_sm=2,
     item_grid=True,
 )
-# 64-key parts (was 256): the H200's few-row sweep (NOTES.md, "small shapes") took 1 x 2K from 6.33 to
-# 4.88 us and 1 x 8K from 6.74 to 5.55 us, the same within 0.3% at 1 x 64K, 8 x 8K and 8 x 32K.
-_HOPPER_CLASS_FEW_ROWS = LogitsConfig(
-    block_n=64,
-    num_warps=4,
-    num_stages=4,
-    programs_per_sm=2,
-    max_chunk=8192,
-    min_chunk=64,
-    page_block=64,
-    busy_per_sm=2,
-)
+# Two to eight rows, bf16 keys: interleaved parts (see the one-row tiling below), 2 stages, 4 programs per SM.
+# The H200 calls of NOTES.md ("One run of every kernel"): 2 x 8K 6.42 -> 5.48 us, 4 x 8K 8.04 -> 6.65, 8 x 8K
+# 10.39 -> 8.94 (TileLang fp8 8.46), 8 x 32K 23.0 -> 22.0, 8 x 64K 41.0 -> 40.0 against the (rows, split) grid with
+# 64-key parts; a long row beside short ones loses some (its parts are fixed on the host at 1 / rows of the
+# programs): 1 x 64K + 7 x 2K 23.0 -> 25.4 us (TileLang fp8 34.4), 1 x 64K + 3 x 2K 16.7 -> 17.1.
+_HOPPER_CLASS_FEW_ROWS = LogitsConfig(64, 4, 2, programs_per_sm=4, interleaved=True)
 # One row, bf16 keys: interleaved parts (part j takes the row's pages j, j + split, ...: its first page id
 # is read beside the row's length), 4 stages, 2 programs per SM. The H200 sweep of NOTES.md ("interleaved
-# parts"): 1 x 2K 4.98 -> 4.23 us, 1 x 8K 5.53 -> 4.62, 1 x 64K 10.4 -> 9.4. Not for 2 to 8 rows: a row's
-# parts are fixed on the host, so a long row beside short ones gets only its 1 / rows of the programs (the
-# (rows, split) grid's batch-wide chunk balances mixed lengths; 8 x 64K was already 1% slower interleaved).
+# parts"): 1 x 2K 4.98 -> 4.23 us, 1 x 8K 5.53 -> 4.62, 1 x 64K 10.4 -> 9.4.
 _HOPPER_CLASS_ONE_ROW = LogitsConfig(64, 4, 4, programs_per_sm=2, interleaved=True)
 # fp8 keys (SGLang's stock pool): the product on fp8 tensor cores (wgmma QGMMA on sm90, mma.sync QMMA on
 # sm_120a). Widened to fp16, the kernel ran no faster over fp8 keys than over bf16 keys (the H200 call
@@ -448,7 +440,18 @@ def paged_mqa_logits_fp8(
     return _logits(q_fp8, kvcache_fp8, weights, seq_lens, page_table, max_seq_len, out, config, key_fp8=True)
 
 
-def _logits(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, config, *, key_fp8):
+def _logits(
+    q: torch.Tensor,
+    index_k_cache: torch.Tensor,
+    weights: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_table: torch.Tensor,
+    max_seq_len: int,
+    out: torch.Tensor | None,
+    config: LogitsConfig | None,
+    *,
+    key_fp8: bool,
+) -> torch.Tensor:
     if config is None:
         config = configs_for(q.device).logits_for(q.shape[0], key_fp8)
     return logits_mod.paged_mqa_logits(

@@ -32,7 +32,7 @@ NO_MISMATCH = 2**63 - 1  # state[1] before any mismatch
 _SEQ_BITS, _LAYER_BITS, _POS_BITS = 23, 16, 24  # mismatch code: sequence | layer | position in rows
 
 
-def new_state(device) -> torch.Tensor:
+def new_state(device: torch.device | str) -> torch.Tensor:
     """A fresh device-side record: ``[mismatch count, smallest mismatch code, pages compared]``."""
     return torch.tensor([0, NO_MISMATCH, 0], dtype=torch.int64, device=device)
 
@@ -42,7 +42,7 @@ def mismatch_code(seq: int, layer: int, page_row: int) -> int:
     return ((seq % (1 << _SEQ_BITS)) << (_LAYER_BITS + _POS_BITS)) | (layer << _POS_BITS) | page_row
 
 
-def decode_mismatch_code(code: int):
+def decode_mismatch_code(code: int) -> tuple[int, int, int]:
     """``(seq, layer, page_row)`` of a code made by :func:`mismatch_code`."""
     position = code & ((1 << _POS_BITS) - 1)
     layer = (code >> _POS_BITS) & ((1 << _LAYER_BITS) - 1)
@@ -67,7 +67,7 @@ def _words(page_rows: torch.Tensor) -> torch.Tensor:
     return words
 
 
-def _check_rows(name: str, rows: torch.Tensor, device) -> torch.Tensor:
+def _check_rows(name: str, rows: torch.Tensor, device: torch.device) -> torch.Tensor:
     if not isinstance(rows, torch.Tensor) or rows.dtype not in (torch.int32, torch.int64) or rows.dim() != 1:
         raise TypeError(f"{name} must be a 1-D int32/int64 tensor of page rows")
     if rows.device != device:
@@ -84,7 +84,15 @@ def page_checksums_reference(page_rows: torch.Tensor, rows: torch.Tensor) -> tor
     return (w * weights).sum(dim=1)
 
 
-def _verify_reference(words, rows, expected, state, layer: int, seq: int, skip_unknown: bool) -> None:
+def _verify_reference(
+    words: torch.Tensor,
+    rows: torch.Tensor,
+    expected: torch.Tensor,
+    state: torch.Tensor,
+    layer: int,
+    seq: int,
+    skip_unknown: bool,
+) -> None:
     got = page_checksums_reference(words, rows)
     bad = got != expected
     compared = expected != NO_MISMATCH if skip_unknown else torch.ones_like(bad)
@@ -99,7 +107,9 @@ def _verify_reference(words, rows, expected, state, layer: int, seq: int, skip_u
 
 # --------------------------------------------------------------------------- Triton kernels (CUDA)
 @triton.jit
-def _row_checksum(words_ptr, stride_row, row, W, BLOCK: tl.constexpr):
+def _row_checksum(
+    words_ptr: tl.tensor, stride_row: tl.tensor, row: tl.tensor, W: tl.tensor, BLOCK: tl.constexpr
+) -> tl.tensor:
     acc = tl.zeros([BLOCK], dtype=tl.int64)
     base = words_ptr + row.to(tl.int64) * stride_row
     for start in range(0, W, BLOCK):
@@ -111,7 +121,14 @@ def _row_checksum(words_ptr, stride_row, row, W, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def page_checksum_kernel(words_ptr, stride_row, rows_ptr, out_ptr, W, BLOCK: tl.constexpr):
+def page_checksum_kernel(
+    words_ptr: tl.tensor,
+    stride_row: tl.tensor,
+    rows_ptr: tl.tensor,
+    out_ptr: tl.tensor,
+    W: tl.tensor,
+    BLOCK: tl.constexpr,
+) -> None:
     i = tl.program_id(0)
     row = tl.load(rows_ptr + i)
     tl.store(out_ptr + i, _row_checksum(words_ptr, stride_row, row, W, BLOCK))
@@ -119,17 +136,17 @@ def page_checksum_kernel(words_ptr, stride_row, rows_ptr, out_ptr, W, BLOCK: tl.
 
 @triton.jit
 def verify_checksum_kernel(
-    words_ptr,
-    stride_row,
-    rows_ptr,
-    expected_ptr,
-    state_ptr,
-    code_base,
-    W,
+    words_ptr: tl.tensor,
+    stride_row: tl.tensor,
+    rows_ptr: tl.tensor,
+    expected_ptr: tl.tensor,
+    state_ptr: tl.tensor,
+    code_base: tl.tensor,
+    W: tl.tensor,
     NO_MISMATCH: tl.constexpr,
     SKIP_UNKNOWN: tl.constexpr,
     BLOCK: tl.constexpr,
-):
+) -> None:
     i = tl.program_id(0)
     row = tl.load(rows_ptr + i)
     got = _row_checksum(words_ptr, stride_row, row, W, BLOCK)
@@ -143,7 +160,7 @@ def verify_checksum_kernel(
 
 
 def _block(words: torch.Tensor) -> int:
-    return min(1024, triton.next_power_of_2(words.shape[1]))
+    return min(1024, triton.next_power_of_2(words.shape[1]))  # type: ignore[no-any-return]  # triton: untyped
 
 
 # --------------------------------------------------------------------------- launchers

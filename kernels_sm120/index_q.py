@@ -31,21 +31,21 @@ from ._validate import (
 
 @triton.jit
 def _load_q_tile(
-    tile,
-    q_ptr,
-    stride_q_tok,
-    w_ptr,
-    stride_w_tok,
-    freqs_ptr,
-    stride_freq,
-    pos_ptr,
-    n_work,
+    tile: tl.tensor,
+    q_ptr: tl.tensor,
+    stride_q_tok: tl.tensor,
+    w_ptr: tl.tensor,
+    stride_w_tok: tl.tensor,
+    freqs_ptr: tl.tensor,
+    stride_freq: tl.tensor,
+    pos_ptr: tl.tensor,
+    n_work: tl.tensor,
     H: tl.constexpr,
     D: tl.constexpr,
     BLOCK_M: tl.constexpr,
     ONE_TOKEN: tl.constexpr,
     STREAM: tl.constexpr = False,
-):
+) -> tuple[tl.tensor, tl.tensor, tl.tensor, tl.tensor]:
     """One tile of (token, head) rows as [BLOCK_M, 64] halves; items past n_work load nothing.
     ONE_TOKEN (BLOCK_M divides H): the tile is BLOCK_M heads of one token, so its position
     and RoPE row are loaded once and broadcast instead of once per row."""
@@ -78,17 +78,17 @@ def _load_q_tile(
 
 @triton.jit
 def index_q_rope_hadamard_kernel(
-    q_ptr,
-    stride_q_tok,
-    w_ptr,
-    stride_w_tok,
-    freqs_ptr,
-    stride_freq,
-    pos_ptr,
-    q_out_ptr,
-    w_out_ptr,
-    n_work,
-    weight_scale,
+    q_ptr: tl.tensor,
+    stride_q_tok: tl.tensor,
+    w_ptr: tl.tensor,
+    stride_w_tok: tl.tensor,
+    freqs_ptr: tl.tensor,
+    stride_freq: tl.tensor,
+    pos_ptr: tl.tensor,
+    q_out_ptr: tl.tensor,
+    w_out_ptr: tl.tensor,
+    n_work: tl.tensor,
+    weight_scale: tl.tensor,
     H: tl.constexpr,
     D: tl.constexpr,
     ROPE_DIM: tl.constexpr,
@@ -96,7 +96,7 @@ def index_q_rope_hadamard_kernel(
     PREFETCH: tl.constexpr,
     ONE_TOKEN: tl.constexpr = False,
     STREAM: tl.constexpr = False,
-):
+) -> None:
     tl.static_assert(not ONE_TOKEN or H % BLOCK_M == 0, "ONE_TOKEN tiles need BLOCK_M to divide H")
     tl.static_assert(D == 128 and ROPE_DIM == 64, "the halves layout assumes RoPE on dims 64..127 of 128")
     HALF: tl.constexpr = D // 2
@@ -188,7 +188,7 @@ AOT_SIGNATURES = {
 }
 
 
-def _checked_weight(weight, tokens, num_heads):
+def _checked_weight(weight: torch.Tensor, tokens: int, num_heads: int) -> torch.Tensor:
     """weight as [N, H] (bf16/fp16/fp32) with unit head stride."""
     check_tensor(
         "weight", weight, dtypes=(torch.bfloat16, torch.float16, torch.float32), ndim=(2, 3), last_dim_contiguous=False
@@ -204,7 +204,9 @@ def _checked_weight(weight, tokens, num_heads):
     return weight
 
 
-def _outputs(q, tokens, num_heads, q_out, weights_out):
+def _outputs(
+    q: torch.Tensor, tokens: int, num_heads: int, q_out: torch.Tensor | None, weights_out: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The given outputs, checked, or new ones: q_out [N, H, 128] bf16, weights_out [N, H] fp32."""
     if q_out is None:
         q_out = torch.empty((tokens, num_heads, INDEX_HEAD_DIM), dtype=torch.bfloat16, device=q.device)

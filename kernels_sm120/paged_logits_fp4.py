@@ -48,7 +48,7 @@ BLOCK_N, NUM_WARPS, NUM_STAGES = 64, 4, 2
 
 
 @triton.jit
-def fp4_bf16(code, e):
+def fp4_bf16(code: tl.tensor, e: tl.tensor) -> tl.tensor:
     """bf16 of e2m1 ``code`` times ``2^(e - 127)``, built as bits (no float arithmetic): magnitude
     m = code & 7 is 0 or 2^(m>>1 - 1) * (1 + (m & 1) / 2) for m >= 2 (0.5 for m == 1), so the bf16
     exponent field is e - 1 + (m >> 1) and its top mantissa bit is m & 1 (m >= 2). Exact for
@@ -62,20 +62,28 @@ def fp4_bf16(code, e):
 
 
 @triton.jit
-def fp4_halves(payload, exps):
+def fp4_halves(payload: tl.tensor, exps: tl.tensor) -> tuple[tl.tensor, tl.tensor]:
     """Decoded bf16 values of packed bytes [N, 64] (exps [N, 64]: the exponent byte of each byte's
     group): (even elements, odd elements), each [N, 64]."""
     return fp4_bf16(payload & 0x0F, exps), fp4_bf16((payload >> 4) & 0x0F, exps)
 
 
 @triton.jit
-def group_exponents(four, N: tl.constexpr):
+def group_exponents(four: tl.tensor, N: tl.constexpr) -> tl.tensor:
     """[N, 4] exponent bytes -> [N, 64]: byte i of a row's payload is in group i // 16."""
     return tl.reshape(tl.broadcast_to(four[:, :, None], [N, 4, 16]), [N, 64])
 
 
 @triton.jit
-def _row_q(q_ptr, stride_q_row, sf_ptr, stride_sf_row, row, H: tl.constexpr, HALF_D: tl.constexpr):
+def _row_q(
+    q_ptr: tl.tensor,
+    stride_q_row: tl.tensor,
+    sf_ptr: tl.tensor,
+    stride_sf_row: tl.tensor,
+    row: tl.tensor,
+    H: tl.constexpr,
+    HALF_D: tl.constexpr,
+) -> tuple[tl.tensor, tl.tensor]:
     """One row's q as (even, odd) bf16 [HALF_D, H] (transposed for the product)."""
     row64 = row.to(tl.int64)
     h = tl.arange(0, H)
@@ -90,26 +98,26 @@ def _row_q(q_ptr, stride_q_row, sf_ptr, stride_sf_row, row, H: tl.constexpr, HAL
 
 @triton.jit
 def paged_mqa_logits_fp4_kernel(
-    q_ptr,
-    stride_q_row,
-    sf_ptr,
-    stride_sf_row,
-    k_ptr,
-    stride_page,
-    w_ptr,
-    stride_w_row,
-    seq_lens_ptr,
-    page_table_ptr,
-    stride_pt_row,
-    pt_width,
-    out_ptr,
-    stride_out_row,
-    max_len,
-    split,
+    q_ptr: tl.tensor,
+    stride_q_row: tl.tensor,
+    sf_ptr: tl.tensor,
+    stride_sf_row: tl.tensor,
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    w_ptr: tl.tensor,
+    stride_w_row: tl.tensor,
+    seq_lens_ptr: tl.tensor,
+    page_table_ptr: tl.tensor,
+    stride_pt_row: tl.tensor,
+    pt_width: tl.tensor,
+    out_ptr: tl.tensor,
+    stride_out_row: tl.tensor,
+    max_len: tl.tensor,
+    split: tl.tensor,
     H: tl.constexpr,
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
-):
+) -> None:
     HALF_D: tl.constexpr = 64
     row = tl.program_id(0)
     part = tl.program_id(1)
@@ -161,7 +169,7 @@ AOT_SIGNATURES = {
 }
 
 
-def as_fp4_index_k_pages(name: str, buffer: object, *, page_size: int = INDEX_PAGE_SIZE) -> torch.Tensor:
+def as_fp4_index_k_pages(name: str, buffer: torch.Tensor, *, page_size: int = INDEX_PAGE_SIZE) -> torch.Tensor:
     """SGLang's fp4 index-K buffer of one layer -> uint8 view [num_pages, page_size * 68].
 
     Accepted: uint8 [num_pages, page_size, 1, 68] (what ``forward_c4_indexer`` passes) or
@@ -176,7 +184,7 @@ def as_fp4_index_k_pages(name: str, buffer: object, *, page_size: int = INDEX_PA
     )
 
 
-def _checked_fp4_q(q_fp4, q_sf):
+def _checked_fp4_q(q_fp4: torch.Tensor, q_sf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q [R, H, 64] int8, sf [R, H] int32), next_n == 1 folded into rows."""
     check_tensor("q_fp4", q_fp4, dtypes=(torch.int8, torch.uint8), ndim=(3, 4))
     check_tensor("q_sf", q_sf, dtypes=(torch.int32,), ndim=(2, 3))

@@ -68,7 +68,9 @@ from ._validate import (
 
 
 @triton.jit
-def _part_bounds(n_write, split, part, min_chunk, BLOCK_N: tl.constexpr):
+def _part_bounds(
+    n_write: tl.tensor, split: tl.tensor, part: tl.tensor, min_chunk: tl.tensor, BLOCK_N: tl.constexpr
+) -> tuple[tl.tensor, tl.tensor]:
     """[start, end) of part ``part`` of ``split`` over [0, n_write), in whole BLOCK_N tiles and
     at least min_chunk keys (short rows use fewer parts; the others have nothing to do)."""
     chunk = tl.maximum(tl.cdiv(tl.cdiv(n_write, split), BLOCK_N) * BLOCK_N, min_chunk)
@@ -78,14 +80,23 @@ def _part_bounds(n_write, split, part, min_chunk, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _clamped_lens(seq_lens_ptr, r0, rows, max_len, BLOCK: tl.constexpr):
+def _clamped_lens(
+    seq_lens_ptr: tl.tensor, r0: tl.tensor, rows: tl.tensor, max_len: tl.tensor, BLOCK: tl.constexpr
+) -> tl.tensor:
     r = r0 + tl.arange(0, BLOCK)
     n = tl.load(seq_lens_ptr + r, mask=r < rows, other=0)
     return tl.minimum(tl.maximum(n, 0), max_len)
 
 
 @triton.jit
-def _batch_chunk(seq_lens_ptr, rows, max_len, busy_programs, min_chunk, BLOCK_N: tl.constexpr):
+def _batch_chunk(
+    seq_lens_ptr: tl.tensor,
+    rows: tl.tensor,
+    max_len: tl.tensor,
+    busy_programs: tl.tensor,
+    min_chunk: tl.tensor,
+    BLOCK_N: tl.constexpr,
+) -> tl.tensor:
     """One part size for the whole batch: its total keys over busy_programs, in whole tiles, at
     least min_chunk (and one tile)."""
     total = tl.sum(_clamped_lens(seq_lens_ptr, 0, rows, max_len, 256), axis=0)
@@ -96,7 +107,9 @@ def _batch_chunk(seq_lens_ptr, rows, max_len, busy_programs, min_chunk, BLOCK_N:
 
 
 @triton.jit
-def _find_item(seq_lens_ptr, rows, max_len, chunk, item):
+def _find_item(
+    seq_lens_ptr: tl.tensor, rows: tl.tensor, max_len: tl.tensor, chunk: tl.tensor, item: tl.tensor
+) -> tuple[tl.tensor, tl.tensor]:
     """(row, part) of work item ``item``; items are the rows' parts in row order. (-1, -1) past
     the last item."""
     r = tl.arange(0, 256)
@@ -120,8 +133,15 @@ def _find_item(seq_lens_ptr, rows, max_len, chunk, item):
 
 @triton.jit
 def _load_row_q(
-    q_ptr, stride_q_row, w_ptr, stride_w_row, row, H: tl.constexpr, D: tl.constexpr, KEY_FP8: tl.constexpr = 0
-):
+    q_ptr: tl.tensor,
+    stride_q_row: tl.tensor,
+    w_ptr: tl.tensor,
+    stride_w_row: tl.tensor,
+    row: tl.tensor,
+    H: tl.constexpr,
+    D: tl.constexpr,
+    KEY_FP8: tl.constexpr = 0,
+) -> tuple[tl.tensor, tl.tensor]:
     """One row's q [H, D] (fp8 q widened to fp16, exact, where KEY_FP8 == FP8_WIDEN) and head weights [H]."""
     row64 = row.to(tl.int64)
     h = tl.arange(0, H)
@@ -134,7 +154,7 @@ def _load_row_q(
 
 
 @triton.jit
-def fp8_key_values(raw, KEY_FP8: tl.constexpr):
+def fp8_key_values(raw: tl.tensor, KEY_FP8: tl.constexpr) -> tl.tensor:
     """e4m3 bytes as e4m3 (KEY_FP8 == 2: the product on fp8 tensor cores, q left e4m3), or widened
     to fp16 (KEY_FP8 == 1; exact: every e4m3 value, subnormals included, is an fp16 value), the
     product then on fp16 tensor cores."""
@@ -145,7 +165,15 @@ def fp8_key_values(raw, KEY_FP8: tl.constexpr):
 
 
 @triton.jit
-def fp8_key_scales(k_ptr, stride_page, page, t, valid, D: tl.constexpr, PAGE: tl.constexpr):
+def fp8_key_scales(
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    page: tl.tensor,
+    t: tl.tensor,
+    valid: tl.tensor,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+) -> tl.tensor:
     """The fp32 scale of each key row t [BLOCK_N] of SGLang's fp8 page (64 rows of D e4m3 bytes,
     then 64 fp32 scales); 0 where not ``valid``."""
     at = k_ptr + page * stride_page + PAGE * D + (t % PAGE) * 4
@@ -153,7 +181,16 @@ def fp8_key_scales(k_ptr, stride_page, page, t, valid, D: tl.constexpr, PAGE: tl
 
 
 @triton.jit
-def _logits_tile(k, q_t, w, out_row, t, valid, end, scale):
+def _logits_tile(
+    k: tl.tensor,
+    q_t: tl.tensor,
+    w: tl.tensor,
+    out_row: tl.tensor,
+    t: tl.tensor,
+    valid: tl.tensor,
+    end: tl.tensor,
+    scale: tl.tensor,
+) -> None:
     """scale: the keys' fp32 scales [BLOCK_N] (fp8 keys; positive, so relu(c * x) = c * relu(x)) or 1.0."""
     s = tl.dot(k, q_t)  # [BLOCK_N, H] fp32
     s = tl.maximum(s, 0.0) * w[None, :]
@@ -163,20 +200,20 @@ def _logits_tile(k, q_t, w, out_row, t, valid, end, scale):
 
 @triton.jit
 def _one_row_tiles(
-    q_t,
-    w,
-    k_ptr,
-    stride_page,
-    pt_row,
-    out_row,
-    start,
-    end,
-    compute_end,
+    q_t: tl.tensor,
+    w: tl.tensor,
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    pt_row: tl.tensor,
+    out_row: tl.tensor,
+    start: tl.tensor,
+    end: tl.tensor,
+    compute_end: tl.tensor,
     D: tl.constexpr,
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     KEY_FP8: tl.constexpr = 0,
-):
+) -> None:
     """The v1 loop: page ids loaded one tile ahead and carried (with the id load in the same
     iteration as the key load, Triton's pipeliner treats the key load as indirect and keeps a
     single key buffer; carried, it still issues each cp.async right after its id load)."""
@@ -200,7 +237,16 @@ def _one_row_tiles(
 
 
 @triton.jit
-def page_id_block(pt_row, p_first, pb_i, n_pages, start, end, PAGE: tl.constexpr, PAGE_BLOCK: tl.constexpr):
+def page_id_block(
+    pt_row: tl.tensor,
+    p_first: tl.tensor,
+    pb_i: tl.tensor,
+    n_pages: tl.tensor,
+    start: tl.tensor,
+    end: tl.tensor,
+    PAGE: tl.constexpr,
+    PAGE_BLOCK: tl.constexpr,
+) -> tuple[tl.tensor, tl.tensor, tl.tensor, tl.tensor]:
     """Block ``pb_i`` of a row's page ids for keys [start, end): its first page, the ids
     [PAGE_BLOCK] (0 past the row's pages) and the keys [lo, blk_end) it covers."""
     pb = p_first + pb_i * PAGE_BLOCK
@@ -210,7 +256,17 @@ def page_id_block(pt_row, p_first, pb_i, n_pages, start, end, PAGE: tl.constexpr
 
 
 @triton.jit
-def key_tile(k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.constexpr, PAGE_BLOCK: tl.constexpr):
+def key_tile(
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    ids: tl.tensor,
+    pb: tl.tensor,
+    t: tl.tensor,
+    valid: tl.tensor,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    PAGE_BLOCK: tl.constexpr,
+) -> tl.tensor:
     """Key rows t [BLOCK_N] (zero where not ``valid``), their pages gathered from the block's ids."""
     page = tl.gather(ids, tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1), 0).to(tl.int64)
     d = tl.arange(0, D)
@@ -221,8 +277,16 @@ def key_tile(k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.co
 
 @triton.jit
 def key_tile_bytes(
-    k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.constexpr, PAGE_BLOCK: tl.constexpr
-):
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    ids: tl.tensor,
+    pb: tl.tensor,
+    t: tl.tensor,
+    valid: tl.tensor,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    PAGE_BLOCK: tl.constexpr,
+) -> tl.tensor:
     """fp8 key rows t [BLOCK_N] as stored (uint8 [BLOCK_N, D], zero where not ``valid``)."""
     page = tl.gather(ids, tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1), 0).to(tl.int64)
     d = tl.arange(0, D)
@@ -233,8 +297,16 @@ def key_tile_bytes(
 
 @triton.jit
 def fp8_block_scales(
-    k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.constexpr, PAGE_BLOCK: tl.constexpr
-):
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    ids: tl.tensor,
+    pb: tl.tensor,
+    t: tl.tensor,
+    valid: tl.tensor,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    PAGE_BLOCK: tl.constexpr,
+) -> tl.tensor:
     """The fp32 scales [BLOCK_N] of fp8 key rows t, pages gathered from the block's ids (0 where not ``valid``)."""
     page = tl.gather(ids, tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1), 0).to(tl.int64)
     return fp8_key_scales(k_ptr, stride_page, page, t, valid, D, PAGE)
@@ -242,17 +314,17 @@ def fp8_block_scales(
 
 @triton.jit
 def fp8_key_tile(
-    k_ptr,
-    stride_page,
-    ids,
-    pb,
-    t,
-    valid,
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    ids: tl.tensor,
+    pb: tl.tensor,
+    t: tl.tensor,
+    valid: tl.tensor,
     D: tl.constexpr,
     PAGE: tl.constexpr,
     PAGE_BLOCK: tl.constexpr,
     KEY_FP8: tl.constexpr,
-):
+) -> tuple[tl.tensor, tl.tensor]:
     """fp8 key rows t [BLOCK_N] as fp16 [BLOCK_N, D] and their scales [BLOCK_N] (zero where not ``valid``)."""
     page = tl.gather(ids, tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1), 0).to(tl.int64)
     d = tl.arange(0, D)
@@ -264,18 +336,18 @@ def fp8_key_tile(
 
 @triton.jit
 def _one_row(
-    q,
-    w,
-    k_ptr,
-    stride_page,
-    page_table_ptr,
-    stride_pt_row,
-    out_ptr,
-    stride_out_row,
-    row,
-    start,
-    end,
-    n_keys,
+    q: tl.tensor,
+    w: tl.tensor,
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    page_table_ptr: tl.tensor,
+    stride_pt_row: tl.tensor,
+    out_ptr: tl.tensor,
+    stride_out_row: tl.tensor,
+    row: tl.tensor,
+    start: tl.tensor,
+    end: tl.tensor,
+    n_keys: tl.tensor,
     H: tl.constexpr,
     D: tl.constexpr,
     PAGE: tl.constexpr,
@@ -283,7 +355,7 @@ def _one_row(
     PAGE_BLOCK: tl.constexpr,
     KEY_FP8: tl.constexpr = 0,
     SCALES_AHEAD: tl.constexpr = False,
-):
+) -> None:
     """Logits of one row (q [H, D], w [H]) over [start, end): keys below n_keys, -inf from n_keys on.
 
     SCALES_AHEAD (fp8 keys): each tile's key scales are loaded one tile ahead and carried. Triton's
@@ -344,8 +416,16 @@ def _one_row(
 
 @triton.jit
 def _rows_share_pages(
-    page_table_ptr, stride_pt_row, row0, start, ends, rows_r, ROWS: tl.constexpr, PAGE: tl.constexpr, PBLK: tl.constexpr
-):
+    page_table_ptr: tl.tensor,
+    stride_pt_row: tl.tensor,
+    row0: tl.tensor,
+    start: tl.tensor,
+    ends: tl.tensor,
+    rows_r: tl.tensor,
+    ROWS: tl.constexpr,
+    PAGE: tl.constexpr,
+    PBLK: tl.constexpr,
+) -> tl.tensor:
     """1 if every row's page ids over its part [start, ends[i]) equal row0's, else 0."""
     i = tl.arange(0, ROWS)
     p_lo = start // PAGE
@@ -364,28 +444,28 @@ def _rows_share_pages(
 
 @triton.jit
 def _shared_rows(
-    q_ptr,
-    stride_q_row,
-    k_ptr,
-    stride_page,
-    w_ptr,
-    stride_w_row,
-    page_table_ptr,
-    stride_pt_row,
-    out_ptr,
-    stride_out_row,
-    row0,
-    rows_r,
-    start,
-    ends,
-    n_keys,
+    q_ptr: tl.tensor,
+    stride_q_row: tl.tensor,
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    w_ptr: tl.tensor,
+    stride_w_row: tl.tensor,
+    page_table_ptr: tl.tensor,
+    stride_pt_row: tl.tensor,
+    out_ptr: tl.tensor,
+    stride_out_row: tl.tensor,
+    row0: tl.tensor,
+    rows_r: tl.tensor,
+    start: tl.tensor,
+    ends: tl.tensor,
+    n_keys: tl.tensor,
     H: tl.constexpr,
     D: tl.constexpr,
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
     KEY_FP8: tl.constexpr = 0,
-):
+) -> None:
     """ROWS rows with the same pages over [start, max(ends)): one key load per tile for all rows."""
     RH: tl.constexpr = ROWS * H
     offs_n = tl.arange(0, BLOCK_N)
@@ -442,22 +522,22 @@ def _shared_rows(
 
 @triton.jit
 def _item_program(
-    q_ptr,
-    stride_q_row,
-    k_ptr,
-    stride_page,
-    w_ptr,
-    stride_w_row,
-    seq_lens_ptr,
-    page_table_ptr,
-    stride_pt_row,
-    reach,
-    out_ptr,
-    stride_out_row,
-    rows,
-    max_len,
-    min_chunk,
-    busy_programs,
+    q_ptr: tl.tensor,
+    stride_q_row: tl.tensor,
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    w_ptr: tl.tensor,
+    stride_w_row: tl.tensor,
+    seq_lens_ptr: tl.tensor,
+    page_table_ptr: tl.tensor,
+    stride_pt_row: tl.tensor,
+    reach: tl.tensor,
+    out_ptr: tl.tensor,
+    stride_out_row: tl.tensor,
+    rows: tl.tensor,
+    max_len: tl.tensor,
+    min_chunk: tl.tensor,
+    busy_programs: tl.tensor,
     H: tl.constexpr,
     D: tl.constexpr,
     PAGE: tl.constexpr,
@@ -465,7 +545,7 @@ def _item_program(
     PAGE_BLOCK: tl.constexpr,
     KEY_FP8: tl.constexpr,
     SCALES_AHEAD: tl.constexpr,
-):
+) -> None:
     """Decode, item grid: program i takes the batch's i-th work item (the rows' parts of one
     batch-wide chunk size, in row order); programs past the last item return at once. The grid
     (busy programs + rows, see the launcher) bounds the items, so at most ``rows`` programs are
@@ -503,27 +583,27 @@ def _item_program(
 
 @triton.jit
 def _interleaved_part(
-    q_ptr,
-    stride_q_row,
-    k_ptr,
-    stride_page,
-    w_ptr,
-    stride_w_row,
-    seq_lens_ptr,
-    page_table_ptr,
-    stride_pt_row,
-    pt_width,
-    out_ptr,
-    stride_out_row,
-    max_len,
-    split,
-    row,
-    part,
+    q_ptr: tl.tensor,
+    stride_q_row: tl.tensor,
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    w_ptr: tl.tensor,
+    stride_w_row: tl.tensor,
+    seq_lens_ptr: tl.tensor,
+    page_table_ptr: tl.tensor,
+    stride_pt_row: tl.tensor,
+    pt_width: tl.tensor,
+    out_ptr: tl.tensor,
+    stride_out_row: tl.tensor,
+    max_len: tl.tensor,
+    split: tl.tensor,
+    row: tl.tensor,
+    part: tl.tensor,
     H: tl.constexpr,
     D: tl.constexpr,
     PAGE: tl.constexpr,
     KEY_FP8: tl.constexpr,
-):
+) -> None:
     """One row (few rows), interleaved parts: program (row, part) takes the row's pages part, part + split,
     part + 2 split, ... (one PAGE-key tile each). Which page comes first does not depend on the row's
     length, so its id, q and the weights are loaded beside the length: the first key load waits for one
@@ -561,25 +641,25 @@ def _interleaved_part(
 
 @triton.jit
 def _grid_one_row(
-    q_ptr,
-    stride_q_row,
-    k_ptr,
-    stride_page,
-    w_ptr,
-    stride_w_row,
-    seq_lens_ptr,
-    page_table_ptr,
-    stride_pt_row,
-    reach,
-    out_ptr,
-    stride_out_row,
-    rows,
-    max_len,
-    split,
-    min_chunk,
-    busy_programs,
-    group,
-    part,
+    q_ptr: tl.tensor,
+    stride_q_row: tl.tensor,
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    w_ptr: tl.tensor,
+    stride_w_row: tl.tensor,
+    seq_lens_ptr: tl.tensor,
+    page_table_ptr: tl.tensor,
+    stride_pt_row: tl.tensor,
+    reach: tl.tensor,
+    out_ptr: tl.tensor,
+    stride_out_row: tl.tensor,
+    rows: tl.tensor,
+    max_len: tl.tensor,
+    split: tl.tensor,
+    min_chunk: tl.tensor,
+    busy_programs: tl.tensor,
+    group: tl.tensor,
+    part: tl.tensor,
     H: tl.constexpr,
     D: tl.constexpr,
     PAGE: tl.constexpr,
@@ -588,7 +668,7 @@ def _grid_one_row(
     BALANCE: tl.constexpr,
     KEY_FP8: tl.constexpr,
     SCALES_AHEAD: tl.constexpr,
-):
+) -> None:
     """Program (row ``group``, ``part``) of the (rows, split) grid."""
     n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + group), 0), max_len)
     if BALANCE:
@@ -624,24 +704,24 @@ def _grid_one_row(
 
 @triton.jit
 def _grid_row_group(
-    q_ptr,
-    stride_q_row,
-    k_ptr,
-    stride_page,
-    w_ptr,
-    stride_w_row,
-    seq_lens_ptr,
-    page_table_ptr,
-    stride_pt_row,
-    reach,
-    out_ptr,
-    stride_out_row,
-    rows,
-    max_len,
-    split,
-    min_chunk,
-    group,
-    part,
+    q_ptr: tl.tensor,
+    stride_q_row: tl.tensor,
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    w_ptr: tl.tensor,
+    stride_w_row: tl.tensor,
+    seq_lens_ptr: tl.tensor,
+    page_table_ptr: tl.tensor,
+    stride_pt_row: tl.tensor,
+    reach: tl.tensor,
+    out_ptr: tl.tensor,
+    stride_out_row: tl.tensor,
+    rows: tl.tensor,
+    max_len: tl.tensor,
+    split: tl.tensor,
+    min_chunk: tl.tensor,
+    group: tl.tensor,
+    part: tl.tensor,
     H: tl.constexpr,
     D: tl.constexpr,
     PAGE: tl.constexpr,
@@ -649,7 +729,7 @@ def _grid_row_group(
     ROWS: tl.constexpr,
     PAGE_BLOCK: tl.constexpr,
     KEY_FP8: tl.constexpr,
-):
+) -> None:
     """Program (row group ``group`` of ROWS rows, ``part``): shared key tiles when the rows'
     page tables agree over the part, else one row after the other."""
     row0 = group * ROWS
@@ -716,23 +796,23 @@ def _grid_row_group(
 
 @triton.jit
 def paged_mqa_logits_kernel(
-    q_ptr,
-    stride_q_row,
-    k_ptr,
-    stride_page,
-    w_ptr,
-    stride_w_row,
-    seq_lens_ptr,
-    page_table_ptr,
-    stride_pt_row,
-    pt_width,
-    out_ptr,
-    stride_out_row,
-    rows,
-    max_len,
-    split,
-    min_chunk,
-    busy_programs,
+    q_ptr: tl.tensor,
+    stride_q_row: tl.tensor,
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    w_ptr: tl.tensor,
+    stride_w_row: tl.tensor,
+    seq_lens_ptr: tl.tensor,
+    page_table_ptr: tl.tensor,
+    stride_pt_row: tl.tensor,
+    pt_width: tl.tensor,
+    out_ptr: tl.tensor,
+    stride_out_row: tl.tensor,
+    rows: tl.tensor,
+    max_len: tl.tensor,
+    split: tl.tensor,
+    min_chunk: tl.tensor,
+    busy_programs: tl.tensor,
     H: tl.constexpr,
     D: tl.constexpr,
     PAGE: tl.constexpr,
@@ -744,7 +824,7 @@ def paged_mqa_logits_kernel(
     KEY_FP8: tl.constexpr = 0,
     INTERLEAVED: tl.constexpr = False,
     SCALES_AHEAD: tl.constexpr = False,
-):
+) -> None:
     reach = pt_width * PAGE
     if INTERLEAVED:
         _interleaved_part(
@@ -895,10 +975,10 @@ def pick_split(groups: int, max_len: int, block_n: int, target_programs: int, ma
     no more than the widest row has tiles. The grid depends on host values only (not on
     the lengths on the device), so it is the same for every replay of a CUDA graph."""
     want = max(target_programs // max(groups, 1), triton.cdiv(max_len, max_chunk))
-    return max(1, min(want, triton.cdiv(max_len, block_n)))
+    return max(1, min(want, triton.cdiv(max_len, block_n)))  # type: ignore[no-any-return]  # triton: untyped
 
 
-def _checked_q(q, dtype=torch.bfloat16):
+def _checked_q(q: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """q as [R, H, 128] of ``dtype`` with contiguous heads."""
     check_tensor("q", q, dtypes=(dtype,), ndim=(3, 4))
     if q.dim() == 4:
@@ -915,7 +995,7 @@ def _checked_q(q, dtype=torch.bfloat16):
     return q
 
 
-def _checked_weights(weights, rows, num_heads):
+def _checked_weights(weights: torch.Tensor, rows: int, num_heads: int) -> torch.Tensor:
     """weights as [R, H] fp32 with unit head stride."""
     check_tensor("weights", weights, dtypes=(torch.float32,), ndim=(2, 3), last_dim_contiguous=False)
     if weights.dim() == 3:
@@ -929,7 +1009,17 @@ def _checked_weights(weights, rows, num_heads):
     return weights
 
 
-def _checked_args(q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program, key_fp8=False):
+def _checked_args(
+    q: torch.Tensor,
+    index_k_cache: torch.Tensor,
+    weights: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_table: torch.Tensor,
+    max_seq_len: int,
+    out: torch.Tensor | None,
+    rows_per_program: int,
+    key_fp8: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Validate the launcher's arguments; returns them in the kernel's layout."""
     q = _checked_q(q, torch.float8_e4m3fn if key_fp8 else torch.bfloat16)
     rows, num_heads, head_dim = q.shape

@@ -18,7 +18,9 @@ FP8_E4M3_MAX = 448.0
 PAGE = 64
 
 
-def hadamard_matrix(n: int, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+def hadamard_matrix(
+    n: int, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
+) -> torch.Tensor:
     """Sylvester Hadamard matrix H_n (entries +-1, natural order), n a power of two."""
     if n < 1 or n & (n - 1):
         raise ValueError(f"n must be a power of two, got {n}")
@@ -61,7 +63,7 @@ def index_k_transform_reference(
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm_eps) * norm_weight.to(torch.float64)
     x = rope_tail_reference(x, freqs_cis, positions)
     d = x.shape[-1]
-    return x @ hadamard_matrix(d, device=x.device) * d**-0.5
+    return x @ hadamard_matrix(d, device=x.device) * d**-0.5  # type: ignore[no-any-return]  # int ** float: Any
 
 
 def index_k_cache_as_rows(index_k_cache: torch.Tensor) -> torch.Tensor:

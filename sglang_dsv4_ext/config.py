@@ -17,6 +17,13 @@ type checker sees them; the default is the row's, and a test checks the fields a
 child gets (:meth:`ExtConfig.to_env`), the activation line's fields (:data:`SHOWN_FIELDS`) and the
 Configuration table of docs/settings.md (checked by ``tests/unit/cli/test_settings_rows.py``) are derived from them.
 
+A setting with a few allowed values has one :class:`Choice` (a ``str`` enum: a member is its text): the row
+takes its allowed values from it, the field holds its member, and code that compares a value names the member
+(``GateMode.OFF``), never the text again.
+
+Handed over in process: a caller that drives code deciding by :func:`load_config` (``plan``, the GPU benchmarks)
+passes an :class:`ExtConfig` with :func:`configured` instead of writing the environment.
+
 Parsed once per process: :func:`load_config` reads the table's variables (a dictionary lookup each) on
 every call and parses them only when their values differ from a parse already made, so a decision
 still follows the environment of the moment (per call, per pool) without validating it again.
@@ -24,11 +31,14 @@ still follows the environment of the moment (per call, per pool) without validat
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from sglang_dsv4_ext.errors import ConfigError
@@ -41,19 +51,67 @@ ENV_ALLOW_UNTESTED = "SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG"
 ENV_FP4_BUDGET = "SGLANG_DSV4_FP4_BUDGET"
 ENV_INTEGRITY = "SGLANG_DSV4_INDEX_K_INTEGRITY"
 ENV_FP8_LOGITS = "SGLANG_DSV4_FP8_LOGITS"
+ENV_FP4_LOGITS = "SGLANG_DSV4_FP4_LOGITS"
 ENV_CAPTURE = "SGLANG_DSV4_INDEX_K_CAPTURE"  # a directory: capture what the c4 indexer reads, for `recall`
 ENV_CAPTURE_REQUESTS = "SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS"
 ENV_CAPTURE_LAYERS = "SGLANG_DSV4_INDEX_K_CAPTURE_LAYERS"
 ENV_CAPTURE_ROWS = "SGLANG_DSV4_INDEX_K_CAPTURE_ROWS"
 ENV_CAPTURE_MAX_MB = "SGLANG_DSV4_INDEX_K_CAPTURE_MAX_MB"
 
-INDEX_K_DTYPES = ("fp8", "bf16", "fp4")
-GATE_MODES = ("auto", "strict", "off")
-# exact: budget SGLang's CUDA fp4 indexer at the 68 B it allocates; stock: SGLang's deliberate 132-B estimate.
-FP4_BUDGETS = ("exact", "stock")
-INTEGRITY_MODES = ("off", "sample", "full")
-# triton: kernels_sm120.paged_mqa_logits_fp8 where SGLang would call its TileLang or torch fp8 logits; sglang: stock.
-FP8_LOGITS_KERNELS = ("triton", "sglang")
+
+class Choice(str, Enum):
+    """A setting's allowed text, one member per choice. A member is its text: it compares and hashes equal to
+    it, and ``str()``, ``format()`` and ``repr()`` give what the text gives, so a field holding one reads the
+    same in JSON, logs, messages and the evidence record as the text it was parsed from."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+    def __repr__(self) -> str:
+        return repr(str(self.value))
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        """The texts allowed, in the order the members are declared."""
+        return tuple(str(member.value) for member in cls)
+
+
+class IndexKDtype(Choice):
+    FP8 = "fp8"
+    BF16 = "bf16"
+    FP4 = "fp4"
+
+
+class GateMode(Choice):
+    AUTO = "auto"
+    STRICT = "strict"
+    OFF = "off"
+
+
+class Fp4Budget(Choice):
+    EXACT = "exact"  # budget SGLang's CUDA fp4 indexer at the 68 B it allocates
+    STOCK = "stock"  # SGLang's deliberate 132-B estimate
+
+
+class IntegrityMode(Choice):
+    OFF = "off"
+    SAMPLE = "sample"
+    FULL = "full"
+
+
+class Fp8LogitsKernel(Choice):
+    TRITON = "triton"  # kernels_sm120.paged_mqa_logits_fp8 where SGLang would call its TileLang or torch fp8 logits
+    SGLANG = "sglang"  # SGLang's own
+
+
+class Fp4LogitsKernel(Choice):
+    TRITON = "triton"  # kernels_sm120.paged_mqa_logits_fp4 where SGLang would raise (its TileLang switch on)
+    SGLANG = "sglang"  # SGLang's own (DeepGEMM; raises while the TileLang switch is on)
+
+
 _BOOL_VALUES = {"0": False, "1": True}
 CAPTURE_LAYER_FORMS = ("'all'", "'every:N' (every Nth c4 layer, N >= 1)", "a comma list of c4 layer ids")
 
@@ -87,18 +145,21 @@ def is_blank(text: str | None) -> bool:
 @dataclass(frozen=True)
 class Kind:
     parse: Callable[[str, str], Any]  # (variable, its text) -> value; ConfigError naming the variable
-    type: type = str  # the field's type (and the preset key's, where the choices do not say more)
+    type: type = str  # the field's type: a Choice's class for a choice (the preset key's, where no choices say more)
     choices: tuple[str, ...] = ()  # the texts allowed, where they are few
     render: Callable[[Any], str] = str  # value -> the variable's text
 
 
-def _choice(*choices: str) -> Kind:
-    def parse(name: str, raw: str) -> str:
+def _choice(choice: type[Choice]) -> Kind:
+    """A setting whose value is one member of ``choice``: its texts are the allowed values."""
+    choices = choice.values()
+
+    def parse(name: str, raw: str) -> Choice:
         if raw not in choices:
             raise ConfigError(f"{name}={raw!r} is not valid; allowed values: {_allowed(choices)}")
-        return raw
+        return choice(raw)
 
-    return Kind(parse, str, choices)
+    return Kind(parse, choice, choices)
 
 
 def _parse_bool(name: str, raw: str) -> bool:
@@ -196,8 +257,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         ENV_INDEX_K_DTYPE,
         "index_k_dtype",
-        _choice(*INDEX_K_DTYPES),
-        "fp8",
+        _choice(IndexKDtype),
+        IndexKDtype.FP8,
         "index-K storage. `fp4` is SGLang's own fp4 indexer and also needs `--enable-deepseek-v4-fp4-indexer`.",
         serve_flag="--index-k-dtype",
         serve_help="index-K cache dtype; fp4 also passes --enable-deepseek-v4-fp4-indexer",
@@ -219,8 +280,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         ENV_GATE,
         "gate",
-        _choice(*GATE_MODES),
-        "auto",
+        _choice(GateMode),
+        GateMode.AUTO,
         "index-K read gate. `auto` waits and logs once per call site; `strict` raises, naming the caller, when "
         "index-K is read through the sub-pool while a load is pending and not waited for",
         serve_flag="--index-k-gate",
@@ -240,8 +301,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         ENV_FP4_BUDGET,
         "fp4_budget",
-        _choice(*FP4_BUDGETS),
-        "exact",
+        _choice(Fp4Budget),
+        Fp4Budget.EXACT,
         "SGLang's own CUDA fp4 indexer: budget the 68 B per token the pool allocates (more tokens fit; logged "
         "once at startup with both figures, shown by `plan` and `doctor`), or keep SGLang's deliberate 132-B "
         "estimate",
@@ -255,8 +316,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         ENV_INTEGRITY,
         "integrity",
-        _choice(*INTEGRITY_MODES),
-        "off",
+        _choice(IntegrityMode),
+        IntegrityMode.OFF,
         "exact per-page index-K checksums recorded at HiCache backup and verified on the reader's stream after "
         "each layer load (sample: 8 pages of one c4 layer in four); mismatches logged once and counted in "
         "`sglang:dsv4_index_k_integrity_mismatches_total`, beside `..._pages_checked_total` and "
@@ -271,12 +332,23 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         ENV_FP8_LOGITS,
         "fp8_logits",
-        _choice(*FP8_LOGITS_KERNELS),
-        "triton",
+        _choice(Fp8LogitsKernel),
+        Fp8LogitsKernel.TRITON,
         "the c4 indexer's logits over SGLang's fp8 index-K pool where SGLang would call its TileLang or torch "
         "fp8 logits (what stock SM120 runs): `triton` runs `kernels_sm120.paged_mqa_logits_fp8` on the pool as "
         "stored (SGLang's own function for any call it does not take), `sglang` leaves SGLang's. The activation "
         "record's `logits_kernel` says which ran",
+    ),
+    Setting(
+        ENV_FP4_LOGITS,
+        "fp4_logits",
+        _choice(Fp4LogitsKernel),
+        Fp4LogitsKernel.TRITON,
+        "the c4 indexer's logits over SGLang's fp4 index-K pool (`--enable-deepseek-v4-fp4-indexer`) where SGLang "
+        "would raise (its `SGLANG_OPT_USE_TILELANG_INDEXER` on, SM120's default): `triton` runs "
+        "`kernels_sm120.paged_mqa_logits_fp4` on the pool as stored (DeepGEMM's `fp8_fp4_paged_mqa_logits` for "
+        "any call it does not take), `sglang` leaves SGLang's (which raises). The activation record's "
+        "`logits_kernel` says which ran",
     ),
     Setting(
         ENV_CAPTURE,
@@ -331,6 +403,10 @@ UNSET_IN_CHILDREN: tuple[str, ...] = tuple(s.env for s in SETTINGS if s.children
 STACK_OWNED_ENV: tuple[str, ...] = tuple(s.env for s in SETTINGS if s.children != INHERITED)
 # The configuration fields of the activation line, the activation gauge's labels and /server_info, in order.
 SHOWN_FIELDS: tuple[str, ...] = tuple(s.attribute for s in SETTINGS if s.shown)
+# The ExtConfig fields whose value is one member of a Choice.
+_CHOICE_SETTINGS: tuple[Setting, ...] = tuple(
+    s for s in SETTINGS if s.field and isinstance(s.kind.type, type) and issubclass(s.kind.type, Choice)
+)
 
 
 def values_text(setting: Setting) -> str:
@@ -378,25 +454,31 @@ class ExtConfig:
     """What the operator asked for in this process: one field per row of :data:`SETTINGS`."""
 
     enabled: bool = _default("enabled")
-    index_k_dtype: str = _default("index_k_dtype")
-    gate: str = _default("gate")
+    index_k_dtype: IndexKDtype = _default("index_k_dtype")
+    gate: GateMode = _default("gate")
     allow_untested_sglang: bool = _default("allow_untested_sglang")
-    fp4_budget: str = _default("fp4_budget")
-    integrity: str = _default("integrity")
-    fp8_logits: str = _default("fp8_logits")
+    fp4_budget: Fp4Budget = _default("fp4_budget")
+    integrity: IntegrityMode = _default("integrity")
+    fp8_logits: Fp8LogitsKernel = _default("fp8_logits")
+    fp4_logits: Fp4LogitsKernel = _default("fp4_logits")
     capture: CaptureConfig = dataclasses.field(default=CaptureConfig())
+
+    def __post_init__(self) -> None:
+        # A choice given as its text (serve's flags, a preset's keys) is held as its member, as a parse holds it.
+        for s in _CHOICE_SETTINGS:
+            object.__setattr__(self, s.attribute, s.kind.type(getattr(self, s.attribute)))
 
     @property
     def integrity_enabled(self) -> bool:
-        return self.enabled and self.integrity != "off"
+        return self.enabled and self.integrity != IntegrityMode.OFF
 
     @property
     def bf16_index_k(self) -> bool:
-        return self.enabled and self.index_k_dtype == "bf16"
+        return self.enabled and self.index_k_dtype == IndexKDtype.BF16
 
     @property
     def gate_enabled(self) -> bool:
-        return self.enabled and self.gate != "off"
+        return self.enabled and self.gate != GateMode.OFF
 
     def to_env(self) -> dict[str, str]:
         """The variables that reproduce this configuration's stack settings in a child process."""
@@ -406,22 +488,24 @@ class ExtConfig:
         return dataclasses.asdict(self)
 
 
-def _index_k_dtype(env: Mapping[str, str]) -> str:
+def _index_k_dtype(env: Mapping[str, str]) -> IndexKDtype:
     """The dtype, with the seed fork's alias; contradicting the two is an error."""
     dtype = SETTINGS_BY_ENV[ENV_INDEX_K_DTYPE]
-    chosen = dtype.read(env) if dtype.given(env) else ""
+    chosen: IndexKDtype | None = dtype.read(env) if dtype.given(env) else None
     alias = SETTINGS_BY_ENV[ENV_BF16_ALIAS].read(env)  # None when unset (``export SGLANG_DSV4_BF16_INDEX_K=``)
-    if alias and chosen not in ("", "bf16"):
+    if alias and chosen not in (None, IndexKDtype.BF16):
         raise ConfigError(
             f"{ENV_BF16_ALIAS}=1 (alias for bf16) contradicts {ENV_INDEX_K_DTYPE}={chosen!r}; set one of them"
         )
-    if alias is False and chosen == "bf16":
+    if alias is False and chosen == IndexKDtype.BF16:
         raise ConfigError(f"{ENV_BF16_ALIAS}=0 contradicts {ENV_INDEX_K_DTYPE}='bf16'; set one of them")
-    return "bf16" if alias else (chosen or dtype.default)
+    if alias:
+        return IndexKDtype.BF16
+    return dtype.default if chosen is None else chosen
 
 
 def _check_capture(cfg: ExtConfig) -> None:
-    if cfg.enabled and cfg.capture.enabled and cfg.index_k_dtype != "bf16":
+    if cfg.enabled and cfg.capture.enabled and cfg.index_k_dtype != IndexKDtype.BF16:
         # fp8/fp4 rows have already lost the precision recall measures against.
         raise ConfigError(
             f"{ENV_CAPTURE}={cfg.capture.directory!r} needs {ENV_INDEX_K_DTYPE}=bf16 (got {cfg.index_k_dtype!r}): "
@@ -448,10 +532,59 @@ def _config_of(values: tuple[str | None, ...]) -> ExtConfig:
     return _parse({name: value for name, value in zip(ENV_NAMES, values) if value is not None})
 
 
+# The configuration an in-process caller handed to the code it drives (:func:`configured`); None: the environment's.
+_CONFIGURED: contextvars.ContextVar[ExtConfig | None] = contextvars.ContextVar("sglang_dsv4_ext_config", default=None)
+
+
 def load_config(environ: Mapping[str, str] | None = None) -> ExtConfig:
-    """Read and validate the configuration; raise :class:`ConfigError` naming the variable."""
+    """The configuration in force: ``environ``'s when given, else the one :func:`configured` hands over, else the
+    process environment's; raise :class:`ConfigError` naming the variable."""
+    if environ is None:
+        handed = _CONFIGURED.get()
+        if handed is not None:
+            return handed
     env = os.environ if environ is None else environ
     return _config_of(tuple(env.get(name) for name in ENV_NAMES))
+
+
+@contextlib.contextmanager
+def configured(cfg: ExtConfig) -> Iterator[ExtConfig]:
+    """Run the body with ``cfg`` as the configuration in force, the environment untouched.
+
+    For a caller in this process that drives code which decides at a call or a pool creation (``plan`` sizing
+    each dtype, the GPU benchmarks building a pool per mode): every :func:`load_config` without an ``environ``
+    in the body, in this thread and in contexts copied from it, returns ``cfg``. Child processes and other
+    threads read their environment, as before.
+    """
+    token = _CONFIGURED.set(cfg)
+    try:
+        yield cfg
+    finally:
+        _CONFIGURED.reset(token)
+
+
+@contextlib.contextmanager
+def environment_override(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (a text) or remove (None) variables of ``os.environ`` for the body, then restore each as it was.
+
+    For the variables SGLang itself reads from the process environment (a benchmark's SGLang test hooks); the
+    extension's own settings reach in-process code through :func:`configured` instead.
+    """
+    previous = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            _set_variable(name, value)
+        yield
+    finally:
+        for name, value in previous.items():
+            _set_variable(name, value)
+
+
+def _set_variable(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def kill_switch_set(environ: Mapping[str, str] | None = None) -> bool:

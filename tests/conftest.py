@@ -5,6 +5,8 @@
 - ``ext_active`` (session): the extension activated in this process through the same
   ``activate()`` the entry point calls; hooks decide per call from the environment, so
   tests switch features with ``monkeypatch.setenv``.
+- ``env_writes``: every write or removal of an ``SGLANG_DSV4_*`` variable of ``os.environ`` during the test
+  (code handed a configuration must write none).
 - ``gpu`` marker: skipped here with a reason; ``tests/run_gpu_tests.sh`` runs them on the H200.
 - ``integration`` marker: set here on every test under tests/integration; ``slow`` marks a unit test that
   takes seconds. ``make test-fast`` runs tests/unit without the slow ones.
@@ -78,3 +80,25 @@ def gate_mode(monkeypatch):
 
     monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", "fp8")
     return set_mode
+
+
+@pytest.fixture
+def env_writes(monkeypatch):
+    """Every write or removal of an SGLANG_DSV4_* variable of os.environ while the test runs."""
+    writes: list[str] = []
+    environ_type = type(os.environ)
+    set_item, del_item = environ_type.__setitem__, environ_type.__delitem__
+
+    def recording_set(self, name, value):
+        if str(name).startswith("SGLANG_DSV4"):
+            writes.append(f"{name}={value}")
+        set_item(self, name, value)
+
+    def recording_del(self, name):
+        if str(name).startswith("SGLANG_DSV4"):
+            writes.append(f"del {name}")
+        del_item(self, name)
+
+    monkeypatch.setattr(environ_type, "__setitem__", recording_set)
+    monkeypatch.setattr(environ_type, "__delitem__", recording_del)
+    return writes

@@ -20,7 +20,7 @@ Run (GPU):  python -m benchmarks.sglang_gpu.indexer_topk   (--help)
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import NamedTuple
 
+from sglang_dsv4_ext.config import IndexKDtype, configured, environment_override, load_config
+
 N_HEADS = 64  # DeepSeek-V4-Flash index_n_heads
 HEAD_DIM = 128
 C4_PAGE = 64
@@ -37,7 +39,6 @@ FULL_PAGE = 256
 TOPK = 512
 FP8_E4M3_MAX = 448.0
 TORCH_LOGITS_ENV = "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH"
-DTYPE_ENV = "SGLANG_DSV4_INDEX_K_DTYPE"
 
 
 class Shape(NamedTuple):
@@ -98,18 +99,9 @@ def fp8_keys(keys_f64):
     return (k32 / scale.unsqueeze(-1)).to(torch.float8_e4m3fn), scale
 
 
-@contextlib.contextmanager
-def env(**values):
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: str(v) for k, v in values.items()})
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+def with_index_k_dtype(dtype: str):
+    """The configuration in force with ``dtype`` index-K, handed to the pool and indexer calls in its body."""
+    return configured(dataclasses.replace(load_config(), index_k_dtype=dtype))
 
 
 class Projection:
@@ -172,7 +164,7 @@ def build_pool(dtype: str, pages: int, device: str):
     from sglang_dsv4_ext.tools.sglang_cpu import dsv4_model
 
     tokens = (pages + 1) * FULL_PAGE
-    with env(**{DTYPE_ENV: dtype}):  # the index-K dtype is decided at pool creation
+    with with_index_k_dtype(dtype):  # the index-K dtype is decided at pool creation
         return dsv4_model.small_pool([4], tokens=tokens, page_size=FULL_PAGE, device=device)
 
 
@@ -248,7 +240,7 @@ def launch_indexer(pool, inp: Inputs, shape: Shape, dtype: str):
     from sglang.srt.layers.attention.dsv4 import metadata as sg_metadata
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    with env(**{TORCH_LOGITS_ENV: "1", DTYPE_ENV: dtype}):
+    with environment_override({TORCH_LOGITS_ENV: "1"}), with_index_k_dtype(dtype):
         md = sg_metadata.PagedIndexerMetadata(
             page_size=FULL_PAGE,
             compressed_page_size=C4_PAGE,
@@ -345,21 +337,21 @@ def run(seeds=(0, 1, 2), device: str = "cuda", log=print) -> dict:
     sg_indexer.fused_q_indexer_rope_hadamard_quant = fused_q_fp8_standin
     try:
         for shape in SHAPES:
-            pools = {"bf16": build_pool("bf16", shape.pages, device), "fp8": build_pool("fp8", shape.pages, device)}
+            bf16, fp8 = IndexKDtype.BF16, IndexKDtype.FP8
+            pools = {d: build_pool(d, shape.pages, device) for d in (bf16, fp8)}
             kinds = {d: type(p.c4_indexer_kv_pool).__name__ for d, p in pools.items()}
-            per: dict[str, list[float]] = {"bf16": [], "fp8": []}
+            per: dict[str, list[float]] = {d: [] for d in pools}
             both_same = []
             for seed in seeds:
                 inp = make_inputs(shape, seed, device)
-                store_bf16(pools["bf16"], inp)
-                store_fp8(pools["fp8"], inp)
+                store_bf16(pools[bf16], inp)
+                store_fp8(pools[fp8], inp)
                 ref = reference_slots(inp, shape)
-                sel = {d: run_indexer(pools[d], inp, shape, d).cpu() for d in ("bf16", "fp8")}
+                sel = {d: run_indexer(pools[d], inp, shape, d).cpu() for d in pools}
                 for d in per:
                     per[d] += agreement(sel[d], ref, inp.seq_lens.cpu())
                 both_same += [
-                    float(torch.equal(sel["bf16"][r].sort().values, sel["fp8"][r].sort().values))
-                    for r in range(shape.rows)
+                    float(torch.equal(sel[bf16][r].sort().values, sel[fp8][r].sort().values)) for r in range(shape.rows)
                 ]
             for d, vals in per.items():
                 rows.append(
@@ -375,8 +367,8 @@ def run(seeds=(0, 1, 2), device: str = "cuda", log=print) -> dict:
                     }
                 )
             log(
-                f"  {shape.name}: bf16 mean {statistics.mean(per['bf16']):.4f}, fp8 mean "
-                f"{statistics.mean(per['fp8']):.4f}; identical selections {sum(both_same):.0f}/{len(both_same)}"
+                f"  {shape.name}: bf16 mean {statistics.mean(per[bf16]):.4f}, fp8 mean "
+                f"{statistics.mean(per[fp8]):.4f}; identical selections {sum(both_same):.0f}/{len(both_same)}"
             )
     finally:
         sg_indexer.fused_q_indexer_rope_hadamard_quant = original_q

@@ -7,7 +7,8 @@ on its ``L2TransferEngine.host_to_device_stream`` with ``LayerDoneCounter`` even
 knob ``SGLANG_TEST_HICACHE_H2D_DELAY_CYCLES``; the readers' getters; for R3, SGLang's
 ``BreakableCUDAGraph`` / ``BreakableCUDAGraphCapture`` / ``eager_on_graph`` and
 ``PrefillCudaGraphRunner.execute``. The extension is activated through ``activation.activate()`` (what
-the plugin entry point calls), and its gate mode is chosen per pool with ``SGLANG_DSV4_INDEX_K_GATE``.
+the plugin entry point calls), and its gate mode is chosen per pool: each pool is built under
+``config.configured`` with that mode (what ``SGLANG_DSV4_INDEX_K_GATE`` sets in a server).
 
 What is not: the allocator (a duck type handing out the same device pages every trial), the
 ``sgl_kernel`` transfer op (plain-torch stand-in, :mod:`.standins`), the reader kernels (an exact
@@ -31,7 +32,7 @@ Run (GPU):  PYTHONUNBUFFERED=1 python -m benchmarks.sglang_gpu.race [--trials N]
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -42,10 +43,11 @@ import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-GATE_MODES = ("off", "auto", "strict")
+from sglang_dsv4_ext.config import GateMode, configured, environment_override, load_config
+
+GATE_MODES = (GateMode.OFF, GateMode.AUTO, GateMode.STRICT)  # off first: the row that must read stale
 CONTENT_SETS = 7
 DELAY_ENV = "SGLANG_TEST_HICACHE_H2D_DELAY_CYCLES"
-GATE_ENV = "SGLANG_DSV4_INDEX_K_GATE"
 FULL_PAGE = 256  # full-token page: one index-K page row (64 c4 slots)
 
 
@@ -136,22 +138,6 @@ def _single_rank_group():
     return dist.group.WORLD
 
 
-@contextlib.contextmanager
-def env(name: str, value: str | None):
-    old = os.environ.get(name)
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
 class Stack:
     """Pool + pinned host pool + HiCacheController for one gate mode."""
 
@@ -165,7 +151,7 @@ class Stack:
 
         self.cfg, self.gate, self.device = cfg, gate, torch.device(device)
         tokens = (cfg.pages + 1) * FULL_PAGE  # page 0 stays the null page
-        with env(GATE_ENV, gate):  # the gate mode is decided at pool creation
+        with configured(dataclasses.replace(load_config(), gate=gate)):  # the gate mode is decided at pool creation
             self.pool = dsv4_model.small_pool([4] * cfg.layers, tokens=tokens, page_size=FULL_PAGE, device=device)
         (region,) = _dsv4_indexer_regions(self.pool, FULL_PAGE)
         pin = self.device.type == "cuda"
@@ -396,7 +382,7 @@ class Race:
         rows = {gate: Row(phase, gate, stale={k: 0 for k in kinds}) for gate in GATE_MODES}
         t0 = time.perf_counter()
         r = 0
-        with env(DELAY_ENV, str(self.delay_cycles)):  # read by L2TransferEngine at each submit
+        with environment_override({DELAY_ENV: str(self.delay_cycles)}):  # SGLang's L2TransferEngine reads it per submit
             while min(row.trials - row.overruns for row in rows.values()) < self.cfg.trials:
                 for i in range(len(GATE_MODES)):  # rotated each round: drift hits every mode alike
                     gate = GATE_MODES[(i + r) % len(GATE_MODES)]
@@ -427,7 +413,7 @@ def check(rows: list[Row]) -> list[str]:
     for row in rows:
         where = f"{row.phase}/{row.gate}"
         total = sum(row.stale.values())
-        if row.gate == "off":
+        if row.gate == GateMode.OFF:
             if row.stale_trials == 0:
                 failures.append(f"{where}: expected stale reads > 0 (else the detector is blind), got 0")
         elif total:

@@ -42,7 +42,10 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from sglang_dsv4_ext.config import (
     ENV_SGLANG_PLUGINS,
@@ -59,6 +62,9 @@ from sglang_dsv4_ext.errors import ActivationError
 from sglang_dsv4_ext.runtime import compat, launch_identity, rank_census
 from sglang_dsv4_ext.runtime.index_k import fp8_logits
 from sglang_dsv4_ext.runtime.record_names import NONE_BUILT
+
+if TYPE_CHECKING:
+    from sglang_dsv4_ext.runtime.hooks import Hook, HookContext
 
 logger = logging.getLogger("sglang_dsv4_ext")
 
@@ -102,7 +108,7 @@ class ActivationState:
     modules: dict[str, str] = field(default_factory=dict)
     version_refusal: str | None = None  # an untested SGLang: nothing patched, DeepSeek-V4 pools refused
     refusals: list[str] = field(default_factory=list)  # why a DeepSeek-V4 pool would be refused here
-    hooks: list = field(default_factory=list)  # every Hook installed in this process
+    hooks: list[Hook] = field(default_factory=list)  # every Hook installed in this process
     patch_seconds: float = 0.0  # time spent checking and patching modules as SGLang imported them
     launch: str | None = None  # the identity of the launch this process belongs to (launch_identity)
     build_checked: bool = False  # passed complete_before_dsv4_build: the only state that may say "active"
@@ -115,7 +121,7 @@ STATE = ActivationState()
 _LOCK = threading.RLock()
 _TABLE: list[compat.Target] = compat.TARGETS
 _CALLED: list[compat.Target] = compat.CALLED  # the SGLang names our hooks call, checked with the table
-_CONTEXT = None  # the HookContext shared by every module's hook collection (gate probe verdicts)
+_CONTEXT: HookContext | None = None  # the HookContext shared by every module's hook collection (gate probe verdicts)
 
 
 def installed_sglang_version() -> str:
@@ -154,18 +160,18 @@ def table_in_force() -> list[compat.Target]:
     return _TABLE
 
 
-def _hook_type(kind: str):
+def _hook_type(kind: str) -> Any:  # SGLang's HookType
     from sglang.srt.plugins.hook_registry import HookType
 
     return HookType(kind)
 
 
-def carries_hook(current, hook_fn) -> bool:
+def carries_hook(current: object, hook_fn: Callable[..., Any]) -> bool:
     """True if ``current`` (a possibly wrapped function) has ``hook_fn`` in its wrapper chain."""
-    fn = current
+    fn: Any = current
     if isinstance(fn, (classmethod, staticmethod)):
         fn = fn.__func__
-    seen = set()
+    seen: set[int] = set()
     while fn is not None and id(fn) not in seen:
         seen.add(id(fn))
         for cell in getattr(fn, "__closure__", None) or ():
@@ -243,7 +249,7 @@ def activate(
         return STATE
 
 
-def _record_drifts(drifts) -> None:
+def _record_drifts(drifts: Iterable[compat.Drift]) -> None:
     STATE.statuses = {t.path: REFUSED for t in _TABLE}
     for d in drifts:
         if d.target in STATE.statuses:  # a called name has no status of its own: its drift is in the error
@@ -291,7 +297,7 @@ def patch_module(module_name: str) -> None:
         STATE.patch_seconds += time.perf_counter() - started
 
 
-def _collect_hooks(module_name: str) -> list:
+def _collect_hooks(module_name: str) -> list[Hook]:
     global _CONTEXT
     from sglang_dsv4_ext.runtime.hooks import HookContext, collect_hooks
 
@@ -308,7 +314,7 @@ def _collect_hooks(module_name: str) -> list:
     return hooks
 
 
-def _build_guards(module_name: str) -> list:
+def _build_guards(module_name: str) -> list[Hook]:
     """A signature-agnostic guard on each DeepSeek-V4 build point defined in ``module_name`` that exists.
 
     A build point that is missing (SGLang renamed the class) gets no guard; the model guard in
@@ -329,7 +335,7 @@ def _build_guards(module_name: str) -> list:
     return guards
 
 
-def _install_guards_only(guards: list) -> None:
+def _install_guards_only(guards: list[Hook]) -> None:
     """The refused path: install the guards, but never stop a process that may serve another model."""
     try:
         _install(guards)
@@ -339,7 +345,7 @@ def _install_guards_only(guards: list) -> None:
         logger.error("sglang-dsv4-ext: %s", reason)
 
 
-def _before_dsv4_build(*args, **kwargs):
+def _before_dsv4_build(*args: object, **kwargs: object) -> None:
     _load_plugins_where_sglang_did_not()
     complete_before_dsv4_build()
     return None
@@ -377,7 +383,7 @@ def _load_plugins_where_sglang_did_not() -> None:
         )
 
 
-def on_dsv4_model_module_imported(module) -> None:
+def on_dsv4_model_module_imported(module: ModuleType) -> None:
     """The startup hook (:mod:`.bootstrap`): SGLang has just imported the DeepSeek-V4 model module.
 
     Where our entry point has not run (yet), guard the model's construction, which then loads the
@@ -430,7 +436,8 @@ def _complete() -> None:
         STATE.error = message
         raise ActivationError(message)
     _verify_installed(STATE.hooks)
-    _record_statuses(STATE.config, _TABLE, _CONTEXT, {h.target.path for h in STATE.hooks})
+    # complete_before_dsv4_build returned before _complete where no configuration was loaded.
+    _record_statuses(STATE.config, _TABLE, _CONTEXT, {h.target.path for h in STATE.hooks})  # type: ignore[arg-type]
     STATE.activated = True
 
 
@@ -442,7 +449,7 @@ def _check_called() -> None:
             STATE.refusals.append(drift.describe())
 
 
-def _install(hooks: list) -> None:
+def _install(hooks: list[Hook]) -> None:
     """Register ``hooks`` with SGLang's HookRegistry, apply them and verify each wrapper."""
     if not hooks:
         return
@@ -460,14 +467,14 @@ def _install(hooks: list) -> None:
     STATE.hooks.extend(hooks)
 
 
-def _carries(hook) -> bool:
+def _carries(hook: Hook) -> bool:
     try:
         return carries_hook(compat.resolve(hook.target.path)[2], hook.fn)
     except (ImportError, AttributeError, ValueError):
         return False
 
 
-def _verify_installed(hooks) -> None:
+def _verify_installed(hooks: Iterable[Hook]) -> None:
     """HookRegistry logs and swallows failures (and skips targets already applied): check each wrapper."""
     missing = sorted({h.target.path for h in hooks if not _carries(h)})
     if missing:
@@ -478,7 +485,7 @@ def _verify_installed(hooks) -> None:
         )
 
 
-def _record_statuses(cfg: ExtConfig, table: list[compat.Target], ctx, hooked) -> None:
+def _record_statuses(cfg: ExtConfig, table: list[compat.Target], ctx: HookContext | None, hooked: set[str]) -> None:
     not_needed = ctx.not_needed if ctx is not None else {}
     STATE.accessor_verdicts = dict(ctx.accessor_verdicts) if ctx is not None else {}
     for target in table:
@@ -496,7 +503,7 @@ def _record_statuses(cfg: ExtConfig, table: list[compat.Target], ctx, hooked) ->
 
 
 @contextlib.contextmanager
-def _scoped_alias_propagation(our_targets):
+def _scoped_alias_propagation(our_targets: Iterable[str]) -> Iterator[None]:
     """Keep HookRegistry's alias propagation, but scan only where aliases of our targets live.
 
     After patching a target, SGLang's ``_propagate_patch`` walks every attribute of every
@@ -507,14 +514,14 @@ def _scoped_alias_propagation(our_targets):
     targets keep SGLang's full scan.
     """
     hook_registry, attribute, stock = compat.resolve(compat.HOOK_REGISTRY_PROPAGATE.path)
-    ours = set()
+    ours: set[int] = set()
     for path in our_targets:
         try:
             ours.add(id(compat.unwrap_to_original(compat.resolve(path)[2])))
         except (ImportError, AttributeError, ValueError):
             continue
 
-    def propagate(original, wrapped, source_module):
+    def propagate(original: object, wrapped: object, source_module: object) -> Any:
         if id(original) not in ours:
             return stock(original, wrapped, source_module)
         if isinstance(source_module, type):
@@ -536,7 +543,7 @@ def _scoped_alias_propagation(our_targets):
         setattr(hook_registry, attribute, stock)
 
 
-def plugin_allowlist_block(environ=None) -> str | None:
+def plugin_allowlist_block(environ: Mapping[str, str] | None = None) -> str | None:
     """Why SGLang will not load us in this environment, or None.
 
     A non-empty ``SGLANG_PLUGINS`` without our name (blank or commas alone included) makes SGLang skip our
@@ -629,7 +636,7 @@ def _logits_kernel(cfg: ExtConfig) -> str:
     built = built_index_k_dtype()
     if built.startswith("mixed:"):
         return f"cannot tell: this process built c4 indexer pools of more than one dtype ({built})"
-    return fp8_logits.logits_kernel(cfg.index_k_dtype if built == NONE_BUILT else built, cfg.fp8_logits)
+    return fp8_logits.logits_kernel(cfg.index_k_dtype if built == NONE_BUILT else built, cfg.fp8_logits, cfg.fp4_logits)
 
 
 def evidence_record() -> dict[str, object]:
@@ -687,7 +694,8 @@ def _announce_active() -> None:
     """The activation line, once per process, on stderr (whatever SGLang's log level or logging state)."""
     if not STATE.announced:
         STATE.announced = True
-        print(activation_line(STATE.config), file=sys.stderr, flush=True)
+        # Only after complete_before_dsv4_build found a configuration loaded.
+        print(activation_line(STATE.config), file=sys.stderr, flush=True)  # type: ignore[arg-type]
 
 
 def _announce_configuration() -> None:
@@ -756,14 +764,14 @@ def _follow_sglang_imports() -> None:
             wrapt.register_post_import_hook(_on_target_module_imported, module_name)
 
 
-def _on_target_module_imported(module) -> None:
+def _on_target_module_imported(module: ModuleType) -> None:
     # A failure here is an extension defect (a hook that did not install): never serve half-patched.
     with _failures_stop_the_process():
         patch_module(module.__name__)
 
 
 @contextlib.contextmanager
-def _failures_stop_the_process():
+def _failures_stop_the_process() -> Iterator[None]:
     """SGLang's plugin loader logs and swallows every Exception of a plugin and serves stock SGLang.
 
     So every failure of activation, a refusal or not (``wrapt`` missing from an image built with

@@ -24,35 +24,45 @@ be able to guard the build so that activation can stop the process naming what i
 
 import sys
 
+# typing's constant without importing typing (this module imports nothing but sys); mypy reads it as True.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from importlib.abc import Loader
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
 _SGLANG = "sglang"
 
 
 class _NotifyAfterExec:
     """A loader that runs the real loader's ``exec_module``, then calls ``then(module)``."""
 
-    def __init__(self, loader, then):
+    def __init__(self, loader: "Loader", then: "Callable[[ModuleType], None]") -> None:
         self._loader = loader
         self._then = then
 
-    def create_module(self, spec):
+    def create_module(self, spec: "ModuleSpec") -> "ModuleType | None":
         return self._loader.create_module(spec)
 
-    def exec_module(self, module):
+    def exec_module(self, module: "ModuleType") -> None:
         self._loader.exec_module(module)
         self._then(module)
 
-    def __getattr__(self, name):  # get_source, is_package, get_filename ...: the real loader's
+    def __getattr__(self, name: str) -> object:  # get_source, is_package, get_filename ...: the real loader's
         return getattr(self._loader, name)
 
 
 class DSV4ModelImportWatch:
     """The one ``sys.meta_path`` entry of the startup hook; answers None for every other module."""
 
-    def __init__(self):
-        self.watched = None  # the DeepSeek-V4 model module, read from the table at the first sglang import
+    def __init__(self) -> None:
+        self.watched: str | None = None  # the DeepSeek-V4 model module, read from the table at the first sglang import
         self._searching = False
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(
+        self, name: str, path: "Sequence[str] | None" = None, target: "ModuleType | None" = None
+    ) -> "ModuleSpec | None":
         if self.watched is None:
             if name == _SGLANG:
                 self.learn_the_model_module()
@@ -62,20 +72,23 @@ class DSV4ModelImportWatch:
         spec = self._spec_from_the_other_finders(name, path, target)
         if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
             sys.meta_path.remove(self)  # once: the model module is imported once per process
-            spec.loader = _NotifyAfterExec(spec.loader, _model_module_imported)
+            # A loader by what it does (create_module, exec_module), not an importlib.abc.Loader subclass.
+            spec.loader = _NotifyAfterExec(spec.loader, _model_module_imported)  # type: ignore[assignment]
         return spec
 
-    def learn_the_model_module(self):
+    def learn_the_model_module(self) -> None:
         from sglang_dsv4_ext.runtime.compat import DSV4_MODEL_INIT  # spelled once, in the table
 
         self.watched = DSV4_MODEL_INIT.module
 
-    def _spec_from_the_other_finders(self, name, path, target):
+    def _spec_from_the_other_finders(
+        self, name: str, path: "Sequence[str] | None", target: "ModuleType | None"
+    ) -> "ModuleSpec | None":
         self._searching = True  # another finder may search sys.meta_path again (wrapt's does)
         try:
             for finder in list(sys.meta_path):
                 find = getattr(finder, "find_spec", None)
-                spec = find(name, path, target) if finder is not self and find is not None else None
+                spec: ModuleSpec | None = find(name, path, target) if finder is not self and find is not None else None
                 if spec is not None:
                     return spec
             return None
@@ -83,7 +96,7 @@ class DSV4ModelImportWatch:
             self._searching = False
 
 
-def _model_module_imported(module):
+def _model_module_imported(module: "ModuleType") -> None:
     from sglang_dsv4_ext.config import kill_switch_set
 
     if kill_switch_set():  # SGLANG_DSV4_EXT=0: not even activation is imported
@@ -93,10 +106,10 @@ def _model_module_imported(module):
     activation.on_dsv4_model_module_imported(module)
 
 
-_INSTALLED = []  # the watch install() created in this interpreter (doctor asks)
+_INSTALLED: "list[DSV4ModelImportWatch]" = []  # the watch install() created in this interpreter (doctor asks)
 
 
-def install():
+def install() -> None:
     """Put the watch on ``sys.meta_path``, once per interpreter (the .pth line calls it at start-up)."""
     if _INSTALLED:
         return

@@ -23,6 +23,7 @@ import inspect
 import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 # SGLang releases this table was written and tested against, oldest first (spelled here only:
 # pyproject's range and the README are tested against it). Another version refuses to activate
@@ -534,6 +535,13 @@ _FP8_LOGITS = "(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_meta
 TILELANG_FP8_LOGITS = "sglang.kernels.ops.attention.dsa.tilelang_kernel.tilelang_fp8_paged_mqa_logits"
 SM120_TORCH_FP8_LOGITS = f"{_IDX}.fp8_paged_mqa_logits_torch_sm120"
 TILELANG_INDEXER_SWITCH = "SGLANG_OPT_USE_TILELANG_INDEXER"  # SGLang's environment switch for the TileLang row
+# DeepGEMM's fp4 logits (what forward_c4_indexer imports for the fp4 indexer once the TileLang switch is off).
+# SGLANG_DSV4_FP4_LOGITS=triton stands a router in for it where SGLang would raise instead (the switch on, SM120's
+# default), and turns the switch off for that call. Not a CALLED row, like TILELANG_FP8_LOGITS: checking it would
+# load DeepGEMM's CUDA library in every process; the router takes the signature of sgl-deep-gemm 0.2.3's wrapper
+# (q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits=False,
+# logits_dtype=torch.float, indices=None), of which forward_c4_indexer passes the first eight.
+DEEPGEMM_FP4_LOGITS = "deep_gemm.fp8_fp4_paged_mqa_logits"
 _PARALLEL = "sglang.srt.distributed.parallel_state"
 MODEL_PARALLEL_INITIALIZED = Target(
     f"{_PARALLEL}.model_parallel_is_initialized", "()", "pool", ALWAYS, "whether a TP group exists to count ranks in"
@@ -591,6 +599,10 @@ CALLED: list[Target] = [
     ),
     Target(f"{_IDX}.get_global_indexer_capturer", "()", "indexer", BF16, "refuse bf16 with the top-k capturer"),
     Target(f"{_IDX}.iter_row_chunks", "(*, num_rows, rows_per_chunk)", "indexer", BF16, "SGLang's logits row chunks"),
+    # indexer: SGLANG_DSV4_FP4_LOGITS=triton reads and, for one call, overrides the switch forward_c4_indexer tests
+    # before it raises on the fp4 indexer (DEEPGEMM_FP4_LOGITS)
+    Target(f"{_IDX}.envs", ANY_SIGNATURE, "indexer", ALWAYS, "SGLang's environment fields (its TileLang switch)"),
+    Target(f"{_IDX}.is_hip", "()", "indexer", ALWAYS, "HIP has its own fp4 logits (aiter): never routed"),
     Target(f"{_IDX}.DSATopKBackend.is_torch", "(self)", "indexer", BF16, "top-k branch selection"),
     Target(f"{_IDX}.DSATopKBackend.is_flashinfer", "(self)", "indexer", BF16, "top-k branch selection"),
     Target(f"{_IDX}.DSATopKBackend.should_use_topk_v2", "(self)", "indexer", BF16, "top-k branch selection"),
@@ -686,11 +698,11 @@ def installed_table() -> list[Target]:
     return table_for(installed_sglang_version())
 
 
-def _format_default(value) -> str:
+def _format_default(value: object) -> str:
     return repr(value)
 
 
-def normalised_signature(fn: Callable) -> str:
+def normalised_signature(fn: Callable[..., Any]) -> str:
     """Parameter names, kinds and defaults of ``fn`` as one string, annotations dropped."""
     sig = inspect.signature(fn)
     out: list[str] = []
@@ -713,16 +725,16 @@ def normalised_signature(fn: Callable) -> str:
     return "(" + ", ".join(out) + ")"
 
 
-def resolve(path: str):
+def resolve(path: str) -> tuple[Any, str, Any]:
     """Return ``(owner, attribute_name, current_value)`` for a dotted target path."""
     owner_path, _, attr = path.rpartition(".")
     owner = pkgutil.resolve_name(owner_path)
     return owner, attr, getattr(owner, attr)
 
 
-def unwrap_to_original(fn: Callable) -> Callable:
+def unwrap_to_original(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Follow ``__wrapped__`` (HookRegistry and functools keep it) to the original function."""
-    seen = set()
+    seen: set[int] = set()
     while hasattr(fn, "__wrapped__") and id(fn) not in seen:
         seen.add(id(fn))
         fn = fn.__wrapped__
@@ -791,6 +803,6 @@ def target_modules(targets: Iterable[Target]) -> list[str]:
     return list(dict.fromkeys(t.module for t in targets))
 
 
-def owner_of(target: Target):
+def owner_of(target: Target) -> Any:
     """The module or class that holds ``target`` (imports it)."""
     return pkgutil.resolve_name(target.owner_path)

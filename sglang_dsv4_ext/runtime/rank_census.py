@@ -19,6 +19,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch.distributed
+
+    from sglang_dsv4_ext.runtime.sglang_types import GroupCoordinator
 
 logger = logging.getLogger("sglang_dsv4_ext")
 
@@ -28,14 +34,14 @@ _KEY_PREFIX = "sglang_dsv4_ext/active-rank/"
 
 @dataclass
 class _Census:
-    store: object
+    store: torch.distributed.Store
     ranks: tuple[int, ...]
 
 
 _CENSUS: _Census | None = None
 
 
-def _store():
+def _store() -> torch.distributed.Store | None:
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():
@@ -47,7 +53,7 @@ def _key(rank: int) -> str:
     return f"{_KEY_PREFIX}{rank}"
 
 
-def take_part(group, value: str) -> None:
+def take_part(group: GroupCoordinator | None, value: str) -> None:
     """This rank built its pool with the extension active: say so under its global rank.
 
     ``group``: SGLang's TP group coordinator (its ``ranks``), or None where SGLang made none.

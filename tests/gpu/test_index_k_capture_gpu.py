@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from benchmarks.sglang_gpu import indexer_topk
+from sglang_dsv4_ext.config import CaptureConfig, ExtConfig, IndexKDtype, configured
 
 pytestmark = pytest.mark.gpu
 REQUESTS = 4
@@ -42,16 +43,13 @@ def test_capture_on_gpu_holds_the_rows_the_indexer_read(sglang_gpu, tmp_path):
     activation.activate()
     shape = indexer_topk.SHAPES[0]  # decode: one query row per request
     root = tmp_path / "capture"
-    # Capture is decided when the pool is built.
-    with indexer_topk.env(
-        SGLANG_DSV4_INDEX_K_CAPTURE=str(root),
-        SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS=REQUESTS,
-        SGLANG_DSV4_INDEX_K_DTYPE="bf16",
-    ):
-        pool = indexer_topk.build_pool("bf16", shape.pages, "cuda")
+    # Capture is decided when the pool is built: the configuration is handed to it, the environment untouched.
+    capturing = ExtConfig(index_k_dtype=IndexKDtype.BF16, capture=CaptureConfig(directory=str(root), requests=REQUESTS))
+    with configured(capturing):
+        pool = indexer_topk.build_pool(IndexKDtype.BF16, shape.pages, "cuda")
         inp = indexer_topk.make_inputs(shape, 0, "cuda")
         indexer_topk.store_bf16(pool, inp)
-        selected = indexer_topk.run_indexer(pool, inp, shape, "bf16").cpu()
+        selected = indexer_topk.run_indexer(pool, inp, shape, IndexKDtype.BF16).cpu()
     capture = index_k_capture.capture_for(pool)
     assert capture is not None
     capture.flush()
@@ -87,7 +85,6 @@ def test_a_capturing_call_never_waits_for_the_gpu(sglang_gpu, tmp_path, monkeypa
     writer thread's file passes recall's checks, among them: the Triton store's bf16 rows are the captured fp32
     keys rounded to bf16 (to within one bf16 step)."""
     import kernels_sm120
-    from sglang_dsv4_ext.config import CaptureConfig
     from sglang_dsv4_ext.runtime.index_k import capture as index_k_capture
     from sglang_dsv4_ext.tools.recall import capture_files
 

@@ -242,7 +242,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "recall: without fp32 keys bf16 is labelled the reference",
         "sglang_dsv4_ext/tools/recall/cli.py",
-        '            if fmt == "bf16" and reference == REFERENCE_BF16:',
+        "            if fmt == IndexKDtype.BF16 and reference == REFERENCE_BF16:",
         "            if False:",
         (f"{_REC}::test_without_fp32_keys_bf16_is_labelled_the_reference_not_scored",),
     ),
@@ -367,8 +367,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "sizing: bf16 index-K budgeted at 256 B",
         "sglang_dsv4_ext/runtime/hooks/sizing.py",
-        "    if dtype == BF16:\n        return index_k_bytes_per_token(BF16, index_head_dim)",
-        "    if False:\n        return index_k_bytes_per_token(BF16, index_head_dim)",
+        "    if dtype == IndexKDtype.BF16:\n        return index_k_bytes_per_token(IndexKDtype.BF16, index_head_dim)",
+        "    if False:\n        return index_k_bytes_per_token(IndexKDtype.BF16, index_head_dim)",
         ("tests/unit/hooks/test_sizing.py",),
     ),
     Mutation(
@@ -381,7 +381,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "pool: bf16 indexer pool built for bf16",
         "sglang_dsv4_ext/runtime/hooks/pool.py",
-        "    if force_fp4 or effective_index_k_dtype(False) != BF16:",
+        "    if force_fp4 or effective_index_k_dtype(False) != IndexKDtype.BF16:",
         "    if True:",
         ("tests/unit/hooks/test_bf16_storage.py", "tests/unit/hooks/test_sizing.py"),
     ),
@@ -440,6 +440,20 @@ MUTATIONS: list[Mutation] = [
         "_extract_positions_from_plan(plan, ratio).clamp(min=0)\n",
         "_extract_positions_from_plan(plan, ratio).clamp(min=0) + 1\n",
         ("tests/unit/hooks/test_indexer.py::test_bf16_store_then_select_end_to_end_with_the_real_kernels",),
+    ),
+    Mutation(
+        "indexer: the fp4 indexer's logits routed to ours where SGLang would raise",
+        "sglang_dsv4_ext/runtime/hooks/indexer.py",
+        "    if not fp4_pool or load_config().fp4_logits != Fp4LogitsKernel.TRITON or not _raises_on_fp4():",
+        "    if True:",
+        ("tests/unit/hooks/test_fp4_logits_route.py::test_where_sglang_raises_ours_computes_the_fp4_logits",),
+    ),
+    Mutation(
+        "fp8 logits: TileLang takes the few short rows where it measured faster",
+        "sglang_dsv4_ext/runtime/index_k/fp8_logits.py",
+        " or tilelang_faster(name, q_fp8, page_table)",
+        "",
+        ("tests/unit/hooks/test_fp8_logits_route.py::test_the_router_hands_a_short_row_to_sglangs_tilelang_function",),
     ),
     Mutation(
         "sizing: fp4 on CUDA budgeted at the 68 B allocated (exact)",
@@ -1082,8 +1096,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "V4.1 pool: bf16 never reaches the force_fp4 low-ratio index-K pools",
         "sglang_dsv4_ext/runtime/hooks/pool.py",
-        "    if force_fp4 or effective_index_k_dtype(False) != BF16:",
-        "    if effective_index_k_dtype(False) != BF16:",
+        "    if force_fp4 or effective_index_k_dtype(False) != IndexKDtype.BF16:",
+        "    if effective_index_k_dtype(False) != IndexKDtype.BF16:",
         ("tests/unit/hooks/test_sizing_v41.py",),
     ),
     Mutation(
@@ -1312,8 +1326,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "integrity: pages freed through the KV anchor forget their checksum",
         "sglang_dsv4_ext/runtime/hooks/integrity.py",
-        "def _after_anchor_free(result, self, indices):\n    _forget_in_borrowers(self, indices)\n",
-        "def _after_anchor_free(result, self, indices):\n    pass\n",
+        "    _forget_in_borrowers(self, indices)\n",
+        "    pass\n",
         (_REUSE + "test_evicted_pages_forget_and_a_reset_forgets_everything",),
     ),
     Mutation(

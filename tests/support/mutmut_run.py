@@ -72,6 +72,7 @@ MODULE_SETS: dict[str, ModuleSet] = {
             "tests/unit/cli/test_settings_rows.py",
             "tests/unit/cli/test_bad_input_config.py",
             "tests/unit/cli/test_mutation_survivors_config.py",
+            "tests/unit/cli/test_config_choices.py",
             f"{_HOOKS}/test_evidence.py",
         ),
     ),

@@ -97,6 +97,10 @@ class ReleaseSource:
                 for alias in node.names:
                     if (alias.asname or alias.name) == head:
                         return self._find_in_module(source, [alias.name, *rest], depth + 1)
+                    if alias.name == "*":  # ``from .common import *`` (sglang.srt.utils): look there too
+                        found = self._find_in_module(source, names, depth + 1)
+                        if found is not None:
+                            return found
             if not rest and isinstance(node, (ast.Assign, ast.AnnAssign)) and head in _assigned(node):
                 return Found(None)
         return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from sglang_dsv4_ext.runtime import compat
 from sglang_dsv4_ext.runtime.compat import Target
@@ -30,7 +30,7 @@ HOOK_MODULES = ("sizing", "pool", "pd", "hicache", "indexer", "gate", "integrity
 @dataclass(frozen=True)
 class Hook:
     target: Target  # a row of compat.TARGETS
-    fn: Callable
+    fn: Callable[..., Any]
     kind: str  # "before" | "after" | "around" | "replace" (HookRegistry's HookType values)
 
 

@@ -21,19 +21,23 @@ Retire when: SGLang reports each process's loaded plugins and their state in ``/
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from sglang_dsv4_ext.runtime import compat
 from sglang_dsv4_ext.runtime.record_names import EVIDENCE_RECORD_KEY as RECORD_KEY
 
+if TYPE_CHECKING:
+    from sglang_dsv4_ext.runtime.hooks import Hook, HookContext, ProcessRecord
 
-def _after_get_internal_state(process, result, self, recv_req):
+
+def _after_get_internal_state(process: ProcessRecord, result: object, self: object, recv_req: object) -> None:
     state = getattr(result, "internal_state", None)
     if isinstance(state, dict):
         state[RECORD_KEY] = process.evidence_record()
     return None  # the same reply, with our record in it
 
 
-def hooks(ctx):
+def hooks(ctx: HookContext) -> list[Hook]:
     from sglang_dsv4_ext.runtime.hooks import Hook
 
     return [Hook(compat.SCHEDULER_INTERNAL_STATE, functools.partial(_after_get_internal_state, ctx.process), "after")]

@@ -37,10 +37,18 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
 from sglang_dsv4_ext.runtime import compat
 from sglang_dsv4_ext.runtime.index_k.dtype import stores_bf16_index_k
+
+if TYPE_CHECKING:
+    from sglang_dsv4_ext.runtime.hooks import Hook, HookContext
+    from sglang_dsv4_ext.runtime.sglang_types import DSV4TokenToKVPool, HostPoolAnchor
+
+_Result = TypeVar("_Result")
 
 L3_FORMAT_TAG = "dsv4-idxk-bf16"
 
@@ -48,11 +56,12 @@ L3_FORMAT_TAG = "dsv4-idxk-bf16"
 _building_bf16_stack: contextvars.ContextVar[bool] = contextvars.ContextVar("dsv4_ext_bf16_stack", default=False)
 
 
-def _kvcache_stores_bf16_index_k(kvcache) -> bool:
+def _kvcache_stores_bf16_index_k(kvcache: DSV4TokenToKVPool | None) -> bool:
     return stores_bf16_index_k(getattr(kvcache, "c4_indexer_kv_pool", None))
 
 
-def _after_indexer_regions(result, kvcache, page_size):
+def _after_indexer_regions(result: list[Any], kvcache: DSV4TokenToKVPool, page_size: int) -> list[Any] | None:
+    # result: SGLang's frozen region dataclasses (each with page_aligned_only)
     # NPU stores index-K in its own PA_ND buffers with their own transfer ops; not ours to change.
     if getattr(getattr(kvcache, "c4_indexer_kv_pool", None), "has_npu_storage", False):
         return None
@@ -61,7 +70,7 @@ def _after_indexer_regions(result, kvcache, page_size):
     return [dataclasses.replace(region, page_aligned_only=True) for region in result]
 
 
-def _around_build_stack(original, *args, **kwargs):
+def _around_build_stack(original: Callable[..., _Result], *args: object, **kwargs: Any) -> _Result:
     token = _building_bf16_stack.set(_kvcache_stores_bf16_index_k(kwargs.get("kvcache")))
     try:
         return original(*args, **kwargs)
@@ -69,7 +78,7 @@ def _around_build_stack(original, *args, **kwargs):
         _building_bf16_stack.reset(token)
 
 
-def _after_logical_host_pool_init(result, self, *args, **kwargs):
+def _after_logical_host_pool_init(result: None, self: HostPoolAnchor, *args: object, **kwargs: object) -> None:
     if _building_bf16_stack.get():
         existing = getattr(self, "storage_format_tag", None)
         if existing and existing.endswith(L3_FORMAT_TAG):
@@ -78,7 +87,7 @@ def _after_logical_host_pool_init(result, self, *args, **kwargs):
     return None
 
 
-def _refuse_external_linker(kvcache, backend: str) -> None:
+def _refuse_external_linker(kvcache: DSV4TokenToKVPool, backend: str) -> None:
     if _kvcache_stores_bf16_index_k(kvcache):
         raise Bf16IndexKUnsupported(
             f"SGLANG_DSV4_INDEX_K_DTYPE=bf16 cannot be combined with --enable-unified-cache-external-linker "
@@ -89,20 +98,31 @@ def _refuse_external_linker(kvcache, backend: str) -> None:
         )
 
 
-def _around_create_external_linker(original, server_args, params, *, backend, config, components, forward_stream=None):
+def _around_create_external_linker(
+    original: Callable[..., _Result],
+    server_args: object,
+    params: Any,
+    *,
+    backend: object,
+    config: object,
+    components: object,
+    forward_stream: object = None,
+) -> _Result:
     _refuse_external_linker(params.token_to_kv_pool_allocator.get_kvcache(), repr(backend))
     return original(
         server_args, params, backend=backend, config=config, components=components, forward_stream=forward_stream
     )
 
 
-def _around_dsv4_linker_pool_group(original, kvcache, page_size, *args, **kwargs):
+def _around_dsv4_linker_pool_group(
+    original: Callable[..., _Result], kvcache: DSV4TokenToKVPool, page_size: int, *args: object, **kwargs: object
+) -> _Result:
     # SGLang 0.5.22: the direct linker's DeepSeek-V4 pool group (mem_cache/registry.py picks the backend).
     _refuse_external_linker(kvcache, "--unified-cache-external-linker-backend")
     return original(kvcache, page_size, *args, **kwargs)
 
 
-def hooks(ctx):
+def hooks(ctx: HookContext) -> list[Hook]:
     from sglang_dsv4_ext.runtime.hooks import Hook
 
     return [

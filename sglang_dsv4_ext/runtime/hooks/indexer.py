@@ -38,13 +38,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
-from sglang_dsv4_ext.config import load_config
+from sglang_dsv4_ext.config import Fp4LogitsKernel, Fp8LogitsKernel, load_config
 from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
 from sglang_dsv4_ext.runtime import compat
 from sglang_dsv4_ext.runtime.index_k import capture as index_k_capture
@@ -52,12 +53,13 @@ from sglang_dsv4_ext.runtime.index_k import fp8_logits, pool_lifecycle
 from sglang_dsv4_ext.runtime.index_k.dtype import stores_bf16_index_k
 
 if TYPE_CHECKING:
-    from sglang_dsv4_ext.runtime.sglang_types import DSV4AttentionBackend
+    from sglang_dsv4_ext.runtime.hooks import Hook, HookContext
+    from sglang_dsv4_ext.runtime.sglang_types import C4Indexer, Compressor, DSV4AttentionBackend, ForwardBatch
 
 logger = logging.getLogger(__name__)
 
 
-def _kernels():
+def _kernels() -> ModuleType:
     import kernels_sm120
 
     return kernels_sm120
@@ -86,7 +88,14 @@ def index_k_pool_scope(bf16: bool) -> Iterator[None]:
 # --- store: the compressor's indexer branch ----------------------------------------------
 
 
-def _around_forward_unified(original, self, x, forward_batch, layer_id, compressor):
+def _around_forward_unified(
+    original: Callable[..., Any],
+    self: DSV4AttentionBackend,
+    x: torch.Tensor,
+    forward_batch: ForwardBatch,
+    layer_id: int,
+    compressor: Compressor,
+) -> Any:
     # Only the c4 indexer's keys live in the bf16 pool (V4.1's low-ratio pools stay fp4).
     if not compressor.is_in_indexer or compressor.ratio != 4 or not backend_stores_bf16_index_k(self):
         return original(self, x, forward_batch, layer_id, compressor)
@@ -96,7 +105,9 @@ def _around_forward_unified(original, self, x, forward_batch, layer_id, compress
     return None
 
 
-def store_compressed_index_k_bf16(backend, x, forward_batch, layer_id, compressor) -> None:
+def store_compressed_index_k_bf16(
+    backend: DSV4AttentionBackend, x: torch.Tensor, forward_batch: ForwardBatch, layer_id: int, compressor: Compressor
+) -> None:
     from sglang.srt.layers.attention.dsv4 import compressor_v2
     from sglang.srt.layers.attention.dsv4.compressor_v2 import compress_forward
 
@@ -165,7 +176,15 @@ def store_compressed_index_k_bf16(backend, x, forward_batch, layer_id, compresso
 # --- query ----------------------------------------------------------------------------------
 
 
-def _around_compute_q(original, self, q_lora, positions, weight, *release_args, **release_kwargs):
+def _around_compute_q(
+    original: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+    self: C4Indexer,
+    q_lora: torch.Tensor,
+    positions: torch.Tensor,
+    weight: torch.Tensor,
+    *release_args: Any,
+    **release_kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
     # SGLang 0.5.23 passes q_lora_quant (positionally, from _forward_prepare_normal); 0.5.22 has none.
     if self.use_fp4_indexer or not _pool_stores_bf16.get():
         return original(self, q_lora, positions, weight, *release_args, **release_kwargs)
@@ -181,28 +200,36 @@ def _around_compute_q(original, self, q_lora, positions, weight, *release_args, 
 # --- logits + SGLang's top-k -----------------------------------------------------------------
 
 
-def _around_can_use_nonpaged(original, self, *, c4_indexer, forward_batch, indexer_metadata):
+def _around_can_use_nonpaged(
+    original: Callable[..., bool],
+    self: DSV4AttentionBackend,
+    *,
+    c4_indexer: C4Indexer,
+    forward_batch: ForwardBatch,
+    indexer_metadata: Any,
+) -> bool:
     if backend_stores_bf16_index_k(self):
         return False  # the non-paged path gathers fp8 rows for DeepGEMM
     return original(self, c4_indexer=c4_indexer, forward_batch=forward_batch, indexer_metadata=indexer_metadata)
 
 
 def _around_forward_c4_indexer(
-    original,
-    self,
-    x,
-    q_lora,
-    c4_indexer,
-    forward_batch,
-    alt_streams=None,
-    enable_multi_stream=False,
-    q_lora_ready=None,
-    skip_compressor=False,
-    **release_kwargs,
-):
+    original: Callable[..., None],
+    self: DSV4AttentionBackend,
+    x: torch.Tensor,
+    q_lora: torch.Tensor,
+    c4_indexer: C4Indexer,
+    forward_batch: ForwardBatch,
+    alt_streams: list[torch.cuda.Stream] | None = None,
+    enable_multi_stream: bool = False,
+    q_lora_ready: torch.cuda.Event | None = None,
+    skip_compressor: bool = False,
+    **release_kwargs: Any,
+) -> None:
     # release_kwargs: 0.5.23's q_lora_quant (SGLang passes it by name); 0.5.22 has no such parameter.
     bf16 = not c4_indexer.use_fp4_indexer and backend_stores_bf16_index_k(self)
-    with index_k_pool_scope(bf16), fp8_logits_routed(not bf16 and not c4_indexer.use_fp4_indexer):
+    fp4 = c4_indexer.use_fp4_indexer
+    with index_k_pool_scope(bf16), fp8_logits_routed(not bf16 and not fp4), fp4_logits_routed(fp4):
         return (forward_c4_indexer_bf16 if bf16 else original)(
             self,
             x,
@@ -228,7 +255,7 @@ def _fp8_logits_owners() -> list[tuple[object, str]]:
     import os
     import sys
 
-    owners = []
+    owners: list[tuple[object, str]] = []
     for path in (compat.SM120_TORCH_FP8_LOGITS, compat.TILELANG_FP8_LOGITS):
         module_name, _, attribute = path.rpartition(".")
         module = sys.modules.get(module_name)
@@ -243,7 +270,7 @@ def _fp8_logits_owners() -> list[tuple[object, str]]:
 def fp8_logits_routed(fp8_pool: bool) -> Iterator[None]:
     """During one forward_c4_indexer call over the fp8 pool with SGLANG_DSV4_FP8_LOGITS=triton: SGLang's
     fp8 logits functions are routers (runtime/index_k/fp8_logits.py) that run ours where ours takes the call."""
-    if not fp8_pool or load_config().fp8_logits != "triton":
+    if not fp8_pool or load_config().fp8_logits != Fp8LogitsKernel.TRITON:
         yield
         return
     owners = _fp8_logits_owners()
@@ -257,6 +284,38 @@ def fp8_logits_routed(fp8_pool: bool) -> Iterator[None]:
             setattr(module, attribute, original)
 
 
+def _raises_on_fp4() -> bool:
+    """Whether SGLang's forward_c4_indexer raises on the fp4 indexer here: CUDA (HIP has its own aiter path)
+    with SGLang's TileLang switch on, as SM120's defaults set it (compat.TILELANG_INDEXER_SWITCH). Read through
+    SGLang's indexer module: the names forward_c4_indexer itself reads."""
+    from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
+
+    return not sg_indexer.is_hip() and bool(getattr(sg_indexer.envs, compat.TILELANG_INDEXER_SWITCH).get())
+
+
+@contextlib.contextmanager
+def fp4_logits_routed(fp4_pool: bool) -> Iterator[None]:
+    """During one forward_c4_indexer call over the fp4 pool with SGLANG_DSV4_FP4_LOGITS=triton, where SGLang
+    would raise (its TileLang switch on): the switch off for the call and DeepGEMM's fp4 logits a router
+    (runtime/index_k/fp8_logits.py) that runs kernels_sm120's fp4 kernel where it takes the call."""
+    if not fp4_pool or load_config().fp4_logits != Fp4LogitsKernel.TRITON or not _raises_on_fp4():
+        yield
+        return
+    import importlib
+
+    from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
+
+    module_name, _, attribute = compat.DEEPGEMM_FP4_LOGITS.rpartition(".")
+    module = importlib.import_module(module_name)
+    original = getattr(module, attribute)
+    setattr(module, attribute, fp8_logits.fp4_router(getattr(original, "__wrapped__", original)))
+    try:
+        with getattr(sg_indexer.envs, compat.TILELANG_INDEXER_SWITCH).override(False):
+            yield
+    finally:
+        setattr(module, attribute, original)
+
+
 def _match_rows(tensor: torch.Tensor, rows: int, value: int) -> torch.Tensor:
     if tensor.shape[0] == rows:
         return tensor
@@ -266,7 +325,7 @@ def _match_rows(tensor: torch.Tensor, rows: int, value: int) -> torch.Tensor:
     return F.pad(tensor, pad, value=value)
 
 
-def _refuse_unsupported(backend) -> None:
+def _refuse_unsupported(backend: DSV4AttentionBackend) -> None:
     from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
 
     if backend.hisparse_coordinator is not None:
@@ -275,7 +334,9 @@ def _refuse_unsupported(backend) -> None:
         raise Bf16IndexKUnsupported("bf16 index-K with the indexer top-k capturer is not supported")
 
 
-def _same_rows(x, q_lora, q_lora_quant, positions):
+def _same_rows(
+    x: torch.Tensor, q_lora: torch.Tensor, q_lora_quant: torch.Tensor | None, positions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """Trim x, q_lora and positions to the rows all three have (CUDA-graph padding differs)."""
     num_queries = min(x.shape[0], q_lora.shape[0], positions.shape[0])
     if q_lora.shape[0] != num_queries:
@@ -284,19 +345,19 @@ def _same_rows(x, q_lora, q_lora_quant, positions):
 
 
 def _bf16_queries(
-    backend,
-    x,
-    q_lora,
-    c4_indexer,
-    forward_batch,
-    positions,
+    backend: DSV4AttentionBackend,
+    x: torch.Tensor,
+    q_lora: torch.Tensor,
+    c4_indexer: C4Indexer,
+    forward_batch: ForwardBatch,
+    positions: torch.Tensor,
     *,
-    alt_streams,
-    enable_multi_stream,
-    q_lora_ready,
-    skip_compressor,
-    q_lora_quant,
-):
+    alt_streams: list[torch.cuda.Stream] | None,
+    enable_multi_stream: bool,
+    q_lora_ready: torch.cuda.Event | None,
+    skip_compressor: bool,
+    q_lora_quant: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """SGLang's own query preparation (our compute_q hook makes it bf16); checked before use.
 
     ``q_lora_quant`` is passed on only where SGLang has it (0.5.23): 0.5.22's ``_forward_prepare_normal``
@@ -333,17 +394,17 @@ def _bf16_queries(
 
 
 def forward_c4_indexer_bf16(
-    backend,
-    x,
-    q_lora,
-    c4_indexer,
-    forward_batch,
+    backend: DSV4AttentionBackend,
+    x: torch.Tensor,
+    q_lora: torch.Tensor,
+    c4_indexer: C4Indexer,
+    forward_batch: ForwardBatch,
     *,
-    alt_streams=None,
-    enable_multi_stream=False,
-    q_lora_ready=None,
-    skip_compressor=False,
-    q_lora_quant=None,
+    alt_streams: list[torch.cuda.Stream] | None = None,
+    enable_multi_stream: bool = False,
+    q_lora_ready: torch.cuda.Event | None = None,
+    skip_compressor: bool = False,
+    q_lora_quant: torch.Tensor | None = None,
 ) -> None:
     """SGLang's ``forward_c4_indexer`` for a bf16 index-K pool (paged branch only)."""
     from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
@@ -421,15 +482,15 @@ def forward_c4_indexer_bf16(
 
 def _run_topk_transform(
     backend: DSV4AttentionBackend,
-    indexer_metadata,
-    logits,
-    rows,
-    all_rows,
-    c4_seq_lens,
-    page_table,
-    c4_sparse_page_indices,
-    raw_indices,
-    topk_plan,
+    indexer_metadata: Any,
+    logits: torch.Tensor,
+    rows: slice,
+    all_rows: slice,
+    c4_seq_lens: torch.Tensor,
+    page_table: torch.Tensor,
+    c4_sparse_page_indices: torch.Tensor,
+    raw_indices: torch.Tensor | None,
+    topk_plan: torch.Tensor | None,
 ) -> None:
     """SGLang's own top-k transforms on fp32 logits, chosen exactly as ``forward_c4_indexer`` does."""
     from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
@@ -458,7 +519,7 @@ def _run_topk_transform(
         sg_indexer.topk_transform_paged(*args, row_raw)
 
 
-def hooks(ctx):
+def hooks(ctx: HookContext) -> list[Hook]:
     from sglang_dsv4_ext.runtime.hooks import Hook
 
     # Capture is decided when a pool is built: a bad setting stops start-up, not a forward pass.

@@ -52,16 +52,17 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sglang_dsv4_ext.config import load_config
+from sglang_dsv4_ext.config import IndexKDtype, IntegrityMode, load_config
 from sglang_dsv4_ext.runtime import compat
 from sglang_dsv4_ext.runtime.index_k import integrity as index_k_integrity
 
 if TYPE_CHECKING:
-    from sglang_dsv4_ext.runtime.sglang_types import PagedHostPool
+    from sglang_dsv4_ext.runtime.hooks import Hook, HookContext, ProcessRecord
+    from sglang_dsv4_ext.runtime.sglang_types import C4Indexer, ForwardBatch, HostPoolGroup, PagedHostPool, Req
 
 logger = logging.getLogger("sglang_dsv4_ext.integrity")
 
@@ -69,31 +70,39 @@ _TRACKER = "_dsv4_integrity"  # attribute on the host pool and on the device sub
 _BORROWERS = "_dsv4_integrity_borrowers"  # attribute on an anchor host pool: tracked pools using its page indices
 
 
-def _pool_names():
+def _pool_names() -> Any:  # SGLang's PoolName enum
     from sglang.srt.mem_cache.hicache_storage import PoolName
 
     return PoolName
 
 
-def _c4_indexer_pool_name():
+def _c4_indexer_pool_name() -> str:
     return str(_pool_names().DEEPSEEK_V4_C4_INDEXER.value)
 
 
-def _page_keys(indices, page_size: int):
+def _page_keys(indices: torch.Tensor, page_size: int) -> torch.Tensor:
     """Host page rows of token ``indices``; de-duplicated only on the host (``unique`` of a device tensor syncs)."""
     keys = indices.to(torch.int64) // page_size
     return torch.unique(keys) if keys.device.type == "cpu" else keys
 
 
-def tracker_of(pool):
+def tracker_of(pool: object) -> index_k_integrity.IntegrityTracker | None:
     return getattr(pool, _TRACKER, None)
 
 
 def _after_host_pool_init(
-    process, result, self, pool_name, device_buffers, item_bytes, num_host_pages, *args, **kwargs
-):
+    process: ProcessRecord,
+    result: None,
+    self: PagedHostPool,
+    pool_name: object,
+    device_buffers: list[torch.Tensor],
+    item_bytes: int,
+    num_host_pages: int,
+    *args: object,
+    **kwargs: object,
+) -> None:
     mode = load_config().integrity
-    if mode == index_k_integrity.OFF or str(getattr(pool_name, "value", pool_name)) != _c4_indexer_pool_name():
+    if mode == IntegrityMode.OFF or str(getattr(pool_name, "value", pool_name)) != _c4_indexer_pool_name():
         return None
     index_k_integrity.use_launch(process.current_launch())
     split = _scales_in_a_second_region(process.built_index_k_dtype())
@@ -121,15 +130,20 @@ def _scales_in_a_second_region(built_index_k_dtype: str) -> bool:
     ``uses_aiter_fp4_layout`` (a ROCm build with the fp4 indexer); elsewhere an fp4 page row holds both (68 B per
     slot), as fp8's holds value and scale, and the one mirror tracked covers the whole row.
     """
-    return built_index_k_dtype == "fp4" and torch.version.hip is not None
+    return built_index_k_dtype == IndexKDtype.FP4 and torch.version.hip is not None
 
 
-def _page_aligned(self: PagedHostPool, host_indices, device_indices) -> bool:
+def _page_aligned(self: PagedHostPool, host_indices: torch.Tensor, device_indices: torch.Tensor) -> bool:
     size = self.slot_page_size
     return host_indices.numel() % size == 0 and device_indices.numel() % size == 0
 
 
-def _tracker_for_transfer(host_pool, device_pool, host_indices, device_indices):
+def _tracker_for_transfer(
+    host_pool: PagedHostPool,
+    device_pool: object,
+    host_indices: torch.Tensor | None,
+    device_indices: torch.Tensor | None,
+) -> index_k_integrity.IntegrityTracker | None:
     """The host pool's tracker for a non-empty transfer (also handed to the device pool), else None."""
     tracker = tracker_of(host_pool)
     if tracker is None or host_indices is None or device_indices is None or host_indices.numel() == 0:
@@ -139,7 +153,14 @@ def _tracker_for_transfer(host_pool, device_pool, host_indices, device_indices):
     return tracker
 
 
-def _after_backup(result, self, device_pool, host_indices, device_indices, io_backend):
+def _after_backup(
+    result: None,
+    self: PagedHostPool,
+    device_pool: object,
+    host_indices: torch.Tensor,
+    device_indices: torch.Tensor,
+    io_backend: str,
+) -> None:
     tracker = _tracker_for_transfer(self, device_pool, host_indices, device_indices)
     if tracker is None:
         return None
@@ -151,7 +172,17 @@ def _after_backup(result, self, device_pool, host_indices, device_indices, io_ba
     return None
 
 
-def _after_load_layer(result, self, device_pool, host_indices, device_indices, layer_id, io_backend, *, is_draft=False):
+def _after_load_layer(
+    result: None,
+    self: PagedHostPool,
+    device_pool: object,
+    host_indices: torch.Tensor,
+    device_indices: torch.Tensor,
+    layer_id: int,
+    io_backend: str,
+    *,
+    is_draft: bool = False,
+) -> None:
     tracker = _tracker_for_transfer(self, device_pool, host_indices, device_indices)
     if tracker is None:
         return None
@@ -163,21 +194,21 @@ def _after_load_layer(result, self, device_pool, host_indices, device_indices, l
     return None
 
 
-def _after_free(result, self, indices):
+def _after_free(result: object, self: PagedHostPool, indices: torch.Tensor | None) -> None:
     tracker = tracker_of(self)
     if tracker is not None and indices is not None and indices.numel():
         tracker.forget(_page_keys(indices, self.slot_page_size))
     return None
 
 
-def _after_clear(result, self):
+def _after_clear(result: None, self: PagedHostPool) -> None:
     tracker = tracker_of(self)
     if tracker is not None:
         tracker.forget_all()
     return None
 
 
-def _after_group_init(result, self, entries):
+def _after_group_init(result: None, self: HostPoolGroup, entries: object) -> None:
     """Link every tracked mirror of this group to the KV anchor whose page indices it borrows."""
     borrowers = [e.host_pool for e in self.entries if e is not self.anchor_entry and tracker_of(e.host_pool)]
     if not borrowers:
@@ -193,19 +224,20 @@ def _after_group_init(result, self, entries):
     return None
 
 
-def _forget_in_borrowers(anchor, indices) -> None:
+def _forget_in_borrowers(anchor: object, indices: torch.Tensor | None) -> None:
     if indices is None or not indices.numel():
         return
     for host in getattr(anchor, _BORROWERS, ()):
-        tracker_of(host).forget(_page_keys(indices, host.slot_page_size))
+        # Borrowers are tracked pools (_after_group_init keeps only those).
+        tracker_of(host).forget(_page_keys(indices, host.slot_page_size))  # type: ignore[union-attr]
 
 
-def _after_anchor_alloc(result, self, need_size):
+def _after_anchor_alloc(result: torch.Tensor | None, self: object, need_size: int) -> None:
     _forget_in_borrowers(self, result)  # a new owner: whatever fills the pages next, the old checksum is wrong
     return None
 
 
-def _after_anchor_free(result, self, indices):
+def _after_anchor_free(result: object, self: object, indices: torch.Tensor | None) -> None:
     _forget_in_borrowers(self, indices)
     return None
 
@@ -214,18 +246,27 @@ def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
-def _after_c4_indexer_forward(result, self, x, q_lora, forward_batch, attn_backend, *args, **kwargs):
+def _after_c4_indexer_forward(
+    result: object,
+    self: C4Indexer,
+    x: torch.Tensor,
+    q_lora: torch.Tensor,
+    forward_batch: ForwardBatch,
+    attn_backend: object,
+    *args: object,
+    **kwargs: object,
+) -> None:
     pool = getattr(forward_batch, "token_to_kv_pool", None)
     tracker = tracker_of(getattr(pool, "c4_indexer_kv_pool", None))
     if tracker is None or _capturing():
         return None
-    _, compress_layer_id, _ = pool.layer_mapping[self.layer_id]
+    _, compress_layer_id, _ = pool.layer_mapping[self.layer_id]  # type: ignore[union-attr]  # the tracker was on its pool
     if tracker.verify(compress_layer_id, requests=tuple(getattr(forward_batch, "rids", None) or ())):
         index_k_integrity.report(tracker.poll())
     return None
 
 
-def _before_pd_checksum_mismatch(process, self, req, msg):
+def _before_pd_checksum_mismatch(process: ProcessRecord, self: object, req: Req, msg: str) -> None:
     if load_config().integrity_enabled:
         index_k_integrity.use_launch(process.current_launch())
         mismatch = index_k_integrity.Mismatch(index_k_integrity.WHERE_PD, 1, -1, -1, (str(req.rid),))
@@ -233,7 +274,7 @@ def _before_pd_checksum_mismatch(process, self, req, msg):
     return None
 
 
-def hooks(ctx):
+def hooks(ctx: HookContext) -> list[Hook]:
     from sglang_dsv4_ext.runtime.hooks import Hook
 
     return [

@@ -24,14 +24,20 @@ peer for DSV4 kv_data).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
 from sglang_dsv4_ext.runtime import compat
 from sglang_dsv4_ext.runtime.index_k.dtype import stores_bf16_index_k
 
+if TYPE_CHECKING:
+    from sglang_dsv4_ext.runtime.hooks import Hook, HookContext
+    from sglang_dsv4_ext.runtime.sglang_types import DSV4TokenToKVPool
+
 INDEX_K_LAYOUT_TAG = "c4idx"
 
 
-def _after_pd_kv_layout(result, self):
+def _after_pd_kv_layout(result: str, self: DSV4TokenToKVPool) -> str | None:
     if result.endswith(f",{INDEX_K_LAYOUT_TAG}:bf16"):
         return None  # an SGLang built with patches/0004 already says it
     index_pool = getattr(self, "index_pools", {}).get(4)
@@ -40,7 +46,7 @@ def _after_pd_kv_layout(result, self):
     return None  # keep SGLang's string
 
 
-def _before_init_kv_manager(self, *args, **kwargs):
+def _before_init_kv_manager(self: object, *args: object, **kwargs: object) -> None:
     """SGLang 0.5.22: no channel tells a PD peer the index-K dtype, so a bf16 index-K pool is refused."""
     index_pool = getattr(getattr(self, "token_to_kv_pool", None), "index_pools", {}).get(4)
     if index_pool is not None and stores_bf16_index_k(index_pool):
@@ -53,7 +59,7 @@ def _before_init_kv_manager(self, *args, **kwargs):
     return None
 
 
-def hooks(ctx):
+def hooks(ctx: HookContext) -> list[Hook]:
     from sglang_dsv4_ext.runtime.hooks import Hook
 
     return [

@@ -28,18 +28,18 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+from collections.abc import Callable
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
-from sglang_dsv4_ext.config import ENV_FP4_BUDGET, ENV_INDEX_K_DTYPE, load_config
+from sglang_dsv4_ext.config import ENV_FP4_BUDGET, ENV_INDEX_K_DTYPE, Fp4Budget, IndexKDtype, load_config
 from sglang_dsv4_ext.errors import DSV4IndexKLayoutError, IndexKSizingError
 from sglang_dsv4_ext.runtime import compat
 from sglang_dsv4_ext.runtime.index_k import budget as index_k_budget
 from sglang_dsv4_ext.runtime.index_k import pool_lifecycle
 from sglang_dsv4_ext.runtime.index_k.dtype import (
-    BF16,
     bf16_page_view,
     effective_index_k_dtype,
     index_k_bytes_per_token,
@@ -48,7 +48,8 @@ from sglang_dsv4_ext.runtime.index_k.dtype import (
 from sglang_dsv4_ext.runtime.record_names import NONE_BUILT
 
 if TYPE_CHECKING:
-    from sglang_dsv4_ext.runtime.sglang_types import DSV4TokenToKVPool
+    from sglang_dsv4_ext.runtime.hooks import Hook, HookContext, ProcessRecord
+    from sglang_dsv4_ext.runtime.sglang_types import DSV4TokenToKVPool, GroupCoordinator, IndexerSubPool
 
 logger = logging.getLogger(__name__)
 
@@ -59,10 +60,15 @@ class _Bf16IndexKPoolMethods:
     Page row = 64 slots x 128 x 2 B = 16384 B.
     """
 
-    index_k_dtype = BF16
+    index_k_dtype = IndexKDtype.BF16
+    # DeepSeekV4IndexerPool's, read by the methods below (declared for the type checker only).
+    page_size: int
+    index_head_dim: int
+    start_layer: int
+    index_k_with_scale_buffer: list[torch.Tensor]
 
     def get_bytes_per_token(self) -> int:
-        return index_k_bytes_per_token(BF16, self.index_head_dim)
+        return index_k_bytes_per_token(IndexKDtype.BF16, self.index_head_dim)
 
     # --- bf16 accessors -------------------------------------------------------
     def index_k_bf16_pages(self, layer_id: int) -> torch.Tensor:
@@ -84,30 +90,39 @@ class _Bf16IndexKPoolMethods:
         )
 
     # --- fp8 / fp4 layout paths: refuse rather than write 132-B rows ------------
-    def _refuse(self, what: str):
+    def _refuse(self, what: str) -> NoReturn:
         raise DSV4IndexKLayoutError(
             f"{what} uses the fp8/fp4 index-K layout, but this pool stores bf16 index-K "
             f"(SGLANG_DSV4_INDEX_K_DTYPE=bf16, {self.get_bytes_per_token()} B per token); "
             f"use set_index_fused / the bf16 indexer path"
         )
 
-    def set_index_k_scale_buffer(self, layer_id, loc, index_k, index_k_scale):
+    def set_index_k_scale_buffer(
+        self, layer_id: int, loc: torch.Tensor, index_k: torch.Tensor, index_k_scale: torch.Tensor
+    ) -> NoReturn:
         self._refuse("set_index_k_scale_buffer (fp8 value + scale writer)")
 
-    def set_index_fp4(self, layer_id, loc, cache_k):
+    def set_index_fp4(self, layer_id: int, loc: torch.Tensor, cache_k: torch.Tensor) -> NoReturn:
         self._refuse("set_index_fp4 (fp4 writer)")
 
-    def get_index_k_scale_buffer(self, layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len):
+    def get_index_k_scale_buffer(
+        self,
+        layer_id: int,
+        seq_len_tensor: torch.Tensor,
+        page_indices: torch.Tensor,
+        seq_len_sum: int,
+        max_seq_len: int,
+    ) -> NoReturn:
         self._refuse("get_index_k_scale_buffer (fp8 nonpaged gather)")
 
-    def get_index_k_fp4(self, layer_id, slots):
+    def get_index_k_fp4(self, layer_id: int, slots: torch.Tensor) -> NoReturn:
         self._refuse("get_index_k_fp4 (fp4 reader)")
 
-    def get_index_k_dequant(self, layer_id, slots=None):
+    def get_index_k_dequant(self, layer_id: int, slots: torch.Tensor | None = None) -> NoReturn:
         self._refuse("get_index_k_dequant (fp4 reader)")
 
 
-def _bf16_pool_class():
+def _bf16_pool_class() -> type:
     """Build the subclass lazily: importing SGLang's pool module costs seconds."""
     global _BF16_POOL_CLASS
     if _BF16_POOL_CLASS is None:
@@ -121,7 +136,7 @@ def _bf16_pool_class():
     return _BF16_POOL_CLASS
 
 
-_BF16_POOL_CLASS = None
+_BF16_POOL_CLASS: type | None = None
 
 
 def store_rows_in_bf16_pages(
@@ -152,23 +167,23 @@ def store_rows_in_bf16_pages(
 
 
 def _around_make_indexer_pool(
-    process,
-    original,
-    self,
-    size,
-    page_size,
-    dtype,
-    index_head_dim,
-    layer_num,
-    device,
-    enable_memory_saver,
-    force_fp4=False,
-    global_page_size=None,
-    **release_kwargs,
-):
+    process: ProcessRecord,
+    original: Callable[..., IndexerSubPool],
+    self: DSV4TokenToKVPool,
+    size: int,
+    page_size: int,
+    dtype: torch.dtype,
+    index_head_dim: int,
+    layer_num: int,
+    device: str | torch.device,
+    enable_memory_saver: bool,
+    force_fp4: bool = False,
+    global_page_size: int | None = None,
+    **release_kwargs: Any,
+) -> IndexerSubPool:
     # Low-ratio (V4.1) pools are always fp4; only the c4 indexer can be bf16. release_kwargs: what only
     # some releases pass (0.5.23's index_k_page8, for a low-ratio pool), handed on as given.
-    if force_fp4 or effective_index_k_dtype(False) != BF16:
+    if force_fp4 or effective_index_k_dtype(False) != IndexKDtype.BF16:
         pool = original(
             self,
             size,
@@ -200,7 +215,7 @@ def _around_make_indexer_pool(
     return pool
 
 
-def _note_c4_indexer_pool_built(process, pool) -> None:
+def _note_c4_indexer_pool_built(process: ProcessRecord, pool: IndexerSubPool) -> None:
     """The evidence reports the dtype of the pool built, said once more where it is not what was asked."""
     built, requested = pool_index_k_dtype(pool), load_config().index_k_dtype
     if built != requested:
@@ -275,7 +290,7 @@ def check_index_k_budget(kv_pool: DSV4TokenToKVPool, *, is_draft_worker: bool = 
     return f"{float(allocated):.2f} B per full token ({layers} c4 layers) == budget" + low_ratio
 
 
-def _check_low_ratio_index_k(kv_pool, budget: index_k_budget.IndexKBudget) -> str:
+def _check_low_ratio_index_k(kv_pool: DSV4TokenToKVPool, budget: index_k_budget.IndexKBudget) -> str:
     """DeepSeek-V4.1's ratio-1/2 index-K pools: fp4 per slot and one layer per kv_source, as budgeted.
 
     SGLang builds them with ``force_fp4=True`` and budgets ``low_ratio_index_bytes`` (68 B) per slot;
@@ -285,7 +300,7 @@ def _check_low_ratio_index_k(kv_pool, budget: index_k_budget.IndexKBudget) -> st
     budgeted = dict(budget.low_ratio_index_layers)
     if not pools and not budgeted:
         return ""
-    found = {}
+    found: dict[int, tuple[int, Fraction]] = {}
     for ratio, pool in pools.items():
         row_bytes = sum(buf.shape[1] * buf.element_size() for buf in pool.contiguous_page_row_buffers())
         found[ratio] = (pool.layer_num, Fraction(row_bytes, pool.page_size * max(pool.layer_num, 1)))
@@ -299,19 +314,21 @@ def _check_low_ratio_index_k(kv_pool, budget: index_k_budget.IndexKBudget) -> st
     return f"; ratio-1/2 fp4 index-K {_describe_low_ratio(found)} == budget"
 
 
-def _describe_low_ratio(sizes) -> str:
+def _describe_low_ratio(sizes: dict[int, tuple[int, Fraction]]) -> str:
     return ", ".join(f"r{r}: {n} x {float(b):g} B per slot" for r, (n, b) in sorted(sizes.items())) or "none"
 
 
-def _stock_fp4_estimate_in_force(kv_pool) -> bool:
+def _stock_fp4_estimate_in_force(kv_pool: DSV4TokenToKVPool) -> bool:
     index_pool = getattr(kv_pool, "index_pools", {}).get(4)
-    return bool(getattr(index_pool, "use_fp4_indexer", False)) and load_config().fp4_budget == "stock"
+    return bool(getattr(index_pool, "use_fp4_indexer", False)) and load_config().fp4_budget == Fp4Budget.STOCK
 
 
-_POOL_INIT_SIGNATURE = None
+_POOL_INIT_SIGNATURE: inspect.Signature | None = None
 
 
-def _bound_init_arguments(original, args, kwargs):
+def _bound_init_arguments(
+    original: Callable[..., None], args: tuple[object, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
     global _POOL_INIT_SIGNATURE
     if _POOL_INIT_SIGNATURE is None:
         _POOL_INIT_SIGNATURE = inspect.signature(original)
@@ -320,7 +337,9 @@ def _bound_init_arguments(original, args, kwargs):
     return bound.arguments
 
 
-def _around_pool_init(process, original, self, *args, **kwargs):
+def _around_pool_init(
+    process: ProcessRecord, original: Callable[..., None], self: DSV4TokenToKVPool, *args: object, **kwargs: Any
+) -> None:
     original(self, *args, **kwargs)
     pool_lifecycle.announce_pool_created(self)  # the index-K read gate links the sub-pools here
     _note_bf16_without_c4_layers(self)
@@ -331,9 +350,9 @@ def _around_pool_init(process, original, self, *args, **kwargs):
         logger.info("index-K sizing self-check: %s", report)
 
 
-def _note_bf16_without_c4_layers(kv_pool) -> None:
+def _note_bf16_without_c4_layers(kv_pool: DSV4TokenToKVPool) -> None:
     """bf16 asked for a model without c4 layers (DeepSeek-V4.1): nothing changes, and the log says so."""
-    if load_config().index_k_dtype != BF16 or 4 in getattr(kv_pool, "index_pools", {}):
+    if load_config().index_k_dtype != IndexKDtype.BF16 or 4 in getattr(kv_pool, "index_pools", {}):
         return
     logger.warning(
         "sglang-dsv4-ext: %s=bf16 changes nothing for this model: it has no c4 layers, and SGLang builds its "
@@ -343,7 +362,7 @@ def _note_bf16_without_c4_layers(kv_pool) -> None:
     )
 
 
-def _take_part_in_rank_census(process) -> None:
+def _take_part_in_rank_census(process: ProcessRecord) -> None:
     """Every rank builds its pool at this point of its start: an active one says so (runtime/rank_census.py)."""
     from sglang_dsv4_ext.runtime import rank_census
 
@@ -351,14 +370,15 @@ def _take_part_in_rank_census(process) -> None:
         rank_census.take_part(_sglang_tp_group(), process.built_index_k_dtype())
 
 
-def _sglang_tp_group():
+def _sglang_tp_group() -> GroupCoordinator | None:
     """SGLang's ``get_tp_group()``, or None where ``model_parallel_is_initialized()`` says it made no groups."""
     if not compat.resolve(compat.MODEL_PARALLEL_INITIALIZED.path)[2]():
         return None
-    return compat.resolve(compat.TP_GROUP.path)[2]()
+    tp_group: GroupCoordinator = compat.resolve(compat.TP_GROUP.path)[2]()
+    return tp_group
 
 
-def hooks(ctx):
+def hooks(ctx: HookContext) -> list[Hook]:
     from sglang_dsv4_ext.runtime.hooks import Hook
 
     return [

@@ -25,11 +25,17 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from sglang_dsv4_ext.config import ENV_FP4_BUDGET, load_config
+from sglang_dsv4_ext.config import ENV_FP4_BUDGET, Fp4Budget, IndexKDtype, load_config
 from sglang_dsv4_ext.runtime import compat
 from sglang_dsv4_ext.runtime.index_k import budget as index_k_budget
-from sglang_dsv4_ext.runtime.index_k.dtype import BF16, effective_index_k_dtype, index_k_bytes_per_token
+from sglang_dsv4_ext.runtime.index_k.dtype import effective_index_k_dtype, index_k_bytes_per_token
+
+if TYPE_CHECKING:
+    from sglang_dsv4_ext.runtime.hooks import Hook, HookContext
+    from sglang_dsv4_ext.runtime.sglang_types import PoolConfigurator
 
 logger = logging.getLogger(__name__)
 
@@ -37,26 +43,29 @@ logger = logging.getLogger(__name__)
 _fp4_budget_logged = threading.Event()
 
 
-def _around_indexer_bytes_per_token(original, index_head_dim, use_fp4_indexer):
+def _around_indexer_bytes_per_token(
+    original: Callable[[int, bool], int], index_head_dim: int, use_fp4_indexer: bool
+) -> int:
     dtype = effective_index_k_dtype(bool(use_fp4_indexer))
-    if dtype == BF16:
-        return index_k_bytes_per_token(BF16, index_head_dim)
-    if dtype == "fp4" and not use_fp4_indexer:
+    if dtype == IndexKDtype.BF16:
+        return index_k_bytes_per_token(IndexKDtype.BF16, index_head_dim)
+    if dtype == IndexKDtype.FP4 and not use_fp4_indexer:
         # The configurator's call for SGLang's own fp4 indexer (the pool and the V4.1 low-ratio
         # pools pass use_fp4_indexer=True and always get 68 B).
-        stock = load_config().fp4_budget == "stock"
+        stock = load_config().fp4_budget == Fp4Budget.STOCK
         _log_fp4_budget_once(index_head_dim, stock)
         if stock:
             return original(index_head_dim, use_fp4_indexer)  # SGLang's deliberate fp8 estimate
     # fp8 and fp4 keep SGLang's own formula; only the fp4 decision is corrected.
-    return original(index_head_dim, dtype == "fp4")
+    return original(index_head_dim, dtype == IndexKDtype.FP4)
 
 
 def _log_fp4_budget_once(index_head_dim: int, stock: bool) -> None:
     if _fp4_budget_logged.is_set():
         return
     _fp4_budget_logged.set()
-    exact, estimate = index_k_bytes_per_token("fp4", index_head_dim), index_k_bytes_per_token("fp8", index_head_dim)
+    exact = index_k_bytes_per_token(IndexKDtype.FP4, index_head_dim)
+    estimate = index_k_bytes_per_token(IndexKDtype.FP8, index_head_dim)
     if stock:
         logger.warning(
             "fp4 index-K: budgeting SGLang's stock %d B per token while the pool allocates %d B (%s=stock)",
@@ -74,7 +83,7 @@ def _log_fp4_budget_once(index_head_dim: int, stock: bool) -> None:
         )
 
 
-def _after_configurator_init(result, self, kvc):
+def _after_configurator_init(result: None, self: PoolConfigurator, kvc: object) -> None:
     budget = index_k_budget.IndexKBudget(
         indexer_bytes_per_token=int(self.indexer_bytes_per_token),
         c4_index_layers=len(self.stage_owner_layers.get(4, ())),
@@ -88,7 +97,7 @@ def _after_configurator_init(result, self, kvc):
     return None
 
 
-def hooks(ctx):
+def hooks(ctx: HookContext) -> list[Hook]:
     from sglang_dsv4_ext.runtime.hooks import Hook
 
     return [

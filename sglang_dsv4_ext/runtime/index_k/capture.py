@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
 
@@ -63,6 +63,9 @@ from sglang_dsv4_ext.config import (
 from sglang_dsv4_ext.errors import ConfigError
 from sglang_dsv4_ext.runtime.index_k import capture_format
 
+if TYPE_CHECKING:
+    from sglang_dsv4_ext.runtime.sglang_types import C4Indexer, DSV4TokenToKVPool, ForwardBatch
+
 logger = logging.getLogger("sglang_dsv4_ext.index_k_capture")
 
 FORMAT_VERSION = capture_format.FORMAT_VERSION
@@ -75,7 +78,7 @@ MIB = 1 << 20
 # --- which layers, which rows -------------------------------------------------------------------
 
 
-def model_c4_layers(pool) -> list[int]:
+def model_c4_layers(pool: DSV4TokenToKVPool) -> list[int]:
     return c4_layer_ids(pool.compression_ratios)
 
 
@@ -107,7 +110,7 @@ class RequestRows(NamedTuple):
     key_bound: int  # host-side upper bound of the keys its rows read (0: none yet)
 
 
-def request_row_groups(forward_batch, num_rows: int, width: int) -> list[RequestRows]:
+def request_row_groups(forward_batch: ForwardBatch, num_rows: int, width: int) -> list[RequestRows]:
     """The query rows of each request of the batch: extend lengths when SGLang gives them (prefill, mixed), else
     an equal split over the batch (decode, target verify). ``width``: the most keys a page-table row can address."""
     lengths = _rows_per_request(forward_batch, num_rows)
@@ -122,7 +125,7 @@ def request_row_groups(forward_batch, num_rows: int, width: int) -> list[Request
     return [group for group in groups if group.rows]
 
 
-def _rows_per_request(forward_batch, num_rows: int) -> list[int]:
+def _rows_per_request(forward_batch: ForwardBatch, num_rows: int) -> list[int]:
     extend = getattr(forward_batch, "extend_seq_lens_cpu", None)
     if extend is not None and 0 < sum(extend) <= num_rows:
         return [int(n) for n in extend]
@@ -132,7 +135,7 @@ def _rows_per_request(forward_batch, num_rows: int) -> list[int]:
     return [num_rows]
 
 
-def _key_bounds(forward_batch, requests: int, width: int) -> list[int]:
+def _key_bounds(forward_batch: ForwardBatch, requests: int, width: int) -> list[int]:
     """Per request, at most ``seq_lens_cpu // 4`` keys (host data, no device read), never past the page table."""
     seq_lens_cpu = getattr(forward_batch, "seq_lens_cpu", None)
     if seq_lens_cpu is None or len(seq_lens_cpu) != requests:
@@ -189,7 +192,14 @@ class StoredKeys(NamedTuple):
         return self.rows[order[at]].masked_fill(~found.unsqueeze(-1), 0), found
 
 
-def prerounding_rows(kv, norm_weight, norm_eps, freqs_cis, positions, slots) -> torch.Tensor:
+def prerounding_rows(
+    kv: torch.Tensor,
+    norm_weight: torch.Tensor,
+    norm_eps: float,
+    freqs_cis: torch.Tensor,
+    positions: torch.Tensor,
+    slots: torch.Tensor,
+) -> torch.Tensor:
     """fp32 ``[N, D]``: RMSNorm, RoPE and Hadamard of the store's input, in float64 (no TF32 matmul, no kernel's
     rounding order), rounded once to fp32: what the bf16 store rounds, to within a few fp32 ulps."""
     from kernels_sm120 import reference
@@ -218,7 +228,7 @@ def _to_device(values: Sequence[int], device: torch.device) -> torch.Tensor:
     return host.pin_memory().to(device, non_blocking=True)
 
 
-def _ready_event(device: torch.device):
+def _ready_event(device: torch.device) -> torch.cuda.Event | None:
     """A CUDA event after the copies queued so far on this stream (None on CPU: the copies are done)."""
     if device.type != "cuda":
         return None
@@ -238,7 +248,7 @@ class CaptureRefusedError(Exception):
     """What arrived on the host is not a consistent capture; the file is not written."""
 
 
-def finish_record(meta: dict, host: dict[str, torch.Tensor], page_size: int) -> dict:
+def finish_record(meta: dict[str, Any], host: dict[str, torch.Tensor], page_size: int) -> dict[str, Any]:
     """The file's dict, once the copies have landed: checked, trimmed to the keys read, checksummed."""
     lens, slots = host["seq_lens"], host["slots"]
     n = int(lens.max())
@@ -274,14 +284,17 @@ def finish_record(meta: dict, host: dict[str, torch.Tensor], page_size: int) -> 
 class _Writer:
     """One daemon thread writing queued records; counts what it wrote."""
 
-    def __init__(self):
-        self.queue: queue.Queue = queue.Queue()
+    def __init__(self) -> None:
+        # (file, what makes its record, the CUDA event the copies wait for, bytes)
+        self.queue: queue.Queue[tuple[Path, Callable[[], dict[str, Any]], torch.cuda.Event | None, int]] = queue.Queue()
         self.files = 0
         self.bytes = 0
         self.failed = 0
         self._thread: threading.Thread | None = None
 
-    def submit(self, path: Path, make_record: Callable[[], dict], ready, nbytes: int) -> None:
+    def submit(
+        self, path: Path, make_record: Callable[[], dict[str, Any]], ready: torch.cuda.Event | None, nbytes: int
+    ) -> None:
         """``make_record`` runs on the writer thread after ``ready`` (a CUDA event, or None) has completed."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="dsv4-index-k-capture", daemon=True)
@@ -296,7 +309,9 @@ class _Writer:
             finally:
                 self.queue.task_done()
 
-    def _write(self, path: Path, make_record, ready, nbytes: int) -> None:
+    def _write(
+        self, path: Path, make_record: Callable[[], dict[str, Any]], ready: torch.cuda.Event | None, nbytes: int
+    ) -> None:
         # Written whole under NAME.part, then linked to NAME (os.link never replaces a file): a reader
         # (recall) sees complete files only, and a failed write leaves nothing behind.
         part = path.with_name(path.name + ".part")
@@ -371,13 +386,13 @@ class IndexKCapture:
 
     def __init__(
         self, config: CaptureConfig, layers: frozenset[int], run_dir: Path, c4_layers: Sequence[int] | None = None
-    ):
+    ) -> None:
         self.config, self.layers, self.run_dir = config, layers, run_dir
         # the model's c4 layer ids, recorded in every file: recall refuses a layer that is none of them
         self.c4_layers = None if c4_layers is None else [int(layer) for layer in c4_layers]
         self.max_bytes = config.max_mb * MIB
         self.admitted: dict[str, int] = {}  # request id -> request_index
-        self.done: set = set()  # (request id, layer)
+        self.done: set[tuple[str, int]] = set()  # (request id, layer)
         self.queued_bytes = 0
         self.stopped: str | None = None  # why capture stopped
         self._request_bound_logged = False
@@ -397,7 +412,17 @@ class IndexKCapture:
         return not self.stopped and layer in self.layers and not _graph_capturing()
 
     # the compressor's bf16 store of one layer, before that layer's indexer call
-    def note_stored(self, layer, forward_batch, kv, norm_weight, norm_eps, freqs_cis, positions, slots) -> None:
+    def note_stored(
+        self,
+        layer: int,
+        forward_batch: ForwardBatch,
+        kv: torch.Tensor,
+        norm_weight: torch.Tensor,
+        norm_eps: float,
+        freqs_cis: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+    ) -> None:
         self._stored.pop(layer, None)
         if kv.shape[0] == 0 or not self._layer_open(layer):
             return
@@ -408,7 +433,16 @@ class IndexKCapture:
         self._stored[layer] = StoredKeys(forward_batch, slots.long(), rows)
 
     # one indexer call
-    def record(self, c4_indexer, forward_batch, q, weights, c4_seq_lens, page_table, cache) -> None:
+    def record(
+        self,
+        c4_indexer: C4Indexer,
+        forward_batch: ForwardBatch,
+        q: torch.Tensor,
+        weights: torch.Tensor,
+        c4_seq_lens: torch.Tensor,
+        page_table: torch.Tensor,
+        cache: torch.Tensor,
+    ) -> None:
         layer = int(c4_indexer.layer_id)
         stored = self._stored.pop(layer, None)
         if not self._layer_open(layer):
@@ -530,17 +564,17 @@ class IndexKCapture:
 # --- the decision, once per pool ---------------------------------------------------------------
 
 
-def capture_for(pool) -> IndexKCapture | None:
+def capture_for(pool: DSV4TokenToKVPool) -> IndexKCapture | None:
     """This pool's capture (None: capture off here), decided when the pool is built (the pool hook announces
     it, so a bad layer id or directory stops start-up, not a forward pass) or else at its first indexer call."""
     decided = getattr(pool, _ATTR, _UNDECIDED)
     if decided is _UNDECIDED:
         decided = _decide(pool)
         setattr(pool, _ATTR, decided)
-    return decided
+    return cast("IndexKCapture | None", decided)  # what _decide answered, kept on the pool
 
 
-def _decide(pool) -> IndexKCapture | None:
+def _decide(pool: DSV4TokenToKVPool) -> IndexKCapture | None:
     config = load_config()
     if not (config.enabled and config.capture.enabled) or not _is_capture_rank():
         return None
@@ -555,6 +589,6 @@ def _is_capture_rank() -> bool:
     try:
         from sglang.srt.distributed.parallel_state import get_attn_tensor_model_parallel_rank
 
-        return get_attn_tensor_model_parallel_rank() == 0
+        return bool(get_attn_tensor_model_parallel_rank() == 0)
     except Exception:  # no distributed groups in this process (tests, tools)
         return True

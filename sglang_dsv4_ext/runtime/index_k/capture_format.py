@@ -22,11 +22,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
+from sglang_dsv4_ext.config import IndexKDtype
+
 FORMAT_VERSION = 3
-STORED_DTYPE = "bf16"
+STORED_DTYPE = IndexKDtype.BF16.value  # the text itself: torch.load(weights_only=True) reads no enum
 CHECKSUM = "checksum"
 PREROUNDING = "k_fp32"
 
@@ -54,7 +57,7 @@ TENSOR_FIELDS: dict[str, torch.dtype] = {
 OPTIONAL_TENSOR_FIELDS: dict[str, torch.dtype] = {PREROUNDING: torch.float32}
 
 
-def content_checksum(record: Mapping[str, object]) -> str:
+def content_checksum(record: Mapping[str, Any]) -> str:
     """sha256 over the metadata (JSON, sorted keys; an optional field only where present, so a file without it
     keeps the checksum it was written with), then each tensor present, in name order: its name, dtype,
     shape and bytes. Every field of the format but ``checksum`` itself is covered."""

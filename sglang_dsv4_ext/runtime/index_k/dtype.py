@@ -6,10 +6,13 @@ or inspects the pool it is given.
 
 from __future__ import annotations
 
-from sglang_dsv4_ext.config import ENV_INDEX_K_DTYPE, load_config
+from typing import TYPE_CHECKING
+
+from sglang_dsv4_ext.config import ENV_INDEX_K_DTYPE, IndexKDtype, load_config
 from sglang_dsv4_ext.errors import ConfigError
 
-BF16 = "bf16"
+if TYPE_CHECKING:
+    import torch
 
 
 def index_k_bytes_per_token(dtype: str, index_head_dim: int) -> int:
@@ -19,11 +22,11 @@ def index_k_bytes_per_token(dtype: str, index_head_dim: int) -> int:
     fp4: e2m1 values + one ue8m0 byte per 32 values (68 B); bf16: 2 bytes per value, no
     scale (256 B).
     """
-    if dtype == "fp8":
+    if dtype == IndexKDtype.FP8:
         return index_head_dim + index_head_dim // 128 * 4
-    if dtype == "fp4":
+    if dtype == IndexKDtype.FP4:
         return index_head_dim // 2 + index_head_dim // 32
-    if dtype == BF16:
+    if dtype == IndexKDtype.BF16:
         return 2 * index_head_dim
     raise ValueError(f"index-K dtype {dtype!r} is not one of 'fp8', 'bf16', 'fp4'")
 
@@ -47,23 +50,23 @@ def effective_index_k_dtype(use_fp4_indexer: bool = False) -> str:
     one asked for, and the pool hook logs the difference.
     """
     if use_fp4_indexer:
-        return "fp4"
+        return IndexKDtype.FP4
     wanted = load_config().index_k_dtype
     sglang_fp4 = sglang_fp4_indexer_enabled()
-    if sglang_fp4 and wanted == BF16:
+    if sglang_fp4 and wanted == IndexKDtype.BF16:
         raise ConfigError(
             f"{ENV_INDEX_K_DTYPE}=bf16 contradicts --enable-deepseek-v4-fp4-indexer; choose one index-K dtype"
         )
-    if wanted == "fp4" and sglang_fp4 is False:
+    if wanted == IndexKDtype.FP4 and sglang_fp4 is False:
         raise ConfigError(
             f"{ENV_INDEX_K_DTYPE}=fp4 means SGLang's own fp4 indexer: also pass --enable-deepseek-v4-fp4-indexer"
         )
     if sglang_fp4:
-        return "fp4"
+        return IndexKDtype.FP4
     return wanted
 
 
-def stores_bf16_index_k(pool) -> bool:
+def stores_bf16_index_k(pool: object) -> bool:
     """True for the bf16 c4 indexer pool the pool hook builds (it says so in ``index_k_dtype``).
 
     The one question "is index-K bf16 here?" of a built pool; the hooks ask it of the pool they reach
@@ -71,17 +74,17 @@ def stores_bf16_index_k(pool) -> bool:
     ``backend_stores_bf16_index_k``). ``ExtConfig.bf16_index_k`` is a different question: what the
     configuration asks for, before any pool exists (a V4.1 low-ratio pool stays fp4 whatever it says).
     """
-    return getattr(pool, "index_k_dtype", None) == BF16
+    return getattr(pool, "index_k_dtype", None) == IndexKDtype.BF16
 
 
-def pool_index_k_dtype(pool) -> str:
+def pool_index_k_dtype(pool: object) -> str:
     """The index-K dtype a built c4 indexer pool stores: what the evidence reports, whatever was asked."""
     if stores_bf16_index_k(pool):
-        return BF16
-    return "fp4" if getattr(pool, "use_fp4_indexer", False) else "fp8"
+        return IndexKDtype.BF16
+    return IndexKDtype.FP4 if getattr(pool, "use_fp4_indexer", False) else IndexKDtype.FP8
 
 
-def bf16_page_view(page_rows, page_size: int, index_head_dim: int):
+def bf16_page_view(page_rows: torch.Tensor, page_size: int, index_head_dim: int) -> torch.Tensor:
     """View one layer's uint8 page rows ``[pages, page_size*head_dim*2]`` as bf16 ``[pages, page_size, head_dim]``."""
     import torch
 

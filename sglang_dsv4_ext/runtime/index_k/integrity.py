@@ -40,16 +40,20 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from kernels_sm120 import index_k_checksum as ck
+from sglang_dsv4_ext.config import IntegrityMode
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter
 
 logger = logging.getLogger("sglang_dsv4_ext.integrity")
 
-OFF, SAMPLE, FULL = "off", "sample", "full"
 WHERE_LOAD = "load"  # a HiCache layer load, verified where the layer is read
 WHERE_PD = "pd"  # a PD decode server's received KV
 METRIC_NAME = "sglang:dsv4_index_k_integrity_mismatches_total"
@@ -104,7 +108,7 @@ def indices_on(device: torch.device, indices: torch.Tensor) -> torch.Tensor:
 class Series:
     """One tracker's counts in SGLang's Prometheus registry, created at zero (see :func:`export_at_zero`)."""
 
-    def __init__(self, where: str):
+    def __init__(self, where: str) -> None:
         export_at_zero(where)
         labels = series_labels(where)
         self.checked = checked_metric().labels(**labels)
@@ -116,7 +120,7 @@ class _Snapshot:
 
     __slots__ = ("values", "event", "rows")
 
-    def __init__(self, pin: bool):
+    def __init__(self, pin: bool) -> None:
         self.values = torch.zeros(3, dtype=torch.int64, pin_memory=pin)
         self.event = torch.cuda.Event() if pin else None
         self.rows = 0
@@ -128,7 +132,7 @@ class _Snapshot:
 class _Pending:
     __slots__ = ("rows", "expected", "requests")
 
-    def __init__(self, rows, expected, requests):
+    def __init__(self, rows: torch.Tensor, expected: torch.Tensor, requests: tuple[str, ...]) -> None:
         self.rows, self.expected, self.requests = rows, expected, requests
 
 
@@ -146,7 +150,7 @@ class IntegrityTracker:
         sample_layer_stride: int = 4,
         series: Series | None = None,
     ):
-        if mode not in (SAMPLE, FULL):
+        if mode not in (IntegrityMode.SAMPLE, IntegrityMode.FULL):
             raise ValueError(f"integrity mode must be 'sample' or 'full' for a tracker, got {mode!r}")
         self.mode, self.where = mode, where
         self.buffers = list(buffers)  # plain list: reading it is not an index-K read
@@ -200,7 +204,8 @@ class IntegrityTracker:
     def _after_forgets(self) -> None:
         """The current stream waits (on the device) for the last forget before it touches the table."""
         if self._forgotten:
-            torch.cuda.current_stream(self.device).wait_event(self._forget_done)
+            # _forget_done is set whenever _forgotten is (a CUDA tracker's forgets).
+            torch.cuda.current_stream(self.device).wait_event(self._forget_done)  # type: ignore[arg-type]
 
     # ---- write side ----
     def record(self, layer: int, src_rows: torch.Tensor, keys: torch.Tensor) -> None:
@@ -222,7 +227,7 @@ class IntegrityTracker:
         """Every host page freed at once (the host pool was cleared)."""
         self._forgetting(lambda: self.table.fill_(ck.NO_MISMATCH))
 
-    def _forgetting(self, fill, keys: torch.Tensor | None = None) -> None:
+    def _forgetting(self, fill: Callable[[], object], keys: torch.Tensor | None = None) -> None:
         """Run ``fill`` (a table write) on the side stream and note it for the table's readers and writers.
 
         Host keys (what every host pool's free and alloc hand over) need nothing from any stream, so the
@@ -237,7 +242,7 @@ class IntegrityTracker:
             keys.record_stream(self._forget_stream)
         with torch.cuda.stream(self._forget_stream):
             fill()
-            self._forget_done.record(self._forget_stream)
+            self._forget_done.record(self._forget_stream)  # type: ignore[union-attr]  # made with the stream
         self._forgotten = True
 
     # ---- read side ----
@@ -254,7 +259,7 @@ class IntegrityTracker:
             self._note_unverified(layer, self.pending.pop(layer))
 
     def samples_layer(self, layer: int) -> bool:
-        return self.mode == FULL or (layer + self.loads) % self.sample_layer_stride == 0
+        return self.mode == IntegrityMode.FULL or (layer + self.loads) % self.sample_layer_stride == 0
 
     def expect(self, layer: int, dst_rows: torch.Tensor, keys: torch.Tensor, requests: Sequence[str] = ()) -> None:
         """Device rows ``dst_rows`` of ``layer`` were loaded from ``keys``: verify them where read."""
@@ -263,7 +268,7 @@ class IntegrityTracker:
             self._count_unchecked(SAMPLING, n)
             return
         dst_rows, keys = indices_on(self.device, dst_rows), indices_on(self.device, keys)
-        if self.mode == SAMPLE and n > self.sample_pages:
+        if self.mode == IntegrityMode.SAMPLE and n > self.sample_pages:
             dst_rows, keys = self._sampled_rows(layer, n, dst_rows, keys)
             self._count_unchecked(SAMPLING, n - dst_rows.numel())
         self._after_forgets()
@@ -271,7 +276,9 @@ class IntegrityTracker:
         self._note_unverified(layer, self.pending.get(layer))
         self.pending[layer] = _Pending(dst_rows, expected, tuple(requests))
 
-    def _sampled_rows(self, layer: int, n: int, dst_rows: torch.Tensor, keys: torch.Tensor):
+    def _sampled_rows(
+        self, layer: int, n: int, dst_rows: torch.Tensor, keys: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """At most ``sample_pages`` evenly spaced of ``n`` loaded rows, shifted by one per sampled load of ``layer``.
 
         The shift counts this layer's own sampled loads, not all loads: a layer is sampled only on every
@@ -389,7 +396,7 @@ class IntegrityTracker:
 
 
 # ---------------------------------------------------------------------------------------- reporting
-_METRICS: dict[str, object] = {}
+_METRICS: dict[str, Counter] = {}
 UNKNOWN_LAUNCH = "unknown"
 _LAUNCH = [UNKNOWN_LAUNCH]  # the launch label of every series (use_launch)
 # What a checked page covers (label ``regions``): the whole page row (fp8's value + scale row, fp4's payload +
@@ -421,7 +428,7 @@ def series_labels(where: str) -> dict[str, str]:
     return {"where": where, "launch": _LAUNCH[0], "regions": WHOLE_PAGE if where == WHERE_PD else _REGIONS[0]}
 
 
-def _counter(name: str, documentation: str, labelnames: Sequence[str]):
+def _counter(name: str, documentation: str, labelnames: Sequence[str]) -> Counter:
     """SGLang's Prometheus machinery: a counter in the default registry (multiprocess-aware, as
     SGLang's own collectors, when SGLang set PROMETHEUS_MULTIPROC_DIR), created on first use."""
     if name not in _METRICS:
@@ -431,7 +438,7 @@ def _counter(name: str, documentation: str, labelnames: Sequence[str]):
     return _METRICS[name]
 
 
-def mismatch_metric():
+def mismatch_metric() -> Counter:
     return _counter(
         METRIC_NAME,
         "Index-K pages whose checksum differed where they were read (sglang-dsv4-ext integrity mode).",
@@ -439,7 +446,7 @@ def mismatch_metric():
     )
 
 
-def checked_metric():
+def checked_metric() -> Counter:
     return _counter(
         CHECKED_METRIC_NAME,
         "Index-K pages whose checksum was compared where they were read (sglang-dsv4-ext integrity mode).",
@@ -447,7 +454,7 @@ def checked_metric():
     )
 
 
-def unchecked_metric():
+def unchecked_metric() -> Counter:
     return _counter(
         UNCHECKED_METRIC_NAME,
         "Index-K pages loaded but not compared, by reason: sampling, "

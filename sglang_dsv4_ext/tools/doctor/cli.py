@@ -13,7 +13,7 @@ import json
 import sys
 
 from sglang_dsv4_ext import __version__
-from sglang_dsv4_ext.config import ConfigError, kill_switch_set, load_config
+from sglang_dsv4_ext.config import ConfigError, Fp4Budget, kill_switch_set, load_config
 from sglang_dsv4_ext.runtime import compat
 from sglang_dsv4_ext.tools import exit_codes
 from sglang_dsv4_ext.tools.doctor import sglang_entry_points
@@ -134,7 +134,7 @@ def _target_rows(state) -> list[dict[str, object]]:
             # This row also changes stock behaviour for operators who never asked for bf16.
             row["fp4_budget"] = f"{state.config.fp4_budget}: SGLang's CUDA fp4 indexer is budgeted at " + (
                 "its stock 132-B estimate"
-                if state.config.fp4_budget == "stock"
+                if state.config.fp4_budget == Fp4Budget.STOCK
                 else "the 68 B it allocates (stock: 132 B; SGLANG_DSV4_FP4_BUDGET=stock)"
             )
         targets.append(row)
@@ -284,14 +284,15 @@ def collect_report(model=None, model_name: str = "") -> dict[str, object]:
 
 
 def logits_kernel_choice(config) -> str:
-    """Which kernel computes the c4 indexer's logits under this configuration (SGLANG_DSV4_FP8_LOGITS)."""
+    """Which kernel computes the c4 indexer's logits under this configuration (SGLANG_DSV4_FP8_LOGITS,
+    SGLANG_DSV4_FP4_LOGITS)."""
     from sglang_dsv4_ext.runtime.index_k import fp8_logits
 
     if config is None:
         return "cannot tell (the configuration is not valid)"
     if not config.enabled:
         return "SGLang's own (the extension is off)"
-    return fp8_logits.planned_kernel(config.index_k_dtype, config.fp8_logits)
+    return fp8_logits.planned_kernel(config.index_k_dtype, config.fp8_logits, config.fp4_logits)
 
 
 def _print_human(report: dict[str, object]) -> None:

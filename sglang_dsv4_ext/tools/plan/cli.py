@@ -17,13 +17,12 @@ recall is reported as not measured: the model config cannot tell it).
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import json
 import logging
-import os
 import sys
 
-from sglang_dsv4_ext.config import ENV_FP4_BUDGET, ENV_INDEX_K_DTYPE, INDEX_K_DTYPES
+from sglang_dsv4_ext.config import ENV_FP4_BUDGET, ExtConfig, Fp4Budget, IndexKDtype, configured, load_config
 from sglang_dsv4_ext.errors import Dsv4ExtError, InputFileError, PlanInputError
 from sglang_dsv4_ext.tools import exit_codes, input_files
 from sglang_dsv4_ext.tools.cli import _SUMMARIES
@@ -36,28 +35,9 @@ GIB = 1 << 30
 RECALL_JSON_LIMIT = 64 * input_files.MIB  # recall --json is one row per layer, format and k: kilobytes
 
 
-@contextlib.contextmanager
-def _index_k_dtype_env(dtype: str):
-    with _env(ENV_INDEX_K_DTYPE, dtype):
-        yield
-
-
-@contextlib.contextmanager
-def _env(name: str, value: str):
-    previous = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = previous
-
-
 def plan_one(
     model: dsv4_model.Dsv4Model,
-    dtype: str,
+    config: ExtConfig,
     *,
     kv_budget_bytes: int,
     max_running_requests: int,
@@ -67,13 +47,15 @@ def plan_one(
     start_layer: int,
     end_layer: int,
 ) -> dict[str, object]:
+    """Size the pools as a server with ``config`` would (its index-K dtype and fp4 budget reach the sizing hooks)."""
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import _num_dsv4_physical_kv_pages
 
+    dtype = config.index_k_dtype
     fields = dict(max_running_requests=max_running_requests, chunked_prefill_size=chunked_prefill_size)
     if swa_full_tokens_ratio is not None:
         # What SGLang's arg hook records when the operator passes --swa-full-tokens-ratio.
         fields.update(swa_full_tokens_ratio=swa_full_tokens_ratio, _swa_full_tokens_ratio_explicitly_set=True)
-    if dtype == "fp4":
+    if dtype == IndexKDtype.FP4:
         fields["enable_deepseek_v4_fp4_indexer"] = True
     speculative = None
     if mtp:
@@ -84,7 +66,7 @@ def plan_one(
             speculative_num_steps=1,
             speculative_eagle_topk=1,
         )
-    with _index_k_dtype_env(dtype), dsv4_model.cpu_server_args(**fields):
+    with configured(config), dsv4_model.cpu_server_args(**fields):
         kvc = dsv4_model.kv_cache_configurator_stub(
             model, start_layer=start_layer, end_layer=end_layer, speculative=speculative
         )
@@ -149,14 +131,15 @@ def build_pool_plan(args: argparse.Namespace) -> dict[str, object]:
         start_layer=args.start_layer,
         end_layer=end_layer,
     )
+    shell = load_config()  # the other settings as this shell sets them
     for dtype in args.dtypes:
-        results[dtype] = plan_one(model, dtype, **sizing)
-    if "fp4" in results:
+        results[dtype] = plan_one(model, dataclasses.replace(shell, index_k_dtype=dtype), **sizing)
+    if IndexKDtype.FP4 in results:
         # What SGLang budgets for its fp4 indexer without the extension (its deliberate fp8 estimate),
         # beside what the extension budgets (the 68 B allocated): capacity an operator did not ask to change.
-        with _env(ENV_FP4_BUDGET, "stock"):
-            stock = plan_one(model, "fp4", **sizing)
-        results["fp4"]["stock_estimate"] = {k: stock[k] for k in ("indexer_bytes_per_token", "full_tokens")}
+        stock_budget = dataclasses.replace(shell, index_k_dtype=IndexKDtype.FP4, fp4_budget=Fp4Budget.STOCK)
+        stock = plan_one(model, stock_budget, **sizing)
+        results[IndexKDtype.FP4]["stock_estimate"] = {k: stock[k] for k in ("indexer_bytes_per_token", "full_tokens")}
     return {
         "model": model.name,
         "layers": model.layer_counts(args.start_layer, end_layer),
@@ -247,15 +230,16 @@ def _print_table(plan: dict[str, object]) -> None:
             value = plan["dtypes"][d][key]
             cells.append(f"{value / GIB:.3f}" if fmt is None else fmt.format(value))
         print(f"{label:<24}" + "".join(f"{c:>16}" for c in cells))
-    stock = plan["dtypes"].get("fp4", {}).get("stock_estimate")
+    fp4 = plan["dtypes"].get(IndexKDtype.FP4, {})
+    stock = fp4.get("stock_estimate")
     if stock:
         print(
-            f"fp4: budgeted at {plan['dtypes']['fp4']['indexer_bytes_per_token']} B per index-K token (what the pool "
+            f"fp4: budgeted at {fp4['indexer_bytes_per_token']} B per index-K token (what the pool "
             f"allocates); SGLang's stock estimate of {stock['indexer_bytes_per_token']} B gives "
             f"{stock['full_tokens']:,} full tokens ({ENV_FP4_BUDGET}=stock keeps it)"
         )
-    if "fp8" in plan["dtypes"] and len(dtypes) > 1:
-        base = plan["dtypes"]["fp8"]["full_tokens"]
+    if IndexKDtype.FP8 in plan["dtypes"] and len(dtypes) > 1:
+        base = plan["dtypes"][IndexKDtype.FP8]["full_tokens"]
         print(f"{'tokens vs fp8':<24}" + "".join(f"{plan['dtypes'][d]['full_tokens'] / base:>16.4f}" for d in dtypes))
     plan_low_ratio.print_low_ratio(plan)
     _print_decode_reads(plan, dtypes)
@@ -340,12 +324,12 @@ def _check_contexts(contexts: list[int], model: dsv4_model.Dsv4Model) -> None:
 
 def _dtype_list(text: str):
     values = [v.strip() for v in text.split(",") if v.strip()]
-    bad = [v for v in values if v not in INDEX_K_DTYPES]
+    bad = [v for v in values if v not in IndexKDtype.values()]
     if bad or not values:
         raise argparse.ArgumentTypeError(
-            f"--dtypes {text!r}: allowed values are {', '.join(INDEX_K_DTYPES)} (comma-separated)"
+            f"--dtypes {text!r}: allowed values are {', '.join(IndexKDtype.values())} (comma-separated)"
         )
-    return values
+    return [IndexKDtype(v) for v in values]
 
 
 _positive_float = finite_float(minimum=0, inclusive=False)
@@ -408,7 +392,7 @@ def add_subparser(subparsers) -> None:
     parser.add_argument(
         "--dtypes",
         type=_dtype_list,
-        default=list(INDEX_K_DTYPES),
+        default=list(IndexKDtype),
         help="comma-separated index-K dtypes to compare (default fp8,bf16,fp4)",
     )
     parser.add_argument(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sglang_dsv4_ext.config import IndexKDtype
 from sglang_dsv4_ext.runtime.index_k.dtype import index_k_bytes_per_token
 
 DEFAULT_CONTEXTS = (8192, 32768, 131072, 1048576)
@@ -80,7 +81,7 @@ def decode_reads_table(model, contexts: Sequence[int], dtypes: Sequence[str], **
     out = {}
     for n in contexts:
         per = {d: decode_read_bytes(model, n, d, **stage) for d in dtypes}
-        fp8 = decode_read_bytes(model, n, "fp8", **stage)["total"]
+        fp8 = decode_read_bytes(model, n, IndexKDtype.FP8, **stage)["total"]
         out[str(n)] = {
             d: {**r, "indexer_share": r["indexer"] / r["total"], "vs_fp8": r["total"] / fp8} for d, r in per.items()
         }
@@ -90,13 +91,12 @@ def decode_reads_table(model, contexts: Sequence[int], dtypes: Sequence[str], **
 # What bf16 index-K costs in c4 indexer time, measured (not derived from the bytes): the logits kernel's time
 # over bf16 keys against stock SM120's default over its fp8 pool (SGLang's tilelang_fp8_paged_mqa_logits:
 # model_hook.py sets SGLANG_OPT_USE_TILELANG_INDEXER on SM120) and against ours over the same fp8 pool
-# (SGLANG_DSV4_FP8_LOGITS=triton). NVIDIA H200, CUDA-graph medians, 2026-12-01 and, for the one-row tilings
-# and our fp8 decode tilings, 2026-12-02 (kernels_sm120/NOTES.md, "fp8 logits" and "Interleaved parts for one
-# row, fp8 key scales one tile ahead"; `python -m benchmarks.kernels_fp8`, `benchmarks.kernels_fp8_tilings`);
-# an SM120 card was not measured. (label, low, high).
+# (SGLANG_DSV4_FP8_LOGITS=triton). NVIDIA H200, CUDA-graph medians, one run of all three kernels on the same
+# inputs, 2026-12-02 (kernels_sm120/NOTES.md, "One run of every kernel and limit"; `python -m
+# benchmarks.kernels_fp8`); an SM120 card was not measured. (label, low, high).
 MEASURED_INDEXER_TIME = (
-    ("bf16 / stock SM120 fp8 (TileLang), uniform batches >= 34 MB of keys", 1.03, 1.15),
-    ("bf16 / stock SM120 fp8 (TileLang), uniform batches <= 17 MB", 1.10, 1.24),
-    ("bf16 / stock SM120 fp8 (TileLang), mixed-length batches", 0.08, 0.75),
-    ("bf16 / our fp8 kernel, uniform batches >= 34 MB", 1.52, 1.70),
+    ("bf16 / stock SM120 fp8 (TileLang), uniform batches >= 34 MB of keys", 1.00, 1.12),
+    ("bf16 / stock SM120 fp8 (TileLang), uniform batches <= 17 MB", 1.04, 1.22),
+    ("bf16 / stock SM120 fp8 (TileLang), mixed-length batches", 0.08, 0.73),
+    ("bf16 / our fp8 kernel, uniform batches >= 34 MB", 1.45, 1.67),
 )

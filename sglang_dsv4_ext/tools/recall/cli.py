@@ -33,22 +33,23 @@ from typing import Any, TypedDict
 
 import torch
 
+from sglang_dsv4_ext.config import IndexKDtype
 from sglang_dsv4_ext.errors import CaptureFileError
 from sglang_dsv4_ext.tools import exit_codes
 from sglang_dsv4_ext.tools.recall import capture_files, formats
 
-FORMATS = ("bf16", "fp8", "fp4")
+FORMATS = (IndexKDtype.BF16, IndexKDtype.FP8, IndexKDtype.FP4)
 REFERENCE_FP32 = "fp32"  # the file's k_fp32: the values the bf16 store rounded
 REFERENCE_BF16 = "bf16"  # the stored bf16 keys (the file has no k_fp32)
 fp4_round_trip = formats.fp4_round_trip  # SGLang's fp4 index-K rule (see formats), float64 out
 
 
 def round_trip(fmt: str, x: torch.Tensor) -> torch.Tensor:
-    if fmt == "bf16":
+    if fmt == IndexKDtype.BF16:
         return x.to(torch.bfloat16).to(torch.float64)
-    if fmt == "fp8":
+    if fmt == IndexKDtype.FP8:
         return formats.fp8_round_trip(x).to(torch.float64)
-    if fmt == "fp4":
+    if fmt == IndexKDtype.FP4:
         return formats.fp4_round_trip(x)
     raise ValueError(f"format {fmt!r} is not one of {FORMATS}")
 
@@ -82,8 +83,8 @@ def _format_logits(capture: capture_files.Capture, rows: list[int]) -> dict[str,
     reference_keys = keys(capture.k if capture.k_fp32 is None else capture.k_fp32)
     out = {"reference": logits(q, weights, reference_keys)}
     if capture.k_fp32 is not None:
-        out["bf16"] = logits(q, weights, keys(capture.k))  # what the pool held
-    for fmt in ("fp8", "fp4"):
+        out[IndexKDtype.BF16] = logits(q, weights, keys(capture.k))  # what the pool held
+    for fmt in (IndexKDtype.FP8, IndexKDtype.FP4):
         out[fmt] = logits(round_trip(fmt, q), weights, round_trip(fmt, reference_keys))
     return out
 
@@ -188,7 +189,7 @@ def _result_rows(cells: dict[tuple, _Cell]) -> list[dict]:
     for (layer, k, reference), cell in sorted(cells.items()):
         for fmt in FORMATS:
             row = {"layer": layer, "format": fmt, "k": k, "reference": reference}
-            if fmt == "bf16" and reference == REFERENCE_BF16:
+            if fmt == IndexKDtype.BF16 and reference == REFERENCE_BF16:
                 row.update(rows=0, recall=None, min_recall=None, is_reference=True)
             else:
                 v = cell.recalls.get(fmt, [])

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from sglang_dsv4_ext.config import IndexKDtype
 from sglang_dsv4_ext.errors import PairingError, ReproInputError
 from sglang_dsv4_ext.tools import exit_codes
 from sglang_dsv4_ext.tools.repro import rundir
@@ -418,7 +419,7 @@ def _add_ab(sub) -> None:
         )
         ab.add_argument(
             f"--expect-index-k-dtype-{side}",
-            choices=("fp8", "bf16", "fp4"),
+            choices=IndexKDtype.values(),
             default=None,
             help=f"refuse unless every server of stack {side.upper()} reports this index-K dtype built",
         )

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import cast
 
+from sglang_dsv4_ext.config import IndexKDtype
 from sglang_dsv4_ext.errors import PairingError
 from sglang_dsv4_ext.tools import exit_codes
 from sglang_dsv4_ext.tools.repro import rundir
@@ -253,7 +254,7 @@ def _short_ranks(name: str, servers: list[dict]) -> list[str]:
 
 
 # Words of a --label that name what a side ran; "stock" is SGLang's own pool (fp8, or fp4 under its flag).
-_LABEL_WORDS = ("fp8", "bf16", "fp4", "stock")
+_LABEL_WORDS = (*IndexKDtype.values(), "stock")
 
 
 def _label_claims(label: str | None) -> set[str]:
@@ -269,7 +270,9 @@ def _label_problem(name: str, label: str | None, servers: list[dict] | None) -> 
     contradicted = [
         c
         for c in sorted(claims)
-        if (c == "stock" and not stock) or (c == "bf16" and stock) or (c != "stock" and not stock and c not in built)
+        if (c == "stock" and not stock)
+        or (c == IndexKDtype.BF16 and stock)
+        or (c != "stock" and not stock and c not in built)
     ]
     if not contradicted:
         return []

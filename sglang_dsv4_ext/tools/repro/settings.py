@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sglang_dsv4_ext.config import INDEX_K_DTYPES
+from sglang_dsv4_ext.config import IndexKDtype
 from sglang_dsv4_ext.tools.repro import strict_json
 from sglang_dsv4_ext.tools.repro.extension_check import EXPECT_CHOICES
 from sglang_dsv4_ext.tools.repro.scenario import ScenarioConfig
@@ -205,8 +205,8 @@ def _check_expect(value) -> None:
 
 
 def _check_index_k_dtype(value) -> None:
-    if value not in INDEX_K_DTYPES:
-        raise ValueError(f"expected one of {', '.join(INDEX_K_DTYPES)}, got {value!r}")
+    if value not in IndexKDtype.values():
+        raise ValueError(f"expected one of {', '.join(IndexKDtype.values())}, got {value!r}")
 
 
 def _no_check(value) -> None:

@@ -22,6 +22,7 @@ from sglang_dsv4_ext.config import (
     PLUGIN_NAME,
     SETTINGS_BY_FIELD,
     UNSET_IN_CHILDREN,
+    IndexKDtype,
     plugins_with_ours,
 )
 from sglang_dsv4_ext.tools.serving.preset import (
@@ -221,7 +222,7 @@ def _server_args(
         ours.append("--enable-hierarchical-cache")
         if spec.hicache_ratio is not None:
             ours += ["--hicache-ratio", repr(spec.hicache_ratio)]
-    if spec.ext.enabled and spec.ext.index_k_dtype == "fp4":
+    if spec.ext.enabled and spec.ext.index_k_dtype == IndexKDtype.FP4:
         # fp4 index-K is SGLang's own indexer; the extension only records the choice.
         ours.append("--enable-deepseek-v4-fp4-indexer")
     if spec.ext.integrity_enabled and inst.role in ("prefill", "decode"):
@@ -459,7 +460,11 @@ def _extension_off_notes(spec: StackSpec) -> list[str]:
 def _setting_notes(spec: StackSpec) -> list[str]:
     """A setting that does nothing on this stack, said (it is accepted: a preset may keep it for another dtype)."""
     ext = spec.ext
-    if ext.enabled and ext.fp4_budget != SETTINGS_BY_FIELD["fp4_budget"].default and ext.index_k_dtype != "fp4":
+    if (
+        ext.enabled
+        and ext.fp4_budget != SETTINGS_BY_FIELD["fp4_budget"].default
+        and ext.index_k_dtype != IndexKDtype.FP4
+    ):
         return [
             f"--fp4-budget {ext.fp4_budget} (or [extension] fp4_budget) has no effect: it budgets SGLang's fp4 "
             f"indexer, and this stack's index-K is {ext.index_k_dtype}"

@@ -4,10 +4,13 @@ Each test pins what a surviving mutant changed: how the value kinds read their t
 taken exactly as listed, a whole number must be >= 1, a layer rule is normalised; no surrounding
 space or other case is forgiven, docs/adding-a-setting.md), the alias
 agreeing with ``bf16``, the errors naming the variable and the allowed values, and the
-kill-switch and ``SGLANG_PLUGINS`` readers honouring the environment they are given.
+kill-switch and ``SGLANG_PLUGINS`` readers honouring the environment they are given, and the environment override
+removing a variable that is not set.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -20,24 +23,29 @@ DTYPE, ALIAS = config.ENV_INDEX_K_DTYPE, config.ENV_BF16_ALIAS
 
 
 # ----- a choice (built once at import for each row, so its own behaviour is tested on a fresh one) -----
+class _Checks(config.Choice):
+    SAMPLE = "sample"
+    FULL = "full"
+
+
 def test_a_choice_reads_its_text_exactly_as_listed_and_declares_its_choices():
-    kind = config._choice("sample", "full")
-    assert kind.parse("VAR", "full") == "full"
-    assert kind.parse("VAR", "sample") == "sample"
-    assert kind.type is str
+    kind = config._choice(_Checks)
+    assert kind.parse("VAR", "full") is _Checks.FULL
+    assert kind.parse("VAR", "sample") is _Checks.SAMPLE
+    assert kind.type is _Checks
     assert kind.choices == ("sample", "full")
 
 
 @pytest.mark.parametrize("text", [" full ", "Full", "FULL"])
 def test_a_choice_refuses_its_values_spelled_otherwise(text):
-    kind = config._choice("sample", "full")
+    kind = config._choice(_Checks)
     with pytest.raises(ConfigError) as err:
         kind.parse("VAR", text)
     assert str(err.value) == f"VAR={text!r} is not valid; allowed values: 'sample', 'full'"
 
 
 def test_a_choice_refuses_other_text_naming_the_variable_and_the_allowed_values():
-    kind = config._choice("sample", "full")
+    kind = config._choice(_Checks)
     with pytest.raises(ConfigError) as err:
         kind.parse("VAR", "often")
     assert str(err.value) == "VAR='often' is not valid; allowed values: 'sample', 'full'"
@@ -115,3 +123,24 @@ def test_sglang_plugins_is_split_on_commas_as_sglang_does(monkeypatch):
     monkeypatch.setenv(config.ENV_SGLANG_PLUGINS, " other , sglang_dsv4_ext ,,")
     assert config.sglang_plugins() == ("other", "sglang_dsv4_ext")
     assert config.sglang_plugins({config.ENV_SGLANG_PLUGINS: "a,b c"}) == ("a", "b c")
+
+
+def test_sglang_plugins_of_an_unset_variable_is_empty():
+    assert config.sglang_plugins({}) == ()
+    assert config.sglang_plugins({config.ENV_SGLANG_PLUGINS: ""}) == ()
+
+
+def test_the_plugin_allowlist_is_split_on_commas_only(monkeypatch):
+    allowed = config.sglang_plugin_allowlist({config.ENV_SGLANG_PLUGINS: "other,sglang_dsv4_ext, b c"})
+    assert allowed == frozenset({"other", "sglang_dsv4_ext", "b c"})
+    monkeypatch.setenv(config.ENV_SGLANG_PLUGINS, "other,sglang_dsv4_ext")
+    assert config.sglang_plugin_allowlist() == frozenset({"other", "sglang_dsv4_ext"})  # the process's by default
+    assert config.plugin_allowed() is True
+
+
+# ----- the environment override -----
+def test_the_environment_override_may_remove_a_variable_that_is_not_set(monkeypatch):
+    monkeypatch.delenv("SGLANG_DSV4_TEST_ABSENT", raising=False)
+    with config.environment_override({"SGLANG_DSV4_TEST_ABSENT": None}):
+        assert "SGLANG_DSV4_TEST_ABSENT" not in os.environ
+    assert "SGLANG_DSV4_TEST_ABSENT" not in os.environ

@@ -81,7 +81,7 @@ def test_triton_routes_sglangs_sm120_logits_to_ours(interp, sg_indexer, monkeypa
     out = run_hook(sg_indexer, args)
     assert errors(out, args) < 1e-6  # ours (SGLang's bf16 bmm is ~2e-3 off)
     assert fp8_logits.last_kernel() == fp8_logits.OURS
-    assert fp8_logits.logits_kernel("fp8", "triton") == f"last call: {fp8_logits.OURS}"
+    assert fp8_logits.logits_kernel("fp8", "triton", "triton") == f"last call: {fp8_logits.OURS}"
     assert sg_indexer.fp8_paged_mqa_logits_torch_sm120 is original  # restored after the call
 
 
@@ -129,10 +129,53 @@ def test_bad_setting_names_the_variable_and_the_values(monkeypatch):
 
 
 def test_planned_kernel_says_what_each_configuration_runs():
-    assert fp8_logits.planned_kernel("bf16", "triton") == fp8_logits.OURS_BF16
-    assert fp8_logits.planned_kernel("fp4", "triton") == fp8_logits.FP4
-    assert "SGLang's own" in fp8_logits.planned_kernel("fp8", "sglang")
-    assert fp8_logits.planned_kernel("fp8", "triton").startswith(fp8_logits.OURS)
+    assert fp8_logits.planned_kernel("bf16", "triton", "triton") == fp8_logits.OURS_BF16
+    assert fp8_logits.planned_kernel("fp4", "triton", "triton").startswith(fp8_logits.OURS_FP4)
+    assert fp8_logits.planned_kernel("fp4", "triton", "sglang").startswith(fp8_logits.FP4)
+    assert "SGLang's own" in fp8_logits.planned_kernel("fp8", "sglang", "triton")
+    assert fp8_logits.planned_kernel("fp8", "triton", "triton").startswith(fp8_logits.OURS)
+
+
+def fp8_one_row(width_pages):
+    g = torch.Generator().manual_seed(9)
+    cache = R.fp8_index_k_pages(torch.randn(width_pages * 64, 128, generator=g))
+    table = torch.arange(width_pages, dtype=torch.int32).view(1, width_pages)
+    q = (torch.randn(1, 1, 16, 128, generator=g) * 4).to(torch.float8_e4m3fn)
+    w = torch.randn(1, 16, generator=g)
+    return q, cache, w, torch.tensor([width_pages * 64 - 5], dtype=torch.int32), table, width_pages * 64
+
+
+def tier_edges():
+    """Each tier of TILELANG_FASTER at its edge (TileLang's), one page wider (ours), and one row past the last."""
+    cases = []
+    for rows, keys in fp8_logits.TILELANG_FASTER:
+        cases += [(rows, keys, True), (rows, keys + 64, False)]
+    return [*cases, (1, 64, True), (fp8_logits.TILELANG_FASTER[-1][0] + 1, 64, False)]
+
+
+@pytest.mark.parametrize(("rows", "keys", "tilelang"), tier_edges())
+def test_tilelang_takes_the_calls_where_it_measured_faster(rows, keys, tilelang):
+    q = torch.empty(rows, 1, 64, 128, dtype=torch.float8_e4m3fn)
+    table = torch.zeros(rows, keys // 64, dtype=torch.int32)
+    assert (fp8_logits.tilelang_faster(fp8_logits.TILELANG, q, table) is not None) is tilelang
+    assert fp8_logits.tilelang_faster("fp8_paged_mqa_logits_torch_sm120", q, table) is None
+
+
+def test_the_router_hands_a_short_row_to_sglangs_tilelang_function(interp, sg_indexer):
+    """At one row within the first tier of TILELANG_FASTER the router calls the function it routes (SGLang's
+    TileLang kernel in serving; TileLang needs a GPU, so SGLang's torch function stands in for it under
+    TileLang's name); one page past that width it runs ours."""
+    sglang_fn = sg_indexer.fp8_paged_mqa_logits_torch_sm120
+    routed = fp8_logits.router(fp8_logits.TILELANG, sglang_fn)
+    edge_pages = fp8_logits.TILELANG_FASTER[0][1] // 64
+    short = fp8_one_row(edge_pages)
+    out = routed(*short[:5], None, short[5], clean_logits=False)
+    assert torch.equal(out, sglang_fn(*short[:5], None, short[5], clean_logits=False))
+    assert "TileLang measured faster" in fp8_logits.last_kernel()
+    longer = fp8_one_row(edge_pages + 1)
+    out = routed(*longer[:5], None, longer[5], clean_logits=False)
+    assert errors(out, longer) < 1e-6
+    assert fp8_logits.last_kernel() == fp8_logits.OURS
 
 
 def test_doctor_says_which_logits_kernel_the_configuration_runs(monkeypatch):
@@ -140,7 +183,7 @@ def test_doctor_says_which_logits_kernel_the_configuration_runs(monkeypatch):
     from sglang_dsv4_ext.tools.doctor.cli import logits_kernel_choice
 
     monkeypatch.setenv(ENV_FP8_LOGITS, "sglang")
-    assert logits_kernel_choice(load_config()) == fp8_logits.planned_kernel("fp8", "sglang")
+    assert logits_kernel_choice(load_config()) == fp8_logits.planned_kernel("fp8", "sglang", "triton")
     monkeypatch.setenv(ENV_FP8_LOGITS, "triton")
     assert logits_kernel_choice(load_config()).startswith(fp8_logits.OURS)
     monkeypatch.setenv("SGLANG_DSV4_EXT", "0")

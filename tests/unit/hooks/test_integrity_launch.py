@@ -12,6 +12,7 @@ import pytest
 import torch
 from prometheus_client import REGISTRY, generate_latest
 
+from sglang_dsv4_ext.config import IntegrityMode
 from sglang_dsv4_ext.runtime.index_k import integrity as ii
 from sglang_dsv4_ext.tools.repro import server_evidence as se
 
@@ -47,7 +48,7 @@ def test_counters_an_earlier_launch_left_are_not_the_current_servers(launch_labe
 def _pending_verification(where: str):
     g = torch.Generator().manual_seed(5)
     buffers = [torch.randint(0, 256, (8, 256), dtype=torch.uint8, generator=g) for _ in range(2)]
-    tracker = ii.IntegrityTracker(ii.FULL, buffers, 16, where=where, series=ii.Series(where))
+    tracker = ii.IntegrityTracker(IntegrityMode.FULL, buffers, 16, where=where, series=ii.Series(where))
     rows = torch.arange(8)
     tracker.record_all_layers(rows, rows)
     tracker.begin_load()

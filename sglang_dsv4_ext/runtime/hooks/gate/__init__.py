@@ -44,6 +44,9 @@ upstream-gated).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
 from sglang_dsv4_ext.errors import DSV4IndexKGateError
 from sglang_dsv4_ext.runtime import compat
 from sglang_dsv4_ext.runtime.hooks.gate import replay, subpool, waits
@@ -63,6 +66,10 @@ from sglang_dsv4_ext.runtime.hooks.gate.subpool import (
 )
 from sglang_dsv4_ext.runtime.index_k import pool_lifecycle
 
+if TYPE_CHECKING:
+    from sglang_dsv4_ext.runtime.compat import Target
+    from sglang_dsv4_ext.runtime.hooks import Hook, HookContext
+
 __all__ = [
     "DSV4IndexKGateError",
     "EXTENSION_GATED",
@@ -79,15 +86,17 @@ __all__ = [
 ]
 
 
-def _reader_hooks(ctx, readers, make_gate):
+def _reader_hooks(
+    ctx: HookContext, readers: Iterable[Target], make_gate: Callable[[str], Callable[..., Any]]
+) -> list[Hook]:
     from sglang_dsv4_ext.runtime.hooks import Hook
 
     result = []
     for target in readers:
         if not ctx.wants(target):
             continue  # its module is not imported yet: probe it when SGLang imports it
-        verdict = probe_readers(compat.owner_of(target), {target.attribute: target.required_args_after_layer_id()})
-        verdict = verdict[target.attribute]
+        verdicts = probe_readers(compat.owner_of(target), {target.attribute: target.required_args_after_layer_id()})
+        verdict = verdicts[target.attribute]
         ctx.accessor_verdicts[target.path] = verdict
         if verdict == UPSTREAM_GATED:
             ctx.not_needed[target.path] = "SGLang already waits for the layer's load (probe)"
@@ -96,7 +105,7 @@ def _reader_hooks(ctx, readers, make_gate):
     return result
 
 
-def hooks(ctx):
+def hooks(ctx: HookContext) -> list[Hook]:
     from sglang_dsv4_ext.runtime.hooks import Hook
 
     # The gate links each DSV4 pool's sub-pools when the pool is built (the pool hook announces it).

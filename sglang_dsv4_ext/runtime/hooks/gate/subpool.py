@@ -8,9 +8,29 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable
+from types import CodeType, FrameType
+from typing import TYPE_CHECKING, Any, Protocol, SupportsIndex
 
+from sglang_dsv4_ext.config import GateMode
 from sglang_dsv4_ext.errors import DSV4IndexKGateError
 from sglang_dsv4_ext.runtime.hooks.gate.waits import waited_upto
+
+if TYPE_CHECKING:
+    import torch
+
+    from sglang_dsv4_ext.runtime.sglang_types import DSV4TokenToKVPool, IndexerSubPool
+
+    class GatedPool(DSV4TokenToKVPool, Protocol):
+        """A DSV4 pool :func:`link_subpools` linked: the gate's mode is set on it."""
+
+        _dsv4_gate_mode: str
+
+    class GatedSubPool(IndexerSubPool, Protocol):
+        """An index-K sub-pool :func:`link_subpools` linked to its parent pool."""
+
+        _dsv4_gate_parent: weakref.ref[GatedPool]
+        _dsv4_gate_global_layers: dict[int, int]  # sub-pool layer -> the global layer whose load carries it
+
 
 logger = logging.getLogger("sglang_dsv4_ext.runtime.hooks.gate")
 
@@ -18,13 +38,13 @@ logger = logging.getLogger("sglang_dsv4_ext.runtime.hooks.gate")
 _HOOKS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-_logged_sites = set()
+_logged_sites: set[str] = set()
 _logged_lock = threading.Lock()
 
 
 def _caller_site() -> str:
     """The first frame outside the gate, SGLang's pool module and the hook wrappers."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_HOOKS_DIR) and not filename.endswith(
@@ -35,7 +55,7 @@ def _caller_site() -> str:
     return "<unknown caller>"
 
 
-def _parent_of(sub_pool):
+def _parent_of(sub_pool: IndexerSubPool) -> GatedPool | None:
     ref = sub_pool.__dict__.get("_dsv4_gate_parent")
     return ref() if ref is not None else None
 
@@ -47,11 +67,11 @@ _RAW_BUFFER_WRITERS = frozenset({"set_index_fused", "set_index_k_scale_buffer", 
 _RAW_BUFFER_TRANSFER_FILES = ("memory_pool_host.py",)
 
 
-def _raw_access_is_not_a_read(code) -> bool:
+def _raw_access_is_not_a_read(code: CodeType) -> bool:
     return code.co_name in _RAW_BUFFER_WRITERS or code.co_filename.endswith(_RAW_BUFFER_TRANSFER_FILES)
 
 
-def before_subpool_read(sub_pool, local_layer_id: int, what: str, *, raw_access: bool = False) -> None:
+def before_subpool_read(sub_pool: GatedSubPool, local_layer_id: int, what: str, *, raw_access: bool = False) -> None:
     """Make a sub-pool read of layer ``local_layer_id`` safe, or refuse it in strict mode."""
     parent = _parent_of(sub_pool)
     if parent is None:
@@ -59,8 +79,8 @@ def before_subpool_read(sub_pool, local_layer_id: int, what: str, *, raw_access:
     counter = parent.layer_transfer_counter
     if counter is None or getattr(counter, "consumer_index", -1) < 0:
         return  # HiCache off, or no load pending for this batch
-    mode = parent.__dict__.get("_dsv4_gate_mode", "auto")
-    if mode == "off":
+    mode = parent.__dict__.get("_dsv4_gate_mode", GateMode.AUTO)
+    if mode == GateMode.OFF:
         return
     global_layer = sub_pool._dsv4_gate_global_layers.get(local_layer_id)
     if global_layer is None:
@@ -76,7 +96,7 @@ def before_subpool_read(sub_pool, local_layer_id: int, what: str, *, raw_access:
         f"load is pending and not yet waited for (caller: {site}); read through "
         f"DeepSeekV4TokenToKVPool.get_index_k_* or call wait_layer_transfer({global_layer}) first"
     )
-    if mode == "strict":
+    if mode == GateMode.STRICT:
         raise DSV4IndexKGateError(message)
     with _logged_lock:
         first = site not in _logged_sites
@@ -86,10 +106,12 @@ def before_subpool_read(sub_pool, local_layer_id: int, what: str, *, raw_access:
     parent.wait_layer_transfer(global_layer)
 
 
-def make_subpool_reader_gate(name: str) -> Callable:
+def make_subpool_reader_gate(name: str) -> Callable[..., Any]:
     label = f"DeepSeekV4IndexerPool.{name}"
 
-    def gate_subpool_reader(original, self, layer_id, *args, **kwargs):
+    def gate_subpool_reader(
+        original: Callable[..., Any], self: GatedSubPool, layer_id: int, *args: object, **kwargs: Any
+    ) -> Any:
         # Hot path with HiCache off: one dict lookup, one weakref call, one attribute.
         ref = self.__dict__.get("_dsv4_gate_parent")
         if ref is not None:
@@ -106,7 +128,7 @@ def make_subpool_reader_gate(name: str) -> Callable:
     return gate_subpool_reader
 
 
-class GatedLayerBuffers(list):
+class GatedLayerBuffers(list["torch.Tensor"]):
     """The raw per-layer index-K buffer list, gated on item access (``buffers[layer]``).
 
     Iteration and ``len`` stay ungated: PD and HiCache take all buffers at construction,
@@ -114,8 +136,10 @@ class GatedLayerBuffers(list):
     """
 
     __slots__ = ("_sub_pool_ref", "_parent_ref")
+    _sub_pool_ref: weakref.ref[GatedSubPool]
+    _parent_ref: weakref.ref[GatedPool]
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: SupportsIndex | slice) -> Any:
         parent = self._parent_ref()  # hot path with HiCache off: this and one attribute
         counter = None if parent is None else parent.layer_transfer_counter
         if counter is not None and counter.consumer_index >= 0 and isinstance(key, int):
@@ -128,7 +152,7 @@ class GatedLayerBuffers(list):
         return list.__getitem__(self, key)
 
 
-def loading_layers(pool) -> dict[int, dict[int, int]]:
+def loading_layers(pool: DSV4TokenToKVPool) -> dict[int, dict[int, int]]:
     """``{ratio: {sub-pool layer: global layer whose HiCache load carries it}}``.
 
     That is the layer's *source*: for ratios 4/128 each sub-pool layer belongs to one layer;
@@ -150,13 +174,13 @@ def loading_layers(pool) -> dict[int, dict[int, int]]:
     return result
 
 
-def link_subpools(pool) -> None:
+def link_subpools(pool: DSV4TokenToKVPool) -> None:
     """Connect a freshly built DSV4 pool's index-K sub-pools to it for the gate (pool creation)."""
     from sglang_dsv4_ext.config import load_config  # decided per pool, never at import
 
     mode = load_config().gate
-    pool._dsv4_gate_mode = mode
-    if mode == "off":
+    pool._dsv4_gate_mode = mode  # type: ignore[attr-defined]  # the gate's mark on SGLang's pool (GatedPool)
+    if mode == GateMode.OFF:
         return
     global_layers = loading_layers(pool)
     for ratio, sub_pool in getattr(pool, "index_pools", {}).items():
@@ -166,7 +190,7 @@ def link_subpools(pool) -> None:
         if type(buffers) is list:  # SGLang's list of per-layer tensors; leave any other storage as it is
             gated = GatedLayerBuffers(buffers)
             gated._sub_pool_ref = weakref.ref(sub_pool)
-            gated._parent_ref = weakref.ref(pool)
+            gated._parent_ref = weakref.ref(pool)  # type: ignore[arg-type]  # linked just above: a GatedPool
             sub_pool.index_k_with_scale_buffer = gated
 
 
@@ -175,8 +199,10 @@ def link_subpools(pool) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def gate_toplevel_reader(original, self, layer_id, *args, **kwargs):
+def gate_toplevel_reader(
+    original: Callable[..., Any], self: DSV4TokenToKVPool, layer_id: int, *args: object, **kwargs: Any
+) -> Any:
     """Wait for the layer's load before an ungated top-level index-K reader returns data."""
-    if self.layer_transfer_counter is not None and getattr(self, "_dsv4_gate_mode", "auto") != "off":
+    if self.layer_transfer_counter is not None and getattr(self, "_dsv4_gate_mode", GateMode.AUTO) != GateMode.OFF:
         self.wait_layer_transfer(layer_id)
     return original(self, layer_id, *args, **kwargs)
