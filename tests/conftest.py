@@ -32,12 +32,19 @@ def _cuda_available() -> bool:
 
 
 INTEGRATION_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "integration")
+# The tests that build this checkout with setuptools in place (build/, *.egg-info): under pytest-xdist
+# (`--dist loadgroup`) they share one worker, never building at once.
+BUILDS_IN_TREE = ("test_startup_hook.py", "test_wheel_ships_series.py")
 
 
 def pytest_collection_modifyitems(config, items):
+    xdist = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if str(item.path).startswith(INTEGRATION_DIR + os.sep):
             item.add_marker(pytest.mark.integration)
+        if xdist:  # one group per file (a module's fixtures are built once), the in-tree builds in one group
+            group = "builds-in-tree" if item.path.name in BUILDS_IN_TREE else str(item.path)
+            item.add_marker(pytest.mark.xdist_group(group))
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU: run tests/run_gpu_tests.sh on a CUDA GPU machine")
