@@ -2,16 +2,21 @@
 
 How a differing setting is written in the refusal and in every output's warning (an unset value, a
 list, a string quoted as JSON, a number, a switch as given or not), a recorded object compared whatever
-its key order, and requests run at another concurrency counted with the first one named.
+its key order, and requests run at another concurrency counted with the first one named. What a comparison
+says about its sides: each side's server lines, the evidence problems of either side (no servers, a restart, an
+unknown state, a dtype not reported or a mix, ranks without the extension), a label naming another stack, one
+dtype on both sides, one side failing in transport far more often, the parsing paths; a copy of a run told by its
+requests; a run loaded through the reader's own record check.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from sglang_dsv4_ext.errors import PairingError
+from sglang_dsv4_ext.errors import PairingError, ReproInputError
 from sglang_dsv4_ext.tools.repro import pairing
 from sglang_dsv4_ext.tools.repro.settings import SHAPE_SETTINGS
+from tests.support.repro_cli import make_run, requests_file
 
 
 def _run(path: str, **config) -> pairing.LoadedRun:
@@ -385,3 +390,100 @@ def test_a_transport_problem_is_an_evidence_problem():
         "the corruption verdict covers only the requests both sides answered, and B's failures may hide its "
         "corruption"
     ]
+
+
+def test_a_side_whose_servers_record_no_parsing_path_cannot_tell_on_either_side():
+    assert pairing._parsing_problem(_parsing(None), _parsing("deepseek-recipe")) == [
+        "cannot tell that the sides parse through one path (A cannot tell, B deepseek-recipe)"
+    ]
+
+
+def test_side_a_problems_and_side_b_label_are_named_in_the_evidence_problems():
+    result = _result(None, [_recipe("http://b:1", ["bf16"])])
+    result["b"]["label"] = "fp8"
+    assert pairing.evidence_problems(result) == [
+        "A's summary records no servers' state: what A ran is unknown",
+        "B is labelled 'fp8', but its servers report index-K bf16: the label names another stack (swapped or "
+        "stale --label?)",
+    ]
+
+
+def test_sides_that_both_ran_one_mix_of_dtypes_do_not_compare_dtypes():
+    result = _result([_recipe("http://a:1", ["mixed:bf16,fp8"])], [_recipe("http://b:1", ["mixed:fp8,bf16"])])
+    assert pairing.evidence_problems(result)[-1] == (
+        "both sides report the same index-K dtype (bf16/fp8): the A/B does not compare dtypes"
+    )
+
+
+def test_settings_either_summary_does_not_record_are_listed_in_one_note(tmp_path):
+    a, b = _run(str(tmp_path / "a")), _run(str(tmp_path / "b"))
+    del b.summary["config"]["seed"]  # recorded by A only
+    del a.summary["config"]["stream"], b.summary["config"]["stream"]
+    assert pairing.setting_differences(a, b) == ({}, ["--seed, --stream not recorded in both summaries"])
+
+
+def test_every_output_shows_the_evidence_problems_and_an_unfinished_a_first():
+    result = {
+        "evidence_problems": ["A's summary records no servers' state: what A ran is unknown"],
+        "settings_differ": {"--seed": "A 0, B 1", "--stream": "A not given, B given"},
+        "a": {"run": "runs/a", "incomplete": "stopped at its time limit: 6 of 8 requests run, 2 not run"},
+    }
+    assert pairing.warnings(result) == [
+        "not comparable as asked (--fail-if-not-comparable exits 4): A's summary records no servers' state: what A "
+        "ran is unknown",
+        "the runs differ in settings that decide the workload or its verdicts (--seed: A 0, B 1; --stream: A not "
+        "given, B given); compared anyway (--allow-different-settings): a difference may be the settings, not the "
+        "stacks",
+        "A (runs/a) did not finish: stopped at its time limit: 6 of 8 requests run, 2 not run; only its recorded "
+        "requests are paired",
+    ]
+
+
+def test_servers_short_of_ranks_are_all_listed_in_one_problem():
+    ranks = [{"active": 3, "total": 4, "group": "tp"}, {"active": 1, "total": 2, "group": "dp"}]
+    servers = [
+        _server("http://a:1", ["bf16"], ranks={"short": ranks[:1]}),
+        _server("http://a:2", ["bf16"], ranks={"short": ranks[1:]}),
+    ]
+    assert pairing._short_ranks("A", servers) == [
+        "A: http://a:1 active on 3 of 4 ranks; http://a:2 active on 1 of 2 ranks: the ranks without the extension "
+        "built stock pools, so A ran a mix"
+    ]
+
+
+def test_a_label_contradicted_by_a_mix_names_every_dtype_built():
+    assert pairing._label_problem("B", "fp4", [_server("http://b:1", ["mixed:fp8,bf16"])]) == [
+        "B is labelled 'fp4', but its servers report index-K bf16/fp8: the label names another stack (swapped or "
+        "stale --label?)"
+    ]
+
+
+# ----- a run compared with itself -----
+def _stamped(path: str, *latencies: float) -> pairing.LoadedRun:
+    records = {f"0/{i}/0/0": {"started_at": 100.0 + i, "latency_s": s} for i, s in enumerate(latencies)}
+    return pairing.LoadedRun(path, {}, records)
+
+
+def test_a_copy_of_a_run_is_told_by_its_requests_start_and_latency(tmp_path):
+    a, b = _stamped(str(tmp_path / "a"), 1.5, 2.5), _stamped(str(tmp_path / "b"), 1.5, 2.5)
+    assert pairing.same_run(a, b) == (
+        "A and B hold the same requests (all 2 paired requests started at the same moment with the same latency): "
+        "one directory is a copy of the other"
+    )
+
+
+def test_requests_started_at_the_same_moments_with_other_latencies_are_two_runs(tmp_path):
+    a, b = _stamped(str(tmp_path / "a"), 1.5, 2.5), _stamped(str(tmp_path / "b"), 1.5, 2.75)
+    assert pairing.same_run(a, b) == ""
+
+
+def test_a_run_is_loaded_through_the_readers_own_record_check(tmp_path, capsys):
+    run = make_run(str(tmp_path / "run"), capsys)
+
+    def refuse_every_record(record: dict) -> None:
+        raise ValueError("verdict: not a field this reader takes")
+
+    assert len(pairing.load(run).records) == 8
+    with pytest.raises(ReproInputError) as err:
+        pairing.load(run, refuse_every_record)
+    assert str(err.value) == f"{requests_file(run)}:1: verdict: not a field this reader takes"
