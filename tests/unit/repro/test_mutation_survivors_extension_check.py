@@ -203,3 +203,74 @@ def test_a_log_directory_without_the_servers_log_says_so(tmp_path):
     assert extension_check._log_note("http://127.0.0.1:30000", str(tmp_path), None) == (
         f"no log in {tmp_path} starts a server on port 30000"
     )
+
+
+# ----- an A/B needs every server's record -----
+def test_an_ab_refuses_each_server_whose_records_were_not_read_naming_it():
+    unread = [
+        extension_check._state("http://a:1", extension_check.UNKNOWN, "its /server_info could not be read (x)"),
+        extension_check._state("http://b:2", extension_check.UNKNOWN, "records of several launches"),
+    ]
+    stock = extension_check._state("http://c:3", extension_check.INACTIVE, "no record")
+    assert extension_check.refuse_unrecorded([*unread, stock, _active("http://d:4", "bf16")]) == (
+        "an A/B needs every server's record, and these could not be read (http://a:1: its /server_info could not be "
+        "read (x); http://b:2: records of several launches): a side whose state is not known could be running "
+        "anything. Fix: name each side's prefill and decode servers with --server-metrics-a / --server-metrics-b "
+        "URL[,URL...] (behind sglang-router, its GET /workers list is read when it serves one), each answering "
+        "/server_info"
+    )
+    assert extension_check.refuse_unrecorded([stock, _active("http://d:4", "bf16")]) is None
+
+
+# ----- a stock server's restart, told by its startup time -----
+def test_a_stock_server_restarted_when_its_startup_time_changed():
+    before = extension_check._state("http://a:1", extension_check.INACTIVE, "no record")
+    before["evidence"] = {"identities": [], "startup_time": {"total": 12.5}}
+    assert extension_check.restart_reason(before, {"records": [None], "startup_time": {"total": 12.5}}) is None
+    assert extension_check.restart_reason(before, {"records": [None], "startup_time": {"total": 30.0}}) == (
+        "its /server_info startup_time changed (SGLang's startup durations of another launch)"
+    )
+
+
+def test_a_startup_time_missing_before_or_after_tells_nothing():
+    assert extension_check._startup_changed(None, {"total": 1.0}) is None
+    assert extension_check._startup_changed({"total": 1.0}, None) is None
+    assert extension_check._startup_changed({"total": 1.0}, {"total": 1.0}) is None
+    assert extension_check._startup_changed({"total": 1.0}, {"total": 2.0}) == (
+        "its /server_info startup_time changed (SGLang's startup durations of another launch)"
+    )
+
+
+# ----- --expect-index-k-dtype -----
+def _with_index_k(state: dict[str, object], index_k: dict | None) -> dict[str, object]:
+    state["evidence"] = {"index_k": index_k}
+    return state
+
+
+def test_expect_index_k_dtype_names_each_server_without_that_dtype_built_and_why():
+    states = [
+        _with_index_k(_active("http://a:1", "fp8"), {"built": ["fp8"], "requested": ["fp8"]}),
+        _with_index_k(_active("http://b:2", "bf16"), {"built": ["bf16"], "requested": ["bf16"]}),
+        _with_index_k(_active("http://c:3", "fp8"), {"built": None, "configured": ["fp8"]}),
+        _with_index_k(_active("http://d:4", "fp8"), {"built": ["bf16", "fp8"], "requested": ["fp8"]}),
+        extension_check._state("http://e:5", extension_check.INACTIVE, "no record"),
+    ]
+    assert extension_check.refusal(states, "any", "fp8") == (
+        "--expect-index-k-dtype fp8: not every server reports a fp8 index-K pool built (http://b:2: index-K bf16 "
+        "built; http://c:3: index-K fp8 configured, not built (the record does not say which pool was built): "
+        "cannot tell which dtype it runs; http://d:4: index-K bf16/fp8 built; http://e:5: not shown active "
+        "(inactive), so no built index-K dtype is reported). Fix: point the run at the fp8 stack "
+        "(SGLANG_DSV4_INDEX_K_DTYPE=fp8; SGLang's --enable-deepseek-v4-fp4-indexer builds fp4), or ask for the "
+        "dtype it runs."
+    )
+
+
+def test_expect_index_k_dtype_passes_servers_that_built_it_and_is_checked_before_expect_on():
+    built = [_with_index_k(_active(f"http://a:{i}", "fp8"), {"built": ["fp8"], "requested": ["fp8"]}) for i in (1, 2)]
+    assert extension_check.refusal(built, "on", "fp8") is None
+    assert extension_check.refusal(built, "on", None) is None
+    inactive = extension_check._state("http://e:5", extension_check.INACTIVE, "no record")
+    assert extension_check.refusal([inactive], "on", "fp8").startswith("--expect-index-k-dtype fp8: ")
+    assert extension_check._server_dtype_refusal(_with_index_k(_active("http://a:1", "fp8"), None), "fp8") == (
+        "http://a:1: index-K dtype not recorded: cannot tell which dtype it runs"
+    )
