@@ -274,3 +274,22 @@ def test_expect_index_k_dtype_passes_servers_that_built_it_and_is_checked_before
     assert extension_check._server_dtype_refusal(_with_index_k(_active("http://a:1", "fp8"), None), "fp8") == (
         "http://a:1: index-K dtype not recorded: cannot tell which dtype it runs"
     )
+
+
+# ----- --expect-extension on: ranks without the extension -----
+def test_expect_on_names_every_rank_group_short_of_the_extension_and_the_fix():
+    short = _active("http://a:1", "bf16")
+    short["evidence"] = {
+        "ranks": {"short": [{"active": 3, "total": 4, "group": "tp"}, {"active": 0, "total": 2, "group": "dp"}]}
+    }
+    counted = _active("http://b:2", "bf16")
+    counted["evidence"] = {"ranks": {"active": 2, "total": 2, "group": "tp", "short": []}}
+    uncounted = _active("http://c:3", "bf16")  # no evidence read: nothing counted, nothing refused
+    assert extension_check.refusal([short, counted, uncounted], "on") == (
+        "--expect-extension on: the extension is not active on every rank (http://a:1: active on 3 of 4 ranks (tp); "
+        "http://a:1: active on 0 of 2 ranks (dp)): a rank without it builds stock pools and the run would measure "
+        "a mix. Fix: start every node of the server with the extension (`sglang-dsv4 doctor` on each node says why "
+        "it did not load), or pass --expect-extension any to only record the state."
+    )
+    assert extension_check.refusal([counted, uncounted], "on") is None
+    assert extension_check.refusal([short], "any") is None
