@@ -12,6 +12,8 @@ from __future__ import annotations
 import io
 import os
 
+import pytest
+
 from sglang_dsv4_ext.tools.repro import extension_check
 from sglang_dsv4_ext.tools.repro.server_evidence import EXTENSION_GAUGE
 from sglang_dsv4_ext.tools.serving.launch_plan import ChildSpec
@@ -293,3 +295,35 @@ def test_expect_on_names_every_rank_group_short_of_the_extension_and_the_fix():
     )
     assert extension_check.refusal([counted, uncounted], "on") is None
     assert extension_check.refusal([short], "any") is None
+
+
+# ----- what a record reports beside the state, in words -----
+@pytest.mark.parametrize(
+    "index_k, text",
+    [
+        (None, "index-K dtype not recorded"),
+        ({"built": ["bf16"], "requested": ["bf16"]}, "index-K bf16 built"),
+        ({"built": ["bf16", "fp8"], "requested": ["fp8"]}, "index-K bf16/fp8 built"),
+        (
+            {"built": None, "configured": ["bf16", "fp8"]},
+            "index-K bf16/fp8 configured, not built (the record does not say which pool was built)",
+        ),
+        (
+            {"built": None, "configured": []},
+            "index-K ? configured, not built (the record does not say which pool was built)",
+        ),
+        ({"built": ["none-built"], "requested": ["bf16", "fp8"]}, "index-K none built yet (bf16/fp8 requested)"),
+    ],
+)
+def test_the_index_k_dtype_is_said_built_configured_or_none_built_yet(index_k, text):
+    assert extension_check.index_k_text(index_k) == text
+
+
+def test_ranks_are_said_counted_with_their_groups_or_not_counted():
+    assert extension_check.ranks_text(None) == "ranks not counted"
+    assert extension_check.ranks_text({"active": 3, "total": 4, "group": "dp,tp"}) == "active on 3 of 4 ranks (dp,tp)"
+
+
+def test_the_live_launch_is_an_active_servers_and_no_other():
+    assert extension_check.live_launch(_active("http://a:1", "bf16")) == "1@1.00"
+    assert extension_check.live_launch(extension_check._state("http://a:1", extension_check.INACTIVE, "no")) is None
