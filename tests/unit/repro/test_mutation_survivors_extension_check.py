@@ -327,3 +327,190 @@ def test_ranks_are_said_counted_with_their_groups_or_not_counted():
 def test_the_live_launch_is_an_active_servers_and_no_other():
     assert extension_check.live_launch(_active("http://a:1", "bf16")) == "1@1.00"
     assert extension_check.live_launch(extension_check._state("http://a:1", extension_check.INACTIVE, "no")) is None
+
+
+# ----- the same server after the run -----
+def _read(*records: dict | None, **fields) -> dict[str, object]:
+    """A server's /server_info as server_info.read returns it."""
+    return {"records": list(records), **fields}
+
+
+def _before(*identities: str, state: str = extension_check.ACTIVE) -> dict[str, object]:
+    return {"url": "http://a:1", "state": state, "evidence": {"identities": list(identities)}}
+
+
+def test_a_server_whose_launch_or_process_changed_during_the_run_restarted():
+    before = _before("7@1.00/8@1.50")
+    assert extension_check.restart_reason(before, _read(_record("7@1.00", process="8@1.50"))) is None
+    assert extension_check.restart_reason(before, _read(_record("9@2.00", process="10@2.50"))) == (
+        "its schedulers' launch/process changed: before 7@1.00/8@1.50; after 9@2.00/10@2.50"
+    )
+    assert extension_check.restart_reason(before, _read(None)) == (
+        "its schedulers' launch/process changed: before 7@1.00/8@1.50; after none"
+    )
+
+
+def test_a_stock_server_that_reports_records_after_the_run_restarted_with_the_extension():
+    before = _before(state=extension_check.INACTIVE)
+    after = _read(_record("9@2.00", process="10@2.50"), _record("9@2.00", process="11@2.50"))
+    assert extension_check.restart_reason(before, after) == (
+        "its schedulers had no launch/process record before the run; after it they report 9@2.00/10@2.50, "
+        "9@2.00/11@2.50"
+    )
+
+
+def test_a_restart_cannot_be_told_from_an_unread_server_before_or_after():
+    assert extension_check.restart_reason(_before("7@1.00/8@1.50"), {"error": "timed out"}) is None
+    unknown = _before(state=extension_check.UNKNOWN)
+    assert extension_check.restart_reason(unknown, _read(_record("9@2.00", process="10@2.50"))) is None
+
+
+def test_what_could_not_be_rechecked_after_the_run_is_said():
+    assert extension_check.recheck_note(_before("7@1.00/8@1.50"), _read()) is None
+    assert extension_check.recheck_note(_before("7@1.00/8@1.50"), {"error": "HTTP 503"}) == (
+        "cannot tell whether it restarted during the run: HTTP 503 (read after the run)"
+    )
+    assert extension_check.recheck_note({"url": "http://a:1"}, _read()) == (
+        "cannot tell whether it restarted during the run: its records name no launch and process"
+    )
+
+
+# ----- what a run records per server, and its lines -----
+def test_each_server_is_recorded_with_its_evidence_and_the_after_run_row_of_its_url():
+    found = {
+        "index_k": {"built": ["fp8"], "requested": ["fp8"]},
+        "ranks": {"active": 1, "total": 1, "group": "tp", "short": []},
+        "sglang": "0.5.23",
+        "parsing": {"path": "deepseek-recipe", "why": "w"},
+    }
+    states = [
+        {"url": "http://a:1", "state": extension_check.ACTIVE, "evidence": found},
+        {"url": "http://b:2", "state": extension_check.UNKNOWN},
+    ]
+    rows = [{"url": "http://b:2", "restarted": "its launch changed", "restart_check": "c"}, {"url": "http://z:9"}]
+    assert extension_check.servers_recorded(states, rows) == [
+        {"url": "http://a:1", "state": "active", **found, "restarted": None, "restart_check": None},
+        {
+            "url": "http://b:2",
+            "state": "unknown",
+            "index_k": None,
+            "ranks": None,
+            "sglang": None,
+            "parsing": None,
+            "restarted": "its launch changed",
+            "restart_check": "c",
+        },
+    ]
+    assert extension_check.servers_recorded(states, None)[1]["restarted"] is None
+    assert extension_check.servers_recorded(None, rows) is None
+
+
+def test_server_lines_put_restarts_first_and_a_recheck_note_only_where_no_restart_was_seen():
+    servers = [
+        {"url": "http://a:1", "state": "active", "index_k": {"built": ["fp8"]}, "sglang": "0.5.23",
+         "parsing": {"path": "deepseek-recipe"}, "ranks": {"active": 2, "total": 2, "group": "tp"},
+         "restart_check": "cannot tell whether it restarted during the run: x"},
+        {"url": "http://b:2", "state": "active", "index_k": {"built": ["fp8"]}, "restarted": "its launch changed",
+         "restart_check": "not shown"},
+        {"url": "http://c:3"},
+    ]  # fmt: skip
+    assert extension_check.server_lines(servers) == [
+        "RESTARTED: http://b:2: its launch changed",
+        "server http://a:1: extension active; index-K fp8 built; active on 2 of 2 ranks (tp); SGLang 0.5.23, parsing "
+        "deepseek-recipe; cannot tell whether it restarted during the run: x",
+        "server http://b:2: extension active; index-K fp8 built; ranks not counted; SGLang ?, parsing cannot tell",
+        "server http://c:3: extension not recorded; index-K not reported (no active record); ranks not counted; "
+        "SGLang ?, parsing cannot tell",
+    ]
+
+
+# ----- the evidence a live /server_info holds beside the state -----
+def test_the_evidence_of_records_names_identities_dtypes_ranks_release_and_parsing_path():
+    records = [
+        _record("7@1.00", process="8@1.50", sglang="0.5.23", index_k_dtype="fp8", index_k_dtype_requested="fp8",
+                ranks={"active": 2, "total": 2, "group": "tp"}),
+        _record("7@1.00", process="9@1.50", sglang="0.5.23", index_k_dtype="bf16", index_k_dtype_requested="fp8",
+                ranks={"active": 1, "total": 2, "group": "dp"}),
+        "not a record",
+    ]  # fmt: skip
+    live = _read(*records, startup_time={"total": 3.0}, version="0.5.22", tool_call_parser="deepseekv4")
+    assert extension_check.evidence(live) == {
+        "identities": ["7@1.00/8@1.50", "7@1.00/9@1.50"],
+        "startup_time": {"total": 3.0},
+        "index_k": {"built": ["bf16", "fp8"], "requested": ["fp8"]},
+        "ranks": {"active": 3, "total": 4, "group": "dp,tp", "short": [{"active": 1, "total": 2, "group": "dp"}]},
+        "sglang": "0.5.23",
+        "parsing": {"path": "deepseek-recipe", "why": "SGLang 0.5.23 with deepseekv4: deepseek-recipe, token level"},
+    }
+    assert extension_check.evidence({"error": "x"}) == {}
+
+
+def test_records_of_two_releases_or_none_take_the_servers_version():
+    two = _read(_record("7@1.00", sglang="0.5.23"), _record("7@1.00", sglang="0.5.22"), version="0.5.22")
+    assert extension_check.evidence(two)["sglang"] == "0.5.22"
+    stock = extension_check.evidence(_read(None, version="0.5.23", tool_call_parser="deepseekv41"))
+    assert (stock["sglang"], stock["index_k"], stock["ranks"]) == ("0.5.23", {"built": None, "configured": []}, None)
+
+
+def test_records_without_the_requested_dtype_report_the_configured_one():
+    earlier = {k: v for k, v in _record("7@1.00").items() if k != "index_k_dtype_requested"}
+    assert extension_check._index_k([dict(earlier, index_k_dtype="fp8"), {"active": False}]) == {
+        "built": None,
+        "configured": ["fp8"],
+    }
+
+
+@pytest.mark.parametrize(
+    "ranks",
+    [None, {"active": 1}, {"active": "1", "total": 2}, {"active": 1, "total": 2.0}, "1/2"],
+)
+def test_ranks_are_not_counted_unless_every_record_counts_them_as_whole_numbers(ranks):
+    counted = {"ranks": {"active": 1, "total": 1, "group": "tp"}}
+    assert extension_check._ranks([counted, {"ranks": ranks}]) is None
+    assert extension_check._ranks([]) is None
+
+
+@pytest.mark.parametrize(
+    "version, parser, path, why",
+    [
+        ("0.5.23", "deepseekv41", "deepseek-recipe", "SGLang 0.5.23 with deepseekv41: deepseek-recipe, token level"),
+        (
+            " v0.6.0rc1",
+            "deepseekv4",
+            "deepseek-recipe",
+            "SGLang  v0.6.0rc1 with deepseekv4: deepseek-recipe, token level",
+        ),
+        ("0.5.22", "deepseekv4", "sglang-detectors", "SGLang 0.5.22 with deepseekv4: SGLang's Python detectors"),
+        ("0.4.99", "deepseekv41", "sglang-detectors", "SGLang 0.4.99 with deepseekv41: SGLang's Python detectors"),
+        ("main", "deepseekv4", "cannot tell", "SGLang version 'main' not a release number"),
+        (None, "deepseekv4", "cannot tell", "SGLang version None not a release number"),
+        (
+            "0.5.23",
+            "qwen",
+            "cannot tell",
+            "tool_call_parser 'qwen': SGLang then picks the encoding by the checkpoint's architecture, which "
+            "/server_info does not report",
+        ),
+    ],
+)
+def test_the_parsing_path_follows_the_release_and_the_tool_call_parser(version, parser, path, why):
+    assert extension_check.parsing_path(version, parser) == {"path": path, "why": why}
+
+
+# ----- one server named twice -----
+def test_one_server_named_twice_by_address_or_by_its_records_is_refused():
+    by_address = [{"url": "http://Node:80/"}, {"url": "http://node"}]
+    assert extension_check.refuse_one_server_twice(by_address) == (
+        "--server-metrics: http://Node:80/ and http://node are one server (its address); each server has one row of "
+        "evidence and one server compared with itself shows no difference. Name each server once"
+    )
+    by_records = [
+        {"url": "http://a:1", "evidence": {"identities": ["7@1.00/8@1.50"]}},
+        {"url": "http://b:2", "evidence": {"identities": ["9@2.00/10@2.50"]}},
+        {"url": "http://c:3", "evidence": {"identities": ["7@1.00/8@1.50"]}},
+    ]
+    assert extension_check.refuse_one_server_twice(by_records, "--server-metrics-a") == (
+        "--server-metrics-a: http://a:1 and http://c:3 are one server (launch/process 7@1.00/8@1.50); each server "
+        "has one row of evidence and one server compared with itself shows no difference. Name each server once"
+    )
+    assert extension_check.refuse_one_server_twice(by_records[:2]) is None
