@@ -514,3 +514,23 @@ def test_one_server_named_twice_by_address_or_by_its_records_is_refused():
         "has one row of evidence and one server compared with itself shows no difference. Name each server once"
     )
     assert extension_check.refuse_one_server_twice(by_records[:2]) is None
+
+
+def test_a_summary_of_an_earlier_release_has_one_line_saying_its_servers_are_not_recorded():
+    assert extension_check.server_lines(None) == [
+        "servers: not recorded (a summary of an earlier release): state, index-K dtype and parser unknown"
+    ]
+
+
+def test_an_active_server_is_described_with_its_built_dtype_and_ranks_when_its_evidence_was_read():
+    state = _active("http://a:1", "fp8")
+    assert extension_check.describe(state) == "active index_k_dtype=fp8 gate=auto launch=1@1.00 (server_info)"
+    state["evidence"] = {
+        "index_k": {"built": ["fp8"], "requested": ["fp8"]},
+        "ranks": {"active": 2, "total": 2, "group": "tp"},
+    }
+    assert extension_check.describe(state) == (
+        "active index_k_dtype=fp8 gate=auto launch=1@1.00 (server_info); index-K fp8 built; active on 2 of 2 ranks (tp)"
+    )
+    inactive = extension_check._state("http://b:2", extension_check.INACTIVE, "no record")
+    assert extension_check.describe(inactive) == "inactive: no record"
