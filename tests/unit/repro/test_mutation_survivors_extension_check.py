@@ -14,6 +14,7 @@ import os
 
 import pytest
 
+from sglang_dsv4_ext.errors import ServerActivationError
 from sglang_dsv4_ext.tools.repro import extension_check
 from sglang_dsv4_ext.tools.repro.server_evidence import EXTENSION_GAUGE
 from sglang_dsv4_ext.tools.serving.launch_plan import ChildSpec
@@ -534,3 +535,74 @@ def test_an_active_server_is_described_with_its_built_dtype_and_ranks_when_its_e
     )
     inactive = extension_check._state("http://b:2", extension_check.INACTIVE, "no record")
     assert extension_check.describe(inactive) == "inactive: no record"
+
+
+# ----- the activation gauge, as a note -----
+def _gauge(launch: str, process: str = "8@1.50") -> dict[str, str]:
+    """A label set of the activation gauge with exactly the labels this version exports."""
+    from sglang_dsv4_ext.runtime.activation import EVIDENCE_FIELDS
+
+    return {**{f: "x" for f in EVIDENCE_FIELDS}, "launch": launch, "process": process}
+
+
+def test_the_gauge_note_counts_the_live_launch_and_names_stale_launches_and_partial_samples():
+    entry = {
+        "extension": [_gauge("7@1.00"), _gauge("7@1.00", "9@1.50"), _gauge("5@0.50"), _gauge("6@0.70"), {"a": "1"}]
+    }
+    assert extension_check._gauge_note(entry, "7@1.00") == (
+        f"{EXTENSION_GAUGE} shows this launch in 2 process(es); ignored {EXTENSION_GAUGE} of launch 5@0.50, 6@0.70, "
+        "not of the server answering now (left in a shared PROMETHEUS_MULTIPROC_DIR?); ignored 1 "
+        f"{EXTENSION_GAUGE} sample(s) without the labels version, sglang, index_k_dtype, gate, fp4_budget, integrity, "
+        "index_k_dtype_requested, launch, process (not this sglang-dsv4-ext's)"
+    )
+    assert extension_check._gauge_note({"extension": [_gauge("7@1.00")]}, "7@1.00") == (
+        f"{EXTENSION_GAUGE} shows this launch in 1 process(es)"
+    )
+    assert extension_check._gauge_note({"extension": []}, "7@1.00") is None
+
+
+# ----- one server, all sources -----
+def test_a_servers_given_server_info_is_what_decides_it_not_a_read_now():
+    live = _read(_record("7@1.00", process="8@1.50"))
+    state = extension_check.server_state({"url": "http://127.0.0.1:1"}, None, live)  # nothing answers on port 1
+    assert (state["state"], state["found"]) == (
+        extension_check.ACTIVE,
+        "every scheduler reports active in launch 7@1.00",
+    )
+
+
+def test_a_server_whose_server_info_could_not_be_read_is_unknown_naming_the_error():
+    state = extension_check.server_state({"url": "http://a:1"}, None, {"url": "http://a:1", "error": "HTTP 404"})
+    assert (state["url"], state["state"], state["found"], state["evidence"]) == (
+        "http://a:1",
+        extension_check.UNKNOWN,
+        "its /server_info could not be read (HTTP 404): nothing shows the state of the server answering now",
+        {},
+    )
+
+
+def test_check_raises_the_dtype_refusal_before_any_request():
+    built = _with_index_k(_active("http://a:1", "bf16"), {"built": ["bf16"], "requested": ["bf16"]})
+    extension_check.check([built], "on", "bf16")
+    with pytest.raises(ServerActivationError) as err:
+        extension_check.check([built], "on", "fp8")
+    assert str(err.value).startswith(
+        "refused before sending any request: --expect-index-k-dtype fp8: not every server reports a fp8 index-K pool "
+        "built (http://a:1: index-K bf16 built)"
+    )
+
+
+def test_the_same_launch_and_process_after_the_run_is_the_same_server_whatever_its_startup_time():
+    before = _before("7@1.00/8@1.50")
+    before["evidence"]["startup_time"] = {"total": 1.0}
+    after = _read(_record("7@1.00", process="8@1.50"), startup_time={"total": 2.0})
+    assert extension_check.restart_reason(before, after) is None
+
+
+def test_a_restart_names_every_launch_and_process_before_and_after():
+    before = _before("7@1.00/8@1.50", "7@1.00/9@1.50")
+    after = _read(_record("10@2.00", process="11@2.50"), _record("10@2.00", process="12@2.50"))
+    assert extension_check.restart_reason(before, after) == (
+        "its schedulers' launch/process changed: before 7@1.00/8@1.50, 7@1.00/9@1.50; after 10@2.00/11@2.50, "
+        "10@2.00/12@2.50"
+    )
