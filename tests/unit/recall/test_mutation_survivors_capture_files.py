@@ -205,3 +205,47 @@ def test_fp32_keys_with_nothing_to_rank_are_named_as_the_fp32_keys():
         weights=torch.ones(1, 1), seq_lens=torch.tensor([4]), k=keys, k_fp32=torch.zeros(1, 4, D),
     )  # fmt: skip
     assert capture_files.degenerate_reason(capture, 0) == "k_fp32 all zero"
+
+
+# ----- the fields' types and bounds -----
+def test_a_tensor_field_that_is_not_a_tensor_is_refused_naming_its_type(tmp_path):
+    assert _refusal(tmp_path, _keys(4), slots=[0, 1, 2, 3], checksum="sha256:0") == "slots: a list, expected a tensor"
+
+
+def test_a_checksum_that_is_not_text_is_refused(tmp_path):
+    assert _refusal(tmp_path, _keys(4), checksum=7) == "checksum: a int, expected 'sha256:<hex>'"
+
+
+@pytest.mark.parametrize("field, value", [("request_index", -1), ("index_topk", -1), ("page_size", 0), ("layer", -1)])
+def test_a_count_below_its_bound_is_refused_naming_the_bound(tmp_path, field, value):
+    low = 1 if field == "page_size" else 0
+    assert _refusal(tmp_path, _keys(4), **{field: value}) == f"{field}: {value}, expected >= {low}"
+
+
+def test_the_lowest_values_of_the_counts_are_accepted(tmp_path):
+    capture = _loads(tmp_path, _keys(4), layer=0, request_index=0, index_topk=0, page_size=1)
+    assert (capture.layer, capture.index_topk) == (0, 0)
+
+
+# ----- files that cannot be read -----
+class _NotACapture:
+    """Any object a pickle may hold; a capture file holds only tensors and plain values."""
+
+
+def test_a_pickled_object_is_never_unpickled(tmp_path):
+    path = tmp_path / "a.pt"
+    torch.save(_NotACapture(), path)
+    with pytest.raises(CaptureFileError) as err:
+        capture_files.load(path)
+    assert str(err.value).startswith(f"{path}: not a readable capture file (UnpicklingError: ")
+
+
+def test_a_missing_file_cannot_be_read(tmp_path):
+    with pytest.raises(CaptureFileError) as err:
+        capture_files.load(tmp_path / "gone.pt")
+    assert str(err.value) == f"{tmp_path / 'gone.pt'}: cannot be read (No such file or directory)"
+
+
+def test_a_dangling_link_is_found_by_its_path_and_refused_when_loaded(tmp_path):
+    (tmp_path / "a.pt").symlink_to(tmp_path / "gone")
+    assert capture_files.find_files(tmp_path) == [tmp_path / "a.pt"]
