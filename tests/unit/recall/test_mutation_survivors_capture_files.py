@@ -249,3 +249,55 @@ def test_a_missing_file_cannot_be_read(tmp_path):
 def test_a_dangling_link_is_found_by_its_path_and_refused_when_loaded(tmp_path):
     (tmp_path / "a.pt").symlink_to(tmp_path / "gone")
     assert capture_files.find_files(tmp_path) == [tmp_path / "a.pt"]
+
+
+def test_a_capture_is_named_by_the_path_it_was_loaded_from(tmp_path):
+    assert _loads(tmp_path, _keys(4)).path == tmp_path / "a.pt"
+
+
+# ----- what a capture file must hold -----
+_REQUIRED = (
+    "format_version, layer, request_id, request_index, index_topk, dtype, page_size, q, weights, seq_lens, query_rows, "
+    "k, slots, checksum"
+)
+
+
+def test_a_file_holding_another_object_than_a_dict_is_no_capture_file(tmp_path):
+    path = tmp_path / "a.pt"
+    torch.save([1, 2], path)
+    with pytest.raises(CaptureFileError) as err:
+        capture_files.load(path)
+    assert str(err.value) == f"{path}: not a capture file: holds a list, not a dict of {_REQUIRED}"
+
+
+def test_a_file_without_a_format_version_is_said_to_lack_it(tmp_path):
+    path = tmp_path / "a.pt"
+    torch.save({"layer": 2}, path)
+    with pytest.raises(CaptureFileError) as err:
+        capture_files.load(path)
+    assert str(err.value).startswith(f"{path}: format_version: 'missing' is not supported; allowed: 3")
+
+
+def test_a_file_lacking_fields_names_them_and_every_field_a_capture_holds(tmp_path):
+    path = tmp_path / "a.pt"
+    torch.save({"format_version": 3, "layer": 2}, path)
+    with pytest.raises(CaptureFileError) as err:
+        capture_files.load(path)
+    lacking = (
+        "request_id, request_index, index_topk, dtype, page_size, q, weights, seq_lens, query_rows, k, slots, checksum"
+    )
+    assert str(err.value) == f"{path}: not a capture file: lacks {lacking} (a capture file holds {_REQUIRED})"
+
+
+# ----- the bound measured from k's rounding, on per-row keys -----
+def test_the_row_scale_of_per_row_keys_is_each_key_rows_own_largest_value(tmp_path):
+    pre = torch.stack([torch.full((D,), 2.0**-10), torch.full((D,), 4.0)]).unsqueeze(0)  # [1 query row, 2 keys, D]
+    k = pre.to(torch.bfloat16)
+    k[0, 0, 0] = 2.0**-10 + 2.0**-13  # within key row 1's scale (2**-12), far past key row 0's
+    assert _refusal(tmp_path, pre, k=k).startswith("k_fp32: 1 values are not what k was rounded from")
+
+
+def test_the_bound_is_measured_from_k_fp32s_bf16_rounding_not_from_k_fp32(tmp_path):
+    pre = _one_row(1.0 + 2.0**-8 + 2.0**-12)  # rounds up to 1 + 2**-7
+    k = _rounded_from(pre, {(0, 0): 1.0 + 2.0**-6})  # one step (2**-7) above that rounding, more above k_fp32
+    assert _loads(tmp_path, pre, k=k).k.shape == (1, D)
