@@ -134,6 +134,7 @@ MODULE_SETS: dict[str, ModuleSet] = {
             # Pass once per process (mutmut runs the tests again in the process it forks each mutant from): the
             # Prometheus totals, and the gate's log, given once per call site.
             f"--deselect={_HOOKS}/test_integrity_counts.py::test_every_loaded_page_is_counted_once_checked_or_why_not",
+            f"--deselect={_HOOKS}/test_integrity_launch.py",
             f"--deselect={_HOOKS}/test_gate.py::test_auto_waits_for_the_layer_before_the_read_and_logs_once_per_call_site",
             # Name the caller of a refused read, the first frame outside the gate: under mutmut that is its trampoline.
             f"--deselect={_HOOKS}/test_gate.py::test_ungated_toplevel_reader_is_found_and_wrapped_through_hook_registry",
