@@ -12,6 +12,9 @@ from __future__ import annotations
 import io
 import os
 
+import pytest
+
+from sglang_dsv4_ext.errors import ServerActivationError
 from sglang_dsv4_ext.tools.repro import extension_check
 from sglang_dsv4_ext.tools.repro.server_evidence import EXTENSION_GAUGE
 from sglang_dsv4_ext.tools.serving.launch_plan import ChildSpec
@@ -202,4 +205,404 @@ def test_schedulers_of_two_launches_are_unknown_naming_both():
 def test_a_log_directory_without_the_servers_log_says_so(tmp_path):
     assert extension_check._log_note("http://127.0.0.1:30000", str(tmp_path), None) == (
         f"no log in {tmp_path} starts a server on port 30000"
+    )
+
+
+# ----- an A/B needs every server's record -----
+def test_an_ab_refuses_each_server_whose_records_were_not_read_naming_it():
+    unread = [
+        extension_check._state("http://a:1", extension_check.UNKNOWN, "its /server_info could not be read (x)"),
+        extension_check._state("http://b:2", extension_check.UNKNOWN, "records of several launches"),
+    ]
+    stock = extension_check._state("http://c:3", extension_check.INACTIVE, "no record")
+    assert extension_check.refuse_unrecorded([*unread, stock, _active("http://d:4", "bf16")]) == (
+        "an A/B needs every server's record, and these could not be read (http://a:1: its /server_info could not be "
+        "read (x); http://b:2: records of several launches): a side whose state is not known could be running "
+        "anything. Fix: name each side's prefill and decode servers with --server-metrics-a / --server-metrics-b "
+        "URL[,URL...] (behind sglang-router, its GET /workers list is read when it serves one), each answering "
+        "/server_info"
+    )
+    assert extension_check.refuse_unrecorded([stock, _active("http://d:4", "bf16")]) is None
+
+
+# ----- a stock server's restart, told by its startup time -----
+def test_a_stock_server_restarted_when_its_startup_time_changed():
+    before = extension_check._state("http://a:1", extension_check.INACTIVE, "no record")
+    before["evidence"] = {"identities": [], "startup_time": {"total": 12.5}}
+    assert extension_check.restart_reason(before, {"records": [None], "startup_time": {"total": 12.5}}) is None
+    assert extension_check.restart_reason(before, {"records": [None], "startup_time": {"total": 30.0}}) == (
+        "its /server_info startup_time changed (SGLang's startup durations of another launch)"
+    )
+
+
+def test_a_startup_time_missing_before_or_after_tells_nothing():
+    assert extension_check._startup_changed(None, {"total": 1.0}) is None
+    assert extension_check._startup_changed({"total": 1.0}, None) is None
+    assert extension_check._startup_changed({"total": 1.0}, {"total": 1.0}) is None
+    assert extension_check._startup_changed({"total": 1.0}, {"total": 2.0}) == (
+        "its /server_info startup_time changed (SGLang's startup durations of another launch)"
+    )
+
+
+# ----- --expect-index-k-dtype -----
+def _with_index_k(state: dict[str, object], index_k: dict | None) -> dict[str, object]:
+    state["evidence"] = {"index_k": index_k}
+    return state
+
+
+def test_expect_index_k_dtype_names_each_server_without_that_dtype_built_and_why():
+    states = [
+        _with_index_k(_active("http://a:1", "fp8"), {"built": ["fp8"], "requested": ["fp8"]}),
+        _with_index_k(_active("http://b:2", "bf16"), {"built": ["bf16"], "requested": ["bf16"]}),
+        _with_index_k(_active("http://c:3", "fp8"), {"built": None, "configured": ["fp8"]}),
+        _with_index_k(_active("http://d:4", "fp8"), {"built": ["bf16", "fp8"], "requested": ["fp8"]}),
+        extension_check._state("http://e:5", extension_check.INACTIVE, "no record"),
+    ]
+    assert extension_check.refusal(states, "any", "fp8") == (
+        "--expect-index-k-dtype fp8: not every server reports a fp8 index-K pool built (http://b:2: index-K bf16 "
+        "built; http://c:3: index-K fp8 configured, not built (the record does not say which pool was built): "
+        "cannot tell which dtype it runs; http://d:4: index-K bf16/fp8 built; http://e:5: not shown active "
+        "(inactive), so no built index-K dtype is reported). Fix: point the run at the fp8 stack "
+        "(SGLANG_DSV4_INDEX_K_DTYPE=fp8; SGLang's --enable-deepseek-v4-fp4-indexer builds fp4), or ask for the "
+        "dtype it runs."
+    )
+
+
+def test_expect_index_k_dtype_passes_servers_that_built_it_and_is_checked_before_expect_on():
+    built = [_with_index_k(_active(f"http://a:{i}", "fp8"), {"built": ["fp8"], "requested": ["fp8"]}) for i in (1, 2)]
+    assert extension_check.refusal(built, "on", "fp8") is None
+    assert extension_check.refusal(built, "on", None) is None
+    inactive = extension_check._state("http://e:5", extension_check.INACTIVE, "no record")
+    assert extension_check.refusal([inactive], "on", "fp8").startswith("--expect-index-k-dtype fp8: ")
+    assert extension_check._server_dtype_refusal(_with_index_k(_active("http://a:1", "fp8"), None), "fp8") == (
+        "http://a:1: index-K dtype not recorded: cannot tell which dtype it runs"
+    )
+
+
+# ----- --expect-extension on: ranks without the extension -----
+def test_expect_on_names_every_rank_group_short_of_the_extension_and_the_fix():
+    short = _active("http://a:1", "bf16")
+    short["evidence"] = {
+        "ranks": {"short": [{"active": 3, "total": 4, "group": "tp"}, {"active": 0, "total": 2, "group": "dp"}]}
+    }
+    counted = _active("http://b:2", "bf16")
+    counted["evidence"] = {"ranks": {"active": 2, "total": 2, "group": "tp", "short": []}}
+    uncounted = _active("http://c:3", "bf16")  # no evidence read: nothing counted, nothing refused
+    assert extension_check.refusal([short, counted, uncounted], "on") == (
+        "--expect-extension on: the extension is not active on every rank (http://a:1: active on 3 of 4 ranks (tp); "
+        "http://a:1: active on 0 of 2 ranks (dp)): a rank without it builds stock pools and the run would measure "
+        "a mix. Fix: start every node of the server with the extension (`sglang-dsv4 doctor` on each node says why "
+        "it did not load), or pass --expect-extension any to only record the state."
+    )
+    assert extension_check.refusal([counted, uncounted], "on") is None
+    assert extension_check.refusal([short], "any") is None
+
+
+# ----- what a record reports beside the state, in words -----
+@pytest.mark.parametrize(
+    "index_k, text",
+    [
+        (None, "index-K dtype not recorded"),
+        ({"built": ["bf16"], "requested": ["bf16"]}, "index-K bf16 built"),
+        ({"built": ["bf16", "fp8"], "requested": ["fp8"]}, "index-K bf16/fp8 built"),
+        (
+            {"built": None, "configured": ["bf16", "fp8"]},
+            "index-K bf16/fp8 configured, not built (the record does not say which pool was built)",
+        ),
+        (
+            {"built": None, "configured": []},
+            "index-K ? configured, not built (the record does not say which pool was built)",
+        ),
+        ({"built": ["none-built"], "requested": ["bf16", "fp8"]}, "index-K none built yet (bf16/fp8 requested)"),
+    ],
+)
+def test_the_index_k_dtype_is_said_built_configured_or_none_built_yet(index_k, text):
+    assert extension_check.index_k_text(index_k) == text
+
+
+def test_ranks_are_said_counted_with_their_groups_or_not_counted():
+    assert extension_check.ranks_text(None) == "ranks not counted"
+    assert extension_check.ranks_text({"active": 3, "total": 4, "group": "dp,tp"}) == "active on 3 of 4 ranks (dp,tp)"
+
+
+def test_the_live_launch_is_an_active_servers_and_no_other():
+    assert extension_check.live_launch(_active("http://a:1", "bf16")) == "1@1.00"
+    assert extension_check.live_launch(extension_check._state("http://a:1", extension_check.INACTIVE, "no")) is None
+
+
+# ----- the same server after the run -----
+def _read(*records: dict | None, **fields) -> dict[str, object]:
+    """A server's /server_info as server_info.read returns it."""
+    return {"records": list(records), **fields}
+
+
+def _before(*identities: str, state: str = extension_check.ACTIVE) -> dict[str, object]:
+    return {"url": "http://a:1", "state": state, "evidence": {"identities": list(identities)}}
+
+
+def test_a_server_whose_launch_or_process_changed_during_the_run_restarted():
+    before = _before("7@1.00/8@1.50")
+    assert extension_check.restart_reason(before, _read(_record("7@1.00", process="8@1.50"))) is None
+    assert extension_check.restart_reason(before, _read(_record("9@2.00", process="10@2.50"))) == (
+        "its schedulers' launch/process changed: before 7@1.00/8@1.50; after 9@2.00/10@2.50"
+    )
+    assert extension_check.restart_reason(before, _read(None)) == (
+        "its schedulers' launch/process changed: before 7@1.00/8@1.50; after none"
+    )
+
+
+def test_a_stock_server_that_reports_records_after_the_run_restarted_with_the_extension():
+    before = _before(state=extension_check.INACTIVE)
+    after = _read(_record("9@2.00", process="10@2.50"), _record("9@2.00", process="11@2.50"))
+    assert extension_check.restart_reason(before, after) == (
+        "its schedulers had no launch/process record before the run; after it they report 9@2.00/10@2.50, "
+        "9@2.00/11@2.50"
+    )
+
+
+def test_a_restart_cannot_be_told_from_an_unread_server_before_or_after():
+    assert extension_check.restart_reason(_before("7@1.00/8@1.50"), {"error": "timed out"}) is None
+    unknown = _before(state=extension_check.UNKNOWN)
+    assert extension_check.restart_reason(unknown, _read(_record("9@2.00", process="10@2.50"))) is None
+
+
+def test_what_could_not_be_rechecked_after_the_run_is_said():
+    assert extension_check.recheck_note(_before("7@1.00/8@1.50"), _read()) is None
+    assert extension_check.recheck_note(_before("7@1.00/8@1.50"), {"error": "HTTP 503"}) == (
+        "cannot tell whether it restarted during the run: HTTP 503 (read after the run)"
+    )
+    assert extension_check.recheck_note({"url": "http://a:1"}, _read()) == (
+        "cannot tell whether it restarted during the run: its records name no launch and process"
+    )
+
+
+# ----- what a run records per server, and its lines -----
+def test_each_server_is_recorded_with_its_evidence_and_the_after_run_row_of_its_url():
+    found = {
+        "index_k": {"built": ["fp8"], "requested": ["fp8"]},
+        "ranks": {"active": 1, "total": 1, "group": "tp", "short": []},
+        "sglang": "0.5.23",
+        "parsing": {"path": "deepseek-recipe", "why": "w"},
+    }
+    states = [
+        {"url": "http://a:1", "state": extension_check.ACTIVE, "evidence": found},
+        {"url": "http://b:2", "state": extension_check.UNKNOWN},
+    ]
+    rows = [{"url": "http://b:2", "restarted": "its launch changed", "restart_check": "c"}, {"url": "http://z:9"}]
+    assert extension_check.servers_recorded(states, rows) == [
+        {"url": "http://a:1", "state": "active", **found, "restarted": None, "restart_check": None},
+        {
+            "url": "http://b:2",
+            "state": "unknown",
+            "index_k": None,
+            "ranks": None,
+            "sglang": None,
+            "parsing": None,
+            "restarted": "its launch changed",
+            "restart_check": "c",
+        },
+    ]
+    assert extension_check.servers_recorded(states, None)[1]["restarted"] is None
+    assert extension_check.servers_recorded(None, rows) is None
+
+
+def test_server_lines_put_restarts_first_and_a_recheck_note_only_where_no_restart_was_seen():
+    servers = [
+        {"url": "http://a:1", "state": "active", "index_k": {"built": ["fp8"]}, "sglang": "0.5.23",
+         "parsing": {"path": "deepseek-recipe"}, "ranks": {"active": 2, "total": 2, "group": "tp"},
+         "restart_check": "cannot tell whether it restarted during the run: x"},
+        {"url": "http://b:2", "state": "active", "index_k": {"built": ["fp8"]}, "restarted": "its launch changed",
+         "restart_check": "not shown"},
+        {"url": "http://c:3"},
+    ]  # fmt: skip
+    assert extension_check.server_lines(servers) == [
+        "RESTARTED: http://b:2: its launch changed",
+        "server http://a:1: extension active; index-K fp8 built; active on 2 of 2 ranks (tp); SGLang 0.5.23, parsing "
+        "deepseek-recipe; cannot tell whether it restarted during the run: x",
+        "server http://b:2: extension active; index-K fp8 built; ranks not counted; SGLang ?, parsing cannot tell",
+        "server http://c:3: extension not recorded; index-K not reported (no active record); ranks not counted; "
+        "SGLang ?, parsing cannot tell",
+    ]
+
+
+# ----- the evidence a live /server_info holds beside the state -----
+def test_the_evidence_of_records_names_identities_dtypes_ranks_release_and_parsing_path():
+    records = [
+        _record("7@1.00", process="8@1.50", sglang="0.5.23", index_k_dtype="fp8", index_k_dtype_requested="fp8",
+                ranks={"active": 2, "total": 2, "group": "tp"}),
+        _record("7@1.00", process="9@1.50", sglang="0.5.23", index_k_dtype="bf16", index_k_dtype_requested="fp8",
+                ranks={"active": 1, "total": 2, "group": "dp"}),
+        "not a record",
+    ]  # fmt: skip
+    live = _read(*records, startup_time={"total": 3.0}, version="0.5.22", tool_call_parser="deepseekv4")
+    assert extension_check.evidence(live) == {
+        "identities": ["7@1.00/8@1.50", "7@1.00/9@1.50"],
+        "startup_time": {"total": 3.0},
+        "index_k": {"built": ["bf16", "fp8"], "requested": ["fp8"]},
+        "ranks": {"active": 3, "total": 4, "group": "dp,tp", "short": [{"active": 1, "total": 2, "group": "dp"}]},
+        "sglang": "0.5.23",
+        "parsing": {"path": "deepseek-recipe", "why": "SGLang 0.5.23 with deepseekv4: deepseek-recipe, token level"},
+    }
+    assert extension_check.evidence({"error": "x"}) == {}
+
+
+def test_records_of_two_releases_or_none_take_the_servers_version():
+    two = _read(_record("7@1.00", sglang="0.5.23"), _record("7@1.00", sglang="0.5.22"), version="0.5.22")
+    assert extension_check.evidence(two)["sglang"] == "0.5.22"
+    stock = extension_check.evidence(_read(None, version="0.5.23", tool_call_parser="deepseekv41"))
+    assert (stock["sglang"], stock["index_k"], stock["ranks"]) == ("0.5.23", {"built": None, "configured": []}, None)
+
+
+def test_records_without_the_requested_dtype_report_the_configured_one():
+    earlier = {k: v for k, v in _record("7@1.00").items() if k != "index_k_dtype_requested"}
+    assert extension_check._index_k([dict(earlier, index_k_dtype="fp8"), {"active": False}]) == {
+        "built": None,
+        "configured": ["fp8"],
+    }
+
+
+@pytest.mark.parametrize(
+    "ranks",
+    [None, {"active": 1}, {"active": "1", "total": 2}, {"active": 1, "total": 2.0}, "1/2"],
+)
+def test_ranks_are_not_counted_unless_every_record_counts_them_as_whole_numbers(ranks):
+    counted = {"ranks": {"active": 1, "total": 1, "group": "tp"}}
+    assert extension_check._ranks([counted, {"ranks": ranks}]) is None
+    assert extension_check._ranks([]) is None
+
+
+@pytest.mark.parametrize(
+    "version, parser, path, why",
+    [
+        ("0.5.23", "deepseekv41", "deepseek-recipe", "SGLang 0.5.23 with deepseekv41: deepseek-recipe, token level"),
+        (
+            " v0.6.0rc1",
+            "deepseekv4",
+            "deepseek-recipe",
+            "SGLang  v0.6.0rc1 with deepseekv4: deepseek-recipe, token level",
+        ),
+        ("0.5.22", "deepseekv4", "sglang-detectors", "SGLang 0.5.22 with deepseekv4: SGLang's Python detectors"),
+        ("0.4.99", "deepseekv41", "sglang-detectors", "SGLang 0.4.99 with deepseekv41: SGLang's Python detectors"),
+        ("main", "deepseekv4", "cannot tell", "SGLang version 'main' not a release number"),
+        (None, "deepseekv4", "cannot tell", "SGLang version None not a release number"),
+        (
+            "0.5.23",
+            "qwen",
+            "cannot tell",
+            "tool_call_parser 'qwen': SGLang then picks the encoding by the checkpoint's architecture, which "
+            "/server_info does not report",
+        ),
+    ],
+)
+def test_the_parsing_path_follows_the_release_and_the_tool_call_parser(version, parser, path, why):
+    assert extension_check.parsing_path(version, parser) == {"path": path, "why": why}
+
+
+# ----- one server named twice -----
+def test_one_server_named_twice_by_address_or_by_its_records_is_refused():
+    by_address = [{"url": "http://Node:80/"}, {"url": "http://node"}]
+    assert extension_check.refuse_one_server_twice(by_address) == (
+        "--server-metrics: http://Node:80/ and http://node are one server (its address); each server has one row of "
+        "evidence and one server compared with itself shows no difference. Name each server once"
+    )
+    by_records = [
+        {"url": "http://a:1", "evidence": {"identities": ["7@1.00/8@1.50"]}},
+        {"url": "http://b:2", "evidence": {"identities": ["9@2.00/10@2.50"]}},
+        {"url": "http://c:3", "evidence": {"identities": ["7@1.00/8@1.50"]}},
+    ]
+    assert extension_check.refuse_one_server_twice(by_records, "--server-metrics-a") == (
+        "--server-metrics-a: http://a:1 and http://c:3 are one server (launch/process 7@1.00/8@1.50); each server "
+        "has one row of evidence and one server compared with itself shows no difference. Name each server once"
+    )
+    assert extension_check.refuse_one_server_twice(by_records[:2]) is None
+
+
+def test_a_summary_of_an_earlier_release_has_one_line_saying_its_servers_are_not_recorded():
+    assert extension_check.server_lines(None) == [
+        "servers: not recorded (a summary of an earlier release): state, index-K dtype and parser unknown"
+    ]
+
+
+def test_an_active_server_is_described_with_its_built_dtype_and_ranks_when_its_evidence_was_read():
+    state = _active("http://a:1", "fp8")
+    assert extension_check.describe(state) == "active index_k_dtype=fp8 gate=auto launch=1@1.00 (server_info)"
+    state["evidence"] = {
+        "index_k": {"built": ["fp8"], "requested": ["fp8"]},
+        "ranks": {"active": 2, "total": 2, "group": "tp"},
+    }
+    assert extension_check.describe(state) == (
+        "active index_k_dtype=fp8 gate=auto launch=1@1.00 (server_info); index-K fp8 built; active on 2 of 2 ranks (tp)"
+    )
+    inactive = extension_check._state("http://b:2", extension_check.INACTIVE, "no record")
+    assert extension_check.describe(inactive) == "inactive: no record"
+
+
+# ----- the activation gauge, as a note -----
+def _gauge(launch: str, process: str = "8@1.50") -> dict[str, str]:
+    """A label set of the activation gauge with exactly the labels this version exports."""
+    from sglang_dsv4_ext.runtime.activation import EVIDENCE_FIELDS
+
+    return {**{f: "x" for f in EVIDENCE_FIELDS}, "launch": launch, "process": process}
+
+
+def test_the_gauge_note_counts_the_live_launch_and_names_stale_launches_and_partial_samples():
+    entry = {
+        "extension": [_gauge("7@1.00"), _gauge("7@1.00", "9@1.50"), _gauge("5@0.50"), _gauge("6@0.70"), {"a": "1"}]
+    }
+    assert extension_check._gauge_note(entry, "7@1.00") == (
+        f"{EXTENSION_GAUGE} shows this launch in 2 process(es); ignored {EXTENSION_GAUGE} of launch 5@0.50, 6@0.70, "
+        "not of the server answering now (left in a shared PROMETHEUS_MULTIPROC_DIR?); ignored 1 "
+        f"{EXTENSION_GAUGE} sample(s) without the labels version, sglang, index_k_dtype, gate, fp4_budget, integrity, "
+        "index_k_dtype_requested, launch, process (not this sglang-dsv4-ext's)"
+    )
+    assert extension_check._gauge_note({"extension": [_gauge("7@1.00")]}, "7@1.00") == (
+        f"{EXTENSION_GAUGE} shows this launch in 1 process(es)"
+    )
+    assert extension_check._gauge_note({"extension": []}, "7@1.00") is None
+
+
+# ----- one server, all sources -----
+def test_a_servers_given_server_info_is_what_decides_it_not_a_read_now():
+    live = _read(_record("7@1.00", process="8@1.50"))
+    state = extension_check.server_state({"url": "http://127.0.0.1:1"}, None, live)  # nothing answers on port 1
+    assert (state["state"], state["found"]) == (
+        extension_check.ACTIVE,
+        "every scheduler reports active in launch 7@1.00",
+    )
+
+
+def test_a_server_whose_server_info_could_not_be_read_is_unknown_naming_the_error():
+    state = extension_check.server_state({"url": "http://a:1"}, None, {"url": "http://a:1", "error": "HTTP 404"})
+    assert (state["url"], state["state"], state["found"], state["evidence"]) == (
+        "http://a:1",
+        extension_check.UNKNOWN,
+        "its /server_info could not be read (HTTP 404): nothing shows the state of the server answering now",
+        {},
+    )
+
+
+def test_check_raises_the_dtype_refusal_before_any_request():
+    built = _with_index_k(_active("http://a:1", "bf16"), {"built": ["bf16"], "requested": ["bf16"]})
+    extension_check.check([built], "on", "bf16")
+    with pytest.raises(ServerActivationError) as err:
+        extension_check.check([built], "on", "fp8")
+    assert str(err.value).startswith(
+        "refused before sending any request: --expect-index-k-dtype fp8: not every server reports a fp8 index-K pool "
+        "built (http://a:1: index-K bf16 built)"
+    )
+
+
+def test_the_same_launch_and_process_after_the_run_is_the_same_server_whatever_its_startup_time():
+    before = _before("7@1.00/8@1.50")
+    before["evidence"]["startup_time"] = {"total": 1.0}
+    after = _read(_record("7@1.00", process="8@1.50"), startup_time={"total": 2.0})
+    assert extension_check.restart_reason(before, after) is None
+
+
+def test_a_restart_names_every_launch_and_process_before_and_after():
+    before = _before("7@1.00/8@1.50", "7@1.00/9@1.50")
+    after = _read(_record("10@2.00", process="11@2.50"), _record("10@2.00", process="12@2.50"))
+    assert extension_check.restart_reason(before, after) == (
+        "its schedulers' launch/process changed: before 7@1.00/8@1.50, 7@1.00/9@1.50; after 10@2.00/11@2.50, "
+        "10@2.00/12@2.50"
     )
