@@ -241,22 +241,7 @@ def time_shape(stock, label: str, rows: int, lens: list[int], dev, *, prefill: b
         widen = dispatch.configs_for(dev).logits_prefill
         r["ours_fp8_widen_ms"] = bench(lambda i: ours_fp8(i, widen), nset)
     if stock.tilelang is not None:
-        try:
-            r["tilelang_ms"] = bench(
-                lambda i: stock.tilelang(
-                    sets[i]["q"],
-                    sets[i]["kv"],
-                    sets[i]["w"],
-                    sets[i]["seq"],
-                    sets[i]["table"],
-                    None,
-                    width,
-                    clean_logits=False,
-                ),
-                nset,
-            )
-        except Exception as exc:  # noqa: BLE001  recorded per shape
-            r["tilelang_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        _time_tilelang(stock, sets, width, nset, r)
     if not prefill:
         r["gather_ms"], r["gather_tiling"] = _fp8_gather(torch, sets, width, dev)
     r["ours_fp4_ms"] = _time_fp4(torch, sets, width, dev)
@@ -308,6 +293,19 @@ def time_shape(stock, label: str, rows: int, lens: list[int], dev, *, prefill: b
     return r
 
 
+def _time_tilelang(stock, sets, width: int, nset: int, r: dict) -> bool:
+    """SGLang's TileLang fp8 logits over ``sets``: its time in ``r["tilelang_ms"]``, else its error."""
+    from benchmarks.timing import bench
+
+    args = [tuple(s[k] for k in ("q", "kv", "w", "seq", "table")) for s in sets]  # bound before timing
+    try:
+        r["tilelang_ms"] = bench(lambda i: stock.tilelang(*args[i], None, width, clean_logits=False), nset)
+        return True
+    except Exception as exc:  # noqa: BLE001  recorded per shape
+        r["tilelang_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        return False
+
+
 def crossover(stock, dev) -> list[dict[str, object]]:
     """CROSSOVER_SHAPES: ours fp8 (the tiling dispatch picks) and TileLang, page table width = longest row."""
     import torch
@@ -327,24 +325,8 @@ def crossover(stock, dev) -> list[dict[str, object]]:
             ),
             nset,
         )
-        if stock.tilelang is not None:
-            try:
-                r["tilelang_ms"] = bench(
-                    lambda i, sets=sets, width=width: stock.tilelang(
-                        sets[i]["q"],
-                        sets[i]["kv"],
-                        sets[i]["w"],
-                        sets[i]["seq"],
-                        sets[i]["table"],
-                        None,
-                        width,
-                        clean_logits=False,
-                    ),
-                    nset,
-                )
-                r["x_tilelang_fp8"] = r["tilelang_ms"] / r["ours_fp8_ms"]
-            except Exception as exc:  # noqa: BLE001  recorded per shape
-                r["tilelang_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        if stock.tilelang is not None and _time_tilelang(stock, sets, width, nset, r):
+            r["x_tilelang_fp8"] = r["tilelang_ms"] / r["ours_fp8_ms"]
         sets.clear()
         torch.cuda.empty_cache()
         log(
