@@ -429,7 +429,7 @@ GOAL_MIN_BYTES = 32 << 20  # store / index-Q goal: >= 85% of copy for >= 32 MiB 
 
 
 def with_copy_goal(r: dict[str, object]) -> dict[str, object]:
-    """Issue 21: >= 85% of a graphed copy of the same bytes (above 512 MB, where that copy is not
+    """The copy goal: >= 85% of a graphed copy of the same bytes (above 512 MB, where that copy is not
     measured, of the 2 GiB copy)."""
     if r["bytes"] >= GOAL_MIN_BYTES:
         same = r.get("pct_copy_same_size")

@@ -1,4 +1,4 @@
-"""Issue 11 item 5: activation is deferred to SGLang's own imports and refuses only where a DSV4 pool is built.
+"""Activation is deferred to SGLang's own imports and refuses only where a DSV4 pool is built.
 
 Each scenario runs in a fresh interpreter (tests/support/activation_scope.py): SGLang's real
 ``load_plugins()``, its real module imports firing our post-import hooks, its real pools on CPU.

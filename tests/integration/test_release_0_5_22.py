@@ -1,4 +1,4 @@
-"""Issue 23: one wheel for SGLang 0.5.22 and 0.5.23, and real upstream drift refused.
+"""One wheel for SGLang 0.5.22 and 0.5.23, and real upstream drift refused.
 
 - The supported releases are spelled once (``compat.SUPPORTED_SGLANG_VERSIONS``); pyproject's
   dependency range admits exactly those, and the README names them.

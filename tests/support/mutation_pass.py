@@ -1745,7 +1745,7 @@ MUTATIONS: list[Mutation] = [
         "    if False:\n",
         ("tests/unit/serving/test_serve_dryrun.py::test_a_single_mode_stack_without_its_server_is_refused_by_name",),
     ),
-    # Issue 23: one table for SGLang 0.5.22 and 0.5.23. The rows naming _R0522_PATHS drive a 0.5.22 interpreter
+    # One table for SGLang 0.5.22 and 0.5.23. The rows naming _R0522_PATHS drive a 0.5.22 interpreter
     # (DSV4_TEST_SGLANG_0_5_22_PYTHON, which .ci/run sets; without it they skip, which reads as a gap here).
     Mutation(
         "releases: each release is checked against its own rows",
