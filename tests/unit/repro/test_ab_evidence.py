@@ -19,6 +19,10 @@ from sglang_dsv4_ext.tools.repro import server_info
 from tests.support.repro_cli import TINY, assert_refused, run_cli
 from tests.support.repro_server import ACTIVE_BF16, InjectingServer
 
+# The repro CLI end to end against stand-in servers: a second or two a test, so `make test-fast` leaves
+# these out (the whole suite runs them).
+pytestmark = pytest.mark.slow
+
 FP8 = dict(ACTIVE_BF16, index_k_dtype="fp8")
 
 

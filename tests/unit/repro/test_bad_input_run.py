@@ -24,6 +24,10 @@ from tests.support.repro_cli import (
 )
 from tests.support.repro_server import InjectingServer
 
+# The repro CLI end to end against stand-in servers: a second or two a test, so `make test-fast` leaves
+# these out (the whole suite runs them).
+pytestmark = pytest.mark.slow
+
 # (flag values, fragments the message must hold). Refused by the flag parser before anything runs.
 FLAG_ROWS = {
     "time-limit nan": (["--time-limit", "nan"], ["--time-limit", "finite"]),

@@ -22,6 +22,10 @@ from sglang_dsv4_ext.tools.serving.supervise import start_header
 from tests.support.repro_cli import TINY, assert_refused, run_cli
 from tests.support.repro_server import ACTIVE_BF16, InjectingServer
 
+# The repro CLI end to end against stand-in servers: a second or two a test, so `make test-fast` leaves
+# these out (the whole suite runs them).
+pytestmark = pytest.mark.slow
+
 FP8 = dict(ACTIVE_BF16, index_k_dtype="fp8", index_k_dtype_requested="fp8")
 STALE_FP8 = dict(FP8, launch="999@1700000000.00", process="1000@1700000001.00")  # an earlier launch
 
