@@ -267,21 +267,29 @@ def _fp8_logits_owners() -> list[tuple[object, str]]:
 
 
 @contextlib.contextmanager
+def _routed(
+    owners: list[tuple[object, str]], make_router: Callable[[str, Callable[..., Any]], Callable[..., Any]]
+) -> Iterator[None]:
+    """Each (module, attribute) of ``owners`` a router over SGLang's own function for the body, then put back."""
+    originals = [getattr(module, attribute) for module, attribute in owners]
+    for (module, attribute), original in zip(owners, originals):
+        setattr(module, attribute, make_router(attribute, getattr(original, "__wrapped__", original)))
+    try:
+        yield
+    finally:
+        for (module, attribute), original in zip(owners, originals):
+            setattr(module, attribute, original)
+
+
+@contextlib.contextmanager
 def fp8_logits_routed(fp8_pool: bool) -> Iterator[None]:
     """During one forward_c4_indexer call over the fp8 pool with SGLANG_DSV4_FP8_LOGITS=triton: SGLang's
     fp8 logits functions are routers (runtime/index_k/fp8_logits.py) that run ours where ours takes the call."""
     if not fp8_pool or load_config().fp8_logits != Fp8LogitsKernel.TRITON:
         yield
         return
-    owners = _fp8_logits_owners()
-    originals = [getattr(module, attribute) for module, attribute in owners]
-    for (module, attribute), original in zip(owners, originals):
-        setattr(module, attribute, fp8_logits.router(attribute, getattr(original, "__wrapped__", original)))
-    try:
+    with _routed(_fp8_logits_owners(), fp8_logits.router):
         yield
-    finally:
-        for (module, attribute), original in zip(owners, originals):
-            setattr(module, attribute, original)
 
 
 def _raises_on_fp4() -> bool:
@@ -306,14 +314,12 @@ def fp4_logits_routed(fp4_pool: bool) -> Iterator[None]:
     from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
 
     module_name, _, attribute = compat.DEEPGEMM_FP4_LOGITS.rpartition(".")
-    module = importlib.import_module(module_name)
-    original = getattr(module, attribute)
-    setattr(module, attribute, fp8_logits.fp4_router(getattr(original, "__wrapped__", original)))
-    try:
-        with getattr(sg_indexer.envs, compat.TILELANG_INDEXER_SWITCH).override(False):
-            yield
-    finally:
-        setattr(module, attribute, original)
+    owners: list[tuple[object, str]] = [(importlib.import_module(module_name), attribute)]
+    with (
+        _routed(owners, lambda _name, original: fp8_logits.fp4_router(original)),
+        getattr(sg_indexer.envs, compat.TILELANG_INDEXER_SWITCH).override(False),
+    ):
+        yield
 
 
 def _match_rows(tensor: torch.Tensor, rows: int, value: int) -> torch.Tensor:
