@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import torch
 
 from sglang_dsv4_ext.config import Fp4LogitsKernel, Fp8LogitsKernel, IndexKDtype
+from sglang_dsv4_ext.runtime.index_k.dtype import index_k_bytes_per_token
 
 OURS = "kernels_sm120.paged_mqa_logits_fp8"
 OURS_BF16 = "kernels_sm120.paged_mqa_logits_bf16"
@@ -61,18 +62,47 @@ def outside_ours(
     import torch
 
     if clean_logits:
-        return "clean_logits=True (ours leaves columns past each row's length unwritten)"
-    if q_fp8.dtype != torch.float8_e4m3fn or q_fp8.dim() != 4 or q_fp8.shape[1] != 1 or q_fp8.shape[3] != 128:
-        return f"q {tuple(q_fp8.shape)} {q_fp8.dtype} (ours: [R, 1, H, 128] float8_e4m3fn)"
-    heads = q_fp8.shape[2]
-    if heads < 16 or heads & (heads - 1) or q_fp8.stride(2) != 128 or q_fp8.stride(3) != 1:
-        return f"q heads {heads}, strides {tuple(q_fp8.stride())} (ours: a power of two >= 16, contiguous)"
-    if kvcache_fp8.dtype != torch.uint8 or tuple(kvcache_fp8.shape[1:]) != (64, 1, 132):
-        return f"index-K {tuple(kvcache_fp8.shape)} {kvcache_fp8.dtype} (ours: uint8 [pages, 64, 1, 132])"
-    if kvcache_fp8.stride(3) != 1 or kvcache_fp8.stride(1) != 132 or kvcache_fp8.stride(0) % 16:
-        return f"index-K strides {tuple(kvcache_fp8.stride())} (ours: contiguous 16-byte-aligned pages)"
-    if weight.dtype != torch.float32 or weight.dim() != 2 or weight.stride(1) != 1:
-        return f"weights {tuple(weight.shape)} {weight.dtype} (ours: [R, H] float32)"
+        return _CLEAN_LOGITS
+    return (
+        _q_outside(q_fp8, "q", torch.float8_e4m3fn, 128)
+        or _pool_outside(kvcache_fp8, FP8_ROW_BYTES)
+        or _weights_outside(weight)
+    )
+
+
+_CLEAN_LOGITS = "clean_logits=True (ours leaves columns past each row's length unwritten)"
+# A token's index-K row in SGLang's pools at the DeepSeek-V4 head dim: fp8 132 B, fp4 68 B.
+FP8_ROW_BYTES = index_k_bytes_per_token(IndexKDtype.FP8, 128)
+FP4_ROW_BYTES = index_k_bytes_per_token(IndexKDtype.FP4, 128)
+
+
+def _q_outside(q: torch.Tensor, name: str, dtype: torch.dtype, head_dim: int) -> str | None:
+    """Why ours cannot take these queries: ``[R, 1, H, head_dim]`` of ``dtype``, H a power of two >= 16."""
+    dtype_name = str(dtype).removeprefix("torch.")
+    if q.dtype != dtype or q.dim() != 4 or q.shape[1] != 1 or q.shape[3] != head_dim:
+        return f"{name} {tuple(q.shape)} {q.dtype} (ours: [R, 1, H, {head_dim}] {dtype_name})"
+    heads = q.shape[2]
+    if heads < 16 or heads & (heads - 1) or q.stride(2) != head_dim or q.stride(3) != 1:
+        return f"q heads {heads}, strides {tuple(q.stride())} (ours: a power of two >= 16, contiguous)"
+    return None
+
+
+def _pool_outside(kv_cache: torch.Tensor, row_bytes: int) -> str | None:
+    """Why ours cannot read this index-K pool: uint8 ``[pages, 64, 1, row_bytes]``, pages 16-byte aligned."""
+    import torch
+
+    if kv_cache.dtype != torch.uint8 or tuple(kv_cache.shape[1:]) != (64, 1, row_bytes):
+        return f"index-K {tuple(kv_cache.shape)} {kv_cache.dtype} (ours: uint8 [pages, 64, 1, {row_bytes}])"
+    if kv_cache.stride(3) != 1 or kv_cache.stride(1) != row_bytes or kv_cache.stride(0) % 16:
+        return f"index-K strides {tuple(kv_cache.stride())} (ours: contiguous 16-byte-aligned pages)"
+    return None
+
+
+def _weights_outside(weights: torch.Tensor) -> str | None:
+    import torch
+
+    if weights.dtype != torch.float32 or weights.dim() != 2 or weights.stride(1) != 1:
+        return f"weights {tuple(weights.shape)} {weights.dtype} (ours: [R, H] float32)"
     return None
 
 
@@ -129,24 +159,14 @@ def outside_ours_fp4(q: object, kv_cache: torch.Tensor, weights: torch.Tensor, c
     import torch
 
     if clean_logits:
-        return "clean_logits=True (ours leaves columns past each row's length unwritten)"
+        return _CLEAN_LOGITS
     if not isinstance(q, (tuple, list)) or len(q) != 2:
         return "q is not (q_fp4, q_sf) (ours: SGLang's fp4 q with its ue8m0 exponents)"
     q_fp4, q_sf = q
-    if q_fp4.dtype != torch.int8 or q_fp4.dim() != 4 or q_fp4.shape[1] != 1 or q_fp4.shape[3] != 64:
-        return f"q_fp4 {tuple(q_fp4.shape)} {q_fp4.dtype} (ours: [R, 1, H, 64] int8)"
-    heads = q_fp4.shape[2]
-    if heads < 16 or heads & (heads - 1) or q_fp4.stride(2) != 64 or q_fp4.stride(3) != 1:
-        return f"q heads {heads}, strides {tuple(q_fp4.stride())} (ours: a power of two >= 16, contiguous)"
-    if q_sf.dtype != torch.int32 or tuple(q_sf.shape) != (q_fp4.shape[0], 1, heads):
-        return f"q_sf {tuple(q_sf.shape)} {q_sf.dtype} (ours: [R, 1, H] int32)"
-    if kv_cache.dtype != torch.uint8 or tuple(kv_cache.shape[1:]) != (64, 1, 68):
-        return f"index-K {tuple(kv_cache.shape)} {kv_cache.dtype} (ours: uint8 [pages, 64, 1, 68])"
-    if kv_cache.stride(3) != 1 or kv_cache.stride(1) != 68 or kv_cache.stride(0) % 16:
-        return f"index-K strides {tuple(kv_cache.stride())} (ours: contiguous 16-byte-aligned pages)"
-    if weights.dtype != torch.float32 or weights.dim() != 2 or weights.stride(1) != 1:
-        return f"weights {tuple(weights.shape)} {weights.dtype} (ours: [R, H] float32)"
-    return None
+    why = _q_outside(q_fp4, "q_fp4", torch.int8, 64)
+    if why is None and (q_sf.dtype != torch.int32 or tuple(q_sf.shape) != (q_fp4.shape[0], 1, q_fp4.shape[2])):
+        why = f"q_sf {tuple(q_sf.shape)} {q_sf.dtype} (ours: [R, 1, H] int32)"
+    return why or _pool_outside(kv_cache, FP4_ROW_BYTES) or _weights_outside(weights)
 
 
 def fp4_router(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
