@@ -118,31 +118,55 @@ MODULE_SETS: dict[str, ModuleSet] = {
         ("sglang_dsv4_ext/tools/recall/capture_files.py", "sglang_dsv4_ext/tools/recall/capture_check.py"),
         ("tests/unit/recall", f"{_HOOKS}/test_index_k_capture.py"),
     ),
-    "runtime": ModuleSet(
-        (
-            "sglang_dsv4_ext/runtime/activation.py",
-            "sglang_dsv4_ext/runtime/launch_identity.py",
-            "sglang_dsv4_ext/runtime/hooks/*.py",
-            "sglang_dsv4_ext/runtime/hooks/gate/*.py",
-            "sglang_dsv4_ext/runtime/index_k/budget.py",
-            "sglang_dsv4_ext/runtime/index_k/capture.py",
-            "sglang_dsv4_ext/runtime/index_k/capture_format.py",
-            "sglang_dsv4_ext/runtime/index_k/dtype.py",
-            "sglang_dsv4_ext/runtime/index_k/pool_lifecycle.py",
-        ),
-        (
-            _HOOKS,
-            # Pass once per process (mutmut runs the tests again in the process it forks each mutant from): the
-            # Prometheus totals, and the gate's log, given once per call site.
-            f"--deselect={_HOOKS}/test_integrity_counts.py::test_every_loaded_page_is_counted_once_checked_or_why_not",
-            f"--deselect={_HOOKS}/test_integrity_launch.py",
-            f"--deselect={_HOOKS}/test_gate.py::test_auto_waits_for_the_layer_before_the_read_and_logs_once_per_call_site",
-            # Name the caller of a refused read, the first frame outside the gate: under mutmut that is its trampoline.
-            f"--deselect={_HOOKS}/test_gate.py::test_ungated_toplevel_reader_is_found_and_wrapped_through_hook_registry",
-            f"--deselect={_HOOKS}/test_gate.py::test_strict_refuses_a_subpool_read_during_a_pending_load_naming_the_caller",
-        ),
+}
+
+# The runtime modules, in five sets that can run side by side (each set works in its own build/mutmut/SET/).
+_RUNTIME_MODULES: dict[str, tuple[str, ...]] = {
+    "activation": (
+        "sglang_dsv4_ext/runtime/activation.py",
+        "sglang_dsv4_ext/runtime/launch_identity.py",
+        "sglang_dsv4_ext/runtime/bootstrap.py",
+        "sglang_dsv4_ext/runtime/rank_census.py",
+        "sglang_dsv4_ext/runtime/hooks/__init__.py",
+        "sglang_dsv4_ext/runtime/hooks/evidence.py",
+    ),
+    "indexer_hook": (
+        "sglang_dsv4_ext/runtime/hooks/indexer.py",
+        "sglang_dsv4_ext/runtime/index_k/fp8_logits.py",
+    ),
+    "pool_hooks": (
+        "sglang_dsv4_ext/runtime/hooks/pool.py",
+        "sglang_dsv4_ext/runtime/hooks/sizing.py",
+        "sglang_dsv4_ext/runtime/hooks/pd.py",
+        "sglang_dsv4_ext/runtime/hooks/hicache.py",
+        "sglang_dsv4_ext/runtime/index_k/budget.py",
+        "sglang_dsv4_ext/runtime/index_k/dtype.py",
+        "sglang_dsv4_ext/runtime/index_k/pool_lifecycle.py",
+    ),
+    "integrity_gate": (
+        "sglang_dsv4_ext/runtime/hooks/integrity.py",
+        "sglang_dsv4_ext/runtime/hooks/gate/*.py",
+    ),
+    "capture_runtime": (
+        "sglang_dsv4_ext/runtime/index_k/capture.py",
+        "sglang_dsv4_ext/runtime/index_k/capture_format.py",
     ),
 }
+_RUNTIME_TESTS = (
+    _HOOKS,
+    # Pass once per process (mutmut runs the tests again in the process it forks each mutant from): the
+    # Prometheus totals, and the gate's log, given once per call site.
+    f"--deselect={_HOOKS}/test_integrity_counts.py::test_every_loaded_page_is_counted_once_checked_or_why_not",
+    f"--deselect={_HOOKS}/test_integrity_launch.py",
+    f"--deselect={_HOOKS}/test_gate.py::test_auto_waits_for_the_layer_before_the_read_and_logs_once_per_call_site",
+    # Name the caller of a refused read, the first frame outside the gate: under mutmut that is its trampoline.
+    f"--deselect={_HOOKS}/test_gate.py::test_ungated_toplevel_reader_is_found_and_wrapped_through_hook_registry",
+    f"--deselect={_HOOKS}/test_gate.py::test_strict_refuses_a_subpool_read_during_a_pending_load_naming_the_caller",
+)
+MODULE_SETS.update({name: ModuleSet(modules, _RUNTIME_TESTS) for name, modules in _RUNTIME_MODULES.items()})
+# All of them in one run (hours on two cores).
+MODULE_SETS["runtime"] = ModuleSet(tuple(m for ms in _RUNTIME_MODULES.values() for m in ms), _RUNTIME_TESTS)
+
 
 _STATUS_BY_EXIT_CODE = {
     None: "not run yet",
