@@ -288,7 +288,7 @@ def _ranks(records: list[dict]) -> dict[str, object] | None:
         isinstance(c, dict) and isinstance(c.get("active"), int) and isinstance(c.get("total"), int) for c in counted
     ):
         return None
-    groups = sorted({str(c.get("group")) for c in cast(list[dict], counted)})
+    groups = sorted({str(c["group"]) for c in cast(list[dict], counted) if c.get("group")})
     return {
         "active": sum(int(c["active"]) for c in cast(list[dict], counted)),
         "total": sum(int(c["total"]) for c in cast(list[dict], counted)),
@@ -300,7 +300,13 @@ def _ranks(records: list[dict]) -> dict[str, object] | None:
 def ranks_text(ranks: dict | None) -> str:
     if not ranks:
         return "ranks not counted"
-    return f"active on {ranks['active']} of {ranks['total']} ranks ({ranks['group']})"
+    return _rank_count_text(ranks)
+
+
+def _rank_count_text(count: dict) -> str:
+    """``active on A of T ranks (group)``; the group left out where the record names none (a rank count without one)."""
+    group = f" ({count['group']})" if count.get("group") else ""
+    return f"active on {count['active']} of {count['total']} ranks{group}"
 
 
 def _version_tuple(version: str) -> tuple[int, ...] | None:
@@ -424,7 +430,7 @@ def _refuse_missing_ranks(states: list[dict[str, object]]) -> str | None:
     ]
     if not short:
         return None
-    found = "; ".join(f"{url}: active on {c['active']} of {c['total']} ranks ({c.get('group')})" for url, c in short)
+    found = "; ".join(f"{url}: {_rank_count_text(c)}" for url, c in short)
     return (
         f"--expect-extension on: the extension is not active on every rank ({found}): a rank without it builds "
         "stock pools and the run would measure a mix. Fix: start every node of the server with the extension "

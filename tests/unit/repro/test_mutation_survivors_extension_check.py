@@ -298,6 +298,23 @@ def test_expect_on_names_every_rank_group_short_of_the_extension_and_the_fix():
     assert extension_check.refusal([short], "any") is None
 
 
+def test_a_rank_count_that_names_no_group_is_said_without_one():
+    """A record's rank count without a group (none recorded) reads "active on 1 of 2 ranks", never "(None)"."""
+    short = _active("http://a:1", "bf16")
+    short["evidence"] = {"ranks": {"short": [{"active": 1, "total": 2}]}}
+    refusal = extension_check.refusal([short], "on")
+    assert "(http://a:1: active on 1 of 2 ranks): a rank without it" in refusal
+    assert "None" not in refusal
+    summed = extension_check._ranks(
+        [{"ranks": {"active": 1, "total": 2}}, {"ranks": {"active": 2, "total": 2, "group": "tp"}}]
+    )
+    assert summed["group"] == "tp"
+    assert extension_check.ranks_text(summed) == "active on 3 of 4 ranks (tp)"
+    assert extension_check.ranks_text(extension_check._ranks([{"ranks": {"active": 2, "total": 2}}])) == (
+        "active on 2 of 2 ranks"
+    )
+
+
 # ----- what a record reports beside the state, in words -----
 @pytest.mark.parametrize(
     "index_k, text",
