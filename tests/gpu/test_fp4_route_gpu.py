@@ -7,6 +7,7 @@ stock SGLang raises "DeepSeek V4 FP4 indexer requires DeepGEMM indexer.": with t
 SGLang's own: the pool (``DeepSeekV4TokenToKVPool`` built under ``--enable-deepseek-v4-fp4-indexer``), its
 fp4 key store (``set_index_k_fp4``, its Triton kernel), its fp4 q quantizer ``quantize_fp4_indexer_tensor``
 (Triton), the backend mixin's ``forward_c4_indexer`` (hooked by ``activation.activate()``) and the top-k.
+Skipped: the metadata's DeepGEMM schedule (as SGLang skips it for its torch logits; ours does not read it).
 Stood in: SGLang's JIT CUDA kernel ``fused_q_indexer_rope_hadamard_fp4_quant`` (not in the GPU bundle): RoPE
 and Hadamard in float64 (``kernels_sm120.reference.index_q_reference``), then SGLang's Triton quantizer
 above, weights ``weight * weight_scale``; SGLang's own ``C4Indexer.compute_q`` calls it. The selected slots
@@ -94,13 +95,18 @@ def run_forward(pool, inp):
     from sglang.srt.layers.attention.dsv4 import metadata as sg_metadata
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    md = sg_metadata.PagedIndexerMetadata(
-        page_size=it.FULL_PAGE,
-        compressed_page_size=it.C4_PAGE,
-        page_table=inp.page_table,
-        compressed_seq_lens=inp.seq_lens,
-        use_topk_v2=False,
-    )
+    from sglang_dsv4_ext.config import environment_override
+
+    # The metadata's DeepGEMM schedule (deep_gemm.get_paged_mqa_logits_metadata, a DeepGEMM op the GPU bundle
+    # only stubs) is skipped as SGLang skips it for its torch logits; our fp4 kernel does not read it.
+    with environment_override({it.TORCH_LOGITS_ENV: "1"}):
+        md = sg_metadata.PagedIndexerMetadata(
+            page_size=it.FULL_PAGE,
+            compressed_page_size=it.C4_PAGE,
+            page_table=inp.page_table,
+            compressed_seq_lens=inp.seq_lens,
+            use_topk_v2=False,
+        )
     core = SimpleNamespace(
         positions=inp.positions,
         c4_out_loc=None,
