@@ -28,7 +28,9 @@ WIDE = 262144
 # (rows, keys per row): few rows (the few-row tilings) and decode shapes of >= 64 MB of fp8 keys
 FEW_SHAPES = ((1, 2048), (1, 8192), (1, 65536), (8, 8192), (8, 32768), (8, 65536))
 DECODE_SHAPES = ((64, 2048), (64, 4096), (64, 8192), (128, 4096), (128, 16384), (64, 65536), (128, 65536))
-BF16_DECODE_SHAPES = ((64, 2048), (64, 4096))
+# the shapes where bf16 was over 1.10x TileLang fp8 (64 x 2K, 64 x 4K) and three larger ones where a new
+# decode tiling must not lose (64-key tilings were 5-9% slower from 268 MB in earlier sweeps)
+BF16_DECODE_SHAPES = ((64, 2048), (64, 4096), (64, 8192), (128, 16384), (128, 65536))
 # Two to eight rows, uniform and with one long row beside short ones (a tiling that fixes each row's parts on
 # the host leaves the long row 1 / rows of the programs): the bf16 few-row candidates (--few-mixed)
 FEW_MIXED_LENS = (
@@ -57,7 +59,6 @@ def candidates() -> dict[str, tuple[str, str, object]]:
     dec16 = L(128, 4, 3, programs_per_sm=2, max_chunk=8192, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True)
     return {
         # fp8, few rows
-        "fp8 few: grid bn64 s3 pps4 min64 busy4 (default)": ("few", "fp8", few8),
         "fp8 few: grid + scales ahead": ("few", "fp8", _replace(few8, scales_ahead=True)),
         "fp8 few: interleaved s3 pps4": ("few", "fp8", L(64, 4, 3, programs_per_sm=4, interleaved=True, fp8_mma=True)),
         "fp8 few: interleaved s2 pps4": ("few", "fp8", L(64, 4, 2, programs_per_sm=4, interleaved=True, fp8_mma=True)),
@@ -66,9 +67,10 @@ def candidates() -> dict[str, tuple[str, str, object]]:
         "bf16 few: grid bn64 s4 pps2 min64 busy2 (default)": ("few", "bf16", few16),
         "bf16 few: interleaved s3 pps4": ("few", "bf16", L(64, 4, 3, programs_per_sm=4, interleaved=True)),
         "bf16 few: interleaved s4 pps2": ("few", "bf16", L(64, 4, 4, programs_per_sm=2, interleaved=True)),
-        "bf16 few: interleaved s4 pps4": ("few", "bf16", L(64, 4, 4, programs_per_sm=4, interleaved=True)),
         "bf16 few: interleaved s2 pps4": ("few", "bf16", L(64, 4, 2, programs_per_sm=4, interleaved=True)),
-        "bf16 few: interleaved s3 pps8": ("few", "bf16", L(64, 4, 3, programs_per_sm=8, interleaved=True)),
+        "bf16 few: interleaved s3 pps2": ("few", "bf16", L(64, 4, 3, programs_per_sm=2, interleaved=True)),
+        "bf16 few: interleaved s2 pps2": ("few", "bf16", L(64, 4, 2, programs_per_sm=2, interleaved=True)),
+        "bf16 few: interleaved s4 pps1": ("few", "bf16", L(64, 4, 4, programs_per_sm=1, interleaved=True)),
         # fp8, decode (item grid)
         "fp8 decode: items bn64 s4 busy4 min128 (default)": ("decode", "fp8", dec8),
         "fp8 decode: + scales ahead": ("decode", "fp8", _replace(dec8, scales_ahead=True)),
@@ -81,26 +83,28 @@ def candidates() -> dict[str, tuple[str, str, object]]:
         ),
         # bf16, decode
         "bf16 decode: items bn128 s3 busy2 min256 (default)": ("bf16 decode", "bf16", dec16),
-        "bf16 decode: items bn64 s4 busy4 min128": (
-            "bf16 decode",
-            "bf16",
-            _replace(dec8, fp8_mma=False),
-        ),
         "bf16 decode: items bn64 s4 busy2 min256": (
             "bf16 decode",
             "bf16",
             _replace(dec8, fp8_mma=False, busy_per_sm=2, min_chunk=256),
         ),
-        "bf16 decode: items bn64 s3 busy4 min64": (
+        "bf16 decode: items bn64 s5 busy2 min256": (
             "bf16 decode",
             "bf16",
-            _replace(dec8, fp8_mma=False, num_stages=3, min_chunk=64),
+            _replace(dec8, fp8_mma=False, num_stages=5, busy_per_sm=2, min_chunk=256),
         ),
-        "bf16 decode: items bn64 s4 busy3 min128": (
+        "bf16 decode: items bn64 s4 busy2 min512": (
             "bf16 decode",
             "bf16",
-            _replace(dec8, fp8_mma=False, busy_per_sm=3),
+            _replace(dec8, fp8_mma=False, busy_per_sm=2, min_chunk=512),
         ),
+        "bf16 decode: items bn128 s4 busy1 min512": (
+            "bf16 decode",
+            "bf16",
+            _replace(dec16, num_stages=4, busy_per_sm=1, min_chunk=512),
+        ),
+        "bf16 decode: items bn128 s2 busy2 min256": ("bf16 decode", "bf16", _replace(dec16, num_stages=2)),
+        "bf16 decode: items bn128 s3 busy3 min256": ("bf16 decode", "bf16", _replace(dec16, busy_per_sm=3)),
     }
 
 

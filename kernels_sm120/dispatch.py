@@ -203,7 +203,10 @@ _HOPPER_CLASS_FP8_FEW_ROWS = LogitsConfig(
 )
 # One row, fp8 keys: interleaved parts, 3 stages, 4 programs per SM: 1 x 2K 4.88 -> 4.20 us, 1 x 8K 5.10 ->
 # 4.40, 1 x 64K 8.6 -> 7.2 (the grid with scales ahead: 4.6, 4.8, 8.2). Two stages or two programs per SM:
-# 0.1 us faster at 1 x 2K, 7-17% slower at 1 x 64K (NOTES.md, "interleaved parts").
+# 0.1 us faster at 1 x 2K, 7-17% slower at 1 x 64K (NOTES.md, "interleaved parts"). With the parts past the
+# row's pages returning after the length and each tile's scales loaded beside its key tile (NOTES.md, "The
+# one-row chain"), at the decode graph's width: 1 x 2K 4.26 -> 3.78 us (TileLang 3.82), 1 x 8K 4.46 -> 4.13
+# (TileLang 3.98), 1 x 64K 7.29 -> 6.83 (TileLang 8.47).
 _HOPPER_CLASS_FP8_ONE_ROW = LogitsConfig(64, 4, 3, programs_per_sm=4, interleaved=True, fp8_mma=True)
 _HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 

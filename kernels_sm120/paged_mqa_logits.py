@@ -616,27 +616,47 @@ def _interleaved_part(
     pt_row = page_table_ptr + row64 * stride_pt_row
     n_raw = tl.load(seq_lens_ptr + row)
     page = tl.load(pt_row + part, mask=part < pt_width, other=0).to(tl.int64)
-    q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row, H, D, KEY_FP8)
     n_write = tl.minimum(tl.maximum(n_raw, 0), max_len)
-    n_keys = tl.minimum(n_write, pt_width * PAGE)  # past the table's reach: -inf (never in SGLang)
-    q_t = tl.trans(q)  # [D, H]
-    out_row = out_ptr + row64 * stride_out_row
-    offs = tl.arange(0, PAGE)
-    d = tl.arange(0, D)
-    # this program's pages below cdiv(n_write, PAGE); none (<= 0) when part is past them
-    n_tiles = tl.cdiv(tl.cdiv(n_write, PAGE) - part, split)
-    for i in range(0, n_tiles):  # from 0: see _one_row
-        p = part + i * split
-        t = p * PAGE + offs
-        valid = t < n_keys
-        k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
-        scale = 1.0
+    # A program past the row's pages returns after the length: under the decode graph the grid covers the
+    # captured width (528 parts at 262,144 columns), so at 1 x 2K 496 of them have no page. Each one loading
+    # q and the weights (8 KiB fp8, 16 KiB bf16) read 4-8 MB from L2 for nothing. A working program's q
+    # load now waits for the length, as its key load does (which also waits for the page id issued beside
+    # the length): the chain to its first product stays one round trip long.
+    if part * PAGE < n_write:
+        q, w = _load_row_q(q_ptr, stride_q_row, w_ptr, stride_w_row, row, H, D, KEY_FP8)
+        n_keys = tl.minimum(n_write, pt_width * PAGE)  # past the table's reach: -inf (never in SGLang)
+        q_t = tl.trans(q)  # [D, H]
+        out_row = out_ptr + row64 * stride_out_row
+        offs = tl.arange(0, PAGE)
+        d = tl.arange(0, D)
+        # this program's pages below cdiv(n_write, PAGE) (at least one here)
+        n_tiles = tl.cdiv(tl.cdiv(n_write, PAGE) - part, split)
         if KEY_FP8:
-            k = fp8_key_values(k, KEY_FP8)
-            scale = fp8_key_scales(k_ptr, stride_page, page, t, valid, D, PAGE)
-        p_next = p + split
-        page = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
-        _logits_tile(k, q_t, w, out_row, t, valid, n_write, scale)
+            # Each tile's scales are loaded as soon as its page id is known, beside its key tile, and
+            # carried: loaded in the tile's own iteration, they were issued after its product (AOT sm_90a:
+            # the scale LDG after the HGMMA wait), one more round trip per tile, the whole call at one tile.
+            t = part * PAGE + offs
+            scale = fp8_key_scales(k_ptr, stride_page, page, t, t < n_keys, D, PAGE)
+            for i in range(0, n_tiles):  # from 0: see _one_row
+                p = part + i * split
+                t = p * PAGE + offs
+                valid = t < n_keys
+                k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
+                p_next = p + split
+                t_next = p_next * PAGE + offs
+                page = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
+                scale_next = fp8_key_scales(k_ptr, stride_page, page, t_next, t_next < n_keys, D, PAGE)
+                _logits_tile(fp8_key_values(k, KEY_FP8), q_t, w, out_row, t, valid, n_write, scale)
+                scale = scale_next
+        else:
+            for i in range(0, n_tiles):  # from 0: see _one_row
+                p = part + i * split
+                t = p * PAGE + offs
+                valid = t < n_keys
+                k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
+                p_next = p + split
+                page = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
+                _logits_tile(k, q_t, w, out_row, t, valid, n_write, 1.0)
 
 
 @triton.jit
