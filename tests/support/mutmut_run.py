@@ -164,6 +164,22 @@ _RUNTIME_TESTS = (
     f"--deselect={_HOOKS}/test_gate.py::test_strict_refuses_a_subpool_read_during_a_pending_load_naming_the_caller",
 )
 MODULE_SETS.update({name: ModuleSet(modules, _RUNTIME_TESTS) for name, modules in _RUNTIME_MODULES.items()})
+# The pool area's own tests: every test that builds a pool reaches its hooks, so the whole of tests/unit/hooks
+# would make each of its survivors cost a minute or more of pool builds that pin nothing of these modules.
+MODULE_SETS["pool_hooks"] = ModuleSet(
+    _RUNTIME_MODULES["pool_hooks"],
+    (
+        f"{_HOOKS}/test_bf16_storage.py",
+        f"{_HOOKS}/test_sizing.py",
+        f"{_HOOKS}/test_sizing_v41.py",
+        f"{_HOOKS}/test_fp4_budget.py",
+        f"{_HOOKS}/test_index_k_page_aligned.py",
+        f"{_HOOKS}/test_external_linker.py",
+        f"{_HOOKS}/test_release_paths.py",
+        f"{_HOOKS}/test_evidence_built.py",
+        f"{_HOOKS}/test_mutation_survivors_pool_hooks.py",
+    ),
+)
 # All of them in one run (hours on two cores).
 MODULE_SETS["runtime"] = ModuleSet(tuple(m for ms in _RUNTIME_MODULES.values() for m in ms), _RUNTIME_TESTS)
 
