@@ -64,12 +64,32 @@ def test_readers_sglang_already_gates_are_left_alone_and_said_why(ext_active):
 
 
 def test_readers_of_a_module_sglang_has_not_imported_are_not_probed(ext_active):
-    readers = {t.path for t in (*compat.TOPLEVEL_INDEX_K_READERS, *compat.SUBPOOL_INDEX_K_READERS)}
-    ctx = _context("0.5.23", wants=lambda target: target.path not in readers)
+    # The first reader's module is "not imported yet": it is skipped, the readers after it are still probed.
+    skipped = compat.SUBPOOL_INDEX_K_READERS[0].path
+    ctx = _context("0.5.23", wants=lambda target: target.path != skipped)
     hooked = {h.target.path for h in gate.hooks(ctx)}
-    assert not hooked & readers
-    assert ctx.accessor_verdicts == {} and ctx.not_needed == {}
+    assert skipped not in hooked and skipped not in ctx.accessor_verdicts and skipped not in ctx.not_needed
+    for target in compat.SUBPOOL_INDEX_K_READERS[1:]:
+        assert target.path in hooked and ctx.accessor_verdicts[target.path] == gate.EXTENSION_GATED
     assert compat.POOL_WAIT_LAYER_TRANSFER.path in hooked  # the rest is still collected
+
+
+def _recording_original(*args, **kwargs):
+    return args, kwargs
+
+
+@pytest.mark.parametrize("name", list(gate.SUBPOOL_READERS))
+def test_each_subpool_reader_hook_hands_the_read_on_unchanged_when_nothing_is_pending(ext_active, gate_mode, name):
+    (hook,) = [h for h in gate.hooks(_context("0.5.23")) if h.target.path.endswith(f"DeepSeekV4IndexerPool.{name}")]
+    gate_mode("strict")
+    pool = gd.build_pool()
+    sub = pool.c4_indexer_kv_pool
+    assert pool.layer_transfer_counter is None  # HiCache off
+    assert hook.fn(_recording_original, sub, 1) == ((sub, 1), {})
+    gd.StreamWaits.on(pool).counter.set_consumer(-1)  # HiCache on, nothing to load for this batch
+    assert hook.fn(_recording_original, sub, 1, "slots", dtype="x") == ((sub, 1, "slots"), {"dtype": "x"})
+    assert hook.fn(_recording_original, sub, 0, "slots") == ((sub, 0, "slots"), {})
+    assert hook.fn(_recording_original, sub, 0, dtype="x") == ((sub, 0), {"dtype": "x"})
 
 
 @pytest.mark.parametrize("name", list(gate.SUBPOOL_READERS))
@@ -85,11 +105,12 @@ def test_each_subpool_reader_hook_refuses_naming_its_own_reader(ext_active, gate
         hook.fn(original, pool.c4_indexer_kv_pool, 1, *extra)
 
 
-def test_a_toplevel_reader_that_does_not_wait_gets_the_toplevel_gate(ext_active, gate_mode):
+def test_a_toplevel_reader_that_does_not_wait_gets_the_toplevel_gate(ext_active, gate_mode, monkeypatch):
     drifted = dataclasses.replace(compat.TOPLEVEL_INDEX_K_READERS[0], path=gd.TOPLEVEL_DOUBLE_TARGET)
+    monkeypatch.setattr(compat, "TOPLEVEL_INDEX_K_READERS", (drifted,))  # the probe finds this one ungated
     ctx = _context("0.5.23")
-    (hook,) = gate._reader_hooks(ctx, [drifted], lambda name: gate.gate_toplevel_reader)
-    assert hook.fn is gate.gate_toplevel_reader and hook.kind == "around" and hook.target is drifted
+    (hook,) = [h for h in gate.hooks(ctx) if h.target is drifted]
+    assert hook.fn is gate.gate_toplevel_reader and hook.kind == "around"
     assert ctx.accessor_verdicts[drifted.path] == gate.EXTENSION_GATED and drifted.path not in ctx.not_needed
 
     gate_mode("auto")
@@ -98,6 +119,16 @@ def test_a_toplevel_reader_that_does_not_wait_gets_the_toplevel_gate(ext_active,
     observed.start_load()
     hook.fn(gd.Dsv4PoolWithoutIndexKWait.get_index_k_with_scale_buffer, pool, 3)
     assert observed.covered() == 3  # waited for layer 3's load before the drifted reader ran
+    assert hook.fn(_recording_original, pool, 1, "slots", dtype="x") == ((pool, 1, "slots"), {"dtype": "x"})
+
+
+def test_the_toplevel_gate_waits_for_nothing_with_the_gate_off(ext_active, gate_mode):
+    gate_mode("off")
+    pool = gd.build_pool(gd.Dsv4PoolWithoutIndexKWait)
+    observed = gd.StreamWaits.on(pool)
+    observed.start_load()
+    assert gate.gate_toplevel_reader(_recording_original, pool, 3) == ((pool, 3), {})
+    assert observed.wait_until_calls == [] and observed.stream_waits == []
 
 
 # ---------------------------------------------------------------------------------------
