@@ -180,6 +180,29 @@ MODULE_SETS["pool_hooks"] = ModuleSet(
         f"{_HOOKS}/test_mutation_survivors_pool_hooks.py",
     ),
 )
+# The gate and the integrity hook: the test files that reach them (a pool built with HiCache's counter, its host
+# pool, the prefill-graph replay), not all of tests/unit/hooks (the first run and every survivor cost all of them).
+MODULE_SETS["integrity_gate"] = ModuleSet(
+    _RUNTIME_MODULES["integrity_gate"],
+    (
+        f"{_HOOKS}/test_gate.py",
+        f"{_HOOKS}/test_gate_v41.py",
+        f"{_HOOKS}/test_configured_hooks.py",
+        f"{_HOOKS}/test_v41_coverage.py",
+        f"{_HOOKS}/test_bf16_storage.py",
+        f"{_HOOKS}/test_integrity.py",
+        f"{_HOOKS}/test_integrity_counts.py",
+        f"{_HOOKS}/test_integrity_host_reuse.py",
+        f"{_HOOKS}/test_integrity_sampling.py",
+        f"{_HOOKS}/test_mutation_survivors_integrity.py",
+        f"{_HOOKS}/test_mutation_survivors_integrity_gate.py",
+        "tests/integration/test_gate_prefill_replay.py",
+        f"{_HOOKS}/test_integrity_launch.py",
+        # Reads the process's Prometheus counters as totals (it passes once per process, as above).
+        f"--deselect={_HOOKS}/test_integrity_counts.py::test_every_loaded_page_is_counted_once_checked_or_why_not",
+        f"--deselect={_HOOKS}/test_integrity_launch.py::test_the_last_verifications_reach_the_counters_without_another_load",
+    ),
+)
 # All of them in one run (hours on two cores).
 MODULE_SETS["runtime"] = ModuleSet(tuple(m for ms in _RUNTIME_MODULES.values() for m in ms), _RUNTIME_TESTS)
 
