@@ -164,6 +164,18 @@ _RUNTIME_TESTS = (
     f"--deselect={_HOOKS}/test_gate.py::test_strict_refuses_a_subpool_read_during_a_pending_load_naming_the_caller",
 )
 MODULE_SETS.update({name: ModuleSet(modules, _RUNTIME_TESTS) for name, modules in _RUNTIME_MODULES.items()})
+# The indexer hook and the logits router are reached only by the indexer's own tests (the rest of tests/unit/hooks
+# calls neither): each survivor costs the whole test command, and the Triton-interpreted kernel tests are slow.
+MODULE_SETS["indexer_hook"] = ModuleSet(
+    _RUNTIME_MODULES["indexer_hook"],
+    (
+        f"{_HOOKS}/test_indexer.py",
+        f"{_HOOKS}/test_fp8_logits_route.py",
+        f"{_HOOKS}/test_fp4_logits_route.py",
+        f"{_HOOKS}/test_index_k_capture.py",
+        f"{_HOOKS}/test_mutation_survivors_indexer_hook.py",
+    ),
+)
 # All of them in one run (hours on two cores).
 MODULE_SETS["runtime"] = ModuleSet(tuple(m for ms in _RUNTIME_MODULES.values() for m in ms), _RUNTIME_TESTS)
 

@@ -1,0 +1,294 @@
+"""What the indexer hook and the logits router decide, pinned where mutmut found no test that would notice a change.
+
+The router (runtime/index_k/fp8_logits.py) takes a call for our kernel only when every host-known shape, dtype and
+stride is one ours reads; every other call goes to SGLang's (or DeepGEMM's) function with its arguments unchanged,
+and the reason is recorded for the activation record's ``logits_kernel``. The checks run on real tensors (empty or
+strided views: only shapes, dtypes and strides are read). Where a test must see the arguments SGLang's function
+receives, a recorder stands in for it (TileLang and DeepGEMM need a GPU, and a recorder shows what was passed);
+where our kernel must run, it runs under Triton's interpreter on the small shapes of test_fp4_logits_route.py.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+
+import pytest
+import torch
+from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
+
+from sglang_dsv4_ext.config import ENV_FP8_LOGITS
+from sglang_dsv4_ext.runtime import activation, compat
+from sglang_dsv4_ext.runtime.hooks import HookContext
+from sglang_dsv4_ext.runtime.hooks import indexer as hook
+from sglang_dsv4_ext.runtime.index_k import capture as index_k_capture
+from sglang_dsv4_ext.runtime.index_k import fp8_logits, pool_lifecycle
+from tests.unit.hooks.test_fp4_logits_route import error, fp4_args, interp  # noqa: F401 (interp: a fixture)
+
+FP8 = torch.float8_e4m3fn
+
+
+class Recorder:
+    """Stands in for SGLang's (or DeepGEMM's) logits function: records its arguments, returns a marker."""
+
+    def __init__(self):
+        self.calls: list[tuple[tuple, dict]] = []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        return "sglang's"
+
+
+@pytest.fixture
+def no_call_yet(monkeypatch):
+    """This process's record of the last call emptied (restored after): as before any indexer call."""
+    monkeypatch.setattr(fp8_logits, "_LAST", {})
+
+
+def strided(shape, stride, dtype):
+    """A tensor of ``shape`` with ``stride`` over storage large enough for it (its values are never read)."""
+    size = 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+    return torch.empty(size, dtype=dtype).as_strided(shape, stride)
+
+
+# --- the fp8 route's checks: queries, pool, weights ----------------------------------------------------------------
+
+
+def fp8_call(**change):
+    call = dict(
+        q=torch.empty(2, 1, 16, 128, dtype=FP8),
+        pool=torch.empty(4, 64, 1, 132, dtype=torch.uint8),
+        weights=torch.empty(2, 16),
+    )
+    return {**call, **change}
+
+
+FP8_OUTSIDE = {
+    "q dtype": (dict(q=torch.empty(2, 1, 16, 128, dtype=torch.bfloat16)), "q (2, 1, 16, 128) torch.bfloat16 "),
+    "q rank": (dict(q=torch.empty(2, 16, 128, dtype=FP8)), "q (2, 16, 128) "),
+    "q two per row": (dict(q=torch.empty(2, 2, 16, 128, dtype=FP8)), "q (2, 2, 16, 128) "),
+    "q head dim": (dict(q=torch.empty(2, 1, 16, 64, dtype=FP8)), "q (2, 1, 16, 64) "),
+    "8 heads": (dict(q=torch.empty(2, 1, 8, 128, dtype=FP8)), "q heads 8,"),
+    "24 heads": (dict(q=torch.empty(2, 1, 24, 128, dtype=FP8)), "q heads 24,"),
+    "heads apart": (
+        dict(q=torch.empty(2, 1, 16, 256, dtype=FP8)[..., :128]),
+        "q heads 16, strides (4096, 4096, 256, 1)",
+    ),
+    "dims apart": (dict(q=strided((2, 1, 16, 128), (4096, 4096, 128, 2), FP8)), "q heads 16, strides"),
+    "pool dtype": (dict(pool=torch.empty(4, 64, 1, 132, dtype=torch.int8)), "index-K (4, 64, 1, 132) torch.int8 "),
+    "fp4 rows": (dict(pool=torch.empty(4, 64, 1, 68, dtype=torch.uint8)), "index-K (4, 64, 1, 68) "),
+    "bytes apart": (dict(pool=strided((4, 64, 1, 132), (64 * 264, 264, 132, 2), torch.uint8)), "index-K strides"),
+    "rows apart": (dict(pool=strided((4, 64, 1, 132), (64 * 140, 140, 132, 1), torch.uint8)), "index-K strides"),
+    "pages unaligned": (dict(pool=strided((4, 64, 1, 132), (8452, 132, 132, 1), torch.uint8)), "index-K strides"),
+    "weights dtype": (dict(weights=torch.empty(2, 16, dtype=torch.bfloat16)), "weights (2, 16) torch.bfloat16 "),
+    "weights rank": (dict(weights=torch.empty(2, 16, 1)), "weights (2, 16, 1) "),
+    "weights by column": (dict(weights=torch.empty(16, 2).t()), "weights (2, 16) "),
+}
+
+
+def test_a_call_of_ours_in_every_way_is_taken():
+    call = fp8_call()
+    assert fp8_logits.outside_ours(call["q"], call["pool"], call["weights"], False) is None
+
+
+@pytest.mark.parametrize("case", sorted(FP8_OUTSIDE))
+def test_each_way_outside_ours_refuses_naming_the_input_and_what_ours_takes(case):
+    change, named = FP8_OUTSIDE[case]
+    call = fp8_call(**change)
+    why = fp8_logits.outside_ours(call["q"], call["pool"], call["weights"], False)
+    assert why is not None and why.startswith(named), why
+    ours = {"q": "(ours: [R, 1, H, 128] float8_e4m3fn)", "index-K": "(ours: uint8 [pages, 64, 1, 132])"}
+    if named.startswith("q (") or named.startswith("index-K ("):
+        assert why.endswith(ours[named.split(" ")[0]]), why
+
+
+def test_clean_logits_is_refused_first():
+    call = fp8_call(q=torch.empty(2, 1, 12, 128, dtype=FP8))
+    assert fp8_logits.outside_ours(call["q"], call["pool"], call["weights"], True).startswith("clean_logits=True")
+
+
+# --- the fp8 router: SGLang's function gets the call unchanged, the reason is recorded -------------------------------
+
+
+def test_the_router_gives_sglang_a_call_of_its_default_clean_logits_unchanged():
+    """SGLang's signature defaults clean_logits to True, which ours does not do: a call that leaves it out is
+    SGLang's, with every argument passed on as given."""
+    sglang_fn = Recorder()
+    routed = fp8_logits.router("fp8_paged_mqa_logits_torch_sm120", sglang_fn)
+    call = fp8_call()
+    seq_lens, table, metadata = (
+        torch.tensor([10, 20], dtype=torch.int32),
+        torch.zeros(2, 1, dtype=torch.int32),
+        object(),
+    )
+    assert routed(call["q"], call["pool"], call["weights"], seq_lens, table, metadata, 64) == "sglang's"
+    ((args, kwargs),) = sglang_fn.calls
+    assert all(a is b for a, b in zip(args, (call["q"], call["pool"], call["weights"], seq_lens, table, metadata, 64)))
+    assert len(args) == 7 and kwargs == {"clean_logits": True}
+    assert fp8_logits.last_kernel() == "SGLang's fp8_paged_mqa_logits_torch_sm120 (" + fp8_logits._CLEAN_LOGITS + ")"
+
+
+# --- the fp4 route's checks ------------------------------------------------------------------------------------------
+
+
+def fp4_call(**change):
+    call = dict(
+        q=(torch.empty(2, 1, 16, 64, dtype=torch.int8), torch.empty(2, 1, 16, dtype=torch.int32)),
+        pool=torch.empty(4, 64, 1, 68, dtype=torch.uint8),
+        weights=torch.empty(2, 16),
+    )
+    return {**call, **change}
+
+
+_Q_SF = torch.empty(2, 1, 16, dtype=torch.int32)
+FP4_OUTSIDE = {
+    "q one tensor": (dict(q=torch.empty(2, 1, 16, 64, dtype=torch.int8)), "q is not (q_fp4, q_sf)"),
+    "q three parts": (dict(q=(torch.empty(2, 1, 16, 64, dtype=torch.int8), _Q_SF, _Q_SF)), "q is not (q_fp4, q_sf)"),
+    "q_fp4 dtype": (dict(q=(torch.empty(2, 1, 16, 64, dtype=torch.uint8), _Q_SF)), "q_fp4 (2, 1, 16, 64) torch.uint8 "),
+    "q_sf dtype": (dict(q=(torch.empty(2, 1, 16, 64, dtype=torch.int8), _Q_SF.to(torch.int8))), "q_sf (2, 1, 16) "),
+    "q_sf shape": (
+        dict(q=(torch.empty(2, 1, 16, 64, dtype=torch.int8), torch.empty(2, 16, dtype=torch.int32))),
+        "q_sf (2, 16) ",
+    ),
+    "fp8 rows": (dict(pool=torch.empty(4, 64, 1, 132, dtype=torch.uint8)), "index-K (4, 64, 1, 132) "),
+    "weights dtype": (dict(weights=torch.empty(2, 16, dtype=torch.bfloat16)), "weights (2, 16) torch.bfloat16 "),
+}
+
+
+def test_an_fp4_call_of_ours_in_every_way_is_taken():
+    call = fp4_call()
+    assert fp8_logits.outside_ours_fp4(call["q"], call["pool"], call["weights"], False) is None
+
+
+@pytest.mark.parametrize("case", sorted(FP4_OUTSIDE))
+def test_each_way_outside_our_fp4_kernel_refuses_naming_the_input(case):
+    change, named = FP4_OUTSIDE[case]
+    call = fp4_call(**change)
+    why = fp8_logits.outside_ours_fp4(call["q"], call["pool"], call["weights"], False)
+    assert why is not None and why.startswith(named), why
+    if named.startswith("q_fp4"):
+        assert why.endswith("(ours: [R, 1, H, 64] int8)"), why
+    if named.startswith("q_sf"):
+        assert why.endswith("(ours: [R, 1, H] int32)"), why
+
+
+def fp4_routed_call(deepgemm, **kwargs):
+    call = fp4_call()
+    lens, table, meta = torch.tensor([[10], [20]], dtype=torch.int32), torch.zeros(2, 1, dtype=torch.int32), object()
+    positional = (call["q"], call["pool"], call["weights"], lens, table, meta, 64)
+    return fp8_logits.fp4_router(deepgemm)(*positional, **kwargs), positional
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "passed", "reason"),
+    [
+        (dict(clean_logits=True), {}, "clean_logits=True"),
+        (dict(logits_dtype=torch.bfloat16), {"logits_dtype": torch.bfloat16}, "logits_dtype torch.bfloat16"),
+        (dict(indices=torch.zeros(2, 64, dtype=torch.int32)), "indices", "indices given"),
+    ],
+    ids=["clean_logits", "bf16 logits", "indices"],
+)
+def test_deepgemm_gets_an_fp4_call_outside_ours_with_its_arguments_as_given(kwargs, passed, reason):
+    deepgemm = Recorder()
+    out, positional = fp4_routed_call(deepgemm, **kwargs)
+    assert out == "sglang's"
+    ((args, got_kwargs),) = deepgemm.calls
+    assert len(args) == 8 and all(a is b for a, b in zip(args, positional))
+    assert args[7] is kwargs.get("clean_logits", False)
+    if passed == "indices":
+        assert list(got_kwargs) == ["indices"] and got_kwargs["indices"] is kwargs["indices"]
+    else:
+        assert got_kwargs == passed
+    assert fp8_logits.last_kernel().startswith(f"SGLang's deep_gemm.fp8_fp4_paged_mqa_logits ({reason}")
+
+
+def test_an_fp4_call_of_deepgemms_defaults_runs_ours(interp):  # noqa: F811 (the fixture imported above)
+    """DeepGEMM's signature defaults clean_logits to False and the logits to float32, which ours computes."""
+    q, cache, w, seq, table, max_len, _ = args = fp4_args(lens=(70, 3))
+    deepgemm = Recorder()
+    out = fp8_logits.fp4_router(deepgemm)(q, cache, w, seq.unsqueeze(-1), table, None, max_len)
+    assert deepgemm.calls == [] and fp8_logits.last_kernel() == fp8_logits.OURS_FP4
+    assert error(out, args) < 1e-6
+
+
+# --- logits_kernel: the activation record's field ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "configuration", [("fp8", "triton", "triton"), ("fp8", "sglang", "triton"), ("fp4", "triton", "sglang")]
+)
+def test_before_any_call_logits_kernel_says_so_and_what_the_configuration_chooses(no_call_yet, configuration):
+    assert (
+        fp8_logits.logits_kernel(*configuration) == f"no indexer call yet: {fp8_logits.planned_kernel(*configuration)}"
+    )
+
+
+def test_the_bf16_pool_names_our_bf16_kernel_whatever_ran_last():
+    fp8_logits._note(fp8_logits.OURS)
+    assert fp8_logits.logits_kernel("bf16", "triton", "triton") == fp8_logits.OURS_BF16
+
+
+# --- forward_c4_indexer: SGLang's function gets its arguments, and only the pool's route is taken -----------------
+
+
+def fp_backend():
+    return types.SimpleNamespace(token_to_kv_pool=types.SimpleNamespace(c4_indexer_kv_pool=object()))
+
+
+def test_forward_c4_indexer_passes_every_argument_on_to_sglangs(monkeypatch):
+    monkeypatch.setenv(ENV_FP8_LOGITS, "sglang")
+    sglang_forward, streams, ready, quant = Recorder(), [object()], object(), object()
+    c4 = types.SimpleNamespace(use_fp4_indexer=False)
+    hook._around_forward_c4_indexer(
+        sglang_forward, fp_backend(), "x", "q_lora", c4, "batch", streams, True, ready, q_lora_quant=quant
+    )
+    ((args, kwargs),) = sglang_forward.calls
+    assert args[2:] == ("q_lora", c4, "batch")
+    assert kwargs == dict(
+        alt_streams=streams, enable_multi_stream=True, q_lora_ready=ready, skip_compressor=False, q_lora_quant=quant
+    )
+
+
+def test_an_fp4_pool_routes_nothing_of_sglangs_fp8_logits(monkeypatch):
+    monkeypatch.setenv(ENV_FP8_LOGITS, "triton")
+    monkeypatch.setenv(compat.TILELANG_INDEXER_SWITCH, "0")
+    stock = sg_indexer.fp8_paged_mqa_logits_torch_sm120
+    seen = []
+
+    def sglang_forward(*args, **kwargs):
+        seen.append(sg_indexer.fp8_paged_mqa_logits_torch_sm120)
+
+    hook._around_forward_c4_indexer(
+        sglang_forward, fp_backend(), None, None, types.SimpleNamespace(use_fp4_indexer=True), None
+    )
+    assert seen == [stock]
+
+
+def test_compute_q_off_the_bf16_pool_passes_every_argument_on_to_sglangs():
+    sglang_compute_q, ix = Recorder(), types.SimpleNamespace(use_fp4_indexer=False)
+    quant = object()
+    hook._around_compute_q(sglang_compute_q, ix, "q_lora", "positions", "weight", quant, extra="kw")
+    assert sglang_compute_q.calls == [((ix, "q_lora", "positions", "weight", quant), {"extra": "kw"})]
+
+
+# --- hooks(): what activation installs -----------------------------------------------------------------------------
+
+
+def test_the_hooks_are_arounds_on_sglangs_indexer_functions_and_capture_is_decided_per_pool(ext_active, monkeypatch):
+    monkeypatch.setattr(pool_lifecycle, "_POOL_CREATED", {})
+    hooks = hook.hooks(HookContext(process=types.SimpleNamespace()))
+    assert list(pool_lifecycle._POOL_CREATED.values()) == [index_k_capture.capture_for]
+    hooked = {}
+    for h in hooks:
+        _, _, current = compat.resolve(h.target.path)
+        assert callable(h.fn) and activation.carries_hook(current, h.fn), h.target.path
+        # HookRegistry's "around" hands the hook SGLang's function first.
+        assert activation._hook_type(h.kind).value == "around"
+        assert next(iter(inspect.signature(h.fn).parameters)) == "original"
+        hooked[h.target.path] = h.fn
+    assert set(hooked) == {
+        compat.INDEXER_COMPRESSOR_FORWARD.path,
+        compat.C4_COMPUTE_Q.path,
+        compat.C4_FORWARD_INDEXER.path,
+        compat.C4_CAN_USE_NONPAGED.path,
+    }
