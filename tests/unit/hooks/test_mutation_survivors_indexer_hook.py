@@ -292,3 +292,81 @@ def test_the_hooks_are_arounds_on_sglangs_indexer_functions_and_capture_is_decid
         compat.C4_FORWARD_INDEXER.path,
         compat.C4_CAN_USE_NONPAGED.path,
     }
+
+
+# --- the bf16 branch's row matching (CUDA-graph padding) and its query preparation ---------------------------------
+
+
+def test_match_rows_trims_or_pads_the_first_dimension_with_the_value_given():
+    table = torch.arange(12, dtype=torch.int32).view(3, 4)
+    assert hook._match_rows(table, 3, 0) is table
+    assert torch.equal(hook._match_rows(table, 2, 0), table[:2])
+    padded = hook._match_rows(table, 5, -1)
+    assert padded.shape == (5, 4) and torch.equal(padded[:3], table) and (padded[3:] == -1).all()
+    wide = torch.arange(20).view(2, 10)  # more columns than rows wanted: only the rows are matched
+    assert torch.equal(hook._match_rows(wide, 3, 1), torch.cat([wide, torch.ones(1, 10, dtype=wide.dtype)]))
+    lens = torch.tensor([7, 8])
+    assert torch.equal(hook._match_rows(lens, 4, 1), torch.tensor([7, 8, 1, 1]))
+
+
+def test_same_rows_trims_to_the_rows_all_three_have_and_drops_a_quantized_copy_it_cannot_trim():
+    x, q_lora, quant, positions = torch.zeros(5, 8), torch.zeros(6, 3), object(), torch.arange(4)
+    x2, q2, quant2, p2 = hook._same_rows(x, q_lora, quant, positions)
+    assert (x2.shape[0], q2.shape[0], p2.shape[0], quant2) == (4, 4, 4, None)
+    x3, q3, quant3, p3 = hook._same_rows(torch.zeros(4, 8), torch.zeros(4, 3), quant, torch.arange(6))
+    assert (x3.shape[0], q3.shape[0], p3.shape[0]) == (4, 4, 4) and quant3 is quant
+
+
+class PrepareRecorder:
+    """Stands in for the backend's ``_forward_prepare_*`` (SGLang's own, which need its CUDA kernels): records the
+    arguments, returns queries of the given dtype and shape."""
+
+    def __init__(self, q):
+        self.q, self.calls = q, []
+
+    def __call__(self, **kwargs):
+        self.calls.append(kwargs)
+        return self.q, torch.zeros(self.q.shape[0], 4, 1)
+
+
+def bf16_queries(q, *, multi_stream, quant=None):
+    normal, multi = PrepareRecorder(q), PrepareRecorder(q)
+    backend = types.SimpleNamespace(_forward_prepare_normal=normal, _forward_prepare_multi_stream=multi)
+    ready = object() if multi_stream else None
+    args = dict(x="x", q_lora="q_lora", c4_indexer="c4", forward_batch="batch", positions="positions")
+    hook._bf16_queries(
+        backend,
+        args["x"],
+        args["q_lora"],
+        args["c4_indexer"],
+        args["forward_batch"],
+        args["positions"],
+        alt_streams=["stream"],
+        enable_multi_stream=multi_stream,
+        q_lora_ready=ready,
+        skip_compressor=True,
+        q_lora_quant=quant,
+    )
+    return args, ready, normal.calls, multi.calls
+
+
+def test_bf16_queries_hand_sglangs_preparation_every_argument():
+    q = torch.zeros(3, 4, 8, dtype=torch.bfloat16)
+    args, ready, normal, multi = bf16_queries(q, multi_stream=True)
+    assert normal == [] and multi == [{**args, "alt_streams": ["stream"], "q_lora_ready": ready}]
+    args, _, normal, multi = bf16_queries(q, multi_stream=False)
+    assert multi == [] and normal == [{**args, "skip_compressor": True}]  # 0.5.22's takes no q_lora_quant
+    quant = object()
+    _, _, normal, _ = bf16_queries(q, multi_stream=False, quant=quant)
+    assert normal[0]["q_lora_quant"] is quant
+
+
+@pytest.mark.parametrize(
+    "q", [torch.zeros(3, 4, 8, dtype=FP8), torch.zeros(3, 32, dtype=torch.bfloat16)], ids=["fp8", "rank 2"]
+)
+def test_queries_not_bf16_n_h_d_are_refused_naming_what_came(q):
+    from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
+
+    with pytest.raises(Bf16IndexKUnsupported, match="bf16 index-K needs bf16 queries") as raised:
+        bf16_queries(q, multi_stream=False)
+    assert f"got {q.dtype} {tuple(q.shape)}" in str(raised.value) and "compute_q hook" in str(raised.value)
