@@ -370,3 +370,72 @@ def test_queries_not_bf16_n_h_d_are_refused_naming_what_came(q):
     with pytest.raises(Bf16IndexKUnsupported, match="bf16 index-K needs bf16 queries") as raised:
         bf16_queries(q, multi_stream=False)
     assert f"got {q.dtype} {tuple(q.shape)}" in str(raised.value) and "compute_q hook" in str(raised.value)
+
+
+# --- the top-k transform: chosen as forward_c4_indexer chooses it, on the rows of the chunk -------------------------
+
+
+@pytest.fixture
+def transforms(monkeypatch):
+    """SGLang's top-k transforms and its v2 planner replaced by recorders (the paged ones are CUDA kernels; the
+    torch one is replaced too so that every backend is seen the same way): name -> the calls it got."""
+    calls: dict[str, list[tuple]] = {}
+    for name in (
+        "topk_transform_pytorch_vectorized",
+        "topk_transform_paged_v2",
+        "topk_transform_paged",
+        "plan_topk_v2",
+    ):
+        monkeypatch.setattr(sg_indexer, name, lambda *a, _n=name: calls.setdefault(_n, []).append(a) or ("plan", a))
+    return calls
+
+
+def run_topk(topk_backend, rows, *, raw=True, plan=None):
+    from sglang.srt.layers.attention.dsa.dsa_topk_backend import DSATopKBackend
+
+    flashinfer_calls = []
+    backend = types.SimpleNamespace(
+        dsa_topk_backend=DSATopKBackend(topk_backend), flashinfer_topk_transform=lambda *a: flashinfer_calls.append(a)
+    )
+    lens, table, out = torch.arange(4), torch.arange(8).view(4, 2), torch.zeros(4, 3, dtype=torch.int32)
+    raw_indices = torch.arange(12).view(4, 3) if raw else None
+    metadata = types.SimpleNamespace(compressed_page_size=64, topk_metadata="whole batch's plan")
+    logits = torch.zeros(rows.stop - rows.start, 5)
+    hook._run_topk_transform(backend, metadata, logits, rows, slice(0, 4), lens, table, out, raw_indices, plan)
+    expected = (logits, lens[rows], table[rows], out[rows], 64)
+    return flashinfer_calls, expected, raw_indices[rows] if raw else None
+
+
+def same_args(got, want):
+    return len(got) == len(want) and all(
+        torch.equal(g, w) if isinstance(w, torch.Tensor) else g == w for g, w in zip(got, want)
+    )
+
+
+@pytest.mark.parametrize("raw", [True, False], ids=["raw indices", "none"])
+def test_the_torch_and_flashinfer_backends_get_the_chunks_rows_and_its_raw_indices(transforms, raw):
+    _, expected, row_raw = run_topk("torch", slice(1, 3), raw=raw)
+    (call,) = transforms["topk_transform_pytorch_vectorized"]
+    assert same_args(call, (*expected, row_raw))
+    flashinfer, expected, row_raw = run_topk("flashinfer", slice(1, 3), raw=raw)
+    assert len(flashinfer) == 1 and same_args(flashinfer[0], (*expected, row_raw))
+
+
+def test_sgl_kernel_runs_the_paged_transform_without_topk_v2(transforms, monkeypatch):
+    monkeypatch.setenv("SGLANG_OPT_USE_TOPK_V2", "0")
+    _, expected, row_raw = run_topk("sgl-kernel", slice(0, 2))
+    assert list(transforms) == ["topk_transform_paged"]
+    assert same_args(transforms["topk_transform_paged"][0], (*expected, row_raw))
+
+
+def test_topk_v2_takes_the_chunks_plan_the_batchs_plan_or_one_planned_for_the_chunk(transforms, monkeypatch):
+    monkeypatch.setenv("SGLANG_OPT_USE_TOPK_V2", "1")
+    _, expected, row_raw = run_topk("sgl-kernel", slice(0, 2), plan="chunk's plan")
+    assert same_args(transforms["topk_transform_paged_v2"][-1], (*expected, "chunk's plan", row_raw))
+    _, expected, row_raw = run_topk("sgl-kernel", slice(0, 4))
+    assert same_args(transforms["topk_transform_paged_v2"][-1], (*expected, "whole batch's plan", row_raw))
+    assert "plan_topk_v2" not in transforms
+    _, expected, row_raw = run_topk("sgl-kernel", slice(2, 4))
+    (planned,) = transforms["plan_topk_v2"]
+    assert torch.equal(planned[0], torch.arange(4)[2:4])
+    assert same_args(transforms["topk_transform_paged_v2"][-1], (*expected, ("plan", planned), row_raw))
