@@ -439,3 +439,12 @@ def test_topk_v2_takes_the_chunks_plan_the_batchs_plan_or_one_planned_for_the_ch
     (planned,) = transforms["plan_topk_v2"]
     assert torch.equal(planned[0], torch.arange(4)[2:4])
     assert same_args(transforms["topk_transform_paged_v2"][-1], (*expected, ("plan", planned), row_raw))
+
+
+def test_a_compressor_outside_the_c4_indexer_runs_sglangs_with_its_arguments():
+    sglang_forward, x, batch = Recorder(), torch.zeros(2, 8), object()
+    compressor = types.SimpleNamespace(is_in_indexer=False, ratio=4)
+    backend = fp_backend()
+    hook._around_forward_unified(sglang_forward, backend, x, batch, 2, compressor)
+    ((args, kwargs),) = sglang_forward.calls
+    assert all(a is b for a, b in zip(args, (backend, x, batch, 2, compressor))) and len(args) == 5 and kwargs == {}
