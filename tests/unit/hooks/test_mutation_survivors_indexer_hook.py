@@ -448,3 +448,36 @@ def test_a_compressor_outside_the_c4_indexer_runs_sglangs_with_its_arguments():
     hook._around_forward_unified(sglang_forward, backend, x, batch, 2, compressor)
     ((args, kwargs),) = sglang_forward.calls
     assert all(a is b for a, b in zip(args, (backend, x, batch, 2, compressor))) and len(args) == 5 and kwargs == {}
+
+
+# --- which of SGLang's fp8 logits functions are routed ---------------------------------------------------------------
+
+
+def owned_names():
+    return [attribute for _, attribute in hook._fp8_logits_owners()]
+
+
+def test_tilelangs_function_is_routed_once_sglang_imported_it_whatever_the_environment_says(monkeypatch):
+    import importlib
+
+    importlib.import_module(compat.TILELANG_FP8_LOGITS.rpartition(".")[0])  # SGLang may set its switch in code
+    monkeypatch.setenv(compat.TILELANG_INDEXER_SWITCH, "0")
+    assert owned_names() == ["fp8_paged_mqa_logits_torch_sm120", "tilelang_fp8_paged_mqa_logits"]
+
+
+@pytest.mark.parametrize(("switch", "routed"), [(None, False), ("0", False), (" On ", True), ("true", True)])
+def test_tilelangs_module_not_yet_imported_is_imported_and_routed_only_where_sglangs_switch_is_on(
+    monkeypatch, switch, routed
+):
+    import sys
+
+    module_name = compat.TILELANG_FP8_LOGITS.rpartition(".")[0]
+    monkeypatch.delitem(sys.modules, module_name, raising=False)  # restored after the test
+    if switch is None:
+        monkeypatch.delenv(compat.TILELANG_INDEXER_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(compat.TILELANG_INDEXER_SWITCH, switch)
+    names = owned_names()
+    assert names[0] == "fp8_paged_mqa_logits_torch_sm120"
+    assert (names[1:] == ["tilelang_fp8_paged_mqa_logits"]) is routed
+    assert (module_name in sys.modules) is routed  # SGLang's switch off: its TileLang module is never imported
