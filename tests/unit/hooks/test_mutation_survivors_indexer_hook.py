@@ -309,12 +309,13 @@ def test_match_rows_trims_or_pads_the_first_dimension_with_the_value_given():
     assert torch.equal(hook._match_rows(lens, 4, 1), torch.tensor([7, 8, 1, 1]))
 
 
-def test_same_rows_trims_to_the_rows_all_three_have_and_drops_a_quantized_copy_it_cannot_trim():
-    x, q_lora, quant, positions = torch.zeros(5, 8), torch.zeros(6, 3), object(), torch.arange(4)
+@pytest.mark.parametrize("rows", [(4, 6, 5), (6, 4, 5), (6, 5, 4)], ids=["x", "q_lora", "positions"])
+def test_same_rows_trims_to_the_rows_all_three_have_and_drops_a_quantized_copy_it_cannot_trim(rows):
+    quant = object()
+    x, q_lora, positions = torch.zeros(rows[0], 8), torch.zeros(rows[1], 3), torch.arange(rows[2])
     x2, q2, quant2, p2 = hook._same_rows(x, q_lora, quant, positions)
-    assert (x2.shape[0], q2.shape[0], p2.shape[0], quant2) == (4, 4, 4, None)
-    x3, q3, quant3, p3 = hook._same_rows(torch.zeros(4, 8), torch.zeros(4, 3), quant, torch.arange(6))
-    assert (x3.shape[0], q3.shape[0], p3.shape[0]) == (4, 4, 4) and quant3 is quant
+    assert (x2.shape[0], q2.shape[0], p2.shape[0]) == (4, 4, 4)
+    assert quant2 is (quant if rows[1] == 4 else None)  # a copy of q_lora's rows, trimmed with it or not at all
 
 
 class PrepareRecorder:
