@@ -203,6 +203,18 @@ MODULE_SETS["integrity_gate"] = ModuleSet(
         f"--deselect={_HOOKS}/test_integrity_launch.py::test_the_last_verifications_reach_the_counters_without_another_load",
     ),
 )
+# The indexer hook and the logits router are reached only by the indexer's own tests (the rest of tests/unit/hooks
+# calls neither): each survivor costs the whole test command, and the Triton-interpreted kernel tests are slow.
+MODULE_SETS["indexer_hook"] = ModuleSet(
+    _RUNTIME_MODULES["indexer_hook"],
+    (
+        f"{_HOOKS}/test_indexer.py",
+        f"{_HOOKS}/test_fp8_logits_route.py",
+        f"{_HOOKS}/test_fp4_logits_route.py",
+        f"{_HOOKS}/test_index_k_capture.py",
+        f"{_HOOKS}/test_mutation_survivors_indexer_hook.py",
+    ),
+)
 # All of them in one run (hours on two cores).
 MODULE_SETS["runtime"] = ModuleSet(tuple(m for ms in _RUNTIME_MODULES.values() for m in ms), _RUNTIME_TESTS)
 
