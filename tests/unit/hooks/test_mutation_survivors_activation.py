@@ -797,12 +797,15 @@ def test_a_search_that_comes_back_to_the_watch_is_answered_none(watched_module):
 def test_install_puts_one_watch_first_once_and_knows_the_model_module_when_sglang_is_imported(monkeypatch):
     monkeypatch.setattr(bootstrap, "_INSTALLED", [])
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    importlib.import_module("sglang")
+    before = list(sys.meta_path)  # may hold the watch the installed .pth put there at start-up
     assert not bootstrap.installed()
     bootstrap.install()
     bootstrap.install()
-    watches = [f for f in sys.meta_path if isinstance(f, bootstrap.DSV4ModelImportWatch)]
-    assert bootstrap.installed() and watches == bootstrap._INSTALLED and sys.meta_path[0] is watches[0]
-    assert watches[0].watched == compat.DSV4_MODEL_INIT.module  # sglang is imported here
+    added = [f for f in sys.meta_path if f not in before]
+    assert bootstrap.installed() and added == bootstrap._INSTALLED and sys.meta_path[0] is added[0]
+    assert isinstance(added[0], bootstrap.DSV4ModelImportWatch)
+    assert added[0].watched == compat.DSV4_MODEL_INIT.module  # installed after sglang was imported: learnt now
 
 
 def test_the_imported_model_module_reaches_activation_unless_killed(monkeypatch):
@@ -831,3 +834,80 @@ def test_the_notifying_loader_creates_through_the_real_loader():
     assert loader.create_module("spec") == "made"
     loader.exec_module("mod")
     assert calls == [("create", "spec"), ("exec", "mod"), ("then", "mod")]
+
+
+def test_a_reply_without_an_internal_state_is_left_alone():
+    from sglang_dsv4_ext.runtime.hooks import evidence
+
+    assert evidence._after_get_internal_state(activation, object(), object(), None) is None
+
+
+class _ReentrantFinder:
+    """Searches sys.meta_path again from inside its own find_spec, as wrapt's finder does."""
+
+    def __init__(self, watch):
+        self.watch = watch
+        self.answers: list[object] = []
+
+    def find_spec(self, name, path=None, target=None):
+        self.answers.append(self.watch.find_spec(name, path, target))
+        return None
+
+
+class _LegacyFinder:
+    """A finder of the old protocol: no find_spec at all."""
+
+    def find_module(self, name, path=None):
+        return None
+
+
+class _DisabledFinder:
+    find_spec = None
+
+
+def test_the_watch_finds_the_module_past_reentrant_legacy_and_disabled_finders(watched_module):
+    name, watch, seen = watched_module
+    reentrant = _ReentrantFinder(watch)
+    sys.meta_path[1:1] = [reentrant, _LegacyFinder(), _DisabledFinder()]
+    module = importlib.import_module(name)
+    assert seen == [module] and reentrant.answers == [None]  # asked again while searching: None, no recursion
+
+
+def test_the_watch_finds_a_submodule_through_its_packages_path(tmp_path, monkeypatch):
+    """The model module is a submodule (``sglang.srt.models.deepseek_v4``): found through the package's path."""
+    package = tmp_path / "dsv4_watch_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text("BUILT = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    watch = bootstrap.DSV4ModelImportWatch()
+    watch.watched = "dsv4_watch_pkg.model"
+    sys.meta_path.insert(0, watch)
+    seen: list[types.ModuleType] = []
+    monkeypatch.setattr(bootstrap, "_model_module_imported", seen.append)
+    try:
+        module = importlib.import_module("dsv4_watch_pkg.model")
+        assert module.BUILT and seen == [module]
+    finally:
+        sys.modules.pop("dsv4_watch_pkg.model", None)
+        sys.modules.pop("dsv4_watch_pkg", None)
+
+
+def test_a_watched_module_that_is_missing_or_has_no_loader_imports_as_without_the_watch(tmp_path, monkeypatch):
+    (tmp_path / "dsv4_watch_namespace").mkdir()  # a namespace package: its spec has no loader to wrap
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    seen: list[types.ModuleType] = []
+    monkeypatch.setattr(bootstrap, "_model_module_imported", seen.append)
+    for name in ("dsv4_watch_missing", "dsv4_watch_namespace"):
+        watch = bootstrap.DSV4ModelImportWatch()
+        watch.watched = name
+        sys.meta_path.insert(0, watch)
+    try:
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module("dsv4_watch_missing")
+        importlib.import_module("dsv4_watch_namespace")
+        assert seen == []
+    finally:
+        sys.modules.pop("dsv4_watch_namespace", None)
