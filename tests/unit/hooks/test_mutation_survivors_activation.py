@@ -136,8 +136,18 @@ def _hooked_rows() -> list[compat.Target]:
 
 
 # ----- activate(): check, patch, verify -----
-def test_activate_patches_and_verifies_every_row_and_records_each_status(fresh_activation):
+def test_activate_patches_and_verifies_every_row_and_records_each_status(fresh_activation, caplog):
+    import logging
+    import time
+
+    caplog.set_level(logging.INFO, logger="sglang_dsv4_ext")
+    started = time.perf_counter()
     state = activation.activate(config=load_config({}))
+    assert 0 < state.seconds <= time.perf_counter() - started
+    logged = [r.getMessage() for r in caplog.records if "every target patched and verified" in r.getMessage()]
+    assert logged == [
+        f"sglang-dsv4-ext: every target patched and verified in this process ({state.seconds:.3f} s): {state.config}"
+    ]
     assert state.activated and state.error is None and state.config == load_config({})
     assert state.sglang_version == compat.installed_sglang_version()
     rows = compat.installed_table()
@@ -353,6 +363,7 @@ def test_the_build_check_exports_the_gauge_prints_the_line_once_and_answers_acti
     assert REGISTRY.get_sample_value(activation.ACTIVE_GAUGE, fields) == 1.0
     record = activation.evidence_record()
     assert record["active"] is True and activation.build_checked()
+    assert record["logits_kernel"] == activation._logits_kernel(activation.STATE.config)
     assert {k: record[k] for k in fields} == fields
 
 
@@ -450,6 +461,9 @@ def test_the_entry_point_is_named_by_the_main_modules_spec_else_argv(monkeypatch
     assert activation._entry_point() == "/opt/run.py"
     monkeypatch.setattr(sys, "argv", [])
     assert activation._entry_point() == "?"
+    monkeypatch.delitem(sys.modules, "__main__")  # an embedding interpreter may have none
+    monkeypatch.setattr(sys, "argv", ["embedded"])
+    assert activation._entry_point() == "embedded"
 
 
 # ----- pure helpers -----
