@@ -215,6 +215,23 @@ MODULE_SETS["indexer_hook"] = ModuleSet(
         f"{_HOOKS}/test_mutation_survivors_indexer_hook.py",
     ),
 )
+# Activation runs once per process (the session's ``ext_active``): mutmut's forked mutants find it done, so its
+# functions are reached only by the tests that activate afresh inside the test (the survivor tests) and by those
+# that read what activation recorded, the evidence and the pools that report to it.
+MODULE_SETS["activation"] = ModuleSet(
+    _RUNTIME_MODULES["activation"],
+    (
+        f"{_HOOKS}/test_mutation_survivors_activation.py",
+        f"{_HOOKS}/test_evidence.py",
+        f"{_HOOKS}/test_evidence_built.py",
+        f"{_HOOKS}/test_release_paths.py",
+        f"{_HOOKS}/test_v41_coverage.py",
+        f"{_HOOKS}/test_bf16_storage.py",
+        f"{_HOOKS}/test_indexer.py",
+        f"{_HOOKS}/test_gate.py",
+        *(t for t in _RUNTIME_TESTS if t.startswith(f"--deselect={_HOOKS}/test_gate.py")),
+    ),
+)
 # All of them in one run (hours on two cores).
 MODULE_SETS["runtime"] = ModuleSet(tuple(m for ms in _RUNTIME_MODULES.values() for m in ms), _RUNTIME_TESTS)
 
@@ -344,7 +361,8 @@ def _chosen(args: argparse.Namespace) -> tuple[list[str], list[str]] | str:
         return f"name a module set (--set, one of: {', '.join(sorted(MODULE_SETS))}) or --modules"
     if not tests:
         return "no test path exists: name the unit tests that exercise the modules with --tests"
-    missing = [m for m in modules if "*" not in m and not (ROOT / m).is_file()]
+    # A glob that matches nothing would mutate nothing and report no survivor: refused like a missing file.
+    missing = [m for m in modules if not any(p.is_file() for p in ROOT.glob(m))]
     if missing:
         return f"--modules names no file: {', '.join(missing)}"
     return modules, tests
