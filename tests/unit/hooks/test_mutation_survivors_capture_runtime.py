@@ -185,6 +185,16 @@ def test_rows_split_by_extend_lengths_else_evenly_else_as_one(extend, batch_size
     assert [g.rows for g in index_k_capture.request_row_groups(fb, rows, 64)] == lengths
 
 
+def test_a_request_without_query_rows_keeps_the_ids_of_the_others():
+    fb = _forward_batch(2, rids=["x", "y"], extend_seq_lens_cpu=[0, 1])
+    assert index_k_capture.request_row_groups(fb, 1, 64) == [("y", [0], 64)]
+
+
+def test_an_idle_batch_captures_nothing_and_does_not_fail(tmp_path):
+    """A data-parallel idle batch: no request and no query row."""
+    assert index_k_capture.request_row_groups(_forward_batch(0), 0, 64) == []
+
+
 def test_key_bounds_come_from_host_lengths_only_when_there_is_one_per_request():
     two = _forward_batch(2, extend_seq_lens_cpu=[1, 1], seq_lens_cpu=torch.tensor([400, 13]))
     assert [g.key_bound for g in index_k_capture.request_row_groups(two, 2, 64)] == [64, 3]
@@ -221,17 +231,17 @@ def test_gathered_keys_are_the_pool_rows_at_the_slots_and_zeros_at_minus_one():
 
 def test_stored_rows_are_looked_up_by_slot_and_only_where_stored():
     rows = torch.arange(4 * 3, dtype=torch.float32).reshape(4, 3) + 1
-    stored = StoredKeys(object(), torch.tensor([9, 4, -1, 6]), rows)  # -1: a row the store skipped
-    got, found = stored.lookup(torch.tensor([4, 6, 5, -1, 12]))
-    assert found.tolist() == [True, True, False, False, False]
-    assert torch.equal(got[0], rows[1]) and torch.equal(got[1], rows[3]) and not got[2:].any()
+    stored = StoredKeys(object(), torch.tensor([9, 0, -1, 6]), rows)  # -1: a row the store skipped
+    got, found = stored.lookup(torch.tensor([0, 6, 9, 5, -1, 12]))
+    assert found.tolist() == [True, True, True, False, False, False]
+    assert torch.equal(got[:3], rows[[1, 3, 0]]) and not got[3:].any()
 
 
 def test_prerounding_rows_ignore_the_position_of_a_skipped_row():
     """A skipped row (slot -1) may carry a position past the RoPE table; the stored rows are the float64 transform."""
     g = torch.Generator().manual_seed(2)
     kv, weight, table = torch.randn(3, D, generator=g), 1 + 0.1 * torch.randn(D, generator=g), dbl.rope_table()
-    positions, slots = torch.tensor([8, 10**6, 12]), torch.tensor([64, -1, 65])
+    positions, slots = torch.tensor([8, 10**6, 12]), torch.tensor([0, -1, 65])
     got = index_k_capture.prerounding_rows(kv, weight, 1e-6, table, positions, slots)
     want = reference.index_k_transform_reference(kv[[0, 2]], weight, 1e-6, table, positions[[0, 2]]).float()
     assert got.dtype == torch.float32 and torch.equal(got[[0, 2]], want)
@@ -279,9 +289,9 @@ def test_the_record_holds_the_keys_read_trimmed_and_not_the_buffer_behind_them(t
     assert saved["checksum"] == capture_format.content_checksum(saved)
 
 
-def test_a_row_reading_every_gathered_key_is_written():
-    record = index_k_capture.finish_record(_meta([0, 1]), _host([8, 2]), 4)
-    assert record["slots"].numel() == 8
+def test_a_row_reading_every_gathered_key_and_one_reading_none_yet_are_written():
+    record = index_k_capture.finish_record(_meta([0, 1]), _host([0, 8]), 4)  # a prompt's first rows read no key
+    assert record["slots"].numel() == 8 and record["seq_lens"].tolist() == [0, 8]
 
 
 def test_a_negative_key_count_is_refused():
