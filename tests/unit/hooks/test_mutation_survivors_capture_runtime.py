@@ -531,3 +531,51 @@ def test_the_rows_bound_applies_per_request(tmp_path):
     _record(capture, *_call([600, 610, 620, 630, 640, 650], rids=("a", "b")))
     rows = [torch.load(p, weights_only=True)["query_rows"].tolist() for p in sorted(tmp_path.glob("*.pt"))]
     assert rows == [[0, 2], [3, 5]]
+
+
+def test_an_admitted_request_is_captured_at_its_next_layer_with_its_reference_after_the_bound(tmp_path):
+    """The request bound stops new requests, not the next sampled layer of an admitted one."""
+    capture = IndexKCapture(CaptureConfig(directory=str(tmp_path), requests=1), frozenset({LAYER, 4}), tmp_path)
+    fb, tensors = _call([600])
+    _record(capture, fb, tensors)
+    assert capture.admitted == {"a": 0} and capture.stopped is None
+    capture.note_stored(
+        4, fb, torch.randn(800, D), torch.ones(D), 1e-6, dbl.rope_table(), torch.arange(800) * 4, torch.arange(64, 864)
+    )
+    capture.record(SimpleNamespace(layer_id=4, index_topk=512), fb, **tensors)
+    capture.flush()
+    rec = torch.load(tmp_path / "L004-req0000.pt", weights_only=True)
+    assert rec["request_id"] == "a" and "k_fp32" in rec and capture.stopped is not None
+
+
+def test_a_request_seen_again_at_a_captured_layer_is_not_queued_again(tmp_path):
+    capture = _capture(tmp_path, requests=2)
+    fb, tensors = _call([600])
+    _record(capture, fb, tensors)
+    queued = capture.queued_bytes
+    _record(capture, fb, tensors)  # the next chunk of the same prompt
+    assert capture.queued_bytes == queued and (capture.writer.files, capture.writer.failed) == (1, 0)
+
+
+def test_a_request_that_read_one_key_is_captured(tmp_path):
+    capture = _capture(tmp_path)
+    _record(capture, *_call([1], seq_lens_cpu=torch.tensor([4])))  # one compressed group
+    (path,) = tmp_path.glob("*.pt")
+    assert capture_files.load(path).k.shape[0] == 1
+
+
+def test_the_request_bound_line_names_the_variable_and_what_was_captured(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger=CAPTURE_LOG)
+    capture = IndexKCapture(CaptureConfig(directory=str(tmp_path), requests=1), frozenset({LAYER, 4}), tmp_path)
+    _record(capture, *_call([600]))
+    _record(capture, *_call([600], rids=("b",)))
+    (line,) = [r.getMessage() for r in caplog.records if "request bound reached" in r.getMessage()]
+    assert "(SGLANG_DSV4_INDEX_K_CAPTURE_REQUESTS=1)" in line
+    assert line.endswith(f"queued for 1 requests, 1 written, 0 failed, under {tmp_path}")
+
+
+def test_requests_of_two_forward_passes_without_ids_are_not_taken_for_one_another():
+    first, second = _forward_batch(1, extend_seq_lens_cpu=[1]), _forward_batch(1, extend_seq_lens_cpu=[1])
+    (a,) = index_k_capture.request_row_groups(first, 1, 64)
+    (b,) = index_k_capture.request_row_groups(second, 1, 64)
+    assert a.rid != b.rid
