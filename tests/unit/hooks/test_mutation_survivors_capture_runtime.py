@@ -502,7 +502,8 @@ def _transforms(monkeypatch):
 
 def test_the_store_transform_runs_only_while_capture_wants_a_request_of_the_batch(tmp_path, monkeypatch):
     calls = _transforms(monkeypatch)
-    capture = _capture(tmp_path, requests=1)
+    # two sampled layers: capturing "a" at LAYER reaches the request bound without stopping capture
+    capture = IndexKCapture(CaptureConfig(directory=str(tmp_path), requests=1), frozenset({LAYER, 4}), tmp_path)
     fb, tensors = _call([600])
     _stored_keys(capture, fb, keys=0)  # an empty store
     assert calls == []
@@ -512,7 +513,7 @@ def test_the_store_transform_runs_only_while_capture_wants_a_request_of_the_batc
     other, _ = _call([600], rids=("b",))
     _stored_keys(capture, other)
     _stored_keys(capture, fb)
-    assert len(calls) == 1
+    assert capture.stopped is None and len(calls) == 1
 
 
 def test_a_store_after_capture_stopped_is_not_kept(tmp_path, monkeypatch):
