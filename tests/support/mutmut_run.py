@@ -163,6 +163,13 @@ _RUNTIME_TESTS = (
     f"--deselect={_HOOKS}/test_gate.py::test_ungated_toplevel_reader_is_found_and_wrapped_through_hook_registry",
     f"--deselect={_HOOKS}/test_gate.py::test_strict_refuses_a_subpool_read_during_a_pending_load_naming_the_caller",
 )
+# The runtime capture's own tests: the capturer end to end (with recall reading its files back), and the recall tests
+# whose files are checksummed with capture_format's content_checksum and that compute the checksum independently.
+_CAPTURE_RUNTIME_TESTS = (
+    f"{_HOOKS}/test_index_k_capture.py",
+    f"{_HOOKS}/test_mutation_survivors_capture_runtime.py",
+    "tests/unit/recall/test_recall.py",
+)
 MODULE_SETS.update({name: ModuleSet(modules, _RUNTIME_TESTS) for name, modules in _RUNTIME_MODULES.items()})
 # The pool area's own tests: every test that builds a pool reaches its hooks, so the whole of tests/unit/hooks
 # would make each of its survivors cost a minute or more of pool builds that pin nothing of these modules.
@@ -232,6 +239,7 @@ MODULE_SETS["activation"] = ModuleSet(
         *(t for t in _RUNTIME_TESTS if t.startswith(f"--deselect={_HOOKS}/test_gate.py")),
     ),
 )
+MODULE_SETS["capture_runtime"] = ModuleSet(_RUNTIME_MODULES["capture_runtime"], _CAPTURE_RUNTIME_TESTS)
 # All of them in one run (hours on two cores).
 MODULE_SETS["runtime"] = ModuleSet(tuple(m for ms in _RUNTIME_MODULES.values() for m in ms), _RUNTIME_TESTS)
 
