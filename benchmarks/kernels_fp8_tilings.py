@@ -43,7 +43,12 @@ FEW_MIXED_LENS = (
     ("8 mixed: 1 x 64K + 7 x 2K", [65536] + [2048] * 7),
     ("8 mixed: 2 x 32K + 6 x 4K", [32768] * 2 + [4096] * 6),
 )
-FEW_MIXED_CANDIDATES = ("bf16 few: grid bn64 s4 pps2 min64 busy2 (default)", "bf16 few: interleaved s2 pps4")
+FEW_MIXED_CANDIDATES = (
+    "bf16 few: grid bn64 s4 pps2 min64 busy2 (default)",
+    "bf16 few: interleaved s2 pps4",
+    "fp8 few: grid + scales ahead",
+    "fp8 few: interleaved s3 pps4",
+)
 
 
 def candidates() -> dict[str, tuple[str, str, object]]:

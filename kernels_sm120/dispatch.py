@@ -187,20 +187,6 @@ _HOPPER_CLASS_FP8 = LogitsConfig(
     fp8_mma=True,
     scales_ahead=True,
 )
-# Few rows, fp8 keys: the (rows, split) grid with 64-key parts, three stages and the scales ahead: 8 x 8K 8.6 ->
-# 8.1 us, 8 x 32K 16.4 -> 15.1, 8 x 64K 26.5 -> 24.2 (NOTES.md, "scales ahead").
-_HOPPER_CLASS_FP8_FEW_ROWS = LogitsConfig(
-    block_n=64,
-    num_warps=4,
-    num_stages=3,
-    programs_per_sm=4,
-    max_chunk=8192,
-    min_chunk=64,
-    page_block=64,
-    busy_per_sm=4,
-    fp8_mma=True,
-    scales_ahead=True,
-)
 # One row, fp8 keys: interleaved parts, 3 stages, 4 programs per SM: 1 x 2K 4.88 -> 4.20 us, 1 x 8K 5.10 ->
 # 4.40, 1 x 64K 8.6 -> 7.2 (the grid with scales ahead: 4.6, 4.8, 8.2). Two stages or two programs per SM:
 # 0.1 us faster at 1 x 2K, 7-17% slower at 1 x 64K (NOTES.md, "interleaved parts"). With the parts past the
@@ -208,6 +194,12 @@ _HOPPER_CLASS_FP8_FEW_ROWS = LogitsConfig(
 # one-row chain"), at the decode graph's width: 1 x 2K 4.26 -> 3.78 us (TileLang 3.82), 1 x 8K 4.46 -> 4.13
 # (TileLang 3.98), 1 x 64K 7.29 -> 6.83 (TileLang 8.47).
 _HOPPER_CLASS_FP8_ONE_ROW = LogitsConfig(64, 4, 3, programs_per_sm=4, interleaved=True, fp8_mma=True)
+# Two to eight rows, fp8 keys: the one-row tiling (interleaved parts). Against the (rows, split) grid with 64-key parts
+# and the scales ahead, its tiling until then, in one H100 call (NOTES.md, "fp8 few rows interleaved"): 2 x 8K 5.70 ->
+# 4.74 us, 4 x 8K 6.73 -> 5.90, 4 x 32K 11.95 -> 10.88, 8 x 8K 9.07 -> 7.82 (TileLang fp8 8.97), a long row beside
+# one or three short ones 9.86 -> 8.80 / 13.22 -> 11.77; beside seven 15.97 -> 17.02 (TileLang 33.77): the long
+# row's parts are fixed on the host at 1 / rows of the programs.
+_HOPPER_CLASS_FP8_FEW_ROWS = _HOPPER_CLASS_FP8_ONE_ROW
 _HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 
 CONFIGS: dict[str, ArchConfigs] = {

@@ -41,17 +41,15 @@ OURS_FP4 = "kernels_sm120.paged_mqa_logits_fp4"
 FP4 = "SGLang's fp4 logits (deep_gemm.fp8_fp4_paged_mqa_logits)"
 TILELANG = "tilelang_fp8_paged_mqa_logits"  # the name SGLang's TileLang fp8 logits is routed under
 
-# Where SGLang's TileLang fp8 logits measured faster than ours: (at most this many query rows, a page table reaching
-# at most this many keys, i.e. width x 64). Measured on an NVIDIA H200, 2026-12-02, with the page table as wide as
-# the longest row, three calls within 0.1 us (``python -m benchmarks.kernels_fp8 --crossover-only``;
-# kernels_sm120/NOTES.md, "One run of every kernel and limit"), TileLang's time / ours at each edge and one step
-# past it: 1 x 16K 0.94-0.95, 1 x 24K 1.09; 2 x 16K 0.95, 2 x 32K 1.03; 4 x 8K 0.94, 4 x 16K 1.03-1.04; 8 x 2K
-# 0.83, 8 x 8K 1.04-1.05 (3 and 5-7 rows not measured: they take the tier of the next row count up). Under
-# SGLang's decode CUDA graph the width is the captured one (262144 keys for 1M tokens), so graphed decode always
-# runs ours. Re-measured after the one-row kernel's change (NOTES.md, "The one-row chain", one call): one row
-# is now level with TileLang up to 8K keys (1 x 2K / 4K / 8K 1.01 / 0.99 / 1.00) and 0.97 at 16K, 1.12 at 24K;
-# two to eight rows unchanged within 0.1 us. The one-row tier stays: TileLang is no slower there.
-TILELANG_FASTER = ((2, 16384), (4, 8192), (8, 2048))
+# Where SGLang's TileLang fp8 logits measured faster than ours, or level with it: (at most this many query rows, a page
+# table reaching at most this many keys, i.e. width x 64), with the page table as wide as the longest row (what SGLang
+# passes in eager decode and extend; ``python -m benchmarks.kernels_fp8 --crossover-only``). Measured on an NVIDIA
+# H100, 2026-12-07, with two to eight rows on the interleaved tiling of one row (kernels_sm120/NOTES.md, "fp8 few rows
+# interleaved"), TileLang's time / ours at each edge and one step past it: 1 x 16K 0.99, 1 x 24K 1.11; 2 x 8K 1.00,
+# 2 x 16K 1.08; 4 x 2K 1.00, 4 x 8K 1.08; 8 x 2K 0.98, 8 x 8K 1.15 (3 and 5-7 rows not measured: they take the tier
+# of the next row count up). The differences inside the tiers are 0.01-0.11 us. Under SGLang's decode CUDA graph the
+# width is the captured one (262144 keys for 1M tokens), so graphed decode always runs ours.
+TILELANG_FASTER = ((1, 16384), (2, 8192), (8, 2048))
 
 _LAST: dict[str, str] = {}
 _LOCK = threading.Lock()

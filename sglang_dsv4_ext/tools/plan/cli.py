@@ -259,10 +259,11 @@ def _print_decode_reads(plan: dict[str, object], dtypes: list[str]) -> None:
             for d in dtypes
         ]
         print(f"{'context ' + f'{int(context):,}':<24}" + "".join(f"{c:>24}" for c in cells))
-    print(
-        "indexer logits time, measured on an H200 (not SM120; kernels_sm120/NOTES.md): "
-        + "; ".join(f"{label} {low:.2f}-{high:.2f}x" for label, low, high in decode_reads.MEASURED_INDEXER_TIME)
-    )
+    for card, rows in decode_reads.MEASURED_INDEXER_TIME.items():
+        print(
+            f"indexer logits time, measured on an {card} (not SM120; kernels_sm120/NOTES.md): "
+            + "; ".join(f"{label} {low:.2f}-{high:.2f}x" for label, low, high in rows)
+        )
 
 
 def _print_recall(recall: dict[str, object], dtypes: list[str]) -> None:

@@ -208,14 +208,17 @@ def test_fp8_few_row_tiling_applies_where_bf16_has_none():
 
 @pytest.mark.parametrize("arch", ["sm90", "sm100", "sm120"])
 def test_one_row_takes_the_interleaved_tiling_of_its_key_type(arch):
-    """A single decode row takes the one-row tiling of its key type (interleaved parts); two fp8 rows the
-    few-row grid, whose batch-wide chunk balances a long row beside short ones; two to few_rows_max bf16 rows
-    the few-row tiling where the arch has one (interleaved on sm90 / sm100: measured faster on uniform rows,
-    at most 10% slower on a long row beside short ones), more rows the decode tiling."""
+    """A single decode row takes the one-row tiling of its key type (interleaved parts); two to few_rows_max fp8
+    rows the fp8 few-row tiling, interleaved too (measured faster on uniform rows and on a long row beside one to
+    three short ones, 7% slower beside seven); two to few_rows_max bf16 rows the few-row tiling where the arch has
+    one (interleaved on sm90 / sm100: measured faster on uniform rows, at most 10% slower on a long row beside short
+    ones), more rows the decode tiling of their key type, which is not interleaved."""
     cfgs = dispatch.CONFIGS[arch]
     assert cfgs.logits_for(1, key_fp8=True) == cfgs.logits_fp8_one_row and cfgs.logits_fp8_one_row.interleaved
     assert cfgs.logits_for(1) == cfgs.logits_one_row and cfgs.logits_one_row.interleaved
-    assert not cfgs.logits_for(2, key_fp8=True).interleaved
+    fp8_few = cfgs.logits_fp8_few_rows
+    assert cfgs.logits_for(2, key_fp8=True) == fp8_few and fp8_few is not None and fp8_few.interleaved
+    assert not cfgs.logits_for(cfgs.few_rows_max + 1, key_fp8=True).interleaved
     few = cfgs.logits_few_rows or cfgs.logits
     assert cfgs.logits_for(2) == few and cfgs.logits_for(cfgs.few_rows_max) == few
     assert cfgs.logits_for(cfgs.few_rows_max + 1) == cfgs.logits
