@@ -9,15 +9,23 @@ activate (``activate``, ``register``, ``patch_module``, the DeepSeek-V4 build ch
 classes, then puts every target, alias, registry entry and state back as the session had them.
 
 The startup hook (``bootstrap``) is tested on a module of the test's own (``tmp_path``): a real import through
-``sys.meta_path``. The rank census runs on a real ``torch.distributed`` ``HashStore``.
+``sys.meta_path``, as is the post-import hook of a target module SGLang imports late. The rank census runs on a real
+``torch.distributed`` ``HashStore``. A test that presents another SGLang release pretends only the version activation
+reads (``installed_sglang_version``): the classes checked and patched are the installed release's, and each test
+passes on either supported release.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import io
+import logging
 import os
 import pkgutil
+import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -137,9 +145,6 @@ def _hooked_rows() -> list[compat.Target]:
 
 # ----- activate(): check, patch, verify -----
 def test_activate_patches_and_verifies_every_row_and_records_each_status(fresh_activation, caplog):
-    import logging
-    import time
-
     caplog.set_level(logging.INFO, logger="sglang_dsv4_ext")
     started = time.perf_counter()
     state = activation.activate(config=load_config({}))
@@ -157,7 +162,7 @@ def test_activate_patches_and_verifies_every_row_and_records_each_status(fresh_a
         if state.statuses[target.path] != activation.NOT_NEEDED:
             assert _ours_on(target), f"{target.path} does not carry our hook"
     assert {m for m, how in state.modules.items() if how == "patched"} == set(compat.target_modules(rows))
-    assert state.seconds > 0 and state.patch_seconds > 0
+    assert state.seconds > 0 and 0 < state.patch_seconds <= time.perf_counter() - started
     assert activation.activate() is state  # once per process
 
 
@@ -171,6 +176,37 @@ def test_a_feature_the_configuration_leaves_off_is_skipped_by_config_yet_hooked(
         load_config({"SGLANG_DSV4_INDEX_K_DTYPE": "bf16"}), bf16_rows, activation._CONTEXT, hooked
     )
     assert {state.statuses[t.path] for t in bf16_rows} == {activation.APPLIED}
+
+
+def test_every_hook_is_registered_with_sglang_under_its_own_type_naming_our_plugin_and_distribution(fresh_activation):
+    """SGLang's HookRegistry wraps each hook by its type and names its source in its log lines ("Applied N hook(s)
+    to X (from: plugin=..., dist=...)"); activate() runs outside ``load_plugins()``, where SGLang knows no source."""
+    import importlib.metadata as md
+
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookSource, HookType
+
+    state = activation.activate(config=load_config({}))
+    (dist,) = set(md.packages_distributions()["sglang_dsv4_ext"])
+    ours = HookSource(plugin_name=PLUGIN_NAME, dist_name=dist)
+    assert {h.kind for h in state.hooks} - {"after"}, "every hook is an AFTER hook: SGLang's default type hides nothing"
+    for hook in state.hooks:
+        registered = HookRegistry._hooks[hook.target.path]
+        assert any(fn is hook.fn and kind is HookType(hook.kind) and src == ours for kind, fn, src in registered), (
+            hook.target.path
+        )
+
+
+def test_the_gate_probes_verdicts_and_why_a_row_needs_no_hook_are_recorded(fresh_activation):
+    """doctor reads them from the state: the accessor verdicts, and for each not-needed row its reason."""
+    state = activation.activate(config=load_config({}))
+    context = activation._CONTEXT
+    assert context is not None and context.accessor_verdicts and context.not_needed
+    assert (
+        state.accessor_verdicts == context.accessor_verdicts
+        and state.accessor_verdicts is not context.accessor_verdicts
+    )
+    not_needed = [p for p, s in state.statuses.items() if s == activation.NOT_NEEDED]
+    assert not_needed and {p: state.details[p] for p in not_needed} == context.not_needed
 
 
 def test_the_kill_switch_patches_nothing_and_says_skipped_by_config(fresh_activation):
@@ -202,15 +238,70 @@ def test_an_untested_sglang_is_refused_naming_it_the_tested_ones_and_the_switch(
     assert all(_current(t) is before[t.path] for t in compat.installed_table())
 
 
-def test_an_untested_sglang_explicitly_allowed_is_patched(fresh_activation, monkeypatch):
-    monkeypatch.setattr(activation, "installed_sglang_version", lambda: compat.installed_sglang_version() + ".post9")
+def test_an_untested_sglang_explicitly_allowed_is_judged_by_the_newest_rows(fresh_activation, monkeypatch):
+    """Allowed, an untested version passes the version check and is judged by the newest supported release's
+    rows (``compat.rows_release``): patched where the installed tree matches them (the newest release
+    installed), refused as drifted, naming no version, where it does not (an older release installed)."""
+    installed = compat.installed_sglang_version()
+    monkeypatch.setattr(activation, "installed_sglang_version", lambda: installed + ".post9")
     config = load_config({"SGLANG_DSV4_EXT_ALLOW_UNTESTED_SGLANG": "1"})
-    assert activation.activate(config=config).activated
+    if installed == compat.SUPPORTED_SGLANG_VERSIONS[-1]:
+        assert activation.activate(config=config).activated
+        return
+    with pytest.raises(ActivationError) as refused:
+        activation.activate(config=config)
+    assert "drifted" in str(refused.value) and "not a tested version" not in str(refused.value)
+    assert activation.STATE.sglang_version == installed + ".post9"
+
+
+def _older_release_than_the_newest() -> str:
+    """The oldest supported release, whose rows differ from the newest's (else nothing tells them apart)."""
+    oldest, newest = compat.SUPPORTED_SGLANG_VERSIONS[0], compat.SUPPORTED_SGLANG_VERSIONS[-1]
+    assert compat.table_for(oldest) != compat.table_for(newest)
+    assert compat.table_for(oldest, compat.CALLED) != compat.table_for(newest, compat.CALLED)
+    return oldest
+
+
+def test_the_rows_taken_are_those_of_the_release_asked_for(fresh_activation):
+    _older_release_than_the_newest()
+    for version in compat.SUPPORTED_SGLANG_VERSIONS:
+        activation._take_rows_of(version)
+        assert activation.table_in_force() == compat.table_for(version)
+        assert activation._CALLED == compat.table_for(version, compat.CALLED)
+
+
+def test_activate_judges_sglang_by_the_rows_of_the_version_it_read(fresh_activation, monkeypatch):
+    """Read as the oldest supported release (only the version is pretended): that release's rows are checked, which
+    a newer installed SGLang does not match (refused as drifted); the installed oldest release activates."""
+    oldest = _older_release_than_the_newest()
+    monkeypatch.setattr(activation, "installed_sglang_version", lambda: oldest)
+    if compat.installed_sglang_version() == oldest:
+        assert activation.activate(config=load_config({})).activated
+    else:
+        with pytest.raises(ActivationError, match="drifted"):
+            activation.activate(config=load_config({}))
+    assert activation.table_in_force() == compat.table_for(oldest)
+    assert activation._CALLED == compat.table_for(oldest, compat.CALLED)
+
+
+def test_register_judges_sglang_by_the_rows_of_the_version_it_read(fresh_activation, monkeypatch):
+    oldest = _older_release_than_the_newest()
+    monkeypatch.setattr(activation, "installed_sglang_version", lambda: oldest)
+    activation.register()
+    assert activation.STATE.loaded and activation.STATE.sglang_version == oldest
+    assert activation.table_in_force() == compat.table_for(oldest)
+    assert activation._CALLED == compat.table_for(oldest, compat.CALLED)
 
 
 def _drifted(table: list[compat.Target], victim: compat.Target) -> list[compat.Target]:
     changed = compat.Target(victim.path, victim.signature + "X", victim.area, victim.feature, victim.why)
     return [changed if t.path == victim.path else t for t in table]
+
+
+def _drift_of(victim: compat.Target) -> str:
+    """What a refusal says of ``victim`` drifted (``_drifted``), as compat describes it."""
+    (drift,) = compat.check_targets(_drifted([victim], victim))
+    return drift.describe()
 
 
 def test_a_drifted_row_refuses_before_anything_is_patched_naming_it(fresh_activation):
@@ -238,14 +329,33 @@ def test_a_drifted_called_name_refuses_naming_it_and_has_no_status_of_its_own(fr
     assert set(activation.STATE.statuses.values()) == {activation.REFUSED}
 
 
+def test_a_drifted_called_name_refuses_the_build_where_the_entry_point_deferred_the_check(fresh_activation):
+    """The entry point checks nothing up front: the build check finds the drifted called name, names it once."""
+    activation.STATE.config = load_config({})
+    activation.STATE.sglang_version = compat.installed_sglang_version()
+    called = compat.table_for(compat.installed_sglang_version(), compat.CALLED)
+    victim = called[0]
+    activation._CALLED = _drifted(called, victim)
+    drift = _drift_of(victim)
+    with pytest.raises(ActivationError) as refused:
+        activation.complete_before_dsv4_build()
+    assert drift in str(refused.value) and not activation.STATE.build_checked
+    assert activation.STATE.details[victim.path] == drift
+    activation._check_called()  # again: named once
+    assert activation.STATE.refusals.count(drift) == 1
+
+
 # ----- register(): deferred, per module, as SGLang's loader calls it -----
 def test_register_in_a_launcher_patches_the_imported_modules_starts_a_launch_and_says_loaded(
     fresh_activation, monkeypatch, capsys
 ):
     monkeypatch.delenv(launch_identity.ENV_LAUNCH, raising=False)
+    started = time.perf_counter()
     activation.register()
+    elapsed = time.perf_counter() - started
     state = activation.STATE
     assert state.loaded and state.activated  # every target module was imported already (as in a scheduler)
+    assert 0 < state.seconds <= elapsed
     assert os.environ[launch_identity.ENV_LAUNCH] == launch_identity.of_process() == state.launch
     err = capsys.readouterr().err
     assert err.startswith(activation.LAUNCHER_LINE_PREFIX) and f"launch={state.launch}" in err
@@ -263,10 +373,39 @@ def test_a_child_keeps_the_launch_it_inherited(fresh_activation, monkeypatch):
     assert os.environ[launch_identity.ENV_LAUNCH] == "1@1.00"
 
 
-def test_register_with_the_kill_switch_touches_nothing(fresh_activation, monkeypatch):
+def test_a_launcher_starts_its_own_launch_whatever_its_environment_holds(fresh_activation, monkeypatch):
+    """A launch variable in a launcher's environment is left over (an outer shell, an earlier server)."""
+    monkeypatch.setenv(launch_identity.ENV_LAUNCH, "1@1.00")
+    monkeypatch.setattr(activation.multiprocessing, "parent_process", lambda: None)
+    activation.register()
+    assert activation.STATE.launch == launch_identity.of_process() == os.environ[launch_identity.ENV_LAUNCH]
+
+
+def test_a_child_that_inherited_no_launch_starts_one_for_its_own_children(fresh_activation, monkeypatch):
+    monkeypatch.delenv(launch_identity.ENV_LAUNCH, raising=False)
+    monkeypatch.setattr(activation.multiprocessing, "parent_process", lambda: object())
+    activation.register()
+    assert activation.STATE.launch == launch_identity.of_process() == os.environ[launch_identity.ENV_LAUNCH]
+
+
+def test_register_with_the_kill_switch_touches_nothing_and_says_which_switch(fresh_activation, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="sglang_dsv4_ext")
     monkeypatch.setenv(ENV_KILL_SWITCH, "0")
     activation.register()
     assert activation.STATE.config is None and not activation.STATE.loaded and activation.STATE.modules == {}
+    assert any(f"{ENV_KILL_SWITCH}=0" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
+
+
+def test_register_again_in_a_process_already_loaded_does_nothing(fresh_activation, monkeypatch, caplog):
+    """SGLang calls the entry point in several places; loaded but not activated (an untested SGLang here) counts."""
+    monkeypatch.setattr(activation, "installed_sglang_version", lambda: "0.5.99")
+    activation.register()
+    state = activation.STATE
+    assert state.loaded and not state.activated
+    modules, refusals = dict(state.modules), list(state.refusals)
+    caplog.clear()
+    activation.register()
+    assert caplog.records == [] and state.modules == modules and state.refusals == refusals
 
 
 def test_register_with_a_bad_value_stops_the_process_naming_the_variable_and_the_way_out(fresh_activation, monkeypatch):
@@ -290,14 +429,24 @@ def test_a_failure_that_is_no_refusal_stops_the_process_naming_its_type_and_a_mi
 
 
 def test_an_untested_sglang_at_the_entry_point_leaves_modules_stock_and_refuses_the_build(
-    fresh_activation, monkeypatch, capsys
+    fresh_activation, monkeypatch, capsys, caplog
 ):
+    caplog.set_level(logging.DEBUG, logger="sglang_dsv4_ext")
     monkeypatch.setattr(activation, "installed_sglang_version", lambda: "0.5.99")
     before = {t.path: _current(t) for t in _hooked_rows()}
     activation.register()
     state = activation.STATE
     assert state.loaded and not state.activated and state.version_refusal
     assert set(state.modules.values()) == {"refused"}
+    # warned once, at the entry point, with the reason and what follows; each module's "left stock" is a debug line
+    (warned,) = [r for r in caplog.records if "is left stock" in r.getMessage()]
+    assert warned.levelno == logging.WARNING and state.version_refusal in warned.getMessage()
+    assert "a DeepSeek-V4 pool will be refused" in warned.getMessage()
+    # (judged by the newest release's rows, an older installed release also drifts: that module's line is a warning)
+    drifted = {t.module for t in compat.TARGETS if t.path in state.details}
+    per_module = {r.args[0]: r.levelno for r in caplog.records if r.getMessage().startswith("sglang-dsv4-ext left ")}
+    assert set(per_module) == set(state.modules) and set(state.modules) - drifted
+    assert per_module == {m: logging.WARNING if m in drifted else logging.DEBUG for m in state.modules}
     assert all(
         _current(t) is before[t.path]
         for t in _hooked_rows()
@@ -307,6 +456,7 @@ def test_an_untested_sglang_at_the_entry_point_leaves_modules_stock_and_refuses_
     with pytest.raises(ActivationError) as refused:
         activation.complete_before_dsv4_build()
     assert "refusing to build a DeepSeek-V4 model or pool" in str(refused.value) and "0.5.99" in str(refused.value)
+    assert f"set {ENV_KILL_SWITCH}=0" in str(refused.value)  # the way out, the variable spelled as it is read
     assert state.error == str(refused.value) and not state.build_checked
     assert activation.evidence_record() == {"active": False, "reason": state.error}
 
@@ -315,17 +465,19 @@ def test_an_untested_sglang_at_the_entry_point_leaves_modules_stock_and_refuses_
 def test_a_drift_in_one_module_leaves_it_stock_guarded_and_refuses_only_the_dsv4_build(fresh_activation, caplog):
     config = load_config({})
     activation.STATE.config = config
+    activation.STATE.sglang_version = compat.installed_sglang_version()  # as the entry point reads it
     module = compat.MAKE_INDEXER_POOL.module
     drifted = _drifted(compat.installed_table(), compat.MAKE_INDEXER_POOL)
     activation._TABLE = drifted
     stock = _current(compat.MAKE_INDEXER_POOL)
     activation.patch_module(module)
     state = activation.STATE
+    drift = _drift_of(compat.MAKE_INDEXER_POOL)
     assert state.modules[module] == "refused"
-    assert any(compat.MAKE_INDEXER_POOL.path in r for r in state.refusals)
-    assert compat.MAKE_INDEXER_POOL.path in state.details
+    assert drift in state.refusals and state.details[compat.MAKE_INDEXER_POOL.path] == drift
     assert _current(compat.MAKE_INDEXER_POOL) is stock
-    assert f"left {module} stock" in caplog.text and "WARNING" in caplog.text
+    (warned,) = [r for r in caplog.records if f"left {module} stock" in r.getMessage()]
+    assert warned.levelno == logging.WARNING and drift in warned.getMessage()  # a drift is news: what drifted
     guarded = [t for t in compat.DSV4_BUILD_POINTS if t.module == module]
     assert all(activation.carries_hook(_current(t), activation._before_dsv4_build) for t in guarded)
     refusals = list(state.refusals)
@@ -333,6 +485,68 @@ def test_a_drift_in_one_module_leaves_it_stock_guarded_and_refuses_only_the_dsv4
     assert state.refusals == refusals
     with pytest.raises(ActivationError, match=compat.MAKE_INDEXER_POOL.path):
         activation.complete_before_dsv4_build()
+
+
+def test_patch_time_adds_up_over_the_modules_patched(fresh_activation):
+    activation.STATE.config = load_config({})
+    activation.STATE.sglang_version = compat.installed_sglang_version()
+    activation.STATE.patch_seconds = 5.0  # what the modules patched before took
+    started = time.perf_counter()
+    activation.patch_module(compat.SCHEDULER_INTERNAL_STATE.module)
+    elapsed = time.perf_counter() - started
+    assert activation.STATE.modules[compat.SCHEDULER_INTERNAL_STATE.module] == "patched"
+    assert 5.0 < activation.STATE.patch_seconds <= 5.0 + elapsed
+
+
+def test_a_target_module_imported_after_the_entry_point_is_checked_when_it_is_imported(
+    fresh_activation, tmp_path, monkeypatch
+):
+    """The post-import hook on a module of the test's own, imported for real after the entry point ran."""
+    name = "dsv4_late_target_probe"
+    (tmp_path / f"{name}.py").write_text("def build(size):\n    return size\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    activation.STATE.config = load_config({})
+    activation.STATE.sglang_version = compat.installed_sglang_version()
+    row = compat.Target(f"{name}.build", compat.ANY_SIGNATURE, "pool", compat.ALWAYS, "a module imported late")
+    activation._TABLE = [row]
+    try:
+        activation._follow_sglang_imports()
+        assert name not in activation.STATE.modules  # not imported yet: nothing checked
+        importlib.import_module(name)
+        assert activation.STATE.modules[name] == "patched" and set(activation.STATE.modules) == {name}
+    finally:
+        sys.modules.pop(name, None)
+
+
+def test_hooks_are_collected_by_the_rows_of_the_release_read(fresh_activation):
+    """Read as the oldest supported release, a hooked row only the newest has is left out (and so is not refused as a
+    hook on a target missing from the table in force)."""
+    oldest, newest = compat.SUPPORTED_SGLANG_VERSIONS[0], compat.SUPPORTED_SGLANG_VERSIONS[-1]
+    in_both = {t.module for t in compat.table_for(oldest)} & {t.module for t in compat.table_for(newest)}
+    newest_only = [
+        t
+        for t in compat.TARGETS
+        if t.area != "activation"
+        and t.row_for(oldest) is None
+        and t.row_for(newest) is not None
+        and t.module in in_both
+    ]
+    assert newest_only, "no hooked row is the newest release's alone: nothing tells the releases apart"
+    module = newest_only[0].module
+    activation.STATE.config = load_config({})
+    activation.STATE.sglang_version = oldest
+    activation._TABLE = compat.table_for(oldest)
+    hooks = activation._collect_hooks(module)
+    assert hooks and {h.target.module for h in hooks} == {module}
+    assert not {h.target.path for h in hooks} & {t.path for t in newest_only}
+
+
+def test_the_evidence_hook_activation_installs_answers_with_this_process_record(fresh_activation):
+    state = activation.activate(config=load_config({}))
+    (hook,) = [h for h in state.hooks if h.target.path == compat.SCHEDULER_INTERNAL_STATE.path]
+    reply = types.SimpleNamespace(internal_state={})
+    hook.fn(reply, object(), None)
+    assert reply.internal_state["sglang_dsv4_ext"] == activation.evidence_record()
 
 
 def test_patch_module_before_a_configuration_is_loaded_does_nothing(fresh_activation):
@@ -392,6 +606,24 @@ def test_verify_installed_names_every_target_without_our_wrapper(fresh_activatio
     assert "refusing to serve half-patched" in message
 
 
+def test_verify_installed_counts_a_target_that_no_longer_resolves_as_missing(fresh_activation):
+    gone = dataclasses.replace(compat.POOL_INIT, path=f"{compat.POOL_INIT.module}.NoSuchPool.__init__")
+    with pytest.raises(ActivationError, match=f"did not install our wrapper on: {gone.path}"):
+        activation._verify_installed([Hook(gone, activation._before_dsv4_build, "before")])
+
+
+def test_the_refusal_points_at_a_log_line_sglang_really_writes(fresh_activation):
+    import inspect
+    import re
+
+    from sglang.srt.plugins import hook_registry
+
+    with pytest.raises(ActivationError) as refused:
+        activation._verify_installed([Hook(compat.POOL_INIT, lambda *a: None, "after")])
+    (quoted,) = re.findall(r"see the '([^']+)' log lines", str(refused.value))
+    assert quoted in inspect.getsource(hook_registry)
+
+
 def test_a_hook_on_a_target_missing_from_the_table_is_a_programming_error(fresh_activation):
     activation.STATE.config = load_config({})
     activation._TABLE = [t for t in compat.installed_table() if t.path != compat.SCHEDULER_INTERNAL_STATE.path]
@@ -419,6 +651,23 @@ def test_the_model_module_imported_before_the_entry_point_guards_the_models_cons
     assert activation.carries_hook(_current(compat.DSV4_MODEL_INIT), activation._before_dsv4_build)
 
 
+def test_a_build_point_the_startup_hook_guarded_gets_no_second_guard(fresh_activation):
+    module = compat.DSV4_MODEL_INIT.module
+    points = [t.path for t in compat.DSV4_BUILD_POINTS if t.module == module]
+    assert [g.target.path for g in activation._build_guards(module)] == points
+    activation.on_dsv4_model_module_imported(sys.modules[module])
+    assert activation._build_guards(module) == []
+
+
+def test_a_missing_build_point_does_not_cost_the_others_their_guard(fresh_activation, monkeypatch):
+    """A build point SGLang renamed (a row of the test's own) comes first; the real one after it is still guarded."""
+    real = compat.DSV4_MODEL_INIT
+    renamed = dataclasses.replace(real, path=f"{real.module}.RenamedForCausalLM.__init__")
+    monkeypatch.setattr(compat, "DSV4_BUILD_POINTS", [renamed, real])
+    guards = activation._build_guards(real.module)
+    assert [(g.target.path, g.fn, g.kind) for g in guards] == [(real.path, activation._before_dsv4_build, "before")]
+
+
 @pytest.mark.parametrize(
     "env", [{ENV_KILL_SWITCH: "0"}, {ENV_SGLANG_PLUGINS: "other_plugin"}], ids=["killed", "blocked"]
 )
@@ -438,6 +687,28 @@ def test_a_model_built_where_load_plugins_never_ran_runs_sglangs_loader_first(fr
     assert activation.STATE.config is not None and activation.STATE.loaded
     assert "never called SGLang's load_plugins(); calling it now" in caplog.text
     assert activation._entry_point() in caplog.text
+
+
+@pytest.mark.parametrize(
+    "case",
+    [{ENV_KILL_SWITCH: "0"}, {ENV_SGLANG_PLUGINS: "other_plugin"}, "loaded"],
+    ids=["killed", "blocked", "entry-point-ran"],
+)
+def test_the_loader_is_not_run_again_where_the_extension_is_off_or_already_loaded(
+    fresh_activation, monkeypatch, caplog, case
+):
+    import sglang.srt.plugins as plugins
+
+    plugins._plugins_loaded = False  # SGLang's loader would run (again) if called
+    if case == "loaded":
+        activation.STATE.config = load_config({})
+    else:
+        for name, value in case.items():
+            monkeypatch.setenv(name, value)
+    config = activation.STATE.config
+    activation._load_plugins_where_sglang_did_not()
+    assert "never called SGLang's load_plugins()" not in caplog.text
+    assert activation.STATE.config is config and not activation.STATE.loaded
 
 
 def test_a_loader_that_did_not_run_our_entry_point_refuses_the_model_naming_the_process(fresh_activation, monkeypatch):
@@ -535,6 +806,31 @@ def test_carries_hook_ends_on_a_wrapper_loop_and_skips_empty_cells():
     assert activation.carries_hook(reads, _hook_fn)
 
 
+def test_carries_hook_looks_through_a_wrapper_object_that_has_no_closure():
+    import functools
+
+    cached = functools.lru_cache(_wrapping(_hook_fn))  # an object with __wrapped__ and no __closure__
+    assert not hasattr(cached, "__closure__")
+    assert activation.carries_hook(cached, _hook_fn)
+    assert not activation.carries_hook(functools.lru_cache(_hook_fn), _wrapping)
+
+
+def test_carries_hook_reads_the_cells_after_an_empty_one():
+    def make():
+        hook = _hook_fn
+
+        def reads():
+            return a_later, hook
+
+        if False:
+            a_later = None  # noqa: F841
+        return reads
+
+    reads = make()
+    assert reads.__code__.co_freevars == ("a_later", "hook")  # the empty cell comes first
+    assert activation.carries_hook(reads, _hook_fn)
+
+
 def test_built_index_k_dtype_says_none_one_or_mixed(fresh_activation):
     assert activation.built_index_k_dtype() == activation.NONE_BUILT
     activation.STATE.index_k_built = ["bf16", "bf16"]
@@ -557,6 +853,20 @@ def test_the_logits_kernel_follows_the_pool_built_else_the_configuration(fresh_a
     assert activation._logits_kernel(config) != fp8_logits.logits_kernel("bf16", config.fp8_logits, config.fp4_logits)
 
 
+@pytest.mark.parametrize(("dtype", "setting"), [("fp8", "SGLANG_DSV4_FP8_LOGITS"), ("fp4", "SGLANG_DSV4_FP4_LOGITS")])
+def test_the_logits_kernel_follows_the_logits_setting_of_the_pools_dtype(fresh_activation, monkeypatch, dtype, setting):
+    """Before any indexer call (this process's record of the last one emptied), the planned kernel of the setting."""
+    from sglang_dsv4_ext.runtime.index_k import fp8_logits
+
+    monkeypatch.setattr(fp8_logits, "_LAST", {})
+    ours = load_config({"SGLANG_DSV4_INDEX_K_DTYPE": dtype, setting: "triton"})
+    sglangs = load_config({"SGLANG_DSV4_INDEX_K_DTYPE": dtype, setting: "sglang"})
+    for config in (ours, sglangs):
+        planned = fp8_logits.planned_kernel(dtype, config.fp8_logits, config.fp4_logits)
+        assert activation._logits_kernel(config) == f"no indexer call yet: {planned}"
+    assert activation._logits_kernel(ours) != activation._logits_kernel(sglangs)
+
+
 def test_a_second_pool_dtype_prints_a_line_and_moves_the_gauge_a_same_one_says_nothing(fresh_activation, capsys):
     from prometheus_client import REGISTRY
 
@@ -574,6 +884,58 @@ def test_a_second_pool_dtype_prints_a_line_and_moves_the_gauge_a_same_one_says_n
     after = activation.evidence_fields(activation.STATE.config)
     assert REGISTRY.get_sample_value(activation.ACTIVE_GAUGE, before) == 0.0
     assert REGISTRY.get_sample_value(activation.ACTIVE_GAUGE, after) == 1.0
+
+
+def test_each_line_reaches_stderr_at_once_even_where_stderr_is_block_buffered(fresh_activation, monkeypatch):
+    """serve waits for these lines in the process's log: none may sit in a buffer (stderr here a block-buffered
+    text stream over bytes, as a process's replaced stderr may be)."""
+    written = io.BytesIO()
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(written, encoding="utf-8"))
+    monkeypatch.setattr(activation.multiprocessing, "parent_process", lambda: None)
+    activation.STATE.config = load_config({})
+    activation.STATE.loaded = True
+
+    def lines() -> list[str]:
+        return written.getvalue().decode().splitlines()
+
+    activation._announce_configuration()
+    assert [line.startswith(activation.LAUNCHER_LINE_PREFIX) for line in lines()] == [True]
+    activation._announce_active()
+    assert lines()[-1] == activation.activation_line(activation.STATE.config)
+    activation.note_index_k_pool_built("bf16")
+    assert lines()[-1].startswith(activation.POOL_BUILT_LINE_PREFIX) and len(lines()) == 3
+
+
+def test_the_active_gauge_is_made_once_labelled_by_every_evidence_field_the_latest_value_winning(fresh_activation):
+    """The gauge is made at the first export of the process: here the session's is set aside (unregistered) so that
+    it is made again, then put back."""
+    from prometheus_client import REGISTRY
+
+    session = activation._GAUGE
+    if session is not None:
+        REGISTRY.unregister(session)
+    activation._GAUGE = None
+    made = None
+    try:
+        config = load_config({})
+        activation._export_active_gauge(config)
+        made = activation._GAUGE
+        assert made is not None and made is not session
+        labels = activation.evidence_fields(config)
+        assert tuple(labels) == activation.EVIDENCE_FIELDS
+        assert REGISTRY.get_sample_value(activation.ACTIVE_GAUGE, labels) == 1.0
+        (family,) = [m for m in REGISTRY.collect() if m.name == activation.ACTIVE_GAUGE]
+        assert family.type == "gauge" and family.documentation
+        # under PROMETHEUS_MULTIPROC_DIR the label set of the newest write wins (0 for a replaced one)
+        assert made._multiprocess_mode == "mostrecent"
+        activation._export_active_gauge(config)
+        assert activation._GAUGE is made
+    finally:
+        if made is not None:
+            REGISTRY.unregister(made)
+        activation._GAUGE = session
+        if session is not None:
+            REGISTRY.register(session)
 
 
 def test_the_record_of_a_process_not_active_gives_its_error_else_its_refusals(fresh_activation):
@@ -629,7 +991,7 @@ def test_each_feature_is_enabled_by_its_own_setting():
     assert activation._feature_enabled(compat.ALWAYS, fp8) and not activation._feature_enabled(compat.ALWAYS, off)
 
 
-def test_reset_for_tests_forgets_the_state_and_takes_the_installed_releases_rows(fresh_activation):
+def test_reset_for_tests_forgets_the_state_and_takes_the_installed_releases_rows(fresh_activation, monkeypatch):
     activation.STATE.loaded = True
     activation._TABLE = []
     rank_census._CENSUS = rank_census._Census(None, (0,))  # type: ignore[arg-type]
@@ -637,6 +999,11 @@ def test_reset_for_tests_forgets_the_state_and_takes_the_installed_releases_rows
     assert not activation.STATE.loaded and rank_census._CENSUS is None and activation._CONTEXT is None
     assert activation.table_in_force() == compat.installed_table()
     assert activation._CALLED == compat.table_for(compat.installed_sglang_version(), compat.CALLED)
+    oldest = _older_release_than_the_newest()
+    monkeypatch.setattr(compat, "installed_sglang_version", lambda: oldest)  # only the version read is pretended
+    activation.reset_for_tests()
+    assert activation.table_in_force() == compat.table_for(oldest)
+    assert activation._CALLED == compat.table_for(oldest, compat.CALLED)
 
 
 # ----- hooks/__init__.py and hooks/evidence.py -----
@@ -686,8 +1053,13 @@ def test_an_identity_is_the_pid_and_start_time_with_two_decimals():
     pid, _, start = mine.partition("@")
     assert pid == str(os.getpid()) and start == f"{psutil.Process().create_time():.2f}"
     assert launch_identity.of_process(os.getpid()) == mine
-    parent = launch_identity.of_process(os.getppid())
-    assert parent.startswith(f"{os.getppid()}@") and parent != mine
+    time.sleep(0.05)  # start times have a resolution of 0.01 s: the other process starts later than ours for sure
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        other_start = f"{psutil.Process(other.pid).create_time():.2f}"
+        assert launch_identity.of_process(other.pid) == f"{other.pid}@{other_start}" and other_start != start
+    finally:
+        other.communicate(b"")
 
 
 @pytest.mark.parametrize(
@@ -735,6 +1107,7 @@ def test_the_census_counts_the_keys_of_the_groups_ranks_in_a_real_store(monkeypa
     monkeypatch.setattr(dist, "get_rank", lambda group=None: 3)
     try:
         rank_census.take_part(_Group(["2", "3", "5"]), "fp8")
+        assert store.check(["sglang_dsv4_ext/active-rank/3"])  # get() would wait for a missing key
         assert store.get("sglang_dsv4_ext/active-rank/3") == b"fp8"
         assert rank_census.count() == {"active": 1, "total": 3, "group": "tp"}
         store.set("sglang_dsv4_ext/active-rank/5", "bf16")
@@ -885,6 +1258,27 @@ def test_the_watch_finds_the_module_past_reentrant_legacy_and_disabled_finders(w
     sys.meta_path[1:1] = [reentrant, _LegacyFinder(), _DisabledFinder()]
     module = importlib.import_module(name)
     assert seen == [module] and reentrant.answers == [None]  # asked again while searching: None, no recursion
+
+
+class _RecordingFinder:
+    """Finds nothing; records what it was asked."""
+
+    def __init__(self):
+        self.asked: list[tuple[object, ...]] = []
+
+    def find_spec(self, name, path=None, target=None):
+        self.asked.append((name, path, target))
+        return None
+
+
+def test_the_watch_hands_the_other_finders_what_importlib_asked_the_module_reloaded_included(watched_module):
+    name, watch, seen = watched_module
+    module = importlib.import_module(name)  # the watch stepped aside after this import
+    recording = _RecordingFinder()
+    sys.meta_path[0:0] = [watch, recording]
+    reloaded = importlib.reload(module)  # importlib passes the module as the finders' target
+    assert recording.asked == [(name, None, module)]
+    assert reloaded is module and seen == [module, module]
 
 
 def test_the_watch_finds_a_submodule_through_its_packages_path(tmp_path, monkeypatch):
