@@ -6,6 +6,12 @@ and the reason is recorded for the activation record's ``logits_kernel``. The ch
 strided views: only shapes, dtypes and strides are read). Where a test must see the arguments SGLang's function
 receives, a recorder stands in for it (TileLang and DeepGEMM need a GPU, and a recorder shows what was passed);
 where our kernel must run, it runs under Triton's interpreter on the small shapes of test_fp4_logits_route.py.
+
+The bf16 branch (the store, the queries, the logits and SGLang's top-k) runs through SGLang's real hooked class
+functions on a real DSV4 pool, as in test_indexer.py, with the CUDA-only launches stubbed there
+(``tests/support/indexer_doubles.py``: our Triton launchers by their float64 references, SGLang's JIT compressor and
+schedule kernels, DeepGEMM). Where the compressor's own arguments matter, SGLang's real ``Compressor`` is built on
+CPU (its GEMM falls back to torch there).
 """
 
 from __future__ import annotations
@@ -16,14 +22,21 @@ import types
 import pytest
 import torch
 from sglang.srt.layers.attention.dsv4 import indexer as sg_indexer
+from sglang.srt.layers.attention.dsv4 import metadata as sg_metadata
+from sglang.srt.layers.attention.dsv4.compressor_v2 import CompressorBackendMixin
+from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
+from kernels_sm120 import reference
 from sglang_dsv4_ext.config import ENV_FP8_LOGITS
+from sglang_dsv4_ext.errors import Bf16IndexKUnsupported
 from sglang_dsv4_ext.runtime import activation, compat
 from sglang_dsv4_ext.runtime.hooks import HookContext
 from sglang_dsv4_ext.runtime.hooks import indexer as hook
 from sglang_dsv4_ext.runtime.index_k import capture as index_k_capture
 from sglang_dsv4_ext.runtime.index_k import fp8_logits, pool_lifecycle
+from tests.support import indexer_doubles as dbl
 from tests.unit.hooks.test_fp4_logits_route import error, fp4_args, interp  # noqa: F401 (interp: a fixture)
+from tests.unit.hooks.test_indexer import LAYER, Q_LORA_RANK, dsv4_pool, forward_metadata, paged_metadata, slot_of
 
 FP8 = torch.float8_e4m3fn
 
@@ -482,3 +495,303 @@ def test_tilelangs_module_not_yet_imported_is_imported_and_routed_only_where_sgl
     assert names[0] == "fp8_paged_mqa_logits_torch_sm120"
     assert (names[1:] == ["tilelang_fp8_paged_mqa_logits"]) is routed
     assert (module_name in sys.modules) is routed  # SGLang's switch off: its TileLang module is never imported
+
+
+# --- the bf16 branch end to end: what SGLang's functions around it receive ------------------------------------------
+
+C4IndexerBackendMixin = sg_indexer.C4IndexerBackendMixin
+
+
+@pytest.fixture
+def stubs(ext_active, monkeypatch):
+    """The CUDA-only launches the bf16 branch reaches, stubbed (tests/support/indexer_doubles.py, CudaStubs)."""
+    return dbl.CudaStubs(monkeypatch).install()
+
+
+@pytest.fixture
+def rng():
+    return torch.Generator().manual_seed(20240505)
+
+
+def sglang_compressor(rng, *, ratio=4):
+    """SGLang's own ``Compressor``, built by its ``__init__`` (the ReplicatedLinear ``wkv_gate``, the float32 RMSNorm,
+    ``ape``) at the stand-in indexer's hidden width; its parameters drawn at random where a checkpoint would load
+    them. Its ``compute_kv_score`` runs on CPU (SGLang's bf16 x fp32 GEMM falls back to torch there)."""
+    from sglang.srt.layers.attention.dsv4.compressor import Compressor
+
+    config = types.SimpleNamespace(hidden_size=Q_LORA_RANK, rms_norm_eps=1e-6, qk_rope_head_dim=64)
+    head_dim = dbl.HEAD_DIM if ratio == 4 else 512
+    comp = Compressor(
+        config,
+        layer_id=LAYER,
+        is_in_indexer=ratio == 4,
+        freqs_cis=dbl.rope_table(),
+        compress_ratio=ratio,
+        head_dim=head_dim,
+        rotate=ratio == 4,
+    )
+    with torch.no_grad():
+        for param in (comp.ape, comp.wkv_gate.weight):
+            param.copy_(torch.randn(param.shape, generator=rng))
+        comp.norm.weight.copy_(1 + 0.1 * torch.randn(head_dim, generator=rng))
+    return comp
+
+
+def kv_score(comp, x):
+    """What SGLang's compressor scores for ``x``: its own GEMM over its own weight."""
+    from sglang.kernels.ops.gemm.bf16_fp32 import linear_bf16_fp32
+
+    return linear_bf16_fp32(x, comp.wkv_gate.weight)
+
+
+def pages_of(pool, rows, width=4):
+    """A page table of ``rows`` rows over pages 1.. of the pool's c4 indexer layer."""
+    pages = pool.get_index_k_with_scale_buffer(LAYER).shape[0]
+    return (torch.arange(rows * width, dtype=torch.int32).view(rows, width) % (pages - 1)) + 1
+
+
+def indexer_call(pool, rng, *, md=None, rows=4, topk_backend=None, **compress):
+    """(backend, C4Indexer, hidden states) for one forward_c4_indexer call of ``rows`` queries on ``pool``. ``md``:
+    SGLang's indexer metadata, by default one row per query; ``compress``: the compressor's ``plan`` and ``out_loc``."""
+    if md is None:
+        lens = torch.tensor([100, 3, 256, 17, 40, 9][:rows], dtype=torch.int32)
+        md = paged_metadata(pages_of(pool, rows), lens)
+    backend_args = {} if topk_backend is None else {"topk_backend": topk_backend}
+    backend = dbl.BackendStandIn(pool, forward_metadata(md, rows=rows, topk=8, **compress), **backend_args)
+    ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(), generator=rng)
+    return backend, ix, torch.randn(rows, Q_LORA_RANK, generator=rng).to(torch.bfloat16)
+
+
+def decode():
+    return dbl.forward_batch(ForwardMode.DECODE)
+
+
+def test_the_bf16_store_scores_the_layers_input_of_this_batch_with_sglangs_compressor(stubs, monkeypatch, rng):
+    """The store hands SGLang's compressor the layer's input and the batch: what its ``compute_kv_score`` makes of
+    them is what ``compress_forward`` reduces."""
+    comp = sglang_compressor(rng)
+    x = torch.randn(2, Q_LORA_RANK, generator=rng).to(torch.bfloat16)
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        plan, out_loc = dbl.decode_plan([8, 9]), torch.tensor([70, 0])
+        backend = dbl.BackendStandIn(pool, forward_metadata(plan=plan, out_loc=out_loc))
+        CompressorBackendMixin.forward_indexer_compressor(backend, x, decode(), LAYER, comp)
+    (call,) = stubs.calls["compress_forward"]
+    assert torch.equal(call["kv_score_input"], kv_score(comp, x))
+    assert stubs.called("store_index_k_bf16") == 1
+
+
+def test_forward_c4_indexer_runs_the_compressor_on_its_input_and_batch_unless_told_to_skip_it(
+    stubs,
+    monkeypatch,
+    rng,
+):
+    """SGLang's query preparation runs the c4 compressor (our store) with the hidden states and the batch the indexer
+    was given; ``skip_compressor`` leaves it to the caller."""
+    comp = sglang_compressor(rng)
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        plan, out_loc = dbl.decode_plan([8, 9, 12, 6]), torch.tensor([140, 0, 141, 0])
+        backend, ix, x = indexer_call(pool, rng, plan=plan, out_loc=out_loc)
+        ix.__dict__["compressor"] = comp  # the C4Indexer stand-in is built without nn.Module's bookkeeping
+        C4IndexerBackendMixin.forward_c4_indexer(backend, x=x, q_lora=x, c4_indexer=ix, forward_batch=decode())
+        (call,) = stubs.calls["compress_forward"]
+        assert torch.equal(call["kv_score_input"], kv_score(comp, x))
+        assert stubs.called("store_index_k_bf16") == 1 and stubs.called("paged_mqa_logits_bf16") == 1
+        C4IndexerBackendMixin.forward_c4_indexer(
+            backend, x=x, q_lora=x, c4_indexer=ix, forward_batch=decode(), skip_compressor=True
+        )
+    assert stubs.called("compress_forward") == 1 and stubs.called("paged_mqa_logits_bf16") == 2
+
+
+def test_the_bf16_store_refuses_a_compress_ratio_other_than_4_naming_it(rng):
+    comp = sglang_compressor(rng, ratio=128)
+    with pytest.raises(Bf16IndexKUnsupported, match="for the c4 indexer only") as refused:
+        hook.store_compressed_index_k_bf16(None, None, None, LAYER, comp)  # refused before anything else is read
+    assert "compress ratio 128" in str(refused.value)
+
+
+def test_a_pass_that_closes_no_4_token_group_stores_nothing(stubs, monkeypatch, rng):
+    """A prefill whose tokens close no group: SGLang's plan has no row, compress_forward returns none, and the store
+    kernel is not launched (as SGLang's own path returns early)."""
+    from sglang.kernels.ops.attention.dsv4 import CompressorPrefillPlan
+
+    no_rows = CompressorPrefillPlan(4, torch.zeros(0, 16, dtype=torch.uint8), torch.zeros(0, 8, dtype=torch.uint8))
+    comp = dbl.IndexerCompressorStandIn(layer_id=LAYER, freqs_cis=dbl.rope_table(), generator=rng)
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        backend = dbl.BackendStandIn(pool, forward_metadata(plan=no_rows, out_loc=torch.zeros(3, dtype=torch.int64)))
+        extend = dbl.forward_batch(ForwardMode.EXTEND)
+        CompressorBackendMixin.forward_indexer_compressor(backend, torch.zeros(3, 8), extend, LAYER, comp)
+    assert stubs.called("compress_forward") == 1 and stubs.called("store_index_k_bf16") == 0
+
+
+def test_the_norm_weight_reaches_the_store_in_the_dtype_of_the_compressed_rows(stubs, monkeypatch, rng):
+    """SGLang's ``compress_norm_rope_store`` casts the compressor's float32 norm weight to the dtype of the rows it
+    normalizes; the bf16 store casts it the same way (here bf16 rows, whose weight rounds to bf16)."""
+    comp = sglang_compressor(rng)
+    weight = comp.norm.weight.detach().clone()
+    assert weight.dtype == torch.float32 and not torch.equal(weight, weight.to(torch.bfloat16).float())
+    stubs.compressed_rows = torch.randn(1, dbl.HEAD_DIM, generator=rng).to(torch.bfloat16)
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        backend = dbl.BackendStandIn(pool, forward_metadata(plan=dbl.decode_plan([8]), out_loc=torch.tensor([140])))
+        x = torch.randn(1, Q_LORA_RANK, generator=rng).to(torch.bfloat16)
+        CompressorBackendMixin.forward_indexer_compressor(backend, x, decode(), LAYER, comp)
+    (call,) = stubs.calls["store_index_k_bf16"]
+    assert call["norm_weight"].dtype == torch.bfloat16
+    assert torch.equal(call["norm_weight"], weight.to(torch.bfloat16))
+
+
+def test_the_quantized_q_lora_sglang_hands_over_is_what_the_bf16_queries_project(stubs, monkeypatch, rng):
+    """SGLang 0.5.23 hands forward_c4_indexer the quantized copy of q_lora it made for the attention's wq_b, and its
+    compute_q projects that copy. The bf16 branch passes it on to SGLang's query preparation, and the bf16 compute_q
+    projects it. (A bf16 tensor stands in for the copy: the real one is an fp8 pair that only SGLang's fp8 wq_b on a
+    GPU takes.)"""
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        backend, ix, x = indexer_call(pool, rng)
+        q_lora, quant = (torch.randn(4, Q_LORA_RANK, generator=rng).to(torch.bfloat16) for _ in range(2))
+        C4IndexerBackendMixin.forward_c4_indexer(
+            backend, x=x, q_lora=q_lora, c4_indexer=ix, forward_batch=decode(), skip_compressor=True, q_lora_quant=quant
+        )
+    (call,) = stubs.calls["index_q_bf16"]
+    assert torch.equal(call["q"], ix.wq_b(quant)[0].view(4, dbl.N_HEADS, dbl.HEAD_DIM))
+
+
+def test_the_bf16_compute_q_given_the_quantized_q_lora_by_name_projects_it(stubs, rng):
+    ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(), generator=rng)
+    q_lora, quant = (torch.randn(3, Q_LORA_RANK, generator=rng).to(torch.bfloat16) for _ in range(2))
+    weight = torch.randn(3, dbl.N_HEADS, generator=rng).to(torch.bfloat16)
+    with hook.index_k_pool_scope(True):
+        sg_indexer.C4Indexer.compute_q(ix, q_lora, torch.arange(3), weight, q_lora_quant=quant)
+    (call,) = stubs.calls["index_q_bf16"]
+    assert torch.equal(call["q"], ix.wq_b(quant)[0].view(3, dbl.N_HEADS, dbl.HEAD_DIM))
+
+
+def test_the_bf16_query_kernel_reads_as_many_heads_as_the_indexer_has(stubs, rng):
+    """C4Indexer takes its head count from the config's ``index_n_heads`` (V4-Flash: 64, the kernel's default): an
+    indexer of 32 heads gets queries and weights of 32 heads, RoPE and Hadamard applied per head."""
+    heads = 32
+    ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(), generator=rng)
+    ix.__dict__.update(n_heads=heads, n_local_heads=heads, wq_b=dbl.Projection(ix.wq_b.weight[: heads * dbl.HEAD_DIM]))
+    q_lora = torch.randn(3, Q_LORA_RANK, generator=rng).to(torch.bfloat16)
+    weight = torch.randn(3, heads, generator=rng).to(torch.bfloat16)
+    positions = torch.tensor([0, 9, 500])
+    with hook.index_k_pool_scope(True):
+        q_out, w_out = sg_indexer.C4Indexer.compute_q(ix, q_lora, positions, weight)
+    q_ref, w_ref = reference.index_q_reference(
+        ix.wq_b(q_lora)[0], weight, ix.weight_scale, ix.freqs_cis, positions, num_heads=heads
+    )
+    assert q_out.shape == (3, heads, dbl.HEAD_DIM) and torch.equal(q_out, q_ref.to(torch.bfloat16))
+    torch.testing.assert_close(w_out.squeeze(-1).double(), w_ref)
+
+
+def test_the_multi_stream_preparation_gets_the_streams_the_ready_event_and_the_batch(stubs, monkeypatch, rng):
+    """With ``enable_multi_stream`` SGLang prepares the queries on its alternate streams
+    (``_forward_prepare_multi_stream``, a recorder here: it needs CUDA streams), given the streams, the event that says
+    q_lora is ready and the batch; the logits read the queries it prepared."""
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        backend, ix, x = indexer_call(pool, rng)
+        q = torch.randn(4, 4, dbl.HEAD_DIM, generator=rng).to(torch.bfloat16)
+        prepare = PrepareRecorder(q)
+        backend._forward_prepare_multi_stream = prepare
+        streams, ready, batch = [object(), object()], object(), decode()
+        C4IndexerBackendMixin.forward_c4_indexer(
+            backend,
+            x=x,
+            q_lora=x,
+            c4_indexer=ix,
+            forward_batch=batch,
+            alt_streams=streams,
+            enable_multi_stream=True,
+            q_lora_ready=ready,
+        )
+    (call,) = prepare.calls
+    assert call["alt_streams"] is streams and call["q_lora_ready"] is ready and call["forward_batch"] is batch
+    assert call["c4_indexer"] is ix and torch.equal(call["x"], x) and torch.equal(call["q_lora"], x)
+    assert torch.equal(call["positions"], backend.forward_metadata.core_metadata.positions)
+    assert torch.equal(stubs.calls["paged_mqa_logits_bf16"][0]["q"], q)
+
+
+def test_rows_the_indexer_metadata_lacks_are_padded_as_sglangs_own_forward_pads_them(stubs, monkeypatch, rng):
+    """The queries may outnumber the indexer metadata's rows (CUDA-graph padding). The bf16 branch pads the lengths and
+    the page table as SGLang's forward_c4_indexer does for the fp8 pool, run here on the same metadata: the logits
+    kernel of each gets the same rows, and the padded rows select the same keys."""
+    read, selected = {}, {}
+    for dtype, logits in (("bf16", "paged_mqa_logits_bf16"), ("fp8", "deep_gemm_fp8_logits")):
+        with dsv4_pool(monkeypatch, dtype) as pool:
+            md = paged_metadata(pages_of(pool, 2), torch.tensor([100, 3], dtype=torch.int32))
+            backend, ix, x = indexer_call(pool, rng, md=md, rows=4)
+            C4IndexerBackendMixin.forward_c4_indexer(
+                backend, x=x, q_lora=x, c4_indexer=ix, forward_batch=decode(), skip_compressor=True
+            )
+        (call,) = stubs.calls[logits]
+        read[dtype] = (call["seq_lens"].flatten(), call["page_table"])
+        selected[dtype] = backend.forward_metadata.core_metadata.c4_sparse_page_indices
+    assert read["bf16"][0].shape == (4,)  # two rows padded
+    assert torch.equal(read["bf16"][0], read["fp8"][0]) and torch.equal(read["bf16"][1], read["fp8"][1])
+    assert torch.equal(selected["bf16"][2:], selected["fp8"][2:])
+
+
+def test_the_raw_indices_sglang_keeps_get_the_position_of_each_selected_key(stubs, monkeypatch, rng):
+    """Where SGLang keeps ``c4_sparse_raw_indices``, its top-k transform (torch, real here) writes there the position
+    in the sequence of each key it selects, -1 where it selects none."""
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        slots = torch.arange(dbl.C4_PAGE, pool.get_index_k_with_scale_buffer(LAYER).shape[0] * dbl.C4_PAGE)
+        keys = torch.randn(slots.numel(), dbl.HEAD_DIM, generator=rng).to(torch.bfloat16)
+        pool.set_index_k_fused(LAYER, slots, keys)
+        backend, ix, x = indexer_call(pool, rng)
+        core, md = backend.forward_metadata.core_metadata, backend.forward_metadata.indexer_metadata
+        core.c4_sparse_raw_indices = torch.full_like(core.c4_sparse_page_indices, -7)
+        C4IndexerBackendMixin.forward_c4_indexer(
+            backend, x=x, q_lora=x, c4_indexer=ix, forward_batch=decode(), skip_compressor=True
+        )
+    raw, selected = core.c4_sparse_raw_indices, core.c4_sparse_page_indices
+    assert not (raw == -7).any() and (raw >= 0).any()
+    for r, length in enumerate(md.compressed_seq_lens.tolist()):
+        for position, slot in zip(raw[r].tolist(), selected[r].tolist()):
+            if position == -1:
+                assert slot == -1, (r, position, slot)
+            else:
+                assert 0 <= position < length and slot == slot_of(md.page_table[r], position), (r, position, slot)
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["one call", "row chunks"])
+def test_topk_v2_takes_the_plan_sglangs_metadata_made_for_the_batch_or_for_each_chunk(
+    stubs,
+    monkeypatch,
+    rng,
+    chunked,
+):
+    """SGLang's metadata plans top-k v2 for the batch and, when it splits the rows into chunks, for each chunk
+    (``plan_topk_v2`` and the v2 transform are CUDA kernels: recorders stand in). Each transform call gets the plan
+    made for its rows, and nothing is planned again during the forward."""
+    import sglang.kernels.ops.attention.dsv4 as sg_dsv4_ops
+    from sglang.srt.layers.attention.dsa.dsa_topk_backend import DSATopKBackend
+
+    plans, transformed = [], []
+
+    def plan_topk_v2(seq_lens, *args, **kwargs):
+        plans.append(torch.tensor([len(plans)]))  # a distinct plan per call
+        return plans[-1]
+
+    monkeypatch.setattr(sg_dsv4_ops, "plan_topk_v2", plan_topk_v2)
+    monkeypatch.setattr(sg_indexer, "plan_topk_v2", plan_topk_v2)
+    monkeypatch.setattr(sg_indexer, "topk_transform_paged_v2", lambda *args: transformed.append(args))
+    monkeypatch.setenv("SGLANG_OPT_USE_TOPK_V2", "1")
+    if chunked:  # as on an SM120 card whose DeepGEMM row cap is 2
+        monkeypatch.setattr(sg_metadata, "_IS_SM120", True)
+        monkeypatch.setattr(sg_metadata, "_SM120_INDEXER_M_CHUNK", 2)
+    rows = 6
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        md = sg_metadata.PagedIndexerMetadata(
+            page_size=256,
+            compressed_page_size=dbl.C4_PAGE,
+            page_table=pages_of(pool, rows),
+            compressed_seq_lens=torch.tensor([100, 3, 256, 17, 40, 9], dtype=torch.int32),
+            use_topk_v2=True,
+        )
+        made = list(plans)
+        backend, ix, x = indexer_call(pool, rng, md=md, rows=rows, topk_backend=DSATopKBackend.SGL_KERNEL)
+        C4IndexerBackendMixin.forward_c4_indexer(
+            backend, x=x, q_lora=x, c4_indexer=ix, forward_batch=decode(), skip_compressor=True
+        )
+    expected = md.topk_metadata_chunks if chunked else [md.topk_metadata]
+    assert len(expected) == (3 if chunked else 1) and plans == made  # planned by the metadata only
+    assert len(transformed) == len(expected) and all(call[5] is plan for call, plan in zip(transformed, expected))
