@@ -7,7 +7,8 @@ key rows are read, the fp32 reference rows looked up, the checks the writer thre
 directory's name, the byte accounting against the size cap, when capture stops and what it logs, and on which ranks
 and switches capture is on at all. Pools are SGLang's real ``DeepSeekV4TokenToKVPool`` (built small on CPU); an
 indexer call is fed to :meth:`IndexKCapture.record` directly with CPU tensors, as in test_index_k_capture.py. Stubbed:
-SGLang's attention-TP rank (no distributed group exists in one CPU process).
+SGLang's attention-TP rank (no distributed group exists in one CPU process) and, in the two tests of the copies'
+event, ``torch.cuda.Event`` (a CPU process cannot make one; tests/gpu/test_index_k_capture_gpu.py runs the real one).
 """
 
 from __future__ import annotations
@@ -355,6 +356,66 @@ def test_a_failed_write_is_logged_naming_the_file_and_the_error(tmp_path, caplog
     (line,) = [r.getMessage() for r in caplog.records if r.name == CAPTURE_LOG]
     assert str(tmp_path / "L002-req0000.pt") in line and "a row reads 9 keys" in line
     assert writer._thread.daemon  # a writer left waiting for work never keeps the server from exiting
+
+
+# ---------------------------------------------------------------------------------------
+# The copies' CUDA event: the writer thread waits on it before it reads what they copied
+# ---------------------------------------------------------------------------------------
+
+
+class _StandInEvent:
+    """Stands in for ``torch.cuda.Event`` (a CPU process cannot make one): notes when it is recorded and waited on."""
+
+    def __init__(self, log=None):
+        self.log = [] if log is None else log
+
+    def record(self):
+        self.log.append("event recorded")
+
+    def synchronize(self):
+        self.log.append("waited for the copies")
+
+
+def test_copies_from_a_gpu_are_followed_by_a_recorded_cuda_event_and_copies_on_the_cpu_by_none(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "Event", _StandInEvent)
+    assert index_k_capture._ready_event(torch.device("cpu")) is None  # a CPU copy has landed when it returns
+    event = index_k_capture._ready_event(torch.device("cuda", 0))
+    assert isinstance(event, _StandInEvent) and event.log == ["event recorded"]
+
+
+def test_the_writer_waits_on_the_event_after_the_host_copies_before_it_builds_the_file(tmp_path, monkeypatch):
+    """On a GPU the host copies are non-blocking: the file may be built only from copies that have landed, so the
+    event goes after every copy and the writer thread waits on it before it checks and trims what they hold."""
+    log, devices = [], []
+    to_host, finish = index_k_capture._to_host, index_k_capture.finish_record
+
+    def noted_copy(t):
+        log.append("copy queued")
+        return to_host(t)
+
+    def stand_in_event(device):  # _ready_event on a GPU: a CUDA event recorded on the copies' stream
+        devices.append(device)
+        event = _StandInEvent(log)
+        event.record()
+        return event
+
+    def noted_finish(*args):
+        log.append("record built")
+        return finish(*args)
+
+    monkeypatch.setattr(index_k_capture, "_to_host", noted_copy)
+    monkeypatch.setattr(index_k_capture, "_ready_event", stand_in_event)
+    monkeypatch.setattr(index_k_capture, "finish_record", noted_finish)
+    capture = _capture(tmp_path)
+    fb, tensors = _call([600])
+    _record(capture, fb, tensors)
+    assert "event recorded" in log, log
+    copies = log.index("event recorded")
+    assert copies > 0 and set(log[:copies]) == {"copy queued"}
+    assert log[copies:] == ["event recorded", "waited for the copies", "record built"]
+    assert devices == [tensors["q"].device]  # the event of the stream the queries (and the copies) are on
+    (path,) = tmp_path.glob("*.pt")
+    assert capture_files.load(path).k.shape[0] == 600
 
 
 # ---------------------------------------------------------------------------------------
