@@ -39,11 +39,6 @@ CAPTURE_LOG = "sglang_dsv4_ext.index_k_capture"
 
 
 @pytest.fixture
-def stubs(ext_active, monkeypatch):
-    return dbl.CudaStubs(monkeypatch).install()
-
-
-@pytest.fixture
 def rng():
     return torch.Generator().manual_seed(15)
 

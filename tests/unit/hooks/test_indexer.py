@@ -60,16 +60,6 @@ def dsv4_pool(monkeypatch, dtype: str, **server_args):
         yield pool
 
 
-@pytest.fixture
-def stubs(ext_active, monkeypatch):
-    return dbl.CudaStubs(monkeypatch).install()
-
-
-@pytest.fixture
-def rng():
-    return torch.Generator().manual_seed(20240505)
-
-
 def paged_metadata(page_table, seq_lens, monkeypatch=None, *, sm120_row_cap=None):
     """SGLang's real ``PagedIndexerMetadata`` (its schedule kernels stubbed, see CudaStubs).
 

@@ -502,17 +502,6 @@ def test_tilelangs_module_not_yet_imported_is_imported_and_routed_only_where_sgl
 C4IndexerBackendMixin = sg_indexer.C4IndexerBackendMixin
 
 
-@pytest.fixture
-def stubs(ext_active, monkeypatch):
-    """The CUDA-only launches the bf16 branch reaches, stubbed (tests/support/indexer_doubles.py, CudaStubs)."""
-    return dbl.CudaStubs(monkeypatch).install()
-
-
-@pytest.fixture
-def rng():
-    return torch.Generator().manual_seed(20240505)
-
-
 def sglang_compressor(rng, *, ratio=4):
     """SGLang's own ``Compressor``, built by its ``__init__`` (the ReplicatedLinear ``wkv_gate``, the float32 RMSNorm,
     ``ape``) at the stand-in indexer's hidden width; its parameters drawn at random where a checkpoint would load
