@@ -35,6 +35,7 @@ from sglang_dsv4_ext.runtime.hooks import indexer as hook
 from sglang_dsv4_ext.runtime.index_k import capture as index_k_capture
 from sglang_dsv4_ext.runtime.index_k import fp8_logits, pool_lifecycle
 from tests.support import indexer_doubles as dbl
+from tests.support.releases import only_on
 from tests.unit.hooks.test_fp4_logits_route import error, fp4_args, interp  # noqa: F401 (interp: a fixture)
 from tests.unit.hooks.test_indexer import LAYER, Q_LORA_RANK, dsv4_pool, forward_metadata, paged_metadata, slot_of
 
@@ -628,6 +629,7 @@ def test_the_norm_weight_reaches_the_store_in_the_dtype_of_the_compressed_rows(s
     assert torch.equal(call["norm_weight"], weight.to(torch.bfloat16))
 
 
+@only_on("0.5.23", "0.5.22's forward_c4_indexer has no q_lora_quant: its queries project q_lora (test_indexer.py)")
 def test_the_quantized_q_lora_sglang_hands_over_is_what_the_bf16_queries_project(stubs, monkeypatch, rng):
     """SGLang 0.5.23 hands forward_c4_indexer the quantized copy of q_lora it made for the attention's wq_b, and its
     compute_q projects that copy. The bf16 branch passes it on to SGLang's query preparation, and the bf16 compute_q
