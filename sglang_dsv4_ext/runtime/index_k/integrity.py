@@ -510,7 +510,9 @@ def poll_in_background(tracker: IntegrityTracker, interval: float = POLL_SECONDS
 def _poll_forever(interval: float) -> None:
     stop = threading.Event()
     while not stop.wait(interval):
-        for tracker in list(_POLLED):
+        with _POLLER_LOCK:  # a set walked while poll_in_background adds to it raises, ending this thread
+            trackers = list(_POLLED)
+        for tracker in trackers:
             try:
                 tracker.report_if_idle(interval)
             except Exception:  # a poll that fails must not stop the others; said once per failure
