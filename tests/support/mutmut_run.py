@@ -99,6 +99,7 @@ MODULE_SETS: dict[str, ModuleSet] = {
             f"{_HOOKS}/test_integrity.py",
             f"{_HOOKS}/test_integrity_counts.py",
             f"{_HOOKS}/test_integrity_host_reuse.py",
+            f"{_HOOKS}/test_integrity_sampling.py",
             f"{_HOOKS}/test_mutation_survivors_integrity.py",
             # Reads the process's Prometheus counters as totals: it passes once per process, and mutmut runs the
             # tests again in the process it forks each mutant from (every mutant would be "killed" by it).
