@@ -91,6 +91,7 @@ MODULE_SETS: dict[str, ModuleSet] = {
             f"{_REPRO}/test_repro_units.py",
             f"{_REPRO}/test_settings_table.py",
             f"{_REPRO}/test_mutation_survivors_verdict.py",
+            f"{_REPRO}/test_abort_verdict.py::test_a_finish_reason_outside_stop_length_tool_calls_is_its_own_transport_class",
         ),
     ),
     "integrity": ModuleSet(

@@ -211,3 +211,12 @@ def test_the_parsers_errors_are_joined_with_a_semicolon():
     errors = dsml.parse(content).errors
     assert len(errors) == 2 and len("; ".join(errors)) < 300  # both shown whole
     assert _classify(Observation(content=content)) == ("malformed_dsml", f"{errors[0]}; {errors[1]}")
+
+
+def test_an_aborted_requests_detail_keeps_the_first_300_characters_of_a_long_finish_reason():
+    """A server's finish_reason is echoed into the detail the run's table and records carry: bounded like every
+    detail, its start (the reason as the server sent it) kept."""
+    reason = "abort:" + "x" * 1000
+    verdict, detail = _classify(Observation(finish_reason=reason))
+    assert verdict == "aborted"
+    assert len(detail) == 300 and detail.startswith(f"finish_reason={reason!r}"[:300])
