@@ -155,6 +155,15 @@ class _Runner:
         self._is_full_backend = full
 
 
+def _pool_with_a_pending_load(gate_mode, mode: str = "auto"):
+    """A DSV4 pool under gate ``mode`` whose counter has a HiCache load in flight, and its recorded waits."""
+    gate_mode(mode)
+    pool = gd.build_pool()
+    observed = gd.StreamWaits.on(pool)
+    observed.start_load()
+    return pool, observed
+
+
 def _replay_reading_layer_3(pool, observed, seen):
     """The replay: layer 2's eager break waits for its load, then layer 3's captured reader reads."""
 
@@ -169,10 +178,7 @@ def _replay_reading_layer_3(pool, observed, seen):
 
 @pytest.mark.parametrize("full, first_wait", [(True, 3), (False, 0)])
 def test_on_0_5_22_a_replay_with_a_pending_load_waits_first(ext_active, gate_mode, full, first_wait):
-    gate_mode("auto")
-    pool = gd.build_pool()
-    observed = gd.StreamWaits.on(pool)
-    observed.start_load()
+    pool, observed = _pool_with_a_pending_load(gate_mode)
     runner, batch, seen = _Runner(pool, full), object(), []
     replay_fn = _replay_reading_layer_3(pool, observed, seen)
 
@@ -185,10 +191,7 @@ def test_on_0_5_22_a_replay_with_a_pending_load_waits_first(ext_active, gate_mod
 
 
 def test_on_0_5_22_a_breakable_replay_waits_one_layer_ahead_only_inside_the_replay(ext_active, gate_mode):
-    gate_mode("auto")
-    pool = gd.build_pool()
-    observed = gd.StreamWaits.on(pool)
-    observed.start_load()
+    pool, observed = _pool_with_a_pending_load(gate_mode)
     seen = []
     replay.around_prefill_execute_waiting_first(_replay_reading_layer_3(pool, observed, seen), _Runner(pool, False), 0)
     assert seen[1] == 3  # the wait for layer 2 looked ahead to layer 3
@@ -224,10 +227,7 @@ def test_on_0_5_22_a_replay_waits_for_nothing_it_need_not(ext_active, gate_mode,
 def test_on_0_5_23_only_a_breakable_replay_waits_one_layer_ahead(ext_active, gate_mode, full, wait_until_calls):
     # The hook itself waits for nothing first (0.5.23's own _wait_for_layer_loads does); a full graph replays no eager
     # break, so a wait inside it (layer 2's here) looks ahead only in a breakable replay.
-    gate_mode("auto")
-    pool = gd.build_pool()
-    observed = gd.StreamWaits.on(pool)
-    observed.start_load()
+    pool, observed = _pool_with_a_pending_load(gate_mode)
     runner, batch, seen = _Runner(pool, full), object(), []
     replay_fn = _replay_reading_layer_3(pool, observed, seen)
 
@@ -259,10 +259,7 @@ def test_on_0_5_23_a_replay_the_gate_leaves_alone_gets_its_arguments_unchanged(e
 def test_on_0_5_23_a_breakable_replay_waits_for_layer_0_alone_before_it_starts(ext_active, gate_mode):
     from sglang.srt.model_executor.runner.prefill_cuda_graph_runner import PrefillCudaGraphRunner
 
-    gate_mode("strict")
-    pool = gd.build_pool()
-    observed = gd.StreamWaits.on(pool)
-    observed.start_load()
+    pool, observed = _pool_with_a_pending_load(gate_mode, "strict")
     stock = compat.unwrap_to_original(PrefillCudaGraphRunner._wait_for_layer_loads)  # a no-op for a breakable graph
     replay.around_wait_for_layer_loads(stock, _Runner(pool, False))
     assert observed.wait_until_calls == [0] and observed.covered() == 0
@@ -277,11 +274,8 @@ def test_on_0_5_23_a_breakable_replay_waits_for_layer_0_alone_before_it_starts(e
 
 
 def test_a_wait_for_a_lower_layer_after_a_higher_one_keeps_the_higher_one_waited(ext_active, gate_mode):
-    gate_mode("strict")
-    pool = gd.build_pool()
+    pool, observed = _pool_with_a_pending_load(gate_mode, "strict")
     sub = pool.c4_indexer_kv_pool
-    observed = gd.StreamWaits.on(pool)
-    observed.start_load()
     pool.wait_layer_transfer(3)
     pool.wait_layer_transfer(1)  # layer 1's own wait, after layer 3's: layers up to 3 have landed all the same
     assert observed.covered() == 3
