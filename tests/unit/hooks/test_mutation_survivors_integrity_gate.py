@@ -547,18 +547,12 @@ def test_a_second_mirror_of_the_same_device_sub_pool_leaves_the_tracker_to_the_r
     assert tracker.pages_checked == 2 * C4_LAYERS and tracker.mismatches == 0
 
 
-def test_a_group_anchored_on_another_pool_than_kv_says_its_reused_pages_are_not_forgotten(integrity_mode, caplog):
-    """HostPoolGroup built as SGLang's assembler would if it anchored the c4 indexer mirror on another pool: the
-    mirror is not linked to that anchor, and the warning names it."""
-    from sglang.srt.mem_cache.hicache_storage import PoolName
+def _indexer_mirror(pool, page_aligned_only: bool | None = None):
+    """The c4 indexer region SGLang's assembler makes of ``pool`` and its host mirror, built as the assembler builds
+    it (``page_aligned_only``: the region's own unless given)."""
     from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _dsv4_indexer_regions
-    from sglang.srt.mem_cache.memory_pool_host import DeepSeekV4PagedHostPool, LogicalHostPool
-    from sglang.srt.mem_cache.pool_host import HostPoolGroup, PoolEntry
+    from sglang.srt.mem_cache.memory_pool_host import DeepSeekV4PagedHostPool
 
-    from sglang_dsv4_ext.runtime.hooks import integrity
-
-    integrity_mode("full")
-    pool = gd.build_pool()
     (region,) = _dsv4_indexer_regions(pool, hs.PAGE)
     mirror = DeepSeekV4PagedHostPool(
         pool_name=region.name,
@@ -568,8 +562,23 @@ def test_a_group_anchored_on_another_pool_than_kv_says_its_reused_pages_are_not_
         slot_page_size=region.slot_page_size,
         layout="layer_first",
         pin_memory=False,
-        page_aligned_only=region.page_aligned_only,
+        page_aligned_only=region.page_aligned_only if page_aligned_only is None else page_aligned_only,
     )
+    return region, mirror
+
+
+def test_a_group_anchored_on_another_pool_than_kv_says_its_reused_pages_are_not_forgotten(integrity_mode, caplog):
+    """HostPoolGroup built as SGLang's assembler would if it anchored the c4 indexer mirror on another pool: the
+    mirror is not linked to that anchor, and the warning names it."""
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+    from sglang.srt.mem_cache.memory_pool_host import LogicalHostPool
+    from sglang.srt.mem_cache.pool_host import HostPoolGroup, PoolEntry
+
+    from sglang_dsv4_ext.runtime.hooks import integrity
+
+    integrity_mode("full")
+    pool = gd.build_pool()
+    region, mirror = _indexer_mirror(pool)
     assert integrity.tracker_of(mirror) is not None
     anchor = LogicalHostPool(hs.HOST_PAGES * hs.PAGE, hs.PAGE)
     with caplog.at_level("WARNING", logger="sglang_dsv4_ext.integrity"):
@@ -595,25 +604,13 @@ def test_a_tracked_mirror_says_what_it_checksums_and_aiters_fp4_layout_covers_th
     on ROCm (AITER's layout: scales in a second host region) checksums the payload alone. ROCm is emulated by
     ``torch.version.hip`` (the one thing the hook asks of the platform); the hook is called as HookRegistry calls it
     after ``DeepSeekV4PagedHostPool.__init__``, with a stand-in of activation's process record."""
-    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _dsv4_indexer_regions
-    from sglang.srt.mem_cache.memory_pool_host import DeepSeekV4PagedHostPool
 
     from sglang_dsv4_ext.runtime.hooks import integrity
     from sglang_dsv4_ext.runtime.index_k import integrity as ii
 
     integrity_mode("off")  # the mirror is built untracked; the hook call below makes its tracker
     pool = gd.build_pool()
-    (region,) = _dsv4_indexer_regions(pool, hs.PAGE)
-    mirror = DeepSeekV4PagedHostPool(
-        pool_name=region.name,
-        device_buffers=region.device_buffers,
-        item_bytes=region.item_bytes,
-        num_host_pages=hs.HOST_PAGES,
-        slot_page_size=region.slot_page_size,
-        layout="layer_first",
-        pin_memory=False,
-        page_aligned_only=region.page_aligned_only,
-    )
+    region, mirror = _indexer_mirror(pool)
     integrity_mode("full")
     monkeypatch.setattr(torch.version, "hip", "6.3.0" if rocm else None)
     monkeypatch.setattr(ii, "_REGIONS", list(ii._REGIONS))  # the hook sets both process-wide: put back after the test
@@ -644,7 +641,6 @@ def test_a_token_granular_backup_forgets_the_host_pages_it_wrote_into(integrity_
     to checksum, so that page's earlier checksum is forgotten. Stubbed: the two CUDA copies (HiCache's direct page
     copy, by its plain-torch stand-in, and the token-granular ``transfer_cache_dsv4_mla``, by a recorder)."""
     import sglang.srt.mem_cache.memory_pool_host as mph
-    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _dsv4_indexer_regions
 
     from benchmarks.sglang_gpu import standins
     from kernels_sm120 import index_k_checksum as ck
@@ -655,17 +651,7 @@ def test_a_token_granular_backup_forgets_the_host_pages_it_wrote_into(integrity_
     monkeypatch.setattr(mph, "transfer_cache_dsv4_mla", lambda **kw: token_copies.append(kw), raising=False)
     integrity_mode("full")
     pool = gd.build_pool()
-    (region,) = _dsv4_indexer_regions(pool, hs.PAGE)
-    mirror = mph.DeepSeekV4PagedHostPool(
-        pool_name=region.name,
-        device_buffers=region.device_buffers,
-        item_bytes=region.item_bytes,
-        num_host_pages=hs.HOST_PAGES,
-        slot_page_size=region.slot_page_size,
-        layout="layer_first",
-        pin_memory=False,
-        page_aligned_only=False,
-    )
+    region, mirror = _indexer_mirror(pool, page_aligned_only=False)
     tracker = integrity.tracker_of(mirror)
     c4 = pool.c4_indexer_kv_pool
     mirror.backup_from_device_all_layer(c4, hs.tokens([0, 1]), hs.tokens([1, 2]), "direct")  # whole host pages 0, 1
