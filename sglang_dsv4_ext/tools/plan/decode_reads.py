@@ -96,17 +96,17 @@ def decode_reads_table(model, contexts: Sequence[int], dtypes: Sequence[str], **
 # "The same run on an H100" for the H100); an SM120 card was not measured. The two cards disagree: TileLang's fp8
 # kernel leaves much of the H200's bandwidth idle and less of the H100's, so bf16's doubled bytes cost more
 # against it on the H100. Card -> (label, low, high).
+_INDEXER_TIME_LABELS = (
+    "bf16 / stock SM120 fp8 (TileLang), uniform batches >= 34 MB of keys",
+    "bf16 / stock SM120 fp8 (TileLang), uniform batches <= 17 MB",
+    "bf16 / stock SM120 fp8 (TileLang), mixed-length batches",
+    "bf16 / our fp8 kernel, uniform batches >= 34 MB",
+)
+_INDEXER_TIME_RANGES = {
+    "NVIDIA H200, 2026-12-02": ((1.00, 1.12), (1.04, 1.22), (0.08, 0.73), (1.45, 1.67)),
+    "NVIDIA H100, 2026-12-07": ((1.28, 1.38), (1.06, 1.43), (0.10, 0.91), (1.56, 1.81)),
+}
 MEASURED_INDEXER_TIME: dict[str, tuple[tuple[str, float, float], ...]] = {
-    "NVIDIA H200, 2026-12-02": (
-        ("bf16 / stock SM120 fp8 (TileLang), uniform batches >= 34 MB of keys", 1.00, 1.12),
-        ("bf16 / stock SM120 fp8 (TileLang), uniform batches <= 17 MB", 1.04, 1.22),
-        ("bf16 / stock SM120 fp8 (TileLang), mixed-length batches", 0.08, 0.73),
-        ("bf16 / our fp8 kernel, uniform batches >= 34 MB", 1.45, 1.67),
-    ),
-    "NVIDIA H100, 2026-12-07": (
-        ("bf16 / stock SM120 fp8 (TileLang), uniform batches >= 34 MB of keys", 1.28, 1.38),
-        ("bf16 / stock SM120 fp8 (TileLang), uniform batches <= 17 MB", 1.06, 1.43),
-        ("bf16 / stock SM120 fp8 (TileLang), mixed-length batches", 0.10, 0.91),
-        ("bf16 / our fp8 kernel, uniform batches >= 34 MB", 1.56, 1.81),
-    ),
+    card: tuple((label, low, high) for label, (low, high) in zip(_INDEXER_TIME_LABELS, ranges, strict=True))
+    for card, ranges in _INDEXER_TIME_RANGES.items()
 }
