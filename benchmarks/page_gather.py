@@ -15,7 +15,8 @@ the keys:
     ids 64 at a time into registers, each key tile summed by a 16-row ones matrix (``tl.dot``:
     that is what makes Triton pipeline the loads with cp.async, as in the logits kernel; a
     sixteenth of its tensor work, no q, no epilogue, no output row), on the item grid or the
-    (rows, split) grid;
+    (rows, split) grid; over SGLang's fp8 pages it can read each key's fp32 scale too (``scales``),
+    so that it reads every byte of the pages that an fp8 logits kernel must read;
   * ``page_gather_sum_kernel`` ("reg"): plain loads, the next tile loaded before the current
     one is summed, programs walking the parts.
 Tuned separately (``GATHER_TILINGS``, the fastest per shape counts). Tried and dropped (AOT,
@@ -106,6 +107,7 @@ def page_gather_sum_kernel(
 @triton.jit
 def _gather_part_dot(
     acc,
+    scale_acc,
     k_ptr,
     stride_page,
     pt_row,
@@ -115,20 +117,42 @@ def _gather_part_dot(
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PAGE_BLOCK: tl.constexpr,
+    SCALES: tl.constexpr,
 ):
     """acc [16, D] += the sum of key rows [start, end) (a 16-row ones matrix times each tile): the
     loads feed a tl.dot, so Triton's pipeliner gives them the logits kernel's cp.async stages; page
-    ids PAGE_BLOCK at a time into registers, as in the logits kernel's _one_row."""
+    ids PAGE_BLOCK at a time into registers, as in the logits kernel's _one_row.
+
+    SCALES (SGLang's fp8 pages, D = 64 bf16 per key row): each key's fp32 scale is read too and
+    summed into ``scale_acc`` [BLOCK_N], one tile ahead as the logits kernel's scales_ahead loads
+    them (Triton pipelines only the loads that feed the dot)."""
     offs_n = tl.arange(0, BLOCK_N)
     ones = tl.full([16, BLOCK_N], 1.0, tl.float32).to(tl.bfloat16)
     n_pages = tl.cdiv(end, PAGE)
     p_first = start // PAGE
     for pb_i in range(0, tl.cdiv(n_pages - p_first, PAGE_BLOCK)):
         pb, ids, lo, blk_end = page_id_block(pt_row, p_first, pb_i, n_pages, start, end, PAGE, PAGE_BLOCK)
+        if SCALES:
+            t = lo + offs_n
+            scale_next = _page_scales(k_ptr, stride_page, ids, pb, t, t < blk_end, D, PAGE, PAGE_BLOCK)
         for i in range(0, tl.cdiv(blk_end - lo, BLOCK_N)):
             t = lo + i * BLOCK_N + offs_n
-            acc = tl.dot(ones, key_tile(k_ptr, stride_page, ids, pb, t, t < end, D, PAGE, PAGE_BLOCK), acc)
-    return acc
+            k = key_tile(k_ptr, stride_page, ids, pb, t, t < end, D, PAGE, PAGE_BLOCK)
+            if SCALES:
+                scale_acc += scale_next
+                t_next = t + BLOCK_N
+                scale_next = _page_scales(k_ptr, stride_page, ids, pb, t_next, t_next < blk_end, D, PAGE, PAGE_BLOCK)
+            acc = tl.dot(ones, k, acc)
+    return acc, scale_acc
+
+
+@triton.jit
+def _page_scales(k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.constexpr, PAGE_BLOCK: tl.constexpr):
+    """The fp32 scales [BLOCK_N] of key rows t (0 where not ``valid``): SGLang's fp8 page viewed as
+    bf16, its 64 scales right after the 64 rows of D bf16 (128 e4m3 bytes) each."""
+    page = tl.gather(ids, tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1), 0).to(tl.int64)
+    at = (k_ptr + page * stride_page + PAGE * D).to(tl.pointer_type(tl.float32)) + t % PAGE
+    return tl.load(at, mask=valid, other=0.0)
 
 
 @triton.jit
@@ -149,6 +173,7 @@ def page_gather_dot_kernel(
     BLOCK_N: tl.constexpr,
     PAGE_BLOCK: tl.constexpr,
     ITEM_GRID: tl.constexpr,
+    SCALES: tl.constexpr,
 ):
     """The pipelined gather, on either of the logits kernel's decode grids: the item grid (program i:
     the batch's i-th part) or (rows, split) (program (row, part))."""
@@ -165,10 +190,13 @@ def page_gather_dot_kernel(
         n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + row), 0), max_len)
         start, end = _part_bounds(n_write, split, tl.program_id(1), chunk, BLOCK_N)
     acc = tl.zeros([16, D], dtype=tl.float32)
+    scale_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     pt_row = page_table_ptr + tl.maximum(row, 0).to(tl.int64) * stride_pt_row
     if start < end:
-        acc = _gather_part_dot(acc, k_ptr, stride_page, pt_row, start, end, D, PAGE, BLOCK_N, PAGE_BLOCK)
-    tl.store(out_ptr + pid, tl.sum(tl.sum(acc, axis=1), axis=0) / 16)
+        acc, scale_acc = _gather_part_dot(
+            acc, scale_acc, k_ptr, stride_page, pt_row, start, end, D, PAGE, BLOCK_N, PAGE_BLOCK, SCALES
+        )
+    tl.store(out_ptr + pid, tl.sum(tl.sum(acc, axis=1), axis=0) / 16 + tl.sum(scale_acc, axis=0))
 
 
 @dataclass(frozen=True)
@@ -231,14 +259,18 @@ def page_gather_sum(
     cfg: GatherConfig,
     num_sms: int,
     row_dim: int = D,
+    scales: bool = False,
 ) -> torch.Tensor:
     """Sum of every key row a paged logits call over (seq_lens, page_table) must read.
 
     index_k_pages: bf16 [num_pages, >= 64 * row_dim] (contiguous pages; rows of ``row_dim`` bf16 at the
     page's start); seq_lens [R] int32; page_table [R, W] int32; out: fp32 with room for
     ``gather_programs`` partial sums (sum them for the total). SGLang's fp8 pages (8448 B) viewed as
-    bf16 [num_pages, 4224] with ``row_dim=64``: each key's 128 e4m3 bytes (not the 256 B of scales).
+    bf16 [num_pages, 4224] with ``row_dim=64``: each key's 128 e4m3 bytes, and with ``scales`` (kind
+    "dot" only) its fp32 scale too, every byte of the page a logits kernel must read.
     """
+    if scales and (cfg.kind != "dot" or row_dim * PAGE * 2 + PAGE * 4 > index_k_pages.shape[1] * 2):
+        raise ValueError(f"scales needs a 'dot' gather over pages with 64 fp32 scales after the rows, got {cfg.label}")
     rows = seq_lens.shape[0]
     programs = gather_programs(cfg, rows, max_seq_len, num_sms)
     if out.numel() < programs:
@@ -283,6 +315,7 @@ def page_gather_sum(
         BLOCK_N=cfg.block_n,
         PAGE_BLOCK=64,
         ITEM_GRID=cfg.item_grid,
+        SCALES=scales,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

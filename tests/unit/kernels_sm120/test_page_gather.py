@@ -90,3 +90,64 @@ def test_programs_past_the_last_item_read_nothing():
     rows = torch.randn(8, 64 * 128, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16).view(8, 64, 128)
     want = rows[2].double().sum().item() + rows[7, :1].double().sum().item()
     assert abs(float(proc.stdout.strip().splitlines()[-1]) - want) < 1e-3 * max(1.0, abs(want))
+
+
+def fp8_pages(gen, pages, lens, width, cap):
+    """SGLang's fp8 pages viewed as bf16 [pages, 4224] (64 rows of 64 bf16, then 64 fp32 scales),
+    with a page table; rows and scales past each length hold 1e30, so reading one shows in the sum."""
+    cache = torch.full((pages, 4224), 1e30).to(torch.bfloat16)
+    scales = cache[:, 4096:].view(torch.float32)
+    scales.fill_(1e30)
+    perm = torch.randperm(pages, generator=gen).to(torch.int32)
+    page_table = torch.zeros((len(lens), width), dtype=torch.int32)
+    used = 0
+    for r, n in enumerate(lens):
+        n = min(n, cap)
+        p = -(-n // 64)
+        page_table[r, :p] = perm[used : used + p]
+        for i, t0 in enumerate(range(0, n, 64)):
+            k = min(64, n - t0)
+            page = int(perm[used + i])
+            cache[page, : k * 64] = torch.randn(k * 64, generator=gen).to(torch.bfloat16)
+            scales[page, :k] = torch.rand(k, generator=gen) + 0.5
+        used += p
+    return cache, page_table
+
+
+def fp8_page_sum_reference(cache, seq_lens, page_table, max_len):
+    values = cache[:, :4096].reshape(-1, 64, 64).double()
+    scales = cache[:, 4096:].view(torch.float32).double()
+    total = 0.0
+    for r, n in enumerate(seq_lens.tolist()):
+        t = torch.arange(max(0, min(n, max_len)))
+        page = page_table[r, t // 64].long()
+        total += values[page, t % 64].sum().item() + scales[page, t % 64].sum().item()
+    return total
+
+
+DOT_TILINGS = [c for c in page_gather.GATHER_TILINGS if c.kind == "dot"]
+
+
+@pytest.mark.parametrize("cfg", DOT_TILINGS, ids=lambda c: c.label.replace(" ", "-"))
+def test_the_whole_page_gather_reads_each_keys_values_and_scale_below_each_length(interp, cfg):
+    gen = torch.Generator().manual_seed(11)
+    lens = [0, 1, 64, 65, 300, 129, 1000]
+    cache, page_table = fp8_pages(gen, 40, lens, 16, 900)
+    seq = torch.tensor(lens, dtype=torch.int32)
+    out = torch.full((64,), float("nan"))
+    tiling = small_tiling(cfg)
+    page_gather.page_gather_sum(cache, seq, page_table, 900, out, tiling, num_sms=4, row_dim=64, scales=True)
+    got = out[: page_gather.gather_programs(tiling, len(lens), 900, 4)].double().sum().item()
+    want = fp8_page_sum_reference(cache, seq, page_table, 900)
+    assert abs(got - want) < 1e-3 * max(1.0, abs(want)), (got, want)
+
+
+def test_the_whole_page_gather_refuses_the_register_gather_and_pages_without_scales():
+    reg = next(c for c in page_gather.GATHER_TILINGS if c.kind == "reg")
+    fp8 = torch.zeros((2, 4224), dtype=torch.bfloat16)
+    seq, table, out = torch.tensor([1], dtype=torch.int32), torch.zeros((1, 1), dtype=torch.int32), torch.zeros(64)
+    with pytest.raises(ValueError, match="scales needs a 'dot' gather"):
+        page_gather.page_gather_sum(fp8, seq, table, 64, out, reg, num_sms=4, row_dim=64, scales=True)
+    bf16 = torch.zeros((2, 64 * 128), dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="scales needs a 'dot' gather"):
+        page_gather.page_gather_sum(bf16, seq, table, 64, out, DOT_TILINGS[0], num_sms=4, scales=True)
