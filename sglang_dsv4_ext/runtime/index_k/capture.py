@@ -285,33 +285,28 @@ class _Writer:
     """One daemon thread writing queued records; counts what it wrote."""
 
     def __init__(self) -> None:
-        # (file, what makes its record, the CUDA event the copies wait for, bytes)
-        self.queue: queue.Queue[tuple[Path, Callable[[], dict[str, Any]], torch.cuda.Event | None, int]] = queue.Queue()
+        # (file, what makes its record, the CUDA event the copies wait for)
+        self.queue: queue.Queue[tuple[Path, Callable[[], dict[str, Any]], torch.cuda.Event | None]] = queue.Queue()
         self.files = 0
-        self.bytes = 0
         self.failed = 0
         self._thread: threading.Thread | None = None
 
-    def submit(
-        self, path: Path, make_record: Callable[[], dict[str, Any]], ready: torch.cuda.Event | None, nbytes: int
-    ) -> None:
+    def submit(self, path: Path, make_record: Callable[[], dict[str, Any]], ready: torch.cuda.Event | None) -> None:
         """``make_record`` runs on the writer thread after ``ready`` (a CUDA event, or None) has completed."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="dsv4-index-k-capture", daemon=True)
             self._thread.start()
-        self.queue.put((path, make_record, ready, nbytes))
+        self.queue.put((path, make_record, ready))
 
     def _run(self) -> None:
         while True:
-            path, make_record, ready, nbytes = self.queue.get()
+            path, make_record, ready = self.queue.get()
             try:
-                self._write(path, make_record, ready, nbytes)
+                self._write(path, make_record, ready)
             finally:
                 self.queue.task_done()
 
-    def _write(
-        self, path: Path, make_record: Callable[[], dict[str, Any]], ready: torch.cuda.Event | None, nbytes: int
-    ) -> None:
+    def _write(self, path: Path, make_record: Callable[[], dict[str, Any]], ready: torch.cuda.Event | None) -> None:
         # Written whole under NAME.part, then linked to NAME (os.link never replaces a file): a reader
         # (recall) sees complete files only, and a failed write leaves nothing behind.
         part = path.with_name(path.name + ".part")
@@ -329,7 +324,6 @@ class _Writer:
         finally:
             _unlink_quietly(part)
         self.files += 1
-        self.bytes += nbytes
 
     def drain(self) -> None:
         if self._thread is not None:
@@ -504,7 +498,6 @@ class IndexKCapture:
             self.run_dir / f"L{layer:03d}-req{request_index:04d}.pt",
             lambda: finish_record(meta, host, page_size),
             ready,
-            nbytes,
         )
         self._check_complete()
 

@@ -310,12 +310,12 @@ def test_layer_ids_that_are_not_c4_layers_are_refused_when_the_pool_is_built(stu
 def test_a_failed_write_leaves_no_file_and_a_good_one_no_part(tmp_path):
     """Files appear whole or not at all (recall reads *.pt while capture may still be writing)."""
     writer = index_k_capture._Writer()
-    writer.submit(tmp_path / "bad.pt", lambda: {"q": lambda: None}, None, 10)  # a lambda cannot be pickled
-    writer.submit(tmp_path / "good.pt", lambda: {"q": torch.zeros(2)}, None, 10)
+    writer.submit(tmp_path / "bad.pt", lambda: {"q": lambda: None}, None)  # a lambda cannot be pickled
+    writer.submit(tmp_path / "good.pt", lambda: {"q": torch.zeros(2)}, None)
     writer.drain()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.pt"]
     assert (writer.files, writer.failed) == (1, 1)
-    writer.submit(tmp_path / "good.pt", lambda: {"q": torch.ones(2)}, None, 10)  # never overwrites
+    writer.submit(tmp_path / "good.pt", lambda: {"q": torch.ones(2)}, None)  # never overwrites
     writer.drain()
     assert torch.equal(torch.load(tmp_path / "good.pt")["q"], torch.zeros(2)) and writer.failed == 2
 

@@ -351,7 +351,7 @@ def test_a_failed_write_is_logged_naming_the_file_and_the_error(tmp_path, caplog
     def refused():
         raise index_k_capture.CaptureRefusedError("a row reads 9 keys")
 
-    writer.submit(tmp_path / "L002-req0000.pt", refused, None, 10)
+    writer.submit(tmp_path / "L002-req0000.pt", refused, None)
     writer.drain()
     (line,) = [r.getMessage() for r in caplog.records if r.name == CAPTURE_LOG]
     assert str(tmp_path / "L002-req0000.pt") in line and "a row reads 9 keys" in line
