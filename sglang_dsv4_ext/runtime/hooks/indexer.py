@@ -477,6 +477,14 @@ def forward_c4_indexer_bf16(
         )
 
     if isinstance(indexer_metadata.deep_gemm_metadata, list):
+        # SGLang's paged branch asserts the same: its chunk schedules and top-k plans are per row chunk of
+        # the metadata's rows, so other rows would be paired with another chunk's plan.
+        built_for = indexer_metadata.compressed_seq_lens.shape[0]
+        if built_for != query_rows:
+            raise RuntimeError(
+                f"DeepSeek-V4 bf16 index-K: SGLang's row-chunk schedules were built for {built_for} rows, "
+                f"got {query_rows} query rows"
+            )
         topk_plans = indexer_metadata.topk_metadata_chunks
         for chunk_idx, rows in enumerate(
             sg_indexer.iter_row_chunks(num_rows=query_rows, rows_per_chunk=indexer_metadata.rows_per_chunk)

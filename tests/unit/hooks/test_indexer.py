@@ -624,3 +624,25 @@ def test_bf16_store_then_select_end_to_end_with_the_real_kernels(interpreted_our
         overlap = len(want & set(got[r].tolist())) / topk
         assert overlap >= 14 / 16, (r, overlap)  # bf16 keys and queries: near ties at the boundary may swap
     assert stubs.called("paged_mqa_logits_bf16") == 0  # the stub was not used: the real kernel ran
+
+
+def test_row_chunks_built_for_fewer_rows_than_the_queries_are_refused_as_sglang_refuses_them(stubs, monkeypatch, rng):
+    """SGLang's paged branch asserts that its row-chunk schedules were built for as many rows as the queries
+    have; without the same check the bf16 branch would pair chunk schedules and top-k plans with other rows."""
+    with dsv4_pool(monkeypatch, "bf16") as pool:
+        page_table, lens = _random_paged_batch(pool, rng, [5, 8, 9, 100], 16)
+        md = paged_metadata(page_table, lens, monkeypatch, sm120_row_cap=2)
+        rows = 6  # two more query rows than the metadata's four
+        backend = dbl.BackendStandIn(pool, forward_metadata(md, rows=rows, topk=8))
+        ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(), generator=rng)
+        x = torch.randn(rows, Q_LORA_RANK, generator=rng).to(torch.bfloat16)
+        with pytest.raises(RuntimeError, match="row-chunk schedules were built for 4 rows, got 6 query rows"):
+            C4IndexerBackendMixin.forward_c4_indexer(
+                backend,
+                x=x,
+                q_lora=x,
+                c4_indexer=ix,
+                forward_batch=dbl.forward_batch(ForwardMode.EXTEND),
+                skip_compressor=True,
+            )
+    assert "paged_mqa_logits_bf16" not in stubs.calls  # refused before any logits were computed
