@@ -110,8 +110,9 @@ CROSSOVER_SHAPES = tuple(
 )
 
 # The gather tilings timed per shape: the three pipelined ones that were fastest somewhere in the
-# H200 calls of kernels.py (kernels_sm120/NOTES.md) and one register gather.
-GATHER_TILING_INDEXES = (0, 1, 2, 5)
+# H200 calls of kernels.py (kernels_sm120/NOTES.md), one register gather, and two pipelined ones with page
+# ids 256 at a time.
+GATHER_TILING_INDEXES = (0, 1, 2, 5, 8, 9)
 PREFILL = ("prefill 2048 rows x <=8K, shared pages", 2048, None)  # causal lengths, one request's pages
 SWEEP_SHAPES = (  # the few-row shapes (the few-row tilings), where ours was slower than TileLang
     (1, [2048]),

@@ -77,40 +77,31 @@ def candidates() -> dict[str, tuple[str, str, object]]:
         "bf16 few: interleaved s3 pps2": ("few", "bf16", L(64, 4, 3, programs_per_sm=2, interleaved=True)),
         "bf16 few: interleaved s2 pps2": ("few", "bf16", L(64, 4, 2, programs_per_sm=2, interleaved=True)),
         "bf16 few: interleaved s4 pps1": ("few", "bf16", L(64, 4, 4, programs_per_sm=1, interleaved=True)),
-        # fp8, decode (item grid): the default (scales ahead, three stages, four busy programs per SM) and
-        # more keys in flight per SM, for a card whose limit is the gather (the H100: NOTES.md)
+        # fp8, decode (item grid): the default (scales ahead, three stages, four busy programs per SM). More
+        # stages or busy programs per SM were all slower on the H100 (NOTES.md). Here: page ids 256 at a time
+        # (the pipeline drains and refills at every block of ids), and 128-key tiles on four warps (fewer
+        # barriers per key: 8 per 128 keys against 6 per 64 in the sm_90a SASS)
         "fp8 decode: items bn64 s3 busy4 min128 scales ahead (default)": ("decode", "fp8", fp8_dec),
-        "fp8 decode: s4": ("decode", "fp8", _replace(fp8_dec, num_stages=4)),
-        "fp8 decode: s5": ("decode", "fp8", _replace(fp8_dec, num_stages=5)),
-        "fp8 decode: s4 busy3": ("decode", "fp8", _replace(fp8_dec, num_stages=4, busy_per_sm=3)),
-        "fp8 decode: s4 busy5": ("decode", "fp8", _replace(fp8_dec, num_stages=4, busy_per_sm=5)),
-        "fp8 decode: s3 busy6": ("decode", "fp8", _replace(fp8_dec, busy_per_sm=6)),
-        "fp8 decode: s6 busy2": ("decode", "fp8", _replace(fp8_dec, num_stages=6, busy_per_sm=2)),
-        "fp8 decode: s4 min512": ("decode", "fp8", _replace(fp8_dec, num_stages=4, min_chunk=512)),
+        "fp8 decode: pb256": ("decode", "fp8", _replace(fp8_dec, page_block=256)),
+        "fp8 decode: bn128 w4 min256": ("decode", "fp8", _replace(fp8_dec, block_n=128, min_chunk=256)),
+        "fp8 decode: bn128 w4 min256 pb256": (
+            "decode",
+            "fp8",
+            _replace(fp8_dec, block_n=128, min_chunk=256, page_block=256),
+        ),
+        "fp8 decode: bn128 w4 s2 min256 busy2": (
+            "decode",
+            "fp8",
+            _replace(fp8_dec, block_n=128, num_stages=2, min_chunk=256, busy_per_sm=2),
+        ),
         # bf16, decode
         "bf16 decode: items bn128 s3 busy2 min256 (default)": ("bf16 decode", "bf16", dec16),
-        "bf16 decode: items bn64 s4 busy2 min256": (
+        "bf16 decode: pb256": ("bf16 decode", "bf16", _replace(dec16, page_block=256)),
+        "bf16 decode: bn64 s4 busy4 pb256": (
             "bf16 decode",
             "bf16",
-            _replace(dec8, fp8_mma=False, busy_per_sm=2, min_chunk=256),
+            _replace(dec16, block_n=64, num_stages=4, busy_per_sm=4, min_chunk=128, page_block=256),
         ),
-        "bf16 decode: items bn64 s5 busy2 min256": (
-            "bf16 decode",
-            "bf16",
-            _replace(dec8, fp8_mma=False, num_stages=5, busy_per_sm=2, min_chunk=256),
-        ),
-        "bf16 decode: items bn64 s4 busy2 min512": (
-            "bf16 decode",
-            "bf16",
-            _replace(dec8, fp8_mma=False, busy_per_sm=2, min_chunk=512),
-        ),
-        "bf16 decode: items bn128 s4 busy1 min512": (
-            "bf16 decode",
-            "bf16",
-            _replace(dec16, num_stages=4, busy_per_sm=1, min_chunk=512),
-        ),
-        "bf16 decode: items bn128 s2 busy2 min256": ("bf16 decode", "bf16", _replace(dec16, num_stages=2)),
-        "bf16 decode: items bn128 s3 busy3 min256": ("bf16 decode", "bf16", _replace(dec16, busy_per_sm=3)),
     }
 
 

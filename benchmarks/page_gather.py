@@ -213,11 +213,13 @@ class GatherConfig:
     programs_per_sm: int = 0
     item_grid: bool = True
     min_chunk: int = 256
+    page_block: int = 64  # "dot": page ids loaded this many at a time (the pipeline drains at each block)
 
     @property
     def label(self) -> str:
         grid = ("items" if self.item_grid else "rows-x-split") if self.kind == "dot" else f"{self.programs_per_sm}/SM"
-        return f"{self.kind} bn{self.block_n} w{self.num_warps} s{self.num_stages} {grid} busy{self.busy_per_sm}"
+        blocks = f" pb{self.page_block}" if self.kind == "dot" and self.page_block != 64 else ""
+        return f"{self.kind} bn{self.block_n} w{self.num_warps} s{self.num_stages} {grid} busy{self.busy_per_sm}{blocks}"
 
 
 # Swept per shape by benchmarks/kernels.py; the fastest is the limit reported. Register gather:
@@ -234,6 +236,9 @@ GATHER_TILINGS: tuple[GatherConfig, ...] = (
     GatherConfig("reg", 128, 8, 2, programs_per_sm=2),
     GatherConfig("reg", 128, 4, 2, programs_per_sm=2),
     GatherConfig("reg", 64, 4, 4, programs_per_sm=4),
+    # page ids 256 at a time, as the logits kernel's candidates with fewer pipeline drains
+    GatherConfig("dot", 128, 4, 2, num_stages=3, page_block=256),
+    GatherConfig("dot", 64, 4, 4, num_stages=3, page_block=256),
 )
 
 
@@ -313,7 +318,7 @@ def page_gather_sum(
         D=row_dim,
         PAGE=PAGE,
         BLOCK_N=cfg.block_n,
-        PAGE_BLOCK=64,
+        PAGE_BLOCK=cfg.page_block,
         ITEM_GRID=cfg.item_grid,
         SCALES=scales,
         num_warps=cfg.num_warps,
