@@ -219,7 +219,8 @@ class GatherConfig:
     def label(self) -> str:
         grid = ("items" if self.item_grid else "rows-x-split") if self.kind == "dot" else f"{self.programs_per_sm}/SM"
         blocks = f" pb{self.page_block}" if self.kind == "dot" and self.page_block != 64 else ""
-        return f"{self.kind} bn{self.block_n} w{self.num_warps} s{self.num_stages} {grid} busy{self.busy_per_sm}{blocks}"
+        tiling = f"bn{self.block_n} w{self.num_warps} s{self.num_stages}"
+        return f"{self.kind} {tiling} {grid} busy{self.busy_per_sm}{blocks}"
 
 
 # Swept per shape by benchmarks/kernels.py; the fastest is the limit reported. Register gather:
