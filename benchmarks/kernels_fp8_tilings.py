@@ -77,22 +77,20 @@ def candidates() -> dict[str, tuple[str, str, object]]:
         "bf16 few: interleaved s3 pps2": ("few", "bf16", L(64, 4, 3, programs_per_sm=2, interleaved=True)),
         "bf16 few: interleaved s2 pps2": ("few", "bf16", L(64, 4, 2, programs_per_sm=2, interleaved=True)),
         "bf16 few: interleaved s4 pps1": ("few", "bf16", L(64, 4, 4, programs_per_sm=1, interleaved=True)),
-        # fp8, decode (item grid): the default (scales ahead, three stages, four busy programs per SM). More
-        # stages or busy programs per SM were all slower on the H100 (NOTES.md). Here: page ids 256 at a time
-        # (the pipeline drains and refills at every block of ids), and 128-key tiles on four warps (fewer
-        # barriers per key: 8 per 128 keys against 6 per 64 in the sm_90a SASS)
+        # fp8, decode (item grid): the default (scales ahead, three stages, four busy programs per SM, page ids
+        # 64 at a time). More stages or busy programs per SM, page ids 256 at a time and 128-key tiles were all
+        # slower or level on the H100 (NOTES.md). Here: one page per tile, its id and scales one tile ahead
+        # (page_block 0: two barriers per tile in the sm_90a SASS against six), and the interleaved one-row
+        # tiling at these shapes for reference (the same loop; its parts are fixed per row on the host)
         "fp8 decode: items bn64 s3 busy4 min128 scales ahead (default)": ("decode", "fp8", fp8_dec),
-        "fp8 decode: pb256": ("decode", "fp8", _replace(fp8_dec, page_block=256)),
-        "fp8 decode: bn128 w4 min256": ("decode", "fp8", _replace(fp8_dec, block_n=128, min_chunk=256)),
-        "fp8 decode: bn128 w4 min256 pb256": (
+        "fp8 decode: page tiles s3": ("decode", "fp8", _replace(fp8_dec, page_block=0)),
+        "fp8 decode: page tiles s4": ("decode", "fp8", _replace(fp8_dec, page_block=0, num_stages=4)),
+        "fp8 decode: page tiles s3 busy6": ("decode", "fp8", _replace(fp8_dec, page_block=0, busy_per_sm=6)),
+        "fp8 decode: page tiles s3 busy3": ("decode", "fp8", _replace(fp8_dec, page_block=0, busy_per_sm=3)),
+        "fp8 decode: interleaved s3 pps4": (
             "decode",
             "fp8",
-            _replace(fp8_dec, block_n=128, min_chunk=256, page_block=256),
-        ),
-        "fp8 decode: bn128 w4 s2 min256 busy2": (
-            "decode",
-            "fp8",
-            _replace(fp8_dec, block_n=128, num_stages=2, min_chunk=256, busy_per_sm=2),
+            L(64, 4, 3, programs_per_sm=4, interleaved=True, fp8_mma=True),
         ),
         # bf16, decode
         "bf16 decode: items bn128 s3 busy2 min256 (default)": ("bf16 decode", "bf16", dec16),

@@ -237,6 +237,43 @@ def _one_row_tiles(
 
 
 @triton.jit
+def _page_tiles(
+    q_t: tl.tensor,
+    w: tl.tensor,
+    k_ptr: tl.tensor,
+    stride_page: tl.tensor,
+    pt_row: tl.tensor,
+    out_row: tl.tensor,
+    start: tl.tensor,
+    end: tl.tensor,
+    compute_end: tl.tensor,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    KEY_FP8: tl.constexpr,
+) -> None:
+    """fp8 keys, one whole page per tile (``start`` on a page boundary): the loop of ``_interleaved_part``
+    over consecutive pages. Each next page's id is one scalar load and its scales are loaded right after
+    it, both one tile ahead and carried. The page-id blocks of ``_one_row`` give every tile its id and
+    its scales' ids by ``tl.gather``, which Triton lowers through shared memory: four of the six
+    barriers per tile of that loop (AOT sm_90a), against two here."""
+    offs = tl.arange(0, PAGE)
+    d = tl.arange(0, D)
+    p_first = start // PAGE
+    page = tl.load(pt_row + p_first).to(tl.int64)  # start < compute_end: the first page is the row's
+    t = start + offs
+    scale = fp8_key_scales(k_ptr, stride_page, page, t, t < compute_end, D, PAGE)
+    for i in range(0, tl.cdiv(compute_end - start, PAGE)):  # from 0: see _one_row
+        t = start + i * PAGE + offs
+        valid = t < compute_end
+        k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
+        t_next = t + PAGE
+        page = tl.load(pt_row + p_first + i + 1, mask=(p_first + i + 1) * PAGE < compute_end, other=0).to(tl.int64)
+        scale_next = fp8_key_scales(k_ptr, stride_page, page, t_next, t_next < compute_end, D, PAGE)
+        _logits_tile(fp8_key_values(k, KEY_FP8), q_t, w, out_row, t, valid, end, scale)
+        scale = scale_next
+
+
+@triton.jit
 def page_id_block(
     pt_row: tl.tensor,
     p_first: tl.tensor,
@@ -369,7 +406,9 @@ def _one_row(
     if start < compute_end:
         q_t = tl.trans(q)  # [D, H]
         pt_row = page_table_ptr + row64 * stride_pt_row
-        if PAGE_BLOCK == 0:
+        if PAGE_BLOCK == 0 and KEY_FP8 and SCALES_AHEAD:
+            _page_tiles(q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, compute_end, D, PAGE, KEY_FP8)
+        elif PAGE_BLOCK == 0:
             _one_row_tiles(
                 q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, compute_end, D, PAGE, BLOCK_N, KEY_FP8
             )
@@ -1112,8 +1151,9 @@ def paged_mqa_logits(
     ``interleaved`` (one row per program, 64-key tiles, few rows): program (row, part) of the (rows,
     split) grid, split = ``target_programs / rows``, takes the row's pages part, part + split, ... (see
     ``_interleaved_part``); max_chunk, min_chunk, page_block and busy_programs do not apply.
-    ``scales_ahead`` (fp8 keys, page ids in blocks: page_block > 0, not interleaved): each tile's key
-    scales are loaded one tile ahead (see ``_one_row``).
+    ``scales_ahead`` (fp8 keys, not interleaved): each tile's key scales are loaded one tile ahead (see
+    ``_one_row``); with page_block 0 (64-key tiles), each tile's page id too, one scalar load
+    (``_page_tiles``).
     """
     q, pages, weights, seq_lens, out = _checked_args(
         q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program, key_fp8
@@ -1133,11 +1173,13 @@ def paged_mqa_logits(
             f"interleaved parts take one row per program on the (rows, split) grid and {INDEX_PAGE_SIZE}-key "
             f"tiles, got rows_per_program={rows_per_program}, item_grid={item_grid}, block_n={block_n}"
         )
-    if scales_ahead and (not key_fp8 or interleaved or not page_block or rows_per_program != 1):
+    if scales_ahead and (
+        not key_fp8 or interleaved or rows_per_program != 1 or (not page_block and block_n != INDEX_PAGE_SIZE)
+    ):
         raise ValueError(
-            f"scales_ahead takes fp8 keys, one row per program and page ids in blocks (page_block > 0, not "
-            f"interleaved), got key_fp8={key_fp8}, interleaved={interleaved}, page_block={page_block}, "
-            f"rows_per_program={rows_per_program}"
+            f"scales_ahead takes fp8 keys, one row per program, not interleaved, and page ids in blocks "
+            f"(page_block > 0) or {INDEX_PAGE_SIZE}-key tiles, got key_fp8={key_fp8}, interleaved={interleaved}, "
+            f"page_block={page_block}, block_n={block_n}, rows_per_program={rows_per_program}"
         )
     min_chunk = triton.cdiv(max(min_chunk, 0), block_n) * block_n  # parts start on tile boundaries
     groups = triton.cdiv(rows, rows_per_program)

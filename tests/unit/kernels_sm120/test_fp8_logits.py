@@ -8,6 +8,8 @@ it stubbed) over SGLang's fp8 index-K pool exactly as stored (uint8 [num_pages, 
   * a float64 reference of the same fp8 values (``reference.fp8_paged_mqa_logits_reference``).
 """
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -130,6 +132,10 @@ FP8_TILINGS = [
     ),
     dispatch.LogitsConfig(64, 4, 2, programs_per_sm=2, page_block=2, busy_per_sm=1, scales_ahead=True),
     dispatch.LogitsConfig(32, 4, 3, programs_per_sm=2, page_block=2, fp8_mma=True, scales_ahead=True),
+    # one page per tile, its id and scales one tile ahead (page_block 0): the item grid (parts of two pages)
+    # and the (rows, split) grid
+    dispatch.LogitsConfig(64, 4, 3, min_chunk=128, busy_per_sm=1, item_grid=True, fp8_mma=True, scales_ahead=True),
+    dispatch.LogitsConfig(64, 4, 2, programs_per_sm=2, busy_per_sm=1, scales_ahead=True),
 ]
 
 
@@ -223,3 +229,20 @@ def test_one_row_takes_the_interleaved_tiling_of_its_key_type(arch):
     assert cfgs.logits_for(2) == few and cfgs.logits_for(cfgs.few_rows_max) == few
     assert cfgs.logits_for(cfgs.few_rows_max + 1) == cfgs.logits
     assert dispatch.CONFIGS["default"].logits_for(1) == dispatch.CONFIGS["default"].logits
+
+
+@pytest.mark.parametrize(
+    ("tiling", "match"),
+    [
+        (dict(block_n=32), "or 64-key tiles, got .*page_block=0, block_n=32"),
+        (dict(interleaved=True), "not interleaved, .*interleaved=True"),
+        (dict(rows_per_program=2), "one row per program, .*rows_per_program=2"),
+    ],
+    ids=["tiles-of-part-of-a-page", "interleaved", "two-rows-per-program"],
+)
+def test_scales_ahead_without_page_id_blocks_needs_whole_page_tiles(gen, tiling, match):
+    """With page_block 0 each tile's page id is one scalar: a tile must be exactly one page."""
+    q, cache, w, seq, pt = fp8_case(gen, [64], width=1)
+    cfg = dataclasses.replace(dispatch.LogitsConfig(64, 4, 2, programs_per_sm=2, scales_ahead=True), **tiling)
+    with pytest.raises(ValueError, match=match):
+        dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, 64, config=cfg)
