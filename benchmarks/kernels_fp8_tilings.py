@@ -61,7 +61,7 @@ def candidates() -> dict[str, tuple[str, str, object]]:
     few8 = L(64, 4, 3, programs_per_sm=4, max_chunk=8192, min_chunk=64, page_block=64, busy_per_sm=4, fp8_mma=True)
     dec8 = L(64, 4, 4, min_chunk=128, page_block=64, busy_per_sm=4, item_grid=True, fp8_mma=True)
     few16 = L(64, 4, 4, programs_per_sm=2, max_chunk=8192, min_chunk=64, page_block=64, busy_per_sm=2)
-    fp8_dec = _replace(dec8, num_stages=3, scales_ahead=True)  # dispatch's sm90 fp8 decode tiling
+    fp8_dec = _replace(dec8, num_stages=3, scales_ahead=True)  # the sm90 fp8 decode tiling before page tiles
     dec16 = L(128, 4, 3, programs_per_sm=2, max_chunk=8192, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True)
     return {
         # fp8, few rows
@@ -82,8 +82,8 @@ def candidates() -> dict[str, tuple[str, str, object]]:
         # slower or level on the H100 (NOTES.md). Here: one page per tile, its id and scales one tile ahead
         # (page_block 0: two barriers per tile in the sm_90a SASS against six), and the interleaved one-row
         # tiling at these shapes for reference (the same loop; its parts are fixed per row on the host)
-        "fp8 decode: items bn64 s3 busy4 min128 scales ahead (default)": ("decode", "fp8", fp8_dec),
-        "fp8 decode: page tiles s3": ("decode", "fp8", _replace(fp8_dec, page_block=0)),
+        "fp8 decode: items bn64 s3 busy4 min128 scales ahead, page ids 64 at a time": ("decode", "fp8", fp8_dec),
+        "fp8 decode: page tiles s3 (default)": ("decode", "fp8", _replace(fp8_dec, page_block=0)),
         "fp8 decode: page tiles s4": ("decode", "fp8", _replace(fp8_dec, page_block=0, num_stages=4)),
         "fp8 decode: page tiles s3 busy6": ("decode", "fp8", _replace(fp8_dec, page_block=0, busy_per_sm=6)),
         "fp8 decode: page tiles s3 busy3": ("decode", "fp8", _replace(fp8_dec, page_block=0, busy_per_sm=3)),

@@ -176,12 +176,16 @@ _HOPPER_CLASS_ONE_ROW = LogitsConfig(64, 4, 4, programs_per_sm=2, interleaved=Tr
 # loaded one tile ahead (they were a plain load in the tile's own iteration, so every tile waited one
 # memory round trip after its product): 6-9% faster than the same tiling without from 34 MB to 1.1 GB in
 # two H200 calls (NOTES.md, "scales ahead"); six busy programs per SM and 128-key tiles were slower.
+# Each tile is one page whose id is one scalar load, one tile ahead (page_block 0): the page-id blocks
+# gave each tile its ids through shared memory, six barriers per tile in the sm_90a SASS against two now
+# (ten against four on sm_120a). One H100 call (NOTES.md, "One page per tile"): 128 x 64K 423 -> 403 us,
+# 64 x 64K 216 -> 207, 128 x 16K 112 -> 109, 64 x 2K 12.5 -> 12.3; four stages, three or six busy
+# programs per SM were slower.
 _HOPPER_CLASS_FP8 = LogitsConfig(
     block_n=64,
     num_warps=4,
     num_stages=3,
     min_chunk=128,
-    page_block=64,
     busy_per_sm=4,
     item_grid=True,
     fp8_mma=True,
