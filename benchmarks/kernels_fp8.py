@@ -616,7 +616,7 @@ def goals(rows: list[dict[str, object]]) -> list[str]:
             out.append(f"{r['shape']}: fp8 within 5% of its limit: cannot tell (no gather or L2-pages time)")
         else:
             verdict = "met" if lim >= 95 else "NOT met"
-            out.append(f"{r['shape']}: fp8 at {lim:.0f}% of its limit ({r['limit']}; goal >= 95%): {verdict}")
+            out.append(f"{r['shape']}: fp8 at {lim:.1f}% of its limit ({r['limit']}; goal >= 95%): {verdict}")
         out.append(_bf16_goal(r, read_gbs))
     return out
 
