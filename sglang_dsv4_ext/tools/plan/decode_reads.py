@@ -93,7 +93,7 @@ def decode_reads_table(model, contexts: Sequence[int], dtypes: Sequence[str], **
 # model_hook.py sets SGLANG_OPT_USE_TILELANG_INDEXER on SM120) and against ours over the same fp8 pool
 # (SGLANG_DSV4_FP8_LOGITS=triton). CUDA-graph medians, one run of all three kernels on the same inputs per card
 # (`python -m benchmarks.kernels_fp8`; kernels_sm120/NOTES.md, "One run of every kernel and limit" for the H200,
-# "The same run on an H100" for the H100); an SM120 card was not measured. The two cards disagree: TileLang's fp8
+# "One page per tile" for the H100, its last run); an SM120 card was not measured. The two cards disagree: TileLang's fp8
 # kernel leaves much of the H200's bandwidth idle and less of the H100's, so bf16's doubled bytes cost more
 # against it on the H100. Card -> (label, low, high).
 _INDEXER_TIME_LABELS = (
@@ -104,7 +104,7 @@ _INDEXER_TIME_LABELS = (
 )
 _INDEXER_TIME_RANGES = {
     "NVIDIA H200, 2026-12-02": ((1.00, 1.12), (1.04, 1.22), (0.08, 0.73), (1.45, 1.67)),
-    "NVIDIA H100, 2026-12-07": ((1.28, 1.38), (1.06, 1.43), (0.10, 0.91), (1.56, 1.81)),
+    "NVIDIA H100, 2026-12-07": ((1.28, 1.37), (1.05, 1.43), (0.09, 0.91), (1.65, 1.89)),
 }
 MEASURED_INDEXER_TIME: dict[str, tuple[tuple[str, float, float], ...]] = {
     card: tuple((label, low, high) for label, (low, high) in zip(_INDEXER_TIME_LABELS, ranges, strict=True))
