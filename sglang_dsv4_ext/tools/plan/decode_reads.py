@@ -93,9 +93,9 @@ def decode_reads_table(model, contexts: Sequence[int], dtypes: Sequence[str], **
 # model_hook.py sets SGLANG_OPT_USE_TILELANG_INDEXER on SM120) and against ours over the same fp8 pool
 # (SGLANG_DSV4_FP8_LOGITS=triton). CUDA-graph medians, one run of all three kernels on the same inputs per card
 # (`python -m benchmarks.kernels_fp8`; kernels_sm120/NOTES.md, "One run of every kernel and limit" for the H200,
-# "One page per tile" for the H100, its last run); an SM120 card was not measured. The two cards disagree: TileLang's fp8
-# kernel leaves much of the H200's bandwidth idle and less of the H100's, so bf16's doubled bytes cost more
-# against it on the H100. Card -> (label, low, high).
+# "One page per tile" for the H100, its last run); an SM120 card was not measured. The two cards disagree:
+# TileLang's fp8 kernel leaves much of the H200's bandwidth idle and less of the H100's, so bf16's doubled bytes
+# cost more against it on the H100. Card -> (label, low, high).
 _INDEXER_TIME_LABELS = (
     "bf16 / stock SM120 fp8 (TileLang), uniform batches >= 34 MB of keys",
     "bf16 / stock SM120 fp8 (TileLang), uniform batches <= 17 MB",
