@@ -246,3 +246,24 @@ def test_scales_ahead_without_page_id_blocks_needs_whole_page_tiles(gen, tiling,
     cfg = dataclasses.replace(dispatch.LogitsConfig(64, 4, 2, programs_per_sm=2, scales_ahead=True), **tiling)
     with pytest.raises(ValueError, match=match):
         dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, 64, config=cfg)
+
+
+@pytest.mark.parametrize("arch", ["sm90", "sm120"])
+def test_fp8_decode_tiling_past_the_tables_reach_and_the_output_width(interp, gen, arch):
+    """The architectures' fp8 decode tiling (one page per tile): a row longer than its page table reaches
+    gets -inf from the table's end up to the output width, and rows past the width are cut there."""
+    lens = [700, 65, 1, 0, 384, 5000]  # 6 pages of table: 384 keys reachable
+    q, cache, w, seq, pt = fp8_case(gen, lens, width=6)
+    max_len = 450
+    out = torch.full((6, max_len), float("nan"))
+    cfg = dataclasses.replace(dispatch.CONFIGS[arch].logits_fp8, busy_per_sm=1)  # a few programs on the interpreter
+    assert cfg.scales_ahead and cfg.page_block == 0
+    dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, max_len, out=out, config=cfg)
+    ref = R.fp8_paged_mqa_logits_reference(q, cache, w, seq, pt, max_len)
+    mask = written(seq, max_len)
+    assert torch.isnan(out[~mask]).all()
+    for r in (0, 5):
+        assert torch.isneginf(out[r, 384:max_len]).all() and torch.isfinite(out[r, :384]).all()
+    fin = torch.isfinite(ref) & mask
+    assert torch.equal(torch.isneginf(out[mask]), ~fin[mask])
+    assert rel_err(out[fin], ref[fin]) < 1e-6
