@@ -18,9 +18,9 @@ CUDA-graphed medians (``benchmarks.timing.bench``):
   * ``gather``: the read-only gather of the same fp8 pages, whole (each key's 128 value bytes and its
     fp32 scale; the fastest of the pipelined ``page_gather.GATHER_TILINGS``): the limit; ``values
     gather``: the value bytes alone (the gather of the tables before the scales were read);
-  * ``bf16 gather``: the read-only gather of the bf16 pages of the same lengths (256 B per key); the bf16
-    goal is called out of reach only where those bytes at the fastest read rate measured anywhere in the
-    run take over 1.10x TileLang's time (``best_read_gbs``);
+  * ``bf16 gather``: the read-only gather of the bf16 pages of the same lengths (256 B per key); where bf16
+    misses its goal, the goal line also says what the bf16 bytes take at the fastest read rate measured
+    anywhere in the run (``best_read_gbs``): a measurement beside the verdict, not the card's limit;
   * ``l2``: ours fp8 over a page table whose entries all point at ``L2_PAGES`` pages (every key tile
     from L2): the kernel's own work without DRAM, the second limit (the larger of gather and l2 is the
     floor at that shape);
@@ -583,19 +583,29 @@ def best_read_gbs(rows: list[dict[str, object]]) -> float | None:
     return max(rates, default=None)
 
 
+def shown(value: float, goal: float, decimals: int) -> str:
+    """``value`` with ``decimals`` decimals, or more where fewer would put it on the other side of ``goal`` or on it
+    (94.96% of a 95% goal must not read 95.0 beside "NOT met")."""
+    for places in range(decimals, decimals + 4):
+        text = f"{value:.{places}f}"
+        if (float(text) > goal) == (value > goal) and (float(text) < goal) == (value < goal):
+            return text
+    return repr(value)
+
+
 def _bf16_goal(r: dict[str, object], read_gbs: float | None) -> str:
     b = r["bf16_over_tilelang"]
     if "mixed" in r["shape"]:
-        return f"{r['shape']}: bf16 / TileLang {b:.2f} (goal < 1, mixed): {'met' if b < 1 else 'NOT met'}"
-    line = f"{r['shape']}: bf16 / TileLang {b:.2f} (goal <= 1.10): {'met' if b <= 1.10 else 'NOT met'}"
+        return f"{r['shape']}: bf16 / TileLang {shown(b, 1.0, 2)} (goal < 1, mixed): {'met' if b < 1 else 'NOT met'}"
+    line = f"{r['shape']}: bf16 / TileLang {shown(b, 1.10, 2)} (goal <= 1.10): {'met' if b <= 1.10 else 'NOT met'}"
     if b > 1.10 and read_gbs:
-        # The least time any bf16 kernel needs: its bytes at the fastest read rate this run measured anywhere.
+        # What the bytes alone take at the fastest read this run measured anywhere: a measurement, not the card's
+        # limit (a kernel may read faster than our gathers did), so it is reported, never turned into a verdict.
         floor = r["keys"] * BF16_KEY_BYTES / (read_gbs * 1e6) / r["tilelang_ms"]
-        if floor > 1.10:
-            line += (
-                f"; out of reach on this card: reading the bf16 rows at the fastest read rate measured in this run "
-                f"({read_gbs / 1e3:.2f} TB/s) takes {floor:.2f}x TileLang's time"
-            )
+        line += (
+            f"; the bf16 rows alone, read at the fastest rate measured in this run ({read_gbs / 1e3:.2f} TB/s), "
+            f"take {shown(floor, 1.10, 2)}x TileLang's time"
+        )
     return line
 
 
@@ -610,13 +620,14 @@ def goals(rows: list[dict[str, object]]) -> list[str]:
             out.append(f"{r['shape']}: cannot tell (no TileLang time)")
             continue
         need = 1.5 if r["fp8_key_bytes"] >= 64e6 else 1.0
-        out.append(f"{r['shape']}: fp8 x TileLang {x:.2f} (goal >= {need}): {'met' if x >= need else 'NOT met'}")
+        verdict = "met" if x >= need else "NOT met"
+        out.append(f"{r['shape']}: fp8 x TileLang {shown(x, need, 2)} (goal >= {need}): {verdict}")
         lim = r.get("pct_limit")
         if lim is None:
             out.append(f"{r['shape']}: fp8 within 5% of its limit: cannot tell (no gather or L2-pages time)")
         else:
             verdict = "met" if lim >= 95 else "NOT met"
-            out.append(f"{r['shape']}: fp8 at {lim:.1f}% of its limit ({r['limit']}; goal >= 95%): {verdict}")
+            out.append(f"{r['shape']}: fp8 at {shown(lim, 95, 1)}% of its limit ({r['limit']}; goal >= 95%): {verdict}")
         out.append(_bf16_goal(r, read_gbs))
     return out
 

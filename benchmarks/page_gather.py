@@ -275,8 +275,12 @@ def page_gather_sum(
     bf16 [num_pages, 4224] with ``row_dim=64``: each key's 128 e4m3 bytes, and with ``scales`` (kind
     "dot" only) its fp32 scale too, every byte of the page a logits kernel must read.
     """
-    if scales and (cfg.kind != "dot" or row_dim * PAGE * 2 + PAGE * 4 > index_k_pages.shape[1] * 2):
-        raise ValueError(f"scales needs a 'dot' gather over pages with 64 fp32 scales after the rows, got {cfg.label}")
+    fp8_pages = index_k_pages.dtype == torch.bfloat16 and row_dim == 64 and index_k_pages.shape[1] == 4224
+    if scales and (cfg.kind != "dot" or not fp8_pages or index_k_pages.stride(0) % 2):
+        raise ValueError(
+            f"scales needs a 'dot' gather over SGLang's fp8 pages viewed as bf16 [pages, 4224] with row_dim=64, got "
+            f"{cfg.label} over {index_k_pages.dtype} {list(index_k_pages.shape)} with row_dim={row_dim}"
+        )
     rows = seq_lens.shape[0]
     programs = gather_programs(cfg, rows, max_seq_len, num_sms)
     if out.numel() < programs:

@@ -46,32 +46,34 @@ def bf16_line(rows, shape="decode 64 x 8K"):
     return next(line for line in kernels_fp8.goals(rows) if line.startswith(f"{shape}: bf16"))
 
 
-def test_bf16_is_out_of_reach_only_where_its_bytes_at_the_fastest_read_measured_take_over_the_goal():
-    """64 x 8K: 524,288 keys, 134 MB of bf16 rows. The fastest read of the run (a large gather) sets the floor."""
+def test_a_missed_bf16_goal_says_what_its_bytes_take_at_the_fastest_read_measured():
+    """64 x 8K: 524,288 keys, 134 MB of bf16 rows. The fastest read of the run (a large gather) is reported beside
+    the verdict as a measurement; it is never turned into "out of reach" (a kernel may read faster than our
+    gathers did)."""
     big = measured(shape="decode 128 x 64K", mb=1107.3, tilelang_ms=0.590, ours_bf16_ms=0.780, bf16_gather_ms=0.715)
     big["keys"] = 128 * 65536  # 2.147 GB of bf16 rows in 715 us: 3.00 TB/s, the fastest read here
     shape = measured(ours_bf16_ms=0.056, bf16_gather_ms=0.050)
     shape["keys"] = 64 * 8192
-    # at 3.00 TB/s its 134 MB take 44.7 us: 1.12x a TileLang time of 40 us, over the goal
+    # at 3.00 TB/s its 134 MB take 44.7 us: 1.12x a TileLang time of 40 us
     assert bf16_line([big, shape]).endswith(
-        "NOT met; out of reach on this card: reading the bf16 rows at the fastest read rate measured in this run "
-        "(3.00 TB/s) takes 1.12x TileLang's time"
+        "(goal <= 1.10): NOT met; the bf16 rows alone, read at the fastest rate measured in this run (3.00 TB/s), "
+        "take 1.12x TileLang's time"
     )
-    # against a TileLang time of 42 us the same bytes take 1.06x: not met, and nothing says it cannot be
-    shape = measured(ours_bf16_ms=0.056, bf16_gather_ms=0.050, tilelang_ms=0.042)
-    shape["keys"] = 64 * 8192
-    assert bf16_line([big, shape]).endswith("(goal <= 1.10): NOT met")
+    assert "out of reach" not in " ".join(kernels_fp8.goals([big, shape]))
 
 
-def test_a_slow_gather_at_the_shape_itself_does_not_make_the_goal_out_of_reach():
-    """The shape's own bf16 gather at 1.25x TileLang (too slow to be a floor at that size): the bytes at the run's
-    fastest read rate decide, and here they come to 1.06x."""
+def test_the_bytes_at_the_fastest_read_not_the_shapes_own_gather_are_reported():
+    """The shape's own bf16 gather at 1.25x TileLang (slow for its size): the bytes at the run's fastest read
+    rate are what the line reports, 1.06x here."""
     big = measured(shape="decode 128 x 64K", mb=1107.3, tilelang_ms=0.590, ours_bf16_ms=0.780, bf16_gather_ms=0.715)
     big["keys"] = 128 * 65536
     shape = measured(ours_bf16_ms=0.056, bf16_gather_ms=0.0525, tilelang_ms=0.042)
     shape["keys"] = 64 * 8192
     assert shape["bf16_gather_over_tilelang"] == pytest.approx(1.25)
-    assert bf16_line([big, shape]).endswith("(goal <= 1.10): NOT met")
+    assert bf16_line([big, shape]).endswith(
+        "NOT met; the bf16 rows alone, read at the fastest rate measured in this "
+        "run (3.00 TB/s), take 1.06x TileLang's time"
+    )
 
 
 def test_without_any_gather_time_the_bf16_goal_is_only_met_or_not():
@@ -96,3 +98,12 @@ def test_a_limit_just_under_95_percent_does_not_print_as_95():
     """94.76% of the gather (an H100 run's 64 x 2K) is NOT met and must not read "95%" beside that verdict."""
     r = measured(ours_fp8_ms=0.01229, gather_ms=0.011646, ours_fp8_l2_ms=0.00832)
     assert any(line.endswith("fp8 at 94.8% of its limit (gather; goal >= 95%): NOT met") for line in lines_of(r))
+
+
+def test_a_value_is_never_shown_on_the_other_side_of_its_goal():
+    assert kernels_fp8.shown(94.96, 95, 1) == "94.96"  # not "95.0" beside NOT met
+    assert kernels_fp8.shown(0.996, 1.0, 2) == "0.996"
+    assert kernels_fp8.shown(1.1004, 1.10, 2) == "1.1004"
+    assert kernels_fp8.shown(1.32, 1.5, 2) == "1.32" and kernels_fp8.shown(95.0, 95, 1) == "95.0"
+    r = measured(shape="decode 1 x 8K", mb=1.1, ours_fp8_ms=0.004016, tilelang_ms=0.0040)
+    assert "decode 1 x 8K: fp8 x TileLang 0.996 (goal >= 1.0): NOT met" in lines_of(r)

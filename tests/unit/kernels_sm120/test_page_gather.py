@@ -151,3 +151,5 @@ def test_the_whole_page_gather_refuses_the_register_gather_and_pages_without_sca
     bf16 = torch.zeros((2, 64 * 128), dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="scales needs a 'dot' gather"):
         page_gather.page_gather_sum(bf16, seq, table, 64, out, DOT_TILINGS[0], num_sms=4, scales=True)
+    with pytest.raises(ValueError, match="with row_dim=32"):  # value bytes would be summed as scales
+        page_gather.page_gather_sum(fp8, seq, table, 64, out, DOT_TILINGS[0], num_sms=4, row_dim=32, scales=True)
