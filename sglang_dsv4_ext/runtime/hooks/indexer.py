@@ -438,11 +438,21 @@ def forward_c4_indexer_bf16(
     )
     weights = weights.squeeze(2).float()
     query_rows = q_indexer.shape[0]
+    chunked = isinstance(indexer_metadata.deep_gemm_metadata, list)
     c4_seq_lens = _match_rows(indexer_metadata.compressed_seq_lens, query_rows, 1)
     page_table = _match_rows(indexer_metadata.page_table, query_rows, 0)
     c4_sparse_page_indices = _match_rows(core_metadata.c4_sparse_page_indices, query_rows, -1)
     if backend.debug_use_external_c4_sparse_indices:
         return
+    # SGLang's paged branch asserts the same (after the same return): its chunk schedules and top-k plans are per
+    # row chunk of the metadata's rows, so other rows would be paired with another chunk's plan. Checked before
+    # the index-K capture sees the call.
+    built_for = indexer_metadata.compressed_seq_lens.shape[0]
+    if chunked and built_for != query_rows:
+        raise RuntimeError(
+            f"DeepSeek-V4 bf16 index-K: SGLang's row-chunk schedules were built for {built_for} rows, "
+            f"got {query_rows} query rows"
+        )
     raw_indices = core_metadata.c4_sparse_raw_indices
 
     # The gated getter: waits for this layer's HiCache load before the logits read it.
@@ -476,15 +486,7 @@ def forward_c4_indexer_bf16(
             topk_plan,
         )
 
-    if isinstance(indexer_metadata.deep_gemm_metadata, list):
-        # SGLang's paged branch asserts the same: its chunk schedules and top-k plans are per row chunk of
-        # the metadata's rows, so other rows would be paired with another chunk's plan.
-        built_for = indexer_metadata.compressed_seq_lens.shape[0]
-        if built_for != query_rows:
-            raise RuntimeError(
-                f"DeepSeek-V4 bf16 index-K: SGLang's row-chunk schedules were built for {built_for} rows, "
-                f"got {query_rows} query rows"
-            )
+    if chunked:
         topk_plans = indexer_metadata.topk_metadata_chunks
         for chunk_idx, rows in enumerate(
             sg_indexer.iter_row_chunks(num_rows=query_rows, rows_per_chunk=indexer_metadata.rows_per_chunk)
