@@ -237,38 +237,42 @@ def _one_row_tiles(
 
 
 @triton.jit
-def _page_tiles(
+def _fp8_page_tiles(
     q_t: tl.tensor,
     w: tl.tensor,
     k_ptr: tl.tensor,
     stride_page: tl.tensor,
     pt_row: tl.tensor,
     out_row: tl.tensor,
-    start: tl.tensor,
+    first: tl.tensor,
+    stride: tl.tensor,
+    n_tiles: tl.tensor,
+    page: tl.tensor,
+    n_keys: tl.tensor,
     end: tl.tensor,
-    compute_end: tl.tensor,
     D: tl.constexpr,
     PAGE: tl.constexpr,
     KEY_FP8: tl.constexpr,
 ) -> None:
-    """fp8 keys, one whole page per tile (``start`` on a page boundary): the loop of ``_interleaved_part``
-    over consecutive pages. Each next page's id is one scalar load and its scales are loaded right after
-    it, both one tile ahead and carried. The page-id blocks of ``_one_row`` give every tile its id and
-    its scales' ids by ``tl.gather``, which Triton lowers through shared memory: four of the six
-    barriers per tile of that loop (AOT sm_90a), against two here."""
+    """fp8 keys, one whole page per tile: the row's pages first, first + stride, ... (n_tiles of them; ``page``
+    is the first one's id), keys below n_keys, written up to ``end``. Each next page's id is one scalar load and
+    its scales are loaded right after it, both one tile ahead and carried: loaded in the tile's own iteration,
+    the scales were issued after its product (AOT sm_90a: the scale LDG after the HGMMA wait), one more round
+    trip per tile. Scalar ids need no ``tl.gather`` (which Triton lowers through shared memory: four of the six
+    barriers per tile of ``_one_row``'s page-id blocks, AOT sm_90a, against two here)."""
     offs = tl.arange(0, PAGE)
     d = tl.arange(0, D)
-    p_first = start // PAGE
-    page = tl.load(pt_row + p_first).to(tl.int64)  # start < compute_end: the first page is the row's
-    t = start + offs
-    scale = fp8_key_scales(k_ptr, stride_page, page, t, t < compute_end, D, PAGE)
-    for i in range(0, tl.cdiv(compute_end - start, PAGE)):  # from 0: see _one_row
-        t = start + i * PAGE + offs
-        valid = t < compute_end
+    t = first * PAGE + offs
+    scale = fp8_key_scales(k_ptr, stride_page, page, t, t < n_keys, D, PAGE)
+    for i in range(0, n_tiles):  # from 0: see _one_row
+        p = first + i * stride
+        t = p * PAGE + offs
+        valid = t < n_keys
         k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
-        t_next = t + PAGE
-        page = tl.load(pt_row + p_first + i + 1, mask=(p_first + i + 1) * PAGE < compute_end, other=0).to(tl.int64)
-        scale_next = fp8_key_scales(k_ptr, stride_page, page, t_next, t_next < compute_end, D, PAGE)
+        p_next = p + stride
+        t_next = p_next * PAGE + offs
+        page = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
+        scale_next = fp8_key_scales(k_ptr, stride_page, page, t_next, t_next < n_keys, D, PAGE)
         _logits_tile(fp8_key_values(k, KEY_FP8), q_t, w, out_row, t, valid, end, scale)
         scale = scale_next
 
@@ -407,7 +411,27 @@ def _one_row(
         q_t = tl.trans(q)  # [D, H]
         pt_row = page_table_ptr + row64 * stride_pt_row
         if PAGE_BLOCK == 0 and KEY_FP8 and SCALES_AHEAD:
-            _page_tiles(q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, compute_end, D, PAGE, KEY_FP8)
+            # one page per tile (``start`` on a page boundary: BLOCK_N == PAGE, parts in whole tiles)
+            p_first = start // PAGE
+            page = tl.load(pt_row + p_first).to(tl.int64)  # start < compute_end: the row's own page
+            n_tiles = tl.cdiv(compute_end - start, PAGE)
+            _fp8_page_tiles(
+                q_t,
+                w,
+                k_ptr,
+                stride_page,
+                pt_row,
+                out_row,
+                p_first,
+                1,
+                n_tiles,
+                page,
+                compute_end,
+                end,
+                D,
+                PAGE,
+                KEY_FP8,
+            )
         elif PAGE_BLOCK == 0:
             _one_row_tiles(
                 q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, compute_end, D, PAGE, BLOCK_N, KEY_FP8
@@ -671,22 +695,23 @@ def _interleaved_part(
         # this program's pages below cdiv(n_write, PAGE) (at least one here)
         n_tiles = tl.cdiv(tl.cdiv(n_write, PAGE) - part, split)
         if KEY_FP8:
-            # Each tile's scales are loaded as soon as its page id is known, beside its key tile, and
-            # carried: loaded in the tile's own iteration, they were issued after its product (AOT sm_90a:
-            # the scale LDG after the HGMMA wait), one more round trip per tile, the whole call at one tile.
-            t = part * PAGE + offs
-            scale = fp8_key_scales(k_ptr, stride_page, page, t, t < n_keys, D, PAGE)
-            for i in range(0, n_tiles):  # from 0: see _one_row
-                p = part + i * split
-                t = p * PAGE + offs
-                valid = t < n_keys
-                k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
-                p_next = p + split
-                t_next = p_next * PAGE + offs
-                page = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
-                scale_next = fp8_key_scales(k_ptr, stride_page, page, t_next, t_next < n_keys, D, PAGE)
-                _logits_tile(fp8_key_values(k, KEY_FP8), q_t, w, out_row, t, valid, n_write, scale)
-                scale = scale_next
+            _fp8_page_tiles(
+                q_t,
+                w,
+                k_ptr,
+                stride_page,
+                pt_row,
+                out_row,
+                part,
+                split,
+                n_tiles,
+                page,
+                n_keys,
+                n_write,
+                D,
+                PAGE,
+                KEY_FP8,
+            )
         else:
             for i in range(0, n_tiles):  # from 0: see _one_row
                 p = part + i * split
@@ -1153,7 +1178,7 @@ def paged_mqa_logits(
     ``_interleaved_part``); max_chunk, min_chunk, page_block and busy_programs do not apply.
     ``scales_ahead`` (fp8 keys, not interleaved): each tile's key scales are loaded one tile ahead (see
     ``_one_row``); with page_block 0 (64-key tiles), each tile's page id too, one scalar load
-    (``_page_tiles``).
+    (``_fp8_page_tiles``).
     """
     q, pages, weights, seq_lens, out = _checked_args(
         q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program, key_fp8
