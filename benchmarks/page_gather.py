@@ -37,6 +37,7 @@ from kernels_sm120.paged_mqa_logits import (
     _clamped_lens,
     _find_item,
     _part_bounds,
+    fp8_block_scales,
     key_tile,
     page_id_block,
     pick_split,
@@ -130,29 +131,24 @@ def _gather_part_dot(
     ones = tl.full([16, BLOCK_N], 1.0, tl.float32).to(tl.bfloat16)
     n_pages = tl.cdiv(end, PAGE)
     p_first = start // PAGE
+    # the pages as bytes, for the logits kernel's own scale reader (rows of 2 * D bytes, then the scales)
+    k_bytes = k_ptr.to(tl.pointer_type(tl.uint8))
     for pb_i in range(0, tl.cdiv(n_pages - p_first, PAGE_BLOCK)):
         pb, ids, lo, blk_end = page_id_block(pt_row, p_first, pb_i, n_pages, start, end, PAGE, PAGE_BLOCK)
         if SCALES:
             t = lo + offs_n
-            scale_next = _page_scales(k_ptr, stride_page, ids, pb, t, t < blk_end, D, PAGE, PAGE_BLOCK)
+            scale_next = fp8_block_scales(k_bytes, 2 * stride_page, ids, pb, t, t < blk_end, 2 * D, PAGE, PAGE_BLOCK)
         for i in range(0, tl.cdiv(blk_end - lo, BLOCK_N)):
             t = lo + i * BLOCK_N + offs_n
             k = key_tile(k_ptr, stride_page, ids, pb, t, t < end, D, PAGE, PAGE_BLOCK)
             if SCALES:
                 scale_acc += scale_next
                 t_next = t + BLOCK_N
-                scale_next = _page_scales(k_ptr, stride_page, ids, pb, t_next, t_next < blk_end, D, PAGE, PAGE_BLOCK)
+                scale_next = fp8_block_scales(
+                    k_bytes, 2 * stride_page, ids, pb, t_next, t_next < blk_end, 2 * D, PAGE, PAGE_BLOCK
+                )
             acc = tl.dot(ones, k, acc)
     return acc, scale_acc
-
-
-@triton.jit
-def _page_scales(k_ptr, stride_page, ids, pb, t, valid, D: tl.constexpr, PAGE: tl.constexpr, PAGE_BLOCK: tl.constexpr):
-    """The fp32 scales [BLOCK_N] of key rows t (0 where not ``valid``): SGLang's fp8 page viewed as
-    bf16, its 64 scales right after the 64 rows of D bf16 (128 e4m3 bytes) each."""
-    page = tl.gather(ids, tl.minimum(t // PAGE - pb, PAGE_BLOCK - 1), 0).to(tl.int64)
-    at = (k_ptr + page * stride_page + PAGE * D).to(tl.pointer_type(tl.float32)) + t % PAGE
-    return tl.load(at, mask=valid, other=0.0)
 
 
 @triton.jit
