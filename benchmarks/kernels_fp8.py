@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 FP8_KEY_BYTES = 132
+BF16_KEY_BYTES = 256
 FP4_KEY_BYTES = 68  # 64 bytes of packed e2m1, 4 ue8m0 exponents (SGLang's fp4 index-K pool)
 WIDE = 262144  # SGLang's decode-graph output width (benchmarks.logits_cases.WIDE)
 
@@ -204,26 +205,25 @@ def bf16_set(torch, rows: int, lens: list[int], max_len: int, dev, shared: bool 
 # ---------------------------------------------------------------------------
 
 
-def _gather(torch, pages, sets, max_len, dev, *, row_dim: int, scales: bool = False) -> tuple[float, str]:
-    """The fastest read-only gather (``GATHER_TILING_INDEXES``; with ``scales``, the pipelined ones)
-    over ``pages`` through each set's lengths and page table: (ms, tiling)."""
+def _gather(torch, pages, seq_lens, tables, max_len, dev, *, row_dim: int, scales: bool = False) -> tuple[float, str]:
+    """The fastest read-only gather (``GATHER_TILING_INDEXES``; with ``scales``, the pipelined ones) over each
+    rotated set's ``pages`` through its lengths and page table: (ms, tiling)."""
     from benchmarks import page_gather
     from benchmarks.timing import bench
     from kernels_sm120 import dispatch
 
     sms = dispatch.num_sms(dev)
-    rows = sets[0]["seq"].shape[0]
+    rows = seq_lens[0].shape[0]
     tilings = [page_gather.GATHER_TILINGS[i] for i in GATHER_TILING_INDEXES]
     tilings = [c for c in tilings if c.kind == "dot"] if scales else tilings
     partial = torch.empty(max(page_gather.gather_programs(c, rows, max_len, sms) for c in tilings), device=dev)
-    table = "table" if "table" in sets[0] else "page_table"
     best = (float("inf"), "")
     for cfg in tilings:
         ms = bench(
             lambda i, cfg=cfg: page_gather.page_gather_sum(
-                pages[i], sets[i]["seq"], sets[i][table], max_len, partial, cfg, sms, row_dim=row_dim, scales=scales
+                pages[i], seq_lens[i], tables[i], max_len, partial, cfg, sms, row_dim=row_dim, scales=scales
             ),
-            len(sets),
+            len(pages),
         )
         best = min(best, (ms, cfg.label))
     return best
@@ -233,8 +233,9 @@ def _fp8_gathers(torch, sets, max_len, dev, r: dict[str, object]) -> None:
     """The fp8 pages read whole (each key's 128 value bytes and its fp32 scale: every byte an fp8 logits
     kernel must read, the limit) and their value bytes alone (the gather of the earlier tables)."""
     pages = [s["kv"].view(s["kv"].shape[0], -1).view(torch.bfloat16) for s in sets]
-    r["gather_ms"], r["gather_tiling"] = _gather(torch, pages, sets, max_len, dev, row_dim=64, scales=True)
-    r["values_gather_ms"], r["values_gather_tiling"] = _gather(torch, pages, sets, max_len, dev, row_dim=64)
+    seq_lens, tables = [s["seq"] for s in sets], [s["table"] for s in sets]
+    r["gather_ms"], r["gather_tiling"] = _gather(torch, pages, seq_lens, tables, max_len, dev, row_dim=64, scales=True)
+    r["values_gather_ms"], r["values_gather_tiling"] = _gather(torch, pages, seq_lens, tables, max_len, dev, row_dim=64)
 
 
 def time_shape(stock, label: str, rows: int, lens: list[int], dev, *, prefill: bool = False) -> dict[str, object]:
@@ -299,8 +300,8 @@ def time_shape(stock, label: str, rows: int, lens: list[int], dev, *, prefill: b
         len(bsets),
     )
     if not prefill:  # the least any bf16 kernel must read: the same lengths' bf16 rows (256 B per key)
-        pages = [b["cache"] for b in bsets]
-        r["bf16_gather_ms"], r["bf16_gather_tiling"] = _gather(torch, pages, bsets, width, dev, row_dim=128)
+        pages, seq_lens, tables = ([b[k] for b in bsets] for k in ("cache", "seq", "page_table"))
+        r["bf16_gather_ms"], r["bf16_gather_tiling"] = _gather(torch, pages, seq_lens, tables, width, dev, row_dim=128)
     bsets.clear()
     torch.cuda.empty_cache()
     if not prefill and key_bytes <= SAME_SIZE_COPY_MAX:
@@ -568,9 +569,6 @@ def format_table(rows: list[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-BF16_KEY_BYTES = 256
-
-
 def best_read_gbs(rows: list[dict[str, object]]) -> float | None:
     """The fastest read-only stream measured in the run (GB/s): the best of every gather's rate, fp8 pages
     read whole (132 B per key) and bf16 rows (256 B per key)."""
@@ -601,10 +599,10 @@ def _bf16_goal(r: dict[str, object], read_gbs: float | None) -> str:
     if b > 1.10 and read_gbs:
         # What the bytes alone take at the fastest read this run measured anywhere: a measurement, not the card's
         # limit (a kernel may read faster than our gathers did), so it is reported, never turned into a verdict.
-        floor = r["keys"] * BF16_KEY_BYTES / (read_gbs * 1e6) / r["tilelang_ms"]
+        read_alone = r["keys"] * BF16_KEY_BYTES / (read_gbs * 1e6) / r["tilelang_ms"]
         line += (
             f"; the bf16 rows alone, read at the fastest rate measured in this run ({read_gbs / 1e3:.2f} TB/s), "
-            f"take {shown(floor, 1.10, 2)}x TileLang's time"
+            f"take {shown(read_alone, 1.10, 2)}x TileLang's time"
         )
     return line
 
