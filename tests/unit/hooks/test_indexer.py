@@ -184,14 +184,7 @@ def test_query_dtype_follows_the_pool_not_the_environment(stubs, monkeypatch, rn
     with dsv4_pool(monkeypatch, pool_dtype) as pool:
         backend, ix, x, _ = _indexer_call(pool, rng)
         monkeypatch.setenv("SGLANG_DSV4_INDEX_K_DTYPE", env_later)
-        C4IndexerBackendMixin.forward_c4_indexer(
-            backend,
-            x=x,
-            q_lora=x,
-            c4_indexer=ix,
-            forward_batch=dbl.forward_batch(ForwardMode.DECODE),
-            skip_compressor=True,
-        )
+        _forward_c4_indexer(backend, ix, x)
     if pool_dtype == "bf16":
         assert [stubs.called(k) for k in ("index_q_bf16", "paged_mqa_logits_bf16", "fused_q_fp8")] == [1, 1, 0]
     else:
@@ -224,6 +217,13 @@ def test_nonpaged_indexer_is_never_chosen_for_bf16(stubs, monkeypatch):
     assert answers == {"fp8": True, "bf16": False}
 
 
+def _forward_c4_indexer(backend, ix, x, mode=ForwardMode.DECODE):
+    """SGLang's forward_c4_indexer on ``x`` (also the q_lora) with the compressor skipped, as the backend calls it."""
+    C4IndexerBackendMixin.forward_c4_indexer(
+        backend, x=x, q_lora=x, c4_indexer=ix, forward_batch=dbl.forward_batch(mode), skip_compressor=True
+    )
+
+
 def _indexer_call(pool, rng, *, rows=4, fp4=False):
     """Backend + C4Indexer + inputs for one paged forward_c4_indexer call over ``rows`` queries."""
     pages = pool.get_index_k_with_scale_buffer(LAYER).shape[0]
@@ -244,14 +244,7 @@ def test_forward_c4_indexer_dispatch(stubs, monkeypatch, rng, dtype):
         backend, ix, x, md = _indexer_call(pool, rng, fp4=dtype == "fp4")
         layer_buffer = pool.get_index_k_with_scale_buffer(LAYER)
 
-        C4IndexerBackendMixin.forward_c4_indexer(
-            backend,
-            x=x,
-            q_lora=x,
-            c4_indexer=ix,
-            forward_batch=dbl.forward_batch(ForwardMode.DECODE),
-            skip_compressor=True,
-        )
+        _forward_c4_indexer(backend, ix, x)
 
     out = backend.forward_metadata.core_metadata.c4_sparse_page_indices
     assert not (out == -7).any()  # SGLang's top-k transform wrote every row
@@ -514,14 +507,7 @@ def test_logits_read_through_the_gated_getter_after_the_layer_load(stubs, monkey
         backend, ix, x, _ = _indexer_call(pool, rng)
         waits = StreamWaits.on(pool)
         waits.start_load()
-        C4IndexerBackendMixin.forward_c4_indexer(
-            backend,
-            x=x,
-            q_lora=x,
-            c4_indexer=ix,
-            forward_batch=dbl.forward_batch(ForwardMode.DECODE),
-            skip_compressor=True,
-        )
+        _forward_c4_indexer(backend, ix, x)
         assert (waits.counter.consumer_index, LAYER) in waits.stream_waits
     assert stubs.called("paged_mqa_logits_bf16") == 1
 
@@ -637,12 +623,5 @@ def test_row_chunks_built_for_fewer_rows_than_the_queries_are_refused_as_sglang_
         ix = dbl.c4_indexer(layer_id=LAYER, q_lora_rank=Q_LORA_RANK, freqs_cis=dbl.rope_table(), generator=rng)
         x = torch.randn(rows, Q_LORA_RANK, generator=rng).to(torch.bfloat16)
         with pytest.raises(RuntimeError, match="row-chunk schedules were built for 4 rows, got 6 query rows"):
-            C4IndexerBackendMixin.forward_c4_indexer(
-                backend,
-                x=x,
-                q_lora=x,
-                c4_indexer=ix,
-                forward_batch=dbl.forward_batch(ForwardMode.EXTEND),
-                skip_compressor=True,
-            )
+            _forward_c4_indexer(backend, ix, x, ForwardMode.EXTEND)
     assert "paged_mqa_logits_bf16" not in stubs.calls  # refused before any logits were computed
