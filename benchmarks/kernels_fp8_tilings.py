@@ -44,10 +44,10 @@ FEW_MIXED_LENS = (
     ("8 mixed: 2 x 32K + 6 x 4K", [32768] * 2 + [4096] * 6),
 )
 FEW_MIXED_CANDIDATES = (
-    "bf16 few: grid bn64 s4 pps2 min64 busy2 (default)",
-    "bf16 few: interleaved s2 pps4",
+    "bf16 few: grid bn64 s4 pps2 min64 busy2",
+    "bf16 few: interleaved s2 pps4 (default, 2-8 rows)",
     "fp8 few: grid + scales ahead",
-    "fp8 few: interleaved s3 pps4",
+    "fp8 few: interleaved s3 pps4 (default)",
 )
 
 
@@ -62,18 +62,32 @@ def candidates() -> dict[str, tuple[str, str, object]]:
     dec8 = L(64, 4, 4, min_chunk=128, page_block=64, busy_per_sm=4, item_grid=True, fp8_mma=True)
     few16 = L(64, 4, 4, programs_per_sm=2, max_chunk=8192, min_chunk=64, page_block=64, busy_per_sm=2)
     fp8_dec = _replace(dec8, num_stages=3, scales_ahead=True)  # the sm90 fp8 decode tiling before page tiles
+    fp8_few = L(64, 4, 3, programs_per_sm=4, interleaved=True, fp8_mma=True)  # fp8: one to eight rows
+    bf16_few = L(64, 4, 2, programs_per_sm=4, interleaved=True)  # bf16: two to eight rows
+    bf16_one = L(64, 4, 4, programs_per_sm=2, interleaved=True)  # bf16: one row
     dec16 = L(128, 4, 3, programs_per_sm=2, max_chunk=8192, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True)
     return {
         # fp8, few rows
         "fp8 few: grid + scales ahead": ("few", "fp8", _replace(few8, scales_ahead=True)),
-        "fp8 few: interleaved s3 pps4": ("few", "fp8", L(64, 4, 3, programs_per_sm=4, interleaved=True, fp8_mma=True)),
+        "fp8 few: interleaved s3 pps4 (default)": ("few", "fp8", fp8_few),
+        "fp8 few: interleaved s3 pps4, direct store": ("few", "fp8", _replace(fp8_few, direct_store=True)),
         "fp8 few: interleaved s2 pps4": ("few", "fp8", L(64, 4, 2, programs_per_sm=4, interleaved=True, fp8_mma=True)),
         "fp8 few: interleaved s3 pps2": ("few", "fp8", L(64, 4, 3, programs_per_sm=2, interleaved=True, fp8_mma=True)),
         # bf16, few rows
-        "bf16 few: grid bn64 s4 pps2 min64 busy2 (default)": ("few", "bf16", few16),
+        "bf16 few: grid bn64 s4 pps2 min64 busy2": ("few", "bf16", few16),
+        "bf16 few: interleaved s2 pps4 (default, 2-8 rows), direct store": (
+            "few",
+            "bf16",
+            _replace(bf16_few, direct_store=True),
+        ),
+        "bf16 few: interleaved s4 pps2 (default, one row), direct store": (
+            "few",
+            "bf16",
+            _replace(bf16_one, direct_store=True),
+        ),
         "bf16 few: interleaved s3 pps4": ("few", "bf16", L(64, 4, 3, programs_per_sm=4, interleaved=True)),
-        "bf16 few: interleaved s4 pps2": ("few", "bf16", L(64, 4, 4, programs_per_sm=2, interleaved=True)),
-        "bf16 few: interleaved s2 pps4": ("few", "bf16", L(64, 4, 2, programs_per_sm=4, interleaved=True)),
+        "bf16 few: interleaved s4 pps2 (default, one row)": ("few", "bf16", bf16_one),
+        "bf16 few: interleaved s2 pps4 (default, 2-8 rows)": ("few", "bf16", bf16_few),
         "bf16 few: interleaved s3 pps2": ("few", "bf16", L(64, 4, 3, programs_per_sm=2, interleaved=True)),
         "bf16 few: interleaved s2 pps2": ("few", "bf16", L(64, 4, 2, programs_per_sm=2, interleaved=True)),
         "bf16 few: interleaved s4 pps1": ("few", "bf16", L(64, 4, 4, programs_per_sm=1, interleaved=True)),
@@ -84,16 +98,23 @@ def candidates() -> dict[str, tuple[str, str, object]]:
         # tiling at these shapes for reference (the same loop; its parts are fixed per row on the host)
         "fp8 decode: items bn64 s3 busy4 min128 scales ahead, page ids 64 at a time": ("decode", "fp8", fp8_dec),
         "fp8 decode: page tiles s3 (default)": ("decode", "fp8", _replace(fp8_dec, page_block=0)),
+        "fp8 decode: page tiles s3, direct store": (
+            "decode",
+            "fp8",
+            _replace(fp8_dec, page_block=0, direct_store=True),
+        ),
         "fp8 decode: page tiles s4": ("decode", "fp8", _replace(fp8_dec, page_block=0, num_stages=4)),
         "fp8 decode: page tiles s3 busy6": ("decode", "fp8", _replace(fp8_dec, page_block=0, busy_per_sm=6)),
         "fp8 decode: page tiles s3 busy3": ("decode", "fp8", _replace(fp8_dec, page_block=0, busy_per_sm=3)),
-        "fp8 decode: interleaved s3 pps4": (
-            "decode",
-            "fp8",
-            L(64, 4, 3, programs_per_sm=4, interleaved=True, fp8_mma=True),
-        ),
+        "fp8 decode: interleaved s3 pps4": ("decode", "fp8", fp8_few),
+        "fp8 decode: interleaved s3 pps4, direct store": ("decode", "fp8", _replace(fp8_few, direct_store=True)),
         # bf16, decode
         "bf16 decode: items bn128 s3 busy2 min256 (default)": ("bf16 decode", "bf16", dec16),
+        "bf16 decode: items bn128 s3 busy2 min256 (default), direct store": (
+            "bf16 decode",
+            "bf16",
+            _replace(dec16, direct_store=True),
+        ),
         "bf16 decode: pb256": ("bf16 decode", "bf16", _replace(dec16, page_block=256)),
         "bf16 decode: bn64 s4 busy4 pb256": (
             "bf16 decode",
@@ -220,6 +241,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
     p.add_argument("--workers", type=int, default=12)
     p.add_argument("--only", default="", help="comma-separated groups (few, decode, bf16 decode)")
+    p.add_argument("--match", default="", help="comma-separated parts of candidate names: only those candidates")
     p.add_argument("--few-mixed", action="store_true", help="only FEW_MIXED_CANDIDATES at FEW_MIXED_LENS")
     args = p.parse_args(argv)
     import torch
@@ -240,7 +262,8 @@ def sweep(args, out_dir: Path, t0: float) -> int:
     import torch
 
     groups = [g.strip() for g in args.only.split(",") if g.strip()] or ["few", "decode", "bf16 decode"]
-    cands = {n: c for n, c in candidates().items() if c[0] in groups}
+    parts = [m.strip() for m in args.match.split(",") if m.strip()]
+    cands = {n: c for n, c in candidates().items() if c[0] in groups and (not parts or any(m in n for m in parts))}
     # one compile per candidate and row count (Triton specialises rows == 1 and multiples of 16)
     tasks = sorted({(n, _representative(r)) for n, (g, _k, _c) in cands.items() for r, _ in shapes_of(g)})
     ctx = multiprocessing.get_context("spawn")

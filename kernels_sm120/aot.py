@@ -60,6 +60,7 @@ def _decode_constexprs(cfg: LogitsConfig, heads: int, head_dim: int, page: int) 
         BALANCE=cfg.busy_per_sm > 0 and cfg.rows_per_program == 1,
         ITEM_GRID=cfg.item_grid,
         INTERLEAVED=cfg.interleaved,
+        DIRECT_STORE=cfg.direct_store,
     )
 
 

@@ -91,6 +91,8 @@ class LogitsConfig:
     interleaved: bool = False
     # fp8 keys: each tile's key scales loaded one tile ahead (the pipeliner streams only the key tiles)
     scales_ahead: bool = False
+    # each tile's logits stored from the product's layout (no shared-memory round trip; CUDA only)
+    direct_store: bool = False
 
 
 @dataclass(frozen=True)
@@ -476,4 +478,5 @@ def _logits(
         fp8_mma=key_fp8 and config.fp8_mma,
         interleaved=config.interleaved,
         scales_ahead=key_fp8 and config.scales_ahead,
+        direct_store=config.direct_store,
     )

@@ -190,12 +190,32 @@ def _logits_tile(
     valid: tl.tensor,
     end: tl.tensor,
     scale: tl.tensor,
+    DIRECT_STORE: tl.constexpr = False,
 ) -> None:
     """scale: the keys' fp32 scales [BLOCK_N] (fp8 keys; positive, so relu(c * x) = c * relu(x)) or 1.0."""
     s = tl.dot(k, q_t)  # [BLOCK_N, H] fp32
     s = tl.maximum(s, 0.0) * w[None, :]
     logit = tl.where(valid, tl.sum(s, axis=1) * scale, float("-inf"))
-    tl.store(out_row + t, logit, mask=t < end)
+    store_logits(out_row + t, logit, t < end, DIRECT_STORE)
+
+
+@triton.jit
+def store_logits(at: tl.tensor, logit: tl.tensor, mask: tl.tensor, DIRECT_STORE: tl.constexpr) -> None:
+    """Store a tile's logits. ``tl.store`` first moves them out of the product's layout (each key's sum sits in
+    the four lanes that hold its row of the product) into one key per lane, through shared memory: a store, a
+    barrier and a load per tile. DIRECT_STORE (CUDA only; Triton's interpreter runs no PTX) stores each key's
+    sum from the product's layout with ``st.global``, the four lanes of a row writing the same word."""
+    if DIRECT_STORE:
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.global.b32 [$1], $2; mov.b32 $0, 0; }",
+            "=r,l,r,r",
+            [at.to(tl.int64), logit, mask.to(tl.int32)],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+    else:
+        tl.store(at, logit, mask=mask)
 
 
 @triton.jit
@@ -213,6 +233,7 @@ def _one_row_tiles(
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     KEY_FP8: tl.constexpr = 0,
+    DIRECT_STORE: tl.constexpr = False,
 ) -> None:
     """The v1 loop: page ids loaded one tile ahead and carried (with the id load in the same
     iteration as the key load, Triton's pipeliner treats the key load as indirect and keeps a
@@ -233,7 +254,7 @@ def _one_row_tiles(
             scale = fp8_key_scales(k_ptr, stride_page, page, t, valid, D, PAGE)
         t_next = t + BLOCK_N
         page = tl.load(pt_row + t_next // PAGE, mask=t_next < compute_end, other=0).to(tl.int64)
-        _logits_tile(k, q_t, w, out_row, t, valid, end, scale)
+        _logits_tile(k, q_t, w, out_row, t, valid, end, scale, DIRECT_STORE)
 
 
 @triton.jit
@@ -253,6 +274,7 @@ def _fp8_page_tiles(
     D: tl.constexpr,
     PAGE: tl.constexpr,
     KEY_FP8: tl.constexpr,
+    DIRECT_STORE: tl.constexpr = False,
 ) -> None:
     """fp8 keys, one whole page per tile: the row's pages first, first + stride, ... (n_tiles of them; ``page``
     is the first one's id), keys below n_keys, written up to ``end``. Each next page's id is one scalar load and
@@ -273,7 +295,7 @@ def _fp8_page_tiles(
         t_next = p_next * PAGE + offs
         page = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
         scale_next = fp8_key_scales(k_ptr, stride_page, page, t_next, t_next < n_keys, D, PAGE)
-        _logits_tile(fp8_key_values(k, KEY_FP8), q_t, w, out_row, t, valid, end, scale)
+        _logits_tile(fp8_key_values(k, KEY_FP8), q_t, w, out_row, t, valid, end, scale, DIRECT_STORE)
         scale = scale_next
 
 
@@ -396,6 +418,7 @@ def _one_row(
     PAGE_BLOCK: tl.constexpr,
     KEY_FP8: tl.constexpr = 0,
     SCALES_AHEAD: tl.constexpr = False,
+    DIRECT_STORE: tl.constexpr = False,
 ) -> None:
     """Logits of one row (q [H, D], w [H]) over [start, end): keys below n_keys, -inf from n_keys on.
 
@@ -431,10 +454,24 @@ def _one_row(
                 D,
                 PAGE,
                 KEY_FP8,
+                DIRECT_STORE,
             )
         elif PAGE_BLOCK == 0:
             _one_row_tiles(
-                q_t, w, k_ptr, stride_page, pt_row, out_row, start, end, compute_end, D, PAGE, BLOCK_N, KEY_FP8
+                q_t,
+                w,
+                k_ptr,
+                stride_page,
+                pt_row,
+                out_row,
+                start,
+                end,
+                compute_end,
+                D,
+                PAGE,
+                BLOCK_N,
+                KEY_FP8,
+                DIRECT_STORE,
             )
         else:
             # Page ids PAGE_BLOCK at a time into registers; each tile gathers its ids from
@@ -456,7 +493,7 @@ def _one_row(
                         else:
                             k = key_tile(k_ptr, stride_page, ids, pb, t, valid, D, PAGE, PAGE_BLOCK)
                             scale = 1.0
-                        _logits_tile(k, q_t, w, out_row, t, valid, end, scale)
+                        _logits_tile(k, q_t, w, out_row, t, valid, end, scale, DIRECT_STORE)
                 else:
                     t = lo + offs_n
                     scale_next = fp8_block_scales(k_ptr, stride_page, ids, pb, t, t < compute_end, D, PAGE, PAGE_BLOCK)
@@ -469,7 +506,7 @@ def _one_row(
                         scale_next = fp8_block_scales(
                             k_ptr, stride_page, ids, pb, t_next, t_next < blk_end, D, PAGE, PAGE_BLOCK
                         )
-                        _logits_tile(fp8_key_values(raw, KEY_FP8), q_t, w, out_row, t, valid, end, scale)
+                        _logits_tile(fp8_key_values(raw, KEY_FP8), q_t, w, out_row, t, valid, end, scale, DIRECT_STORE)
         fill_start = start + tl.cdiv(compute_end - start, BLOCK_N) * BLOCK_N
     # Only when seq_len exceeds the page table's reach (never in SGLang): -inf up to end.
     for n0 in range(fill_start, end, BLOCK_N):
@@ -608,6 +645,7 @@ def _item_program(
     PAGE_BLOCK: tl.constexpr,
     KEY_FP8: tl.constexpr,
     SCALES_AHEAD: tl.constexpr,
+    DIRECT_STORE: tl.constexpr,
 ) -> None:
     """Decode, item grid: program i takes the batch's i-th work item (the rows' parts of one
     batch-wide chunk size, in row order); programs past the last item return at once. The grid
@@ -641,6 +679,7 @@ def _item_program(
             PAGE_BLOCK,
             KEY_FP8,
             SCALES_AHEAD,
+            DIRECT_STORE,
         )
 
 
@@ -666,6 +705,7 @@ def _interleaved_part(
     D: tl.constexpr,
     PAGE: tl.constexpr,
     KEY_FP8: tl.constexpr,
+    DIRECT_STORE: tl.constexpr,
 ) -> None:
     """One row (few rows), interleaved parts: program (row, part) takes the row's pages part, part + split,
     part + 2 split, ... (one PAGE-key tile each). Which page comes first does not depend on the row's
@@ -711,6 +751,7 @@ def _interleaved_part(
                 D,
                 PAGE,
                 KEY_FP8,
+                DIRECT_STORE,
             )
         else:
             for i in range(0, n_tiles):  # from 0: see _one_row
@@ -720,7 +761,7 @@ def _interleaved_part(
                 k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
                 p_next = p + split
                 page = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
-                _logits_tile(k, q_t, w, out_row, t, valid, n_write, 1.0)
+                _logits_tile(k, q_t, w, out_row, t, valid, n_write, 1.0, DIRECT_STORE)
 
 
 @triton.jit
@@ -752,6 +793,7 @@ def _grid_one_row(
     BALANCE: tl.constexpr,
     KEY_FP8: tl.constexpr,
     SCALES_AHEAD: tl.constexpr,
+    DIRECT_STORE: tl.constexpr,
 ) -> None:
     """Program (row ``group``, ``part``) of the (rows, split) grid."""
     n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + group), 0), max_len)
@@ -783,6 +825,7 @@ def _grid_one_row(
             PAGE_BLOCK,
             KEY_FP8,
             SCALES_AHEAD,
+            DIRECT_STORE,
         )
 
 
@@ -908,6 +951,7 @@ def paged_mqa_logits_kernel(
     KEY_FP8: tl.constexpr = 0,
     INTERLEAVED: tl.constexpr = False,
     SCALES_AHEAD: tl.constexpr = False,
+    DIRECT_STORE: tl.constexpr = False,
 ) -> None:
     reach = pt_width * PAGE
     if INTERLEAVED:
@@ -932,6 +976,7 @@ def paged_mqa_logits_kernel(
             D,
             PAGE,
             KEY_FP8,
+            DIRECT_STORE,
         )
     elif ITEM_GRID:
         _item_program(
@@ -958,6 +1003,7 @@ def paged_mqa_logits_kernel(
             PAGE_BLOCK,
             KEY_FP8,
             SCALES_AHEAD,
+            DIRECT_STORE,
         )
     elif ROWS == 1:
         _grid_one_row(
@@ -988,6 +1034,7 @@ def paged_mqa_logits_kernel(
             BALANCE,
             KEY_FP8,
             SCALES_AHEAD,
+            DIRECT_STORE,
         )
     else:
         # longest-first in causal prefill: groups in reverse row order
@@ -1153,6 +1200,7 @@ def paged_mqa_logits(
     fp8_mma: bool = False,
     interleaved: bool = False,
     scales_ahead: bool = False,
+    direct_store: bool = False,
 ) -> torch.Tensor:
     """Launcher; see the module docstring (columns past each row's length are not written).
 
@@ -1179,6 +1227,9 @@ def paged_mqa_logits(
     ``scales_ahead`` (fp8 keys, not interleaved): each tile's key scales are loaded one tile ahead (see
     ``_one_row``); with page_block 0 (64-key tiles), each tile's page id too, one scalar load
     (``_fp8_page_tiles``).
+    ``direct_store``: each tile's logits are stored from the product's layout (``store_logits``; bit for bit what
+    ``tl.store`` writes, ``tests/gpu/test_logits_direct_store_gpu.py``). On CPU tensors (Triton's interpreter runs
+    no PTX) and in prefill's row groups, ``tl.store``.
     """
     q, pages, weights, seq_lens, out = _checked_args(
         q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program, key_fp8
@@ -1243,6 +1294,7 @@ def paged_mqa_logits(
         KEY_FP8=(FP8_MMA if fp8_mma else FP8_WIDEN) if key_fp8 else 0,
         INTERLEAVED=interleaved,
         SCALES_AHEAD=scales_ahead,
+        DIRECT_STORE=direct_store and q.is_cuda,  # the interpreter (CPU tensors) runs no PTX: tl.store there
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -12,6 +12,7 @@ import torch
 
 from kernels_sm120 import dispatch
 from kernels_sm120 import reference as R
+from tests.support.logits_inputs import fp8_case
 
 pytestmark = [
     pytest.mark.gpu,
@@ -25,26 +26,6 @@ CONFIG_NAMES = sorted(dispatch.CONFIGS)
 def dev():
     torch.seed()
     return torch.device("cuda")
-
-
-def fp8_case(dev, lens, width, shared=False, heads=64):
-    rows = len(lens)
-    need = [-(-n // 64) for n in lens]
-    pages = (width if shared else sum(need)) + 3
-    keys = torch.randn(pages * 64, 128, device=dev) * torch.rand(pages * 64, 1, device=dev) * 4
-    cache = R.fp8_index_k_pages(keys)
-    perm = torch.randperm(pages, device=dev).to(torch.int32)
-    if shared:
-        pt = perm[:width][None, :].expand(rows, width).contiguous()
-    else:
-        pt = torch.zeros((rows, width), dtype=torch.int32, device=dev)
-        off = 0
-        for r, p in enumerate(need):
-            pt[r, :p] = perm[off : off + p]
-            off += p
-    q = (torch.randn(rows, 1, heads, 128, device=dev) * 8).to(torch.float8_e4m3fn)
-    w = torch.randn(rows, heads, device=dev)
-    return q, cache, w, torch.tensor(lens, dtype=torch.int32, device=dev), pt
 
 
 def tolerance(cfg):

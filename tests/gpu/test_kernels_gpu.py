@@ -14,6 +14,7 @@ import torch
 
 from kernels_sm120 import dispatch
 from kernels_sm120 import reference as R
+from tests.support.logits_inputs import logits_inputs
 
 pytestmark = [
     pytest.mark.gpu,
@@ -92,32 +93,6 @@ def test_index_q(dev, name):
     assert rel_err(q_out, q_ref) < 3e-3
     assert (q_out.double() != q_ref.to(torch.bfloat16).double()).float().mean() < 0.002
     assert rel_err(w_out, w_ref) < 1e-6
-
-
-def logits_inputs(dev, lens, width, shared=False, differing_row=None):
-    rows = len(lens)
-    if shared:  # prefill: one request's table on every row
-        num_pages = width + 4
-        table = torch.randperm(num_pages, device=dev)[:width].to(torch.int32)
-        pt = table[None, :].expand(rows, width).contiguous()
-        if differing_row is not None:
-            spare = [p for p in range(num_pages) if p not in table.tolist()][0]
-            pt[differing_row, 0] = spare
-    else:  # decode: own pages per row, padded with -1
-        num_pages = sum(-(-n // 64) for n in lens) + 4
-        perm = torch.randperm(num_pages, device=dev).to(torch.int32)
-        pt = torch.full((rows, width), -1, dtype=torch.int32, device=dev)
-        off = 0
-        for r, n in enumerate(lens):
-            p = -(-n // 64)
-            pt[r, :p] = perm[off : off + p]
-            off += p
-    k_exact = torch.randn(num_pages * 64, 128, device=dev, dtype=torch.float64)
-    q_exact = torch.randn(rows, 64, 128, device=dev, dtype=torch.float64)
-    w = torch.randn(rows, 64, device=dev)
-    seq = torch.tensor(lens, dtype=torch.int32, device=dev)
-    cache = k_exact.to(torch.bfloat16).view(num_pages, 64 * 128).view(torch.uint8)
-    return k_exact, q_exact, w, seq, pt, cache
 
 
 def check_logits_against_references(dev, cfg, lens, width, max_len, **kw):

@@ -1,0 +1,51 @@
+"""Paged logits inputs for the GPU tests: SGLang's bf16 and fp8 index-K pages, page tables and queries."""
+
+import torch
+
+from kernels_sm120 import reference as R
+
+
+def logits_inputs(dev, lens, width, shared=False, differing_row=None):
+    rows = len(lens)
+    if shared:  # prefill: one request's table on every row
+        num_pages = width + 4
+        table = torch.randperm(num_pages, device=dev)[:width].to(torch.int32)
+        pt = table[None, :].expand(rows, width).contiguous()
+        if differing_row is not None:
+            spare = [p for p in range(num_pages) if p not in table.tolist()][0]
+            pt[differing_row, 0] = spare
+    else:  # decode: own pages per row, padded with -1
+        num_pages = sum(-(-n // 64) for n in lens) + 4
+        perm = torch.randperm(num_pages, device=dev).to(torch.int32)
+        pt = torch.full((rows, width), -1, dtype=torch.int32, device=dev)
+        off = 0
+        for r, n in enumerate(lens):
+            p = -(-n // 64)
+            pt[r, :p] = perm[off : off + p]
+            off += p
+    k_exact = torch.randn(num_pages * 64, 128, device=dev, dtype=torch.float64)
+    q_exact = torch.randn(rows, 64, 128, device=dev, dtype=torch.float64)
+    w = torch.randn(rows, 64, device=dev)
+    seq = torch.tensor(lens, dtype=torch.int32, device=dev)
+    cache = k_exact.to(torch.bfloat16).view(num_pages, 64 * 128).view(torch.uint8)
+    return k_exact, q_exact, w, seq, pt, cache
+
+
+def fp8_case(dev, lens, width, shared=False, heads=64):
+    rows = len(lens)
+    need = [-(-n // 64) for n in lens]
+    pages = (width if shared else sum(need)) + 3
+    keys = torch.randn(pages * 64, 128, device=dev) * torch.rand(pages * 64, 1, device=dev) * 4
+    cache = R.fp8_index_k_pages(keys)
+    perm = torch.randperm(pages, device=dev).to(torch.int32)
+    if shared:
+        pt = perm[:width][None, :].expand(rows, width).contiguous()
+    else:
+        pt = torch.zeros((rows, width), dtype=torch.int32, device=dev)
+        off = 0
+        for r, p in enumerate(need):
+            pt[r, :p] = perm[off : off + p]
+            off += p
+    q = (torch.randn(rows, 1, heads, 128, device=dev) * 8).to(torch.float8_e4m3fn)
+    w = torch.randn(rows, heads, device=dev)
+    return q, cache, w, torch.tensor(lens, dtype=torch.int32, device=dev), pt
