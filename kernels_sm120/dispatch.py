@@ -91,7 +91,7 @@ class LogitsConfig:
     interleaved: bool = False
     # fp8 keys: each tile's key scales loaded one tile ahead (the pipeliner streams only the key tiles)
     scales_ahead: bool = False
-    # each tile's logits stored from the product's layout (no shared-memory round trip; CUDA only)
+    # each tile's logits stored from the product's layout (no layout change through shared memory first; CUDA only)
     direct_store: bool = False
 
 

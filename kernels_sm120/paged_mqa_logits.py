@@ -190,7 +190,7 @@ def _logits_tile(
     valid: tl.tensor,
     end: tl.tensor,
     scale: tl.tensor,
-    DIRECT_STORE: tl.constexpr = False,
+    DIRECT_STORE: tl.constexpr,
 ) -> None:
     """scale: the keys' fp32 scales [BLOCK_N] (fp8 keys; positive, so relu(c * x) = c * relu(x)) or 1.0."""
     s = tl.dot(k, q_t)  # [BLOCK_N, H] fp32
@@ -201,11 +201,13 @@ def _logits_tile(
 
 @triton.jit
 def store_logits(at: tl.tensor, logit: tl.tensor, mask: tl.tensor, DIRECT_STORE: tl.constexpr) -> None:
-    """Store a tile's logits. ``tl.store`` first moves them out of the product's layout (each key's sum sits in
-    the four lanes that hold its row of the product) into one key per lane, through shared memory: a store, a
-    barrier and a load per tile. DIRECT_STORE (CUDA only; Triton's interpreter runs no PTX) stores each key's
-    sum from the product's layout with ``st.global``, the four lanes of a row writing the same word."""
+    """Store a tile's logits. ``tl.store`` first moves them out of the product's layout (each key's sum is held,
+    as copies, by every lane that holds part of its row of the product) into one key per lane, through shared
+    memory: a store, a barrier and a load per tile. DIRECT_STORE (CUDA only; Triton's interpreter runs no PTX)
+    stores each key's sum from the product's layout with ``st.global``: every lane holding a copy writes the
+    same word."""
     if DIRECT_STORE:
+        # an elementwise asm block must produce a tensor: $0 is a dummy 0, unused
         tl.inline_asm_elementwise(
             "{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.global.b32 [$1], $2; mov.b32 $0, 0; }",
             "=r,l,r,r",
@@ -232,8 +234,8 @@ def _one_row_tiles(
     D: tl.constexpr,
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    KEY_FP8: tl.constexpr = 0,
-    DIRECT_STORE: tl.constexpr = False,
+    KEY_FP8: tl.constexpr,
+    DIRECT_STORE: tl.constexpr,
 ) -> None:
     """The v1 loop: page ids loaded one tile ahead and carried (with the id load in the same
     iteration as the key load, Triton's pipeliner treats the key load as indirect and keeps a
@@ -274,7 +276,7 @@ def _fp8_page_tiles(
     D: tl.constexpr,
     PAGE: tl.constexpr,
     KEY_FP8: tl.constexpr,
-    DIRECT_STORE: tl.constexpr = False,
+    DIRECT_STORE: tl.constexpr,
 ) -> None:
     """fp8 keys, one whole page per tile: the row's pages first, first + stride, ... (n_tiles of them; ``page``
     is the first one's id), keys below n_keys, written up to ``end``. Each next page's id is one scalar load and
@@ -416,9 +418,9 @@ def _one_row(
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PAGE_BLOCK: tl.constexpr,
-    KEY_FP8: tl.constexpr = 0,
-    SCALES_AHEAD: tl.constexpr = False,
-    DIRECT_STORE: tl.constexpr = False,
+    KEY_FP8: tl.constexpr,
+    SCALES_AHEAD: tl.constexpr,
+    DIRECT_STORE: tl.constexpr,
 ) -> None:
     """Logits of one row (q [H, D], w [H]) over [start, end): keys below n_keys, -inf from n_keys on.
 
@@ -918,6 +920,8 @@ def _grid_row_group(
                         BLOCK_N,
                         PAGE_BLOCK,
                         KEY_FP8,
+                        False,  # SCALES_AHEAD: one row per program only
+                        False,  # DIRECT_STORE: decode only
                     )
 
 
@@ -1099,6 +1103,11 @@ AOT_SIGNATURES["paged_mqa_logits_kernel[fp8]"] = dict(
 )
 
 
+def _interpreting() -> bool:
+    """True where Triton's interpreter runs these kernels (TRITON_INTERPRET=1, as the CPU tests set it)."""
+    return not isinstance(paged_mqa_logits_kernel, triton.runtime.jit.JITFunction)
+
+
 def pick_split(groups: int, max_len: int, block_n: int, target_programs: int, max_chunk: int) -> int:
     """Parts per row group: as many as keep the grid within ``target_programs`` (whole
     waves of resident programs, so equal parts of equal rows finish together), but at
@@ -1227,9 +1236,9 @@ def paged_mqa_logits(
     ``scales_ahead`` (fp8 keys, not interleaved): each tile's key scales are loaded one tile ahead (see
     ``_one_row``); with page_block 0 (64-key tiles), each tile's page id too, one scalar load
     (``_fp8_page_tiles``).
-    ``direct_store``: each tile's logits are stored from the product's layout (``store_logits``; bit for bit what
-    ``tl.store`` writes, ``tests/gpu/test_logits_direct_store_gpu.py``). On CPU tensors (Triton's interpreter runs
-    no PTX) and in prefill's row groups, ``tl.store``.
+    ``direct_store``: each tile's logits are stored from the product's layout (``store_logits``; meant to write bit
+    for bit what ``tl.store`` writes, which ``tests/gpu/test_logits_direct_store_gpu.py`` checks, not yet run on a
+    GPU). Under Triton's interpreter (it runs no PTX) and in prefill's row groups, ``tl.store``.
     """
     q, pages, weights, seq_lens, out = _checked_args(
         q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program, key_fp8
@@ -1294,7 +1303,7 @@ def paged_mqa_logits(
         KEY_FP8=(FP8_MMA if fp8_mma else FP8_WIDEN) if key_fp8 else 0,
         INTERLEAVED=interleaved,
         SCALES_AHEAD=scales_ahead,
-        DIRECT_STORE=direct_store and q.is_cuda,  # the interpreter (CPU tensors) runs no PTX: tl.store there
+        DIRECT_STORE=direct_store and not _interpreting(),  # the interpreter runs no PTX: tl.store there
         num_warps=num_warps,
         num_stages=num_stages,
     )

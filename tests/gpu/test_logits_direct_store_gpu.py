@@ -6,6 +6,11 @@ the CPU tests cannot run it: here every decode tiling of every configuration set
 many rows; bf16 and fp8 keys) runs with and without it on the same inputs into NaN-poisoned outputs,
 and the two outputs must agree bit for bit, unwritten columns included. The values themselves are
 checked against float64 by ``test_kernels_gpu.py`` and ``test_fp8_logits_gpu.py`` over the same tilings.
+
+Hopper's wgmma gives each warp whole rows of the product; SM120's mma.sync splits a row's heads over two
+warps, so there a key's sum is held by eight lanes and each thread stores four of them. With
+``DISABLE_MMA_V3=1`` Triton uses mma.sync on this GPU too (for fp8 keys widened to fp16, not SM120's e4m3
+form, but with its layout): each case runs with both, and checks that the kernel it ran was built that way.
 """
 
 import dataclasses
@@ -35,19 +40,41 @@ def dev():
     return torch.device("cuda")
 
 
-def both_stores(run, cfg, rows, max_len, dev):
+@pytest.fixture(params=["wgmma", "mma.sync"])
+def product(request, monkeypatch):
+    """Which tensor-core product Triton builds (``DISABLE_MMA_V3`` is part of Triton's compile cache key)."""
+    if request.param == "mma.sync":
+        monkeypatch.setenv("DISABLE_MMA_V3", "1")
+    return request.param
+
+
+def compiled_ptx() -> list[str]:
+    """The PTX of every build of the logits kernel this process has compiled."""
+    from kernels_sm120.paged_mqa_logits import paged_mqa_logits_kernel
+
+    return [k.asm["ptx"] for cache, *_ in paged_mqa_logits_kernel.device_caches.values() for k in cache.values()]
+
+
+def both_stores(run, cfg, lens, max_len, dev, product):
     outs = []
     for direct in (False, True):
-        out = torch.full((rows, max_len), float("nan"), device=dev)
+        out = torch.full((len(lens), max_len), float("nan"), device=dev)
         run(dataclasses.replace(cfg, direct_store=direct), out)
         outs.append(out)
     torch.cuda.synchronize()
-    return outs
+    plain, direct = outs
+    written = torch.arange(max_len, device=dev)[None, :] < torch.tensor(lens, device=dev)[:, None]
+    assert not torch.isnan(plain[written]).any(), "every column below a row's length must be written"
+    tensor_core = "mma.sync" if product == "mma.sync" else "wgmma"
+    assert any("@p st.global.b32" in ptx and tensor_core in ptx for ptx in compiled_ptx()), (
+        f"no build of the kernel with the direct store and {tensor_core} was run"
+    )
+    return plain, direct
 
 
 @pytest.mark.parametrize("batch", sorted(LENGTHS))
 @pytest.mark.parametrize("name", sorted(dispatch.CONFIGS))
-def test_fp8_direct_store_matches_tl_store(dev, name, batch):
+def test_fp8_direct_store_matches_tl_store(dev, name, batch, product):
     lens = LENGTHS[batch]
     q, cache, w, seq, pt = fp8_case(dev, lens, 4096 // 64 * 4)
     cfg = dispatch.CONFIGS[name].logits_for(len(lens), key_fp8=True)
@@ -56,14 +83,13 @@ def test_fp8_direct_store_matches_tl_store(dev, name, batch):
     def run(c, out):
         dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, max_len, out=out, config=c)
 
-    plain, direct = both_stores(run, cfg, len(lens), max_len, dev)
-    assert not torch.isnan(plain[0, : lens[0]]).any()
+    plain, direct = both_stores(run, cfg, lens, max_len, dev, product)
     torch.testing.assert_close(direct, plain, rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("batch", sorted(LENGTHS))
 @pytest.mark.parametrize("name", sorted(dispatch.CONFIGS))
-def test_bf16_direct_store_matches_tl_store(dev, name, batch):
+def test_bf16_direct_store_matches_tl_store(dev, name, batch, product):
     lens = LENGTHS[batch]
     _k, q_exact, w, seq, pt, cache = logits_inputs(dev, lens, 4096 // 64 * 4)
     q = q_exact.to(torch.bfloat16).unsqueeze(1)
@@ -73,6 +99,5 @@ def test_bf16_direct_store_matches_tl_store(dev, name, batch):
     def run(c, out):
         dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, max_len, out=out, config=c)
 
-    plain, direct = both_stores(run, cfg, len(lens), max_len, dev)
-    assert not torch.isnan(plain[0, : lens[0]]).any()
+    plain, direct = both_stores(run, cfg, lens, max_len, dev, product)
     torch.testing.assert_close(direct, plain, rtol=0, atol=0, equal_nan=True)

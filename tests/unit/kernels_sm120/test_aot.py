@@ -115,3 +115,42 @@ def test_fp8_decode_logits_keep_their_pipeline_stages(arch, kernel):
     key_tile = cfg.block_n * 128  # e4m3 bytes
     assert compiled.metadata.shared >= (cfg.num_stages - 1) * key_tile, (compiled.metadata.shared, key_tile)
     assert "LDGSTS" in aot.disassemble(compiled.asm["cubin"])
+
+
+DECODE_LOGITS_FIELDS = (
+    "logits",
+    "logits_few_rows",
+    "logits_one_row",
+    "logits_fp8",
+    "logits_fp8_few_rows",
+    "logits_fp8_one_row",
+)
+
+
+def _with_direct_store(cfgs):
+    import dataclasses
+
+    tilings = {f: getattr(cfgs, f) for f in DECODE_LOGITS_FIELDS if getattr(cfgs, f) is not None}
+    return dataclasses.replace(cfgs, **{f: dataclasses.replace(c, direct_store=True) for f, c in tilings.items()})
+
+
+@pytest.mark.parametrize("arch", [90, 120])
+@pytest.mark.parametrize(
+    "kernel", ["", "[few rows]", "[one row]", "[fp8]", "[fp8 few rows]", "[fp8 one row]"], ids=lambda k: k or "[decode]"
+)
+def test_direct_store_reaches_every_decode_kernel(arch, kernel):
+    """The direct store (inline PTX) is compiled into every decode tiling that asks for it: its store is in the
+    PTX, and the shared-memory round trip of the layout change is gone (on sm_120a, with it, barriers). It runs
+    only on a GPU, where tests/gpu/test_logits_direct_store_gpu.py compares it bit for bit with tl.store; this
+    check fails if a function between the kernel and the store drops the switch."""
+    from kernels_sm120 import dispatch
+
+    spec = next(s for s in aot.kernel_specs() if s.name == f"paged_mqa_logits_kernel{kernel}")
+    cfgs = dispatch.CONFIGS[dispatch.arch_key((arch // 10, arch % 10))]
+    plain, _, _ = aot.compile_kernel(spec, arch, cfgs)
+    direct, _, _ = aot.compile_kernel(spec, arch, _with_direct_store(cfgs))
+    assert "@p st.global.b32" not in plain.asm["ptx"]
+    assert "@p st.global.b32" in direct.asm["ptx"]
+    assert direct.asm["ptx"].count("st.shared") < plain.asm["ptx"].count("st.shared")
+    if arch == 120:
+        assert direct.asm["ptx"].count("bar.sync") < plain.asm["ptx"].count("bar.sync")

@@ -269,15 +269,17 @@ def test_fp8_decode_tiling_past_the_tables_reach_and_the_output_width(interp, ge
     assert rel_err(out[fin], ref[fin]) < 1e-6
 
 
-@pytest.mark.parametrize("arch", ["sm90", "sm120"])
-def test_direct_store_tilings_run_on_the_interpreter_with_tl_store(interp, gen, arch):
+@pytest.mark.parametrize("tiling", ["logits_fp8", "logits_fp8_one_row"], ids=["decode", "interleaved"])
+def test_direct_store_tilings_run_on_the_interpreter_with_tl_store(interp, gen, tiling):
     """A tiling with the direct store (inline PTX, CUDA only) still runs on CPU tensors: the launcher stores
     with tl.store there (the interpreter runs no PTX). The direct store itself is compared bit for bit with
     tl.store on the GPU (tests/gpu/test_logits_direct_store_gpu.py)."""
     lens = [700, 65, 1, 0, 384]
     q, cache, w, seq, pt = fp8_case(gen, lens, width=12)
     max_len = 12 * 64
-    cfg = dataclasses.replace(dispatch.CONFIGS[arch].logits_fp8, busy_per_sm=1, direct_store=True)
+    cfg = dataclasses.replace(getattr(dispatch.CONFIGS["sm120"], tiling), direct_store=True)
+    if cfg.busy_per_sm:
+        cfg = dataclasses.replace(cfg, busy_per_sm=1)  # a few programs on the interpreter
     out = torch.full((len(lens), max_len), float("nan"))
     dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, max_len, out=out, config=cfg)
     ref = R.fp8_paged_mqa_logits_reference(q, cache, w, seq, pt, max_len)
