@@ -50,13 +50,13 @@ def test_fp8_logits_vs_float64(dev, name, kind):
     cfgs = dispatch.CONFIGS[name]
     if kind == "prefill":
         lens = [int(x) for x in torch.linspace(1, 3000, 520)]
-        q, cache, w, seq, pt = fp8_case(dev, lens, 48, shared=True)
+        q, cache, w, seq, pt = fp8_case(lens, 48, device=dev, shared=True)
         cfg = cfgs.logits_prefill
     else:
         rows = 4 if kind == "few-rows" else 40
         lens = [int(x) for x in torch.randint(0, 9000, (rows,))]
         lens[0], lens[-1] = 0, 9000
-        q, cache, w, seq, pt = fp8_case(dev, lens, 4096 // 64 * 4)  # a wide table, as under a decode graph
+        q, cache, w, seq, pt = fp8_case(lens, 4096 // 64 * 4, device=dev)  # a wide table, as under a decode graph
         cfg = cfgs.logits_for(rows, key_fp8=True)
     max_len = pt.shape[1] * 64
     out = torch.full((len(lens), max_len), float("nan"), device=dev)
@@ -70,7 +70,7 @@ def test_fp8_logits_vs_sglang_torch_sm120(sglang_gpu, dev):
     from sglang.srt.layers.attention.dsv4.indexer import fp8_paged_mqa_logits_torch_sm120
 
     lens = [1, 64, 65, 777, 4096, 8191]
-    q, cache, w, seq, pt = fp8_case(dev, lens, 128)
+    q, cache, w, seq, pt = fp8_case(lens, 128, device=dev)
     max_len = 128 * 64
     ours = dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, max_len)
     theirs = fp8_paged_mqa_logits_torch_sm120(q, cache, w, seq, pt, None, max_len, clean_logits=False)
@@ -86,7 +86,7 @@ def test_fp8_logits_vs_sglang_torch_sm120(sglang_gpu, dev):
 
 def test_fp8_logits_under_cuda_graph(dev):
     lens = [300, 5000, 0, 64]
-    q, cache, w, seq, pt = fp8_case(dev, lens, 100)
+    q, cache, w, seq, pt = fp8_case(lens, 100, device=dev)
     out = torch.full((4, 6400), float("nan"), device=dev)
     dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, 6400, out=out)  # compile outside the capture
     g = torch.cuda.CUDAGraph()

@@ -76,7 +76,7 @@ def both_stores(run, cfg, lens, max_len, dev, product):
 @pytest.mark.parametrize("name", sorted(dispatch.CONFIGS))
 def test_fp8_direct_store_matches_tl_store(dev, name, batch, product):
     lens = LENGTHS[batch]
-    q, cache, w, seq, pt = fp8_case(dev, lens, 4096 // 64 * 4)
+    q, cache, w, seq, pt = fp8_case(lens, 4096 // 64 * 4, device=dev)
     cfg = dispatch.CONFIGS[name].logits_for(len(lens), key_fp8=True)
     max_len = pt.shape[1] * 64
 

@@ -31,21 +31,27 @@ def logits_inputs(dev, lens, width, shared=False, differing_row=None):
     return k_exact, q_exact, w, seq, pt, cache
 
 
-def fp8_case(dev, lens, width, shared=False, heads=64):
+def fp8_case(lens, width, *, device="cpu", gen=None, shared=False, heads=64, spare_pages=3):
+    """SGLang's fp8 inputs: pages quantized with its per-key scale, q e4m3 [R, 1, H, 128], weights [R, H], the
+    lengths (int32) and a page table [R, width]: each row its own pages, padded with 0 past them (as
+    ``match_num_queries`` pads; a row longer than the table reaches gets the table's width), or with ``shared``
+    one request's ``width`` pages on every row (prefill). Random from ``gen`` (a CPU generator) or, on ``device``,
+    from its default generator."""
+    rng = dict(generator=gen, device=device)
     rows = len(lens)
-    need = [-(-n // 64) for n in lens]
-    pages = (width if shared else sum(need)) + 3
-    keys = torch.randn(pages * 64, 128, device=dev) * torch.rand(pages * 64, 1, device=dev) * 4
+    need = [min(-(-n // 64), width) for n in lens]
+    pages = (width if shared else sum(need)) + spare_pages
+    keys = torch.randn(pages * 64, 128, **rng) * torch.rand(pages * 64, 1, **rng) * 4
     cache = R.fp8_index_k_pages(keys)
-    perm = torch.randperm(pages, device=dev).to(torch.int32)
+    perm = torch.randperm(pages, **rng).to(torch.int32)
     if shared:
         pt = perm[:width][None, :].expand(rows, width).contiguous()
     else:
-        pt = torch.zeros((rows, width), dtype=torch.int32, device=dev)
+        pt = torch.zeros((rows, width), dtype=torch.int32, device=device)
         off = 0
         for r, p in enumerate(need):
             pt[r, :p] = perm[off : off + p]
             off += p
-    q = (torch.randn(rows, 1, heads, 128, device=dev) * 8).to(torch.float8_e4m3fn)
-    w = torch.randn(rows, heads, device=dev)
-    return q, cache, w, torch.tensor(lens, dtype=torch.int32, device=dev), pt
+    q = (torch.randn(rows, 1, heads, 128, **rng) * 8).to(torch.float8_e4m3fn)
+    w = torch.randn(rows, heads, **rng)
+    return q, cache, w, torch.tensor(lens, dtype=torch.int32, device=device), pt

@@ -9,15 +9,18 @@ it stubbed) over SGLang's fp8 index-K pool exactly as stored (uint8 [num_pages, 
 """
 
 import dataclasses
+import functools
 
 import pytest
 import torch
 
 from kernels_sm120 import _triton_helpers, dispatch, paged_mqa_logits
 from kernels_sm120 import reference as R
+from tests.support import logits_inputs
 from tests.support.triton_interpreter import interpreted_kernels
 
 HEADS = 16  # the kernel takes any power of two >= 16; DeepSeek-V4 has 64 (the GPU tests use 64)
+fp8_case = functools.partial(logits_inputs.fp8_case, heads=HEADS)
 
 
 @pytest.fixture
@@ -36,25 +39,6 @@ def sglang_fp8_torch_sm120():
     from sglang.srt.layers.attention.dsv4.indexer import fp8_paged_mqa_logits_torch_sm120
 
     return fp8_paged_mqa_logits_torch_sm120
-
-
-def fp8_case(gen, lens, width, heads=HEADS, spare_pages=3):
-    """SGLang's fp8 inputs: pages quantized with its per-key scale, q e4m3 [R, 1, H, 128], a page
-    table padded with 0 past each row's pages (as ``match_num_queries`` pads)."""
-    rows = len(lens)
-    need = [min(-(-n // 64), width) for n in lens]
-    pages = sum(need) + spare_pages
-    keys = torch.randn(pages * 64, 128, generator=gen) * torch.rand(pages * 64, 1, generator=gen) * 4
-    cache = R.fp8_index_k_pages(keys)
-    perm = torch.randperm(pages, generator=gen).to(torch.int32)
-    pt = torch.zeros((rows, width), dtype=torch.int32)
-    off = 0
-    for r, p in enumerate(need):
-        pt[r, :p] = perm[off : off + p]
-        off += p
-    q = (torch.randn(rows, 1, heads, 128, generator=gen) * 8).to(torch.float8_e4m3fn)
-    w = torch.randn(rows, heads, generator=gen)
-    return q, cache, w, torch.tensor(lens, dtype=torch.int32), pt
 
 
 def written(seq_lens, max_len):
@@ -80,7 +64,7 @@ def test_fp8_pages_reference_reads_sglang_layout():
 
 def test_fp8_kernel_matches_sglang_torch_sm120_and_float64(interp, gen, sglang_fp8_torch_sm120):
     lens = [0, 1, 63, 64, 65, 300, 512]
-    q, cache, w, seq, pt = fp8_case(gen, lens, width=8)
+    q, cache, w, seq, pt = fp8_case(lens, width=8, gen=gen)
     max_len = 512
     out = torch.full((len(lens), max_len), float("nan"))
     got = dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, max_len, out=out)
@@ -99,7 +83,7 @@ def test_fp8_kernel_matches_sglang_torch_sm120_and_float64(interp, gen, sglang_f
 def test_fp8_kernel_scale_is_applied_per_key(interp, gen):
     """Doubling one key's scale doubles that key's logit and no other (the scale is read from the
     page's scale region at the key's own row)."""
-    q, cache, w, seq, pt = fp8_case(gen, [128], width=2, spare_pages=0)
+    q, cache, w, seq, pt = fp8_case([128], width=2, spare_pages=0, gen=gen)
     w = w.abs()  # all-positive logits, so the doubled one is told apart
     base = dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, 128)
     page, row = int(pt[0, 1]), 5  # key 64 + 5
@@ -149,7 +133,7 @@ FP8_TILINGS = [
 )
 def test_fp8_kernel_every_tiling(interp, gen, cfg):
     lens = [500, 257, 0, 64, 1, 130]
-    q, cache, w, seq, pt = fp8_case(gen, lens, width=12)
+    q, cache, w, seq, pt = fp8_case(lens, width=12, gen=gen)
     out = torch.full((6, 768), float("nan"))
     dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, 768, out=out, config=cfg)
     ref = R.fp8_paged_mqa_logits_reference(q, cache, w, seq, pt, 768)
@@ -161,7 +145,7 @@ def test_fp8_kernel_every_tiling(interp, gen, cfg):
 def test_fp8_kernel_rows_sharing_pages(interp, gen):
     """Prefill rows of one request (same page table, causal lengths): the shared-tile path."""
     lens = [1, 70, 130, 200]
-    q, cache, w, seq, pt = fp8_case(gen, [200], width=4)
+    q, cache, w, seq, pt = fp8_case([200], width=4, gen=gen)
     q = q.expand(4, 1, HEADS, 128).clone()
     pt = pt.expand(4, 4).contiguous()
     seq = torch.tensor(lens, dtype=torch.int32)
@@ -188,7 +172,7 @@ def test_fp8_kernel_rows_sharing_pages(interp, gen):
     ids=["bf16-q", "no-scales", "fp8-dtype-cache", "bf16-page-rows"],
 )
 def test_fp8_launcher_validation(gen, change, match):
-    q, cache, w, seq, pt = fp8_case(gen, [64], width=1)
+    q, cache, w, seq, pt = fp8_case([64], width=1, gen=gen)
     args = dict(q=q, cache=cache, w=w, seq=seq, pt=pt)
     change(args)
     with pytest.raises((TypeError, ValueError), match=match):
@@ -242,7 +226,7 @@ def test_one_row_takes_the_interleaved_tiling_of_its_key_type(arch):
 )
 def test_scales_ahead_without_page_id_blocks_needs_whole_page_tiles(gen, tiling, match):
     """With page_block 0 each tile's page id is one scalar: a tile must be exactly one page."""
-    q, cache, w, seq, pt = fp8_case(gen, [64], width=1)
+    q, cache, w, seq, pt = fp8_case([64], width=1, gen=gen)
     cfg = dataclasses.replace(dispatch.LogitsConfig(64, 4, 2, programs_per_sm=2, scales_ahead=True), **tiling)
     with pytest.raises(ValueError, match=match):
         dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, 64, config=cfg)
@@ -253,7 +237,7 @@ def test_fp8_decode_tiling_past_the_tables_reach_and_the_output_width(interp, ge
     """The architectures' fp8 decode tiling (one page per tile): a row longer than its page table reaches
     gets -inf from the table's end up to the output width, and rows past the width are cut there."""
     lens = [700, 65, 1, 0, 384, 5000]  # 6 pages of table: 384 keys reachable
-    q, cache, w, seq, pt = fp8_case(gen, lens, width=6)
+    q, cache, w, seq, pt = fp8_case(lens, width=6, gen=gen)
     max_len = 450
     out = torch.full((6, max_len), float("nan"))
     cfg = dataclasses.replace(dispatch.CONFIGS[arch].logits_fp8, busy_per_sm=1)  # a few programs on the interpreter
@@ -275,7 +259,7 @@ def test_direct_store_tilings_run_on_the_interpreter_with_tl_store(interp, gen, 
     with tl.store there (the interpreter runs no PTX). The direct store itself is compared bit for bit with
     tl.store on the GPU (tests/gpu/test_logits_direct_store_gpu.py)."""
     lens = [700, 65, 1, 0, 384]
-    q, cache, w, seq, pt = fp8_case(gen, lens, width=12)
+    q, cache, w, seq, pt = fp8_case(lens, width=12, gen=gen)
     max_len = 12 * 64
     cfg = dataclasses.replace(getattr(dispatch.CONFIGS["sm120"], tiling), direct_store=True)
     if cfg.busy_per_sm:
