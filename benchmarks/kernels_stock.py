@@ -1,13 +1,14 @@
 """What stock SGLang 0.5.23 runs for the decode indexer logits on an SM120 box, timed beside ours.
 
 On an SM120 card without an SM120 DeepGEMM, SGLang's C4 indexer (``forward_c4_indexer`` in
-``sglang/srt/layers/attention/dsv4/indexer.py``) takes one of:
+``sglang/srt/layers/attention/dsv4/indexer.py``) takes, testing the TileLang switch first (``model_hook.py``
+sets both switches on SM120, so stock SM120 runs the first where ``tilelang`` is installed):
 
+  * ``tilelang_fp8_paged_mqa_logits`` (``SGLANG_OPT_USE_TILELANG_INDEXER=1``), a TileLang kernel,
+    when ``tilelang`` is installed: stock SM120's default;
   * ``fp8_paged_mqa_logits_torch_sm120`` (``SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1`` on SM120) and
     ``fp8_paged_mqa_logits_torch`` (the same switch elsewhere): SGLang's own torch code over the
-    stock fp8 index-K pages (132 B per key: 128 e4m3 values and one fp32 scale);
-  * ``tilelang_fp8_paged_mqa_logits`` (``SGLANG_OPT_USE_TILELANG_INDEXER=1``), a TileLang kernel,
-    when ``tilelang`` is installed.
+    stock fp8 index-K pages (132 B per key: 128 e4m3 values and one fp32 scale), without TileLang.
 
 This module runs those functions, SGLang's own Python from the GPU bundle
 (:mod:`benchmarks.sglang_gpu.bootstrap`), at the decode shapes of ``benchmarks/kernels.py``,

@@ -203,9 +203,9 @@ _HOPPER_CLASS_FP8 = LogitsConfig(
 _HOPPER_CLASS_FP8_ONE_ROW = LogitsConfig(64, 4, 3, programs_per_sm=4, interleaved=True, fp8_mma=True)
 # Two to eight rows, fp8 keys: the one-row tiling (interleaved parts). Against the (rows, split) grid with 64-key parts
 # and the scales ahead, its tiling until then, in one H100 call (NOTES.md, "fp8 few rows interleaved"): 2 x 8K 5.70 ->
-# 4.74 us, 4 x 8K 6.73 -> 5.90, 4 x 32K 11.95 -> 10.88, 8 x 8K 9.07 -> 7.82 (TileLang fp8 8.97), a long row beside
-# one or three short ones 9.86 -> 8.80 / 13.22 -> 11.77; beside seven 15.97 -> 17.02 (TileLang 33.77): the long
-# row's parts are fixed on the host at 1 / rows of the programs.
+# 4.74 us, 4 x 8K 6.73 -> 5.90, 4 x 32K 11.95 -> 10.88, 8 x 8K 9.07 -> 7.82 (TileLang fp8 9.00 in the last run), a
+# long row beside one or three short ones 9.86 -> 8.80 / 13.22 -> 11.77; beside seven 15.97 -> 17.02 (TileLang
+# 33.77): the long row's parts are fixed on the host at 1 / rows of the programs.
 _HOPPER_CLASS_FP8_FEW_ROWS = _HOPPER_CLASS_FP8_ONE_ROW
 _HOPPER_CLASS_PREFILL = LogitsConfig(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1, rows_per_program=4)
 

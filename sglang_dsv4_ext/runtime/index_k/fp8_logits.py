@@ -4,11 +4,14 @@ fp8. Stock SGLang on SM120 runs ``tilelang_fp8_paged_mqa_logits`` (``srt/arg_gro
 ``SGLANG_OPT_USE_TILELANG_INDEXER`` and ``SGLANG_FP8_PAGED_MQA_LOGITS_TORCH`` there, and
 ``forward_c4_indexer`` tests the TileLang switch first) or, without TileLang, its torch path
 ``fp8_paged_mqa_logits_torch_sm120``. ``kernels_sm120.paged_mqa_logits_fp8`` reads the same pool as
-stored and computes the same logits, faster at every decode shape measured from 8.7 MB of keys (1.5-1.6x from
-64 MB) and on every mixed batch measured, slower than TileLang at a few rows of a short context
-(:data:`TILELANG_FASTER`). With ``SGLANG_DSV4_FP8_LOGITS=triton`` (the default) the indexer hook hands SGLang a
-router in place of those two functions for the call: it runs ours when the arguments are what ours takes and
-the call is not one where TileLang measured faster, else SGLang's own function, unchanged.
+stored and computes the same logits: faster than TileLang at every decode shape measured from 8.7 MB of keys
+(from 64 MB 1.53-1.65x on an H200, 1.32-1.44x on an H100; never run on an SM120 card) and on every mixed batch
+measured; at a few rows of a short context no faster (:data:`TILELANG_FASTER`, where the router hands TileLang
+the call), and under SGLang's decode CUDA graph at one row of 8K keys 0.96-0.99x, which the router cannot see
+(the graph's page table has the captured width). With ``SGLANG_DSV4_FP8_LOGITS=triton`` (the default) the
+indexer hook hands SGLang a router in place of those two functions for the call: it runs ours when the
+arguments are what ours takes and the call is not one where TileLang measured no slower, else SGLang's own
+function, unchanged.
 
 fp4 (``--enable-deepseek-v4-fp4-indexer``). ``forward_c4_indexer`` raises ``DeepSeek V4 FP4 indexer requires
 DeepGEMM indexer.`` while SGLang's TileLang switch is on, which SM120's defaults turn on: stock SM120 cannot
@@ -47,7 +50,7 @@ TILELANG = "tilelang_fp8_paged_mqa_logits"  # the name SGLang's TileLang fp8 log
 # H100, 2026-12-07, with two to eight rows on the interleaved tiling of one row (kernels_sm120/NOTES.md, "fp8 few rows
 # interleaved"), TileLang's time / ours at each edge and one step past it: 1 x 16K 0.99, 1 x 24K 1.11; 2 x 8K 1.00,
 # 2 x 16K 1.08; 4 x 2K 1.00, 4 x 8K 1.08; 8 x 2K 0.98, 8 x 8K 1.15 (3 and 5-7 rows not measured: they take the tier
-# of the next row count up). The differences inside the tiers are 0.01-0.11 us. Under SGLang's decode CUDA graph the
+# of the next row count up). Under SGLang's decode CUDA graph the
 # width is the captured one (262144 keys for 1M tokens), so graphed decode always runs ours.
 TILELANG_FASTER = ((1, 16384), (2, 8192), (8, 2048))
 
@@ -107,13 +110,14 @@ def _weights_outside(weights: torch.Tensor) -> str | None:
 
 
 def tilelang_faster(name: str, q_fp8: torch.Tensor, page_table: torch.Tensor) -> str | None:
-    """Why SGLang's ``name`` is faster than ours for this call (None: it is not), from host-known shapes."""
+    """Why SGLang's ``name`` takes this call (TileLang measured no slower than ours there; None: it does not), from
+    host-known shapes."""
     if name != TILELANG:
         return None  # SGLang's torch path is 20-120x slower than TileLang at every shape measured
     rows, keys = q_fp8.shape[0], page_table.shape[1] * 64
     for max_rows, max_keys in TILELANG_FASTER:
         if rows <= max_rows and keys <= max_keys:
-            return f"{rows} row(s) of at most {keys} keys: TileLang measured faster ({_tiers()})"
+            return f"{rows} row(s) of at most {keys} keys: TileLang measured no slower ({_tiers()})"
     return None
 
 
@@ -228,7 +232,7 @@ def planned_kernel(index_k_dtype: str, fp8_logits: str, fp4_logits: str) -> str:
     if fp8_logits == Fp8LogitsKernel.SGLANG:
         return "SGLang's own fp8 logits (as stock: TileLang on SM120)"
     return (
-        f"{OURS} where SGLang would call its TileLang or torch fp8 logits, except where TileLang measured faster "
+        f"{OURS} where SGLang would call its TileLang or torch fp8 logits, except where TileLang measured no slower "
         f"({_tiers()} of page table), else SGLang's"
     )
 
