@@ -507,12 +507,26 @@ def poll_in_background(tracker: IntegrityTracker, interval: float = POLL_SECONDS
             thread.start()
 
 
+def _polled_trackers(attempts: int = 3) -> list[IntegrityTracker]:
+    """The trackers to poll now ([] if the set kept changing under every walk: the next round tries again).
+
+    A set walked while another thread changes it raises "Set changed size during iteration", which ended the
+    poller. An addition is kept out by the lock (``poll_in_background`` holds it). A removal is not: ``WeakSet``
+    defers a collected member's removal while it is walked, but its check and its removal are two steps, so a
+    tracker collected on another thread (its pool torn down) between them is discarded under the walk."""
+    for _ in range(attempts):
+        try:
+            with _POLLER_LOCK:
+                return list(_POLLED)
+        except RuntimeError:  # only "changed size during iteration" comes from list() over a WeakSet
+            continue
+    return []
+
+
 def _poll_forever(interval: float) -> None:
     stop = threading.Event()
     while not stop.wait(interval):
-        with _POLLER_LOCK:  # a set walked while poll_in_background adds to it raises, ending this thread
-            trackers = list(_POLLED)
-        for tracker in trackers:
+        for tracker in _polled_trackers():
             try:
                 tracker.report_if_idle(interval)
             except Exception:  # a poll that fails must not stop the others; said once per failure

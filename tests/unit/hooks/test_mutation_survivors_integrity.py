@@ -519,3 +519,66 @@ def test_a_tracker_registered_while_the_poller_walks_the_polled_set_leaves_the_p
         reported = _reported(caplog, second.where)
     (poller,) = integrity._POLLER
     assert poller.is_alive() and reported and reported[0].thread == poller.ident
+
+
+def test_a_tracker_collected_on_another_thread_as_the_poller_walks_the_set_leaves_the_poller_running(pollers, caplog):
+    """A pool's tracker collected on another thread (its pool torn down) just as the poller starts to walk the set of
+    polled trackers. ``WeakSet`` defers a collected member's removal while the set is walked, but its check ("is it
+    being walked?") and the removal are two steps: collected between them, the member is discarded under the walk,
+    which raises "Set changed size during iteration", as an addition did. The test runs that interleaving with two
+    trace functions: the poller is held where its walk starts until the collecting thread has checked, and the
+    collecting thread is held before its discard until the walk has yielded its first tracker."""
+    import gc
+    import linecache
+    import sys
+
+    at_walk, checked, walking, discarded = (threading.Event() for _ in range(4))
+    walk = weakref.WeakSet.__iter__.__code__
+
+    def hold_at_the_first_yield(frame, event, arg):
+        if event == "return" and arg is not None and not walking.is_set():
+            walking.set()
+            discarded.wait(timeout=1.0)
+        return hold_at_the_first_yield
+
+    def poller_trace(frame, event, arg):  # the walk starts when list() first resumes __iter__
+        if frame.f_code is walk and not at_walk.is_set():
+            at_walk.set()
+            checked.wait(timeout=1.0)
+            return hold_at_the_first_yield
+        return None
+
+    def hold_before_the_discard(frame, event, arg):
+        if event == "line" and "self.data.discard(item)" in linecache.getline(frame.f_code.co_filename, frame.f_lineno):
+            checked.set()
+            walking.wait(timeout=1.0)
+        elif event == "return":
+            discarded.set()
+        return hold_before_the_discard
+
+    def collector_trace(frame, event, arg):
+        removal = frame.f_code.co_name == "_remove" and "weakref" in frame.f_code.co_filename
+        return hold_before_the_discard if removal else None
+
+    kept, collected = _verified_not_polled(), _verified_not_polled()
+    integrity._POLLED.add(collected)
+    threading.settrace(poller_trace)
+    try:
+        integrity.poll_in_background(kept, interval=0.02)
+    finally:
+        threading.settrace(None)
+    (poller,) = integrity._POLLER
+    assert at_walk.wait(timeout=2.0), "the poller never walked the polled set"
+    sys.settrace(collector_trace)
+    try:
+        del collected
+        gc.collect()
+    finally:
+        sys.settrace(None)
+    assert checked.is_set() and discarded.is_set(), "the collected tracker's removal did not run as staged"
+    late = _verified_not_polled()
+    with caplog.at_level(logging.ERROR, logger="sglang_dsv4_ext.integrity"):
+        integrity.poll_in_background(late, interval=0.02)
+        reported = _reported(caplog, late.where)
+    assert integrity._POLLER == [poller] and poller.is_alive()
+    assert reported and reported[0].thread == poller.ident
