@@ -40,16 +40,28 @@ def dev():
     return torch.device("cuda")
 
 
+@pytest.fixture(scope="module")
+def mma_sync_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("triton-cache-mma-sync")
+
+
 @pytest.fixture(params=["wgmma", "mma.sync"])
-def product(request, monkeypatch):
-    """Which tensor-core product Triton builds (``DISABLE_MMA_V3`` is part of Triton's compile cache key)."""
+def product(request, monkeypatch, mma_sync_cache):
+    """Which tensor-core product Triton builds. The kernel's in-process builds are dropped before and after each
+    case, and mma.sync builds (``DISABLE_MMA_V3=1``) go to a compile cache of their own, so a case never runs a
+    build of the other kind, whichever of them Triton's cache keys tell apart."""
+    from kernels_sm120.paged_mqa_logits import paged_mqa_logits_kernel
+
     if request.param == "mma.sync":
         monkeypatch.setenv("DISABLE_MMA_V3", "1")
-    return request.param
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(mma_sync_cache))
+    paged_mqa_logits_kernel.device_caches.clear()
+    yield request.param
+    paged_mqa_logits_kernel.device_caches.clear()
 
 
 def compiled_ptx() -> list[str]:
-    """The PTX of every build of the logits kernel this process has compiled."""
+    """The PTX of every build of the logits kernel this process holds (this case's: ``product`` drops the others)."""
     from kernels_sm120.paged_mqa_logits import paged_mqa_logits_kernel
 
     return [k.asm["ptx"] for cache, *_ in paged_mqa_logits_kernel.device_caches.values() for k in cache.values()]
@@ -66,8 +78,9 @@ def both_stores(run, cfg, lens, max_len, dev, product):
     written = torch.arange(max_len, device=dev)[None, :] < torch.tensor(lens, device=dev)[:, None]
     assert not torch.isnan(plain[written]).any(), "every column below a row's length must be written"
     tensor_core = "mma.sync" if product == "mma.sync" else "wgmma"
-    assert any("@p st.global.b32" in ptx and tensor_core in ptx for ptx in compiled_ptx()), (
-        f"no build of the kernel with the direct store and {tensor_core} was run"
+    direct_builds = [ptx for ptx in compiled_ptx() if "@p st.global.b32" in ptx]
+    assert direct_builds and all(tensor_core in ptx for ptx in direct_builds), (
+        f"the direct store ran in {len(direct_builds)} build(s), not all of them with {tensor_core}"
     )
     return plain, direct
 
