@@ -582,3 +582,30 @@ def test_a_tracker_collected_on_another_thread_as_the_poller_walks_the_set_leave
         reported = _reported(caplog, late.where)
     assert integrity._POLLER == [poller] and poller.is_alive()
     assert reported and reported[0].thread == poller.ident
+
+
+class _ChangesUnderItsWalks:
+    """A stand-in for the set of polled trackers whose first ``changing`` walks raise as a set changed by another
+    thread under the walk does (the staged interleaving above, without threads)."""
+
+    def __init__(self, members: list[IntegrityTracker], changing: int):
+        self.members, self.changing, self.walks = members, changing, 0
+
+    def __iter__(self):
+        self.walks += 1
+        if self.walks <= self.changing:
+            raise RuntimeError("Set changed size during iteration")
+        return iter(self.members)
+
+
+def test_the_walk_of_the_polled_set_is_taken_again_in_the_same_round(monkeypatch):
+    tracker = _verified_not_polled()
+    polled = _ChangesUnderItsWalks([tracker], changing=1)
+    monkeypatch.setattr(integrity, "_POLLED", polled)
+    assert integrity._polled_trackers() == [tracker] and polled.walks == 2
+
+
+def test_a_set_that_changes_under_every_walk_gives_no_trackers_this_round(monkeypatch):
+    polled = _ChangesUnderItsWalks([_verified_not_polled()], changing=1000)
+    monkeypatch.setattr(integrity, "_POLLED", polled)
+    assert integrity._polled_trackers() == [] and 1 < polled.walks < 1000
