@@ -55,9 +55,11 @@ def product(request, monkeypatch, mma_sync_cache):
     if request.param == "mma.sync":
         monkeypatch.setenv("DISABLE_MMA_V3", "1")
         monkeypatch.setenv("TRITON_CACHE_DIR", str(mma_sync_cache))
+    held = dict(paged_mqa_logits_kernel.device_caches)  # the other tests' builds, kept loaded (and their graphs valid)
     paged_mqa_logits_kernel.device_caches.clear()
     yield request.param
     paged_mqa_logits_kernel.device_caches.clear()
+    paged_mqa_logits_kernel.device_caches.update(held)
 
 
 def compiled_ptx() -> list[str]:

@@ -171,7 +171,7 @@ def test_the_router_hands_a_short_row_to_sglangs_tilelang_function(interp, sg_in
     short = fp8_one_row(edge_pages)
     out = routed(*short[:5], None, short[5], clean_logits=False)
     assert torch.equal(out, sglang_fn(*short[:5], None, short[5], clean_logits=False))
-    assert "TileLang measured no slower" in fp8_logits.last_kernel()
+    assert "TileLang measured within 2% of ours or faster" in fp8_logits.last_kernel()
     longer = fp8_one_row(edge_pages + 1)
     out = routed(*longer[:5], None, longer[5], clean_logits=False)
     assert errors(out, longer) < 1e-6

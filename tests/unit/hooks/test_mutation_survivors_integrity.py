@@ -390,12 +390,14 @@ class _Pollers:
                 previous(args)
 
         threading.excepthook = hook
-        integrity._POLLED.add(stopper)
+        with integrity._POLLER_LOCK:  # the lock the poller walks the set under
+            integrity._POLLED.add(stopper)
         try:
             for thread in self.started():
                 thread.join(timeout=1.0)
         finally:
-            integrity._POLLED.discard(stopper)
+            with integrity._POLLER_LOCK:
+                integrity._POLLED.discard(stopper)
             threading.excepthook = previous
 
 
@@ -533,6 +535,7 @@ def test_a_tracker_collected_on_another_thread_as_the_poller_walks_the_set_leave
     import sys
 
     at_walk, checked, walking, discarded = (threading.Event() for _ in range(4))
+    walked_at_the_discard: list[bool] = []
     walk = weakref.WeakSet.__iter__.__code__
 
     def hold_at_the_first_yield(frame, event, arg):
@@ -552,21 +555,24 @@ def test_a_tracker_collected_on_another_thread_as_the_poller_walks_the_set_leave
         if event == "line" and "self.data.discard(item)" in linecache.getline(frame.f_code.co_filename, frame.f_lineno):
             checked.set()
             walking.wait(timeout=1.0)
+            walked_at_the_discard.append(bool(frame.f_locals["self"]._iterating))
         elif event == "return":
             discarded.set()
         return hold_before_the_discard
 
-    def collector_trace(frame, event, arg):
+    def collector_trace(frame, event, arg):  # only the polled set's removal (another WeakSet's may run in gc too)
         removal = frame.f_code.co_name == "_remove" and "weakref" in frame.f_code.co_filename
-        return hold_before_the_discard if removal else None
+        polled = removal and frame.f_locals["selfref"]() is integrity._POLLED
+        return hold_before_the_discard if polled and not checked.is_set() else None
 
     kept, collected = _verified_not_polled(), _verified_not_polled()
     integrity._POLLED.add(collected)
+    previous_thread_trace, previous_trace = threading.gettrace(), sys.gettrace()
     threading.settrace(poller_trace)
     try:
         integrity.poll_in_background(kept, interval=0.02)
     finally:
-        threading.settrace(None)
+        threading.settrace(previous_thread_trace)
     (poller,) = integrity._POLLER
     assert at_walk.wait(timeout=2.0), "the poller never walked the polled set"
     sys.settrace(collector_trace)
@@ -574,8 +580,9 @@ def test_a_tracker_collected_on_another_thread_as_the_poller_walks_the_set_leave
         del collected
         gc.collect()
     finally:
-        sys.settrace(None)
+        sys.settrace(previous_trace)
     assert checked.is_set() and discarded.is_set(), "the collected tracker's removal did not run as staged"
+    assert walked_at_the_discard == [True], "the discard did not land under the poller's walk"
     late = _verified_not_polled()
     with caplog.at_level(logging.ERROR, logger="sglang_dsv4_ext.integrity"):
         integrity.poll_in_background(late, interval=0.02)
