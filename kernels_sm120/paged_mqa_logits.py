@@ -1236,9 +1236,9 @@ def paged_mqa_logits(
     ``scales_ahead`` (fp8 keys, not interleaved): each tile's key scales are loaded one tile ahead (see
     ``_one_row``); with page_block 0 (64-key tiles), each tile's page id too, one scalar load
     (``_fp8_page_tiles``).
-    ``direct_store``: each tile's logits are stored from the product's layout (``store_logits``; meant to write bit
-    for bit what ``tl.store`` writes, which ``tests/gpu/test_logits_direct_store_gpu.py`` checks, not yet run on a
-    GPU). Under Triton's interpreter (it runs no PTX) and in prefill's row groups, ``tl.store``.
+    ``direct_store``: each tile's logits are stored from the product's layout (``store_logits``; bit for bit
+    what ``tl.store`` writes, ``tests/gpu/test_logits_direct_store_gpu.py``, passed on an H100). Under Triton's
+    interpreter (it runs no PTX) and in prefill's row groups, ``tl.store``.
     """
     q, pages, weights, seq_lens, out = _checked_args(
         q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program, key_fp8
