@@ -14,14 +14,13 @@ import argparse
 import dataclasses
 import sys
 
-WIDE = 262144  # the decode graph's output width, as in benchmarks.kernels_fp8
-
 
 def variants(names: list[str]):
     """name -> callable(set) for the requested names (all when ``names`` is empty)."""
     import torch
 
     from benchmarks import page_gather
+    from benchmarks.kernels_fp8 import WIDE
     from kernels_sm120 import dispatch
 
     def fp8(cfg):
@@ -61,7 +60,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("benchmarks.ncu_logits needs a CUDA GPU", file=sys.stderr)
         return 2
-    from benchmarks.kernels_fp8 import fp8_set
+    from benchmarks.kernels_fp8 import WIDE, fp8_set
 
     dev = torch.device("cuda")
     chosen = variants(args.variant)

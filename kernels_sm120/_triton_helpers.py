@@ -30,10 +30,18 @@ scaled by ``128**-0.5``, and rounded once to bf16 by the caller, like SGLang's J
 Earlier versions multiplied by the Hadamard matrix with ``tl.dot`` (bf16 hi + lo halves of
 the fp32 operand): every operand went register -> shared memory -> ldmatrix with ~17
 barriers per tile, and their loads were 4-byte (pair offsets hide the contiguity).
+
+One host-side helper lives here too, for every launcher: :func:`interpreted`.
 """
 
 import triton
 import triton.language as tl
+
+
+def interpreted(kernel: object) -> bool:
+    """True where Triton's interpreter runs ``kernel`` (a module's kernel read at call time: TRITON_INTERPRET=1, or
+    the CPU tests' ``interpreted_kernels``), which runs no PTX and takes CPU tensors."""
+    return not isinstance(kernel, triton.runtime.jit.JITFunction)
 
 
 @triton.jit

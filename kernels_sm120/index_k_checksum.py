@@ -27,6 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._triton_helpers import interpreted
+
 MAX_WORDS = 8192  # 32 KiB rows: the bound that keeps the int64 sum exact
 NO_MISMATCH = 2**63 - 1  # state[1] before any mismatch
 _SEQ_BITS, _LAYER_BITS, _POS_BITS = 23, 16, 24  # mismatch code: sequence | layer | position in rows
@@ -168,7 +170,7 @@ def page_checksums(page_rows: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """Checksums of the page rows ``rows`` of ``page_rows`` (int64 ``[len(rows)]``, on their device)."""
     words = _words(page_rows)
     rows = _check_rows("rows", rows, words.device)
-    if words.device.type != "cuda" and not _interpreting():
+    if words.device.type != "cuda" and not interpreted(page_checksum_kernel):
         return page_checksums_reference(words, rows)
     out = torch.empty(rows.numel(), dtype=torch.int64, device=words.device)
     if rows.numel():
@@ -201,7 +203,7 @@ def verify_page_checksums(
         raise ValueError("state must be new_state(device) on the page rows' device")
     if words.shape[0] > 1 << _POS_BITS or not 0 <= layer < 1 << _LAYER_BITS:
         raise ValueError(f"at most {1 << _POS_BITS} page rows and layer < {1 << _LAYER_BITS}")
-    if words.device.type != "cuda" and not _interpreting():
+    if words.device.type != "cuda" and not interpreted(page_checksum_kernel):
         _verify_reference(words, rows, expected, state, layer, seq, skip_unknown)
         return
     if rows.numel():
@@ -217,8 +219,3 @@ def verify_page_checksums(
             SKIP_UNKNOWN=int(skip_unknown),
             BLOCK=_block(words),
         )
-
-
-def _interpreting() -> bool:
-    """True while a test runs these kernels through Triton's interpreter on CPU tensors."""
-    return not isinstance(page_checksum_kernel, triton.runtime.jit.JITFunction)

@@ -56,6 +56,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._triton_helpers import interpreted
 from ._validate import (
     INDEX_HEAD_DIM,
     INDEX_PAGE_SIZE,
@@ -1103,11 +1104,6 @@ AOT_SIGNATURES["paged_mqa_logits_kernel[fp8]"] = dict(
 )
 
 
-def _interpreting() -> bool:
-    """True where Triton's interpreter runs these kernels (TRITON_INTERPRET=1, as the CPU tests set it)."""
-    return not isinstance(paged_mqa_logits_kernel, triton.runtime.jit.JITFunction)
-
-
 def pick_split(groups: int, max_len: int, block_n: int, target_programs: int, max_chunk: int) -> int:
     """Parts per row group: as many as keep the grid within ``target_programs`` (whole
     waves of resident programs, so equal parts of equal rows finish together), but at
@@ -1303,7 +1299,8 @@ def paged_mqa_logits(
         KEY_FP8=(FP8_MMA if fp8_mma else FP8_WIDEN) if key_fp8 else 0,
         INTERLEAVED=interleaved,
         SCALES_AHEAD=scales_ahead,
-        DIRECT_STORE=direct_store and not _interpreting(),  # the interpreter runs no PTX: tl.store there
+        # the interpreter runs no PTX: tl.store there
+        DIRECT_STORE=direct_store and not interpreted(paged_mqa_logits_kernel),
         num_warps=num_warps,
         num_stages=num_stages,
     )
