@@ -244,6 +244,11 @@ def main(argv=None) -> int:
     p.add_argument("--match", default="", help="comma-separated parts of candidate names: only those candidates")
     p.add_argument("--few-mixed", action="store_true", help="only FEW_MIXED_CANDIDATES at FEW_MIXED_LENS")
     args = p.parse_args(argv)
+    if not args.few_mixed:
+        try:
+            args.groups, args.candidates = chosen(args.only, args.match)
+        except ValueError as err:
+            p.error(str(err))
     import torch
 
     if not torch.cuda.is_available():
@@ -257,13 +262,29 @@ def main(argv=None) -> int:
     return sweep(args, out_dir, t0)
 
 
+def chosen(only: str, match: str) -> tuple[list[str], dict[str, tuple[str, str, object]]]:
+    """The groups of ``--only`` (default: all) and their candidates whose names contain a part of ``match`` (default:
+    all); ValueError naming the input and the allowed values where a group is unknown or nothing is left."""
+    allowed = ["few", "decode", "bf16 decode"]
+    groups = [g.strip() for g in only.split(",") if g.strip()] or allowed
+    unknown = [g for g in groups if g not in allowed]
+    if unknown:
+        raise ValueError(f"--only: unknown group(s) {unknown}; allowed: {', '.join(allowed)}")
+    parts = [m.strip() for m in match.split(",") if m.strip()]
+    cands = {n: c for n, c in candidates().items() if c[0] in groups and (not parts or any(m in n for m in parts))}
+    if not cands:
+        names = ", ".join(n for n, c in candidates().items() if c[0] in groups)
+        raise ValueError(
+            f"--match {match!r}: no candidate of the groups {groups} has one of its parts; candidates: {names}"
+        )
+    return groups, cands
+
+
 def sweep(args, out_dir: Path, t0: float) -> int:
     """Every candidate of the chosen groups: compiled in workers, checked against float64, timed."""
     import torch
 
-    groups = [g.strip() for g in args.only.split(",") if g.strip()] or ["few", "decode", "bf16 decode"]
-    parts = [m.strip() for m in args.match.split(",") if m.strip()]
-    cands = {n: c for n, c in candidates().items() if c[0] in groups and (not parts or any(m in n for m in parts))}
+    groups, cands = args.groups, args.candidates
     # one compile per candidate and row count (Triton specialises rows == 1 and multiples of 16)
     tasks = sorted({(n, _representative(r)) for n, (g, _k, _c) in cands.items() for r, _ in shapes_of(g)})
     ctx = multiprocessing.get_context("spawn")

@@ -14,9 +14,11 @@ import argparse
 import dataclasses
 import sys
 
+VARIANTS = ("fp8 decode", "fp8 decode, direct store", "gather, whole pages")  # in launch order
+
 
 def variants(names: list[str]):
-    """name -> callable(set) for the requested names (all when ``names`` is empty)."""
+    """name -> callable(set) for the requested names of ``VARIANTS`` (all when ``names`` is empty)."""
     import torch
 
     from benchmarks import page_gather
@@ -38,15 +40,10 @@ def variants(names: list[str]):
 
     fp8_decode = dispatch.CONFIGS["sm90"].logits_fp8
     assert fp8_decode is not None, "sm90 has an fp8 decode tiling of its own"
-    table = {
-        "fp8 decode": fp8(fp8_decode),
-        "fp8 decode, direct store": fp8(dataclasses.replace(fp8_decode, direct_store=True)),
-        "gather, whole pages": gather,
-    }
-    unknown = [n for n in names if n not in table]
-    if unknown:
-        raise SystemExit(f"unknown variant(s) {unknown}; allowed: {sorted(table)}")
-    return {n: table[n] for n in (names or table)}
+    table = dict(
+        zip(VARIANTS, (fp8(fp8_decode), fp8(dataclasses.replace(fp8_decode, direct_store=True)), gather), strict=True)
+    )
+    return {n: table[n] for n in (names or VARIANTS)}
 
 
 def main(argv=None) -> int:
@@ -55,6 +52,9 @@ def main(argv=None) -> int:
     p.add_argument("--keys", type=int, default=65536, help="keys per row (uniform)")
     p.add_argument("--variant", action="append", default=[], help="repeatable; default: every variant")
     args = p.parse_args(argv)
+    unknown = sorted(set(args.variant) - set(VARIANTS))
+    if unknown:
+        p.error(f"--variant: unknown {unknown}; allowed: {list(VARIANTS)}")
     import torch
 
     if not torch.cuda.is_available():

@@ -44,3 +44,34 @@ def test_candidate_tiling_computes_the_reference_logits(interp, name):
     written = torch.arange(max_len)[None, :] < seq.long()[:, None]
     assert torch.isnan(out[~written]).all(), "columns past each row's length are not written"
     assert _rel_err(out, ref, written) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "argv, names",
+    [
+        (["--only", "bogus"], ["--only", "bogus", "allowed: few, decode, bf16 decode"]),
+        (["--match", "nonexistent"], ["--match 'nonexistent'", "fp8 decode: page tiles s3 (default)"]),
+        (["--only", "few", "--match", "fp8 decode"], ["--match 'fp8 decode'", "['few']"]),
+    ],
+    ids=["unknown-group", "no-candidate", "none-in-the-group"],
+)
+def test_the_sweep_refuses_a_choice_that_leaves_no_candidate_before_any_gpu_work(capsys, argv, names):
+    """A bad --only or --match is refused by name, with the allowed values, before the GPU is looked for (no
+    traceback, nothing written: --out is never created)."""
+    from benchmarks import kernels_fp8_tilings
+
+    with pytest.raises(SystemExit) as exit_info:
+        kernels_fp8_tilings.main([*argv, "--out", "/nonexistent/never-made"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and all(n in err for n in names), err
+
+
+def test_the_profiler_driver_refuses_an_unknown_variant_by_name(capsys):
+    from benchmarks import ncu_logits
+
+    with pytest.raises(SystemExit) as exit_info:
+        ncu_logits.main(["--variant", "fp8 decode", "--variant", "nope"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--variant: unknown ['nope']" in err and "'gather, whole pages'" in err, err
