@@ -71,6 +71,12 @@ def candidates() -> dict[str, tuple[str, str, object]]:
         "fp8 few: grid + scales ahead": ("few", "fp8", _replace(few8, scales_ahead=True)),
         "fp8 few: interleaved s3 pps4 (default)": ("few", "fp8", fp8_few),
         "fp8 few: interleaved s3 pps4, direct store": ("few", "fp8", _replace(fp8_few, direct_store=True)),
+        "fp8 few: interleaved s3 pps4, page ids two ahead": ("few", "fp8", _replace(fp8_few, ids_ahead=2)),
+        "fp8 few: interleaved s2 pps4, page ids two ahead": (
+            "few",
+            "fp8",
+            _replace(fp8_few, num_stages=2, ids_ahead=2),
+        ),
         "fp8 few: interleaved s2 pps4": ("few", "fp8", L(64, 4, 2, programs_per_sm=4, interleaved=True, fp8_mma=True)),
         "fp8 few: interleaved s3 pps2": ("few", "fp8", L(64, 4, 3, programs_per_sm=2, interleaved=True, fp8_mma=True)),
         # bf16, few rows
@@ -86,6 +92,16 @@ def candidates() -> dict[str, tuple[str, str, object]]:
             _replace(bf16_one, direct_store=True),
         ),
         "bf16 few: interleaved s3 pps4": ("few", "bf16", L(64, 4, 3, programs_per_sm=4, interleaved=True)),
+        "bf16 few: interleaved s4 pps2 (default, one row), page ids two ahead": (
+            "few",
+            "bf16",
+            _replace(bf16_one, ids_ahead=2),
+        ),
+        "bf16 few: interleaved s2 pps4 (default, 2-8 rows), page ids two ahead": (
+            "few",
+            "bf16",
+            _replace(bf16_few, ids_ahead=2),
+        ),
         "bf16 few: interleaved s4 pps2 (default, one row)": ("few", "bf16", bf16_one),
         "bf16 few: interleaved s2 pps4 (default, 2-8 rows)": ("few", "bf16", bf16_few),
         "bf16 few: interleaved s3 pps2": ("few", "bf16", L(64, 4, 3, programs_per_sm=2, interleaved=True)),
@@ -104,10 +120,26 @@ def candidates() -> dict[str, tuple[str, str, object]]:
             _replace(fp8_dec, page_block=0, direct_store=True),
         ),
         "fp8 decode: page tiles s4": ("decode", "fp8", _replace(fp8_dec, page_block=0, num_stages=4)),
+        "fp8 decode: page tiles s3, page ids two ahead": (
+            "decode",
+            "fp8",
+            _replace(fp8_dec, page_block=0, ids_ahead=2),
+        ),
+        "fp8 decode: page tiles s4, page ids two ahead": (
+            "decode",
+            "fp8",
+            _replace(fp8_dec, page_block=0, num_stages=4, ids_ahead=2),
+        ),
+        "fp8 decode: page tiles s3 busy3, page ids two ahead": (
+            "decode",
+            "fp8",
+            _replace(fp8_dec, page_block=0, busy_per_sm=3, ids_ahead=2),
+        ),
         "fp8 decode: page tiles s3 busy6": ("decode", "fp8", _replace(fp8_dec, page_block=0, busy_per_sm=6)),
         "fp8 decode: page tiles s3 busy3": ("decode", "fp8", _replace(fp8_dec, page_block=0, busy_per_sm=3)),
         "fp8 decode: interleaved s3 pps4": ("decode", "fp8", fp8_few),
         "fp8 decode: interleaved s3 pps4, direct store": ("decode", "fp8", _replace(fp8_few, direct_store=True)),
+        "fp8 decode: interleaved s3 pps4, page ids two ahead": ("decode", "fp8", _replace(fp8_few, ids_ahead=2)),
         # bf16, decode
         "bf16 decode: items bn128 s3 busy2 min256 (default)": ("bf16 decode", "bf16", dec16),
         "bf16 decode: items bn128 s3 busy2 min256 (default), direct store": (

@@ -61,6 +61,7 @@ def _decode_constexprs(cfg: LogitsConfig, heads: int, head_dim: int, page: int) 
         ITEM_GRID=cfg.item_grid,
         INTERLEAVED=cfg.interleaved,
         DIRECT_STORE=cfg.direct_store,
+        IDS_AHEAD=cfg.ids_ahead,
     )
 
 

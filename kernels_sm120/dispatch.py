@@ -93,6 +93,9 @@ class LogitsConfig:
     scales_ahead: bool = False
     # each tile's logits stored from the product's layout (no layout change through shared memory first; CUDA only)
     direct_store: bool = False
+    # one page per tile (interleaved parts; fp8 keys with page_block 0 and scales ahead): each page id loaded this
+    # many tiles ahead (1 or 2); at 2 no tile's cp.async (nor, fp8, its scales' load) waits for an id just issued
+    ids_ahead: int = 1
 
 
 @dataclass(frozen=True)
@@ -479,4 +482,5 @@ def _logits(
         interleaved=config.interleaved,
         scales_ahead=key_fp8 and config.scales_ahead,
         direct_store=config.direct_store,
+        ids_ahead=config.ids_ahead,
     )

@@ -261,7 +261,7 @@ def _one_row_tiles(
 
 
 @triton.jit
-def _fp8_page_tiles(
+def _page_tiles(
     q_t: tl.tensor,
     w: tl.tensor,
     k_ptr: tl.tensor,
@@ -278,28 +278,61 @@ def _fp8_page_tiles(
     PAGE: tl.constexpr,
     KEY_FP8: tl.constexpr,
     DIRECT_STORE: tl.constexpr,
+    IDS_AHEAD: tl.constexpr,
 ) -> None:
-    """fp8 keys, one whole page per tile: the row's pages first, first + stride, ... (n_tiles of them; ``page``
-    is the first one's id), keys below n_keys, written up to ``end``. Each next page's id is one scalar load and
-    its scales are loaded right after it, both one tile ahead and carried: loaded in the tile's own iteration,
+    """One whole page per tile: the row's pages first, first + stride, ... (n_tiles of them; ``page`` is the first
+    one's id), keys below n_keys, written up to ``end``. Each next page's id is one scalar load and (fp8 keys) its
+    scales are loaded right after it, both one tile ahead and carried: loaded in the tile's own iteration,
     the scales were issued after its product (AOT sm_90a: the scale LDG after the HGMMA wait), one more round
     trip per tile. Scalar ids need no ``tl.gather`` (which Triton lowers through shared memory: four of the six
-    barriers per tile of ``_one_row``'s page-id blocks, AOT sm_90a, against two here)."""
+    barriers per tile of ``_one_row``'s page-id blocks, AOT sm_90a, against two here).
+
+    IDS_AHEAD == 2: each id is loaded two tiles ahead. One tile ahead, the pipeliner issues the id's load right
+    before the cp.async it addresses, so each tile waits a round trip there; two ahead, that id is back, and each
+    tile's scales are loaded from an id already back too (NOTES.md, "Page ids two tiles ahead")."""
     offs = tl.arange(0, PAGE)
     d = tl.arange(0, D)
     t = first * PAGE + offs
-    scale = fp8_key_scales(k_ptr, stride_page, page, t, t < n_keys, D, PAGE)
-    for i in range(0, n_tiles):  # from 0: see _one_row
-        p = first + i * stride
-        t = p * PAGE + offs
-        valid = t < n_keys
-        k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
-        p_next = p + stride
-        t_next = p_next * PAGE + offs
-        page = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
-        scale_next = fp8_key_scales(k_ptr, stride_page, page, t_next, t_next < n_keys, D, PAGE)
-        _logits_tile(fp8_key_values(k, KEY_FP8), q_t, w, out_row, t, valid, end, scale, DIRECT_STORE)
-        scale = scale_next
+    scale = 1.0
+    if KEY_FP8:
+        scale = fp8_key_scales(k_ptr, stride_page, page, t, t < n_keys, D, PAGE)
+    if IDS_AHEAD == 1:
+        for i in range(0, n_tiles):  # from 0: see _one_row
+            p = first + i * stride
+            t = p * PAGE + offs
+            valid = t < n_keys
+            k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
+            p_next = p + stride
+            t_next = p_next * PAGE + offs
+            page = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
+            if KEY_FP8:
+                scale_next = fp8_key_scales(k_ptr, stride_page, page, t_next, t_next < n_keys, D, PAGE)
+                _logits_tile(fp8_key_values(k, KEY_FP8), q_t, w, out_row, t, valid, end, scale, DIRECT_STORE)
+                scale = scale_next
+            else:
+                _logits_tile(k, q_t, w, out_row, t, valid, end, 1.0, DIRECT_STORE)
+    else:
+        p_next = first + stride
+        page_next = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
+        for i in range(0, n_tiles):  # from 0: see _one_row
+            p = first + i * stride
+            t = p * PAGE + offs
+            valid = t < n_keys
+            k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
+            p_after = p + 2 * stride
+            if KEY_FP8:
+                t_next = (p + stride) * PAGE + offs
+                scale_next = fp8_key_scales(k_ptr, stride_page, page_next, t_next, t_next < n_keys, D, PAGE)
+                page_after = tl.load(pt_row + p_after, mask=p_after * PAGE < n_keys, other=0).to(tl.int64)
+                _logits_tile(fp8_key_values(k, KEY_FP8), q_t, w, out_row, t, valid, end, scale, DIRECT_STORE)
+                scale = scale_next
+            else:
+                page_after = tl.load(pt_row + p_after, mask=p_after * PAGE < n_keys, other=0).to(tl.int64)
+                _logits_tile(k, q_t, w, out_row, t, valid, end, 1.0, DIRECT_STORE)
+            # An id carried on unchanged would be a loop-carried distance of two, and Triton's pipeliner leaves
+            # such a loop unpipelined (no cp.async): the max (ids are >= 0) makes it a new value.
+            page = tl.maximum(page_next, 0)
+            page_next = page_after
 
 
 @triton.jit
@@ -422,6 +455,7 @@ def _one_row(
     KEY_FP8: tl.constexpr,
     SCALES_AHEAD: tl.constexpr,
     DIRECT_STORE: tl.constexpr,
+    IDS_AHEAD: tl.constexpr,
 ) -> None:
     """Logits of one row (q [H, D], w [H]) over [start, end): keys below n_keys, -inf from n_keys on.
 
@@ -441,7 +475,7 @@ def _one_row(
             p_first = start // PAGE
             page = tl.load(pt_row + p_first).to(tl.int64)  # start < compute_end: the row's own page
             n_tiles = tl.cdiv(compute_end - start, PAGE)
-            _fp8_page_tiles(
+            _page_tiles(
                 q_t,
                 w,
                 k_ptr,
@@ -458,6 +492,7 @@ def _one_row(
                 PAGE,
                 KEY_FP8,
                 DIRECT_STORE,
+                IDS_AHEAD,
             )
         elif PAGE_BLOCK == 0:
             _one_row_tiles(
@@ -649,6 +684,7 @@ def _item_program(
     KEY_FP8: tl.constexpr,
     SCALES_AHEAD: tl.constexpr,
     DIRECT_STORE: tl.constexpr,
+    IDS_AHEAD: tl.constexpr,
 ) -> None:
     """Decode, item grid: program i takes the batch's i-th work item (the rows' parts of one
     batch-wide chunk size, in row order); programs past the last item return at once. The grid
@@ -683,6 +719,7 @@ def _item_program(
             KEY_FP8,
             SCALES_AHEAD,
             DIRECT_STORE,
+            IDS_AHEAD,
         )
 
 
@@ -709,15 +746,15 @@ def _interleaved_part(
     PAGE: tl.constexpr,
     KEY_FP8: tl.constexpr,
     DIRECT_STORE: tl.constexpr,
+    IDS_AHEAD: tl.constexpr,
 ) -> None:
     """One row (few rows), interleaved parts: program (row, part) takes the row's pages part, part + split,
     part + 2 split, ... (one PAGE-key tile each). Which page comes first does not depend on the row's
     length, so its id, q and the weights are loaded beside the length: the first key load waits for one
     round trip (length and id together), not for the length and then the ids. Page ids are read one
     tile ahead and carried (the pipeliner then keeps its key buffers, see ``_one_row_tiles``). A first
-    id read past the row's pages is never used: every key load is masked by the length. (Scales one
-    tile ahead, as ``_one_row`` can, would need the ids two ahead; Triton's pipeliner then dropped
-    cp.async for the key tiles: AOT sm_90a / sm_120a, no LDGSTS.)"""
+    id read past the row's pages is never used: every key load is masked by the length. fp8 keys take
+    ``_page_tiles`` (scales one tile ahead too; ids two ahead with IDS_AHEAD == 2)."""
     row64 = row.to(tl.int64)
     pt_row = page_table_ptr + row64 * stride_pt_row
     n_raw = tl.load(seq_lens_ptr + row)
@@ -733,38 +770,27 @@ def _interleaved_part(
         n_keys = tl.minimum(n_write, pt_width * PAGE)  # past the table's reach: -inf (never in SGLang)
         q_t = tl.trans(q)  # [D, H]
         out_row = out_ptr + row64 * stride_out_row
-        offs = tl.arange(0, PAGE)
-        d = tl.arange(0, D)
         # this program's pages below cdiv(n_write, PAGE) (at least one here)
         n_tiles = tl.cdiv(tl.cdiv(n_write, PAGE) - part, split)
-        if KEY_FP8:
-            _fp8_page_tiles(
-                q_t,
-                w,
-                k_ptr,
-                stride_page,
-                pt_row,
-                out_row,
-                part,
-                split,
-                n_tiles,
-                page,
-                n_keys,
-                n_write,
-                D,
-                PAGE,
-                KEY_FP8,
-                DIRECT_STORE,
-            )
-        else:
-            for i in range(0, n_tiles):  # from 0: see _one_row
-                p = part + i * split
-                t = p * PAGE + offs
-                valid = t < n_keys
-                k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
-                p_next = p + split
-                page = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
-                _logits_tile(k, q_t, w, out_row, t, valid, n_write, 1.0, DIRECT_STORE)
+        _page_tiles(
+            q_t,
+            w,
+            k_ptr,
+            stride_page,
+            pt_row,
+            out_row,
+            part,
+            split,
+            n_tiles,
+            page,
+            n_keys,
+            n_write,
+            D,
+            PAGE,
+            KEY_FP8,
+            DIRECT_STORE,
+            IDS_AHEAD,
+        )
 
 
 @triton.jit
@@ -797,6 +823,7 @@ def _grid_one_row(
     KEY_FP8: tl.constexpr,
     SCALES_AHEAD: tl.constexpr,
     DIRECT_STORE: tl.constexpr,
+    IDS_AHEAD: tl.constexpr,
 ) -> None:
     """Program (row ``group``, ``part``) of the (rows, split) grid."""
     n_write = tl.minimum(tl.maximum(tl.load(seq_lens_ptr + group), 0), max_len)
@@ -829,6 +856,7 @@ def _grid_one_row(
             KEY_FP8,
             SCALES_AHEAD,
             DIRECT_STORE,
+            IDS_AHEAD,
         )
 
 
@@ -923,6 +951,7 @@ def _grid_row_group(
                         KEY_FP8,
                         False,  # SCALES_AHEAD: one row per program only
                         False,  # DIRECT_STORE: decode only
+                        1,  # IDS_AHEAD: one page per tile only
                     )
 
 
@@ -957,6 +986,7 @@ def paged_mqa_logits_kernel(
     INTERLEAVED: tl.constexpr = False,
     SCALES_AHEAD: tl.constexpr = False,
     DIRECT_STORE: tl.constexpr = False,
+    IDS_AHEAD: tl.constexpr = 1,
 ) -> None:
     reach = pt_width * PAGE
     if INTERLEAVED:
@@ -982,6 +1012,7 @@ def paged_mqa_logits_kernel(
             PAGE,
             KEY_FP8,
             DIRECT_STORE,
+            IDS_AHEAD,
         )
     elif ITEM_GRID:
         _item_program(
@@ -1009,6 +1040,7 @@ def paged_mqa_logits_kernel(
             KEY_FP8,
             SCALES_AHEAD,
             DIRECT_STORE,
+            IDS_AHEAD,
         )
     elif ROWS == 1:
         _grid_one_row(
@@ -1040,6 +1072,7 @@ def paged_mqa_logits_kernel(
             KEY_FP8,
             SCALES_AHEAD,
             DIRECT_STORE,
+            IDS_AHEAD,
         )
     else:
         # longest-first in causal prefill: groups in reverse row order
@@ -1206,6 +1239,7 @@ def paged_mqa_logits(
     interleaved: bool = False,
     scales_ahead: bool = False,
     direct_store: bool = False,
+    ids_ahead: int = 1,
 ) -> torch.Tensor:
     """Launcher; see the module docstring (columns past each row's length are not written).
 
@@ -1231,10 +1265,12 @@ def paged_mqa_logits(
     ``_interleaved_part``); max_chunk, min_chunk, page_block and busy_programs do not apply.
     ``scales_ahead`` (fp8 keys, not interleaved): each tile's key scales are loaded one tile ahead (see
     ``_one_row``); with page_block 0 (64-key tiles), each tile's page id too, one scalar load
-    (``_fp8_page_tiles``).
+    (``_page_tiles``).
     ``direct_store``: each tile's logits are stored from the product's layout (``store_logits``; bit for bit
     what ``tl.store`` writes, ``tests/gpu/test_logits_direct_store_gpu.py``, passed on an H100). Under Triton's
     interpreter (it runs no PTX) and in prefill's row groups, ``tl.store``.
+    ``ids_ahead`` (1 or 2; one-page tiles: interleaved parts, or fp8 keys with ``scales_ahead`` and page_block
+    0): how many tiles ahead each page id is loaded (``_page_tiles``); other tilings ignore it.
     """
     q, pages, weights, seq_lens, out = _checked_args(
         q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program, key_fp8
@@ -1262,6 +1298,8 @@ def paged_mqa_logits(
             f"(page_block > 0) or {INDEX_PAGE_SIZE}-key tiles, got key_fp8={key_fp8}, interleaved={interleaved}, "
             f"page_block={page_block}, block_n={block_n}, rows_per_program={rows_per_program}"
         )
+    if ids_ahead not in (1, 2):
+        raise ValueError(f"ids_ahead must be 1 or 2 (tiles), got {ids_ahead}")
     min_chunk = triton.cdiv(max(min_chunk, 0), block_n) * block_n  # parts start on tile boundaries
     groups = triton.cdiv(rows, rows_per_program)
     if interleaved:  # every part one page at a time: at most as many parts as the output has pages
@@ -1301,6 +1339,7 @@ def paged_mqa_logits(
         SCALES_AHEAD=scales_ahead,
         # the interpreter runs no PTX: tl.store there
         DIRECT_STORE=direct_store and not interpreted(paged_mqa_logits_kernel),
+        IDS_AHEAD=ids_ahead,
         num_warps=num_warps,
         num_stages=num_stages,
     )

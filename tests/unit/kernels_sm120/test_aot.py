@@ -127,11 +127,12 @@ DECODE_LOGITS_FIELDS = (
 )
 
 
-def _with_direct_store(cfgs):
+def _with_decode(cfgs, **changes):
+    """``cfgs`` with every decode logits tiling changed by ``changes``."""
     import dataclasses
 
     tilings = {f: getattr(cfgs, f) for f in DECODE_LOGITS_FIELDS if getattr(cfgs, f) is not None}
-    return dataclasses.replace(cfgs, **{f: dataclasses.replace(c, direct_store=True) for f, c in tilings.items()})
+    return dataclasses.replace(cfgs, **{f: dataclasses.replace(c, **changes) for f, c in tilings.items()})
 
 
 @pytest.mark.parametrize("arch", [90, 120])
@@ -148,9 +149,31 @@ def test_direct_store_reaches_every_decode_kernel(arch, kernel):
     spec = next(s for s in aot.kernel_specs() if s.name == f"paged_mqa_logits_kernel{kernel}")
     cfgs = dispatch.CONFIGS[dispatch.arch_key((arch // 10, arch % 10))]
     plain, _, _ = aot.compile_kernel(spec, arch, cfgs)
-    direct, _, _ = aot.compile_kernel(spec, arch, _with_direct_store(cfgs))
+    direct, _, _ = aot.compile_kernel(spec, arch, _with_decode(cfgs, direct_store=True))
     assert "@p st.global.b32" not in plain.asm["ptx"]
     assert "@p st.global.b32" in direct.asm["ptx"]
     assert direct.asm["ptx"].count("st.shared") < plain.asm["ptx"].count("st.shared")
     if arch == 120:
         assert direct.asm["ptx"].count("bar.sync") < plain.asm["ptx"].count("bar.sync")
+
+
+@pytest.mark.parametrize(
+    "arch, kernel",
+    [(90, "[few rows]")]
+    + [(a, k) for a in (90, 120) for k in ("[one row]", "[fp8]", "[fp8 few rows]", "[fp8 one row]")],
+)
+def test_page_ids_two_ahead_keep_the_key_tiles_pipelined(arch, kernel):
+    """Page ids two tiles ahead (``ids_ahead=2``, the one-page tilings) reach the kernel and leave its key
+    tiles streamed by cp.async into as many shared-memory buffers. Triton's pipeliner leaves a loop unpipelined
+    when it carries a value on unchanged to the next iteration (a distance of two), which handing the id on
+    from one tile to the next does; the kernel makes it a new value each time. This fails if that is undone."""
+    from kernels_sm120 import dispatch
+
+    spec = next(s for s in aot.kernel_specs() if s.name == f"paged_mqa_logits_kernel{kernel}")
+    cfgs = dispatch.CONFIGS[dispatch.arch_key((arch // 10, arch % 10))]
+    one, _, _ = aot.compile_kernel(spec, arch, cfgs)
+    two, _, _ = aot.compile_kernel(spec, arch, _with_decode(cfgs, ids_ahead=2))
+    assert two.asm["ptx"] != one.asm["ptx"], "ids_ahead did not reach the kernel"
+    assert one.asm["ptx"].count("cp.async.cg") > 0
+    assert two.asm["ptx"].count("cp.async.cg") == one.asm["ptx"].count("cp.async.cg")
+    assert two.metadata.shared == one.metadata.shared

@@ -232,6 +232,14 @@ def test_scales_ahead_without_page_id_blocks_needs_whole_page_tiles(gen, tiling,
         dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, 64, config=cfg)
 
 
+@pytest.mark.parametrize("ids_ahead", [0, 3])
+def test_page_ids_ahead_other_than_one_or_two_tiles_are_refused_by_name(gen, ids_ahead):
+    q, cache, w, seq, pt = fp8_case([64], width=1, gen=gen)
+    cfg = dataclasses.replace(dispatch.CONFIGS["sm90"].logits_fp8, ids_ahead=ids_ahead)
+    with pytest.raises(ValueError, match=f"ids_ahead must be 1 or 2 \\(tiles\\), got {ids_ahead}"):
+        dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, 64, config=cfg)
+
+
 @pytest.mark.parametrize("arch", ["sm90", "sm120"])
 def test_fp8_decode_tiling_past_the_tables_reach_and_the_output_width(interp, gen, arch):
     """The architectures' fp8 decode tiling (one page per tile): a row longer than its page table reaches

@@ -1,0 +1,84 @@
+"""Page ids two tiles ahead (``LogitsConfig.ids_ahead=2``) on a real GPU: the same bits as one tile ahead.
+
+The one-page tilings (interleaved parts, bf16 and fp8 keys; fp8's item grid with page tiles) load each tile's
+page id ahead of its key tile; with ``ids_ahead=2`` the id comes two tiles ahead and (fp8) each tile's scales
+are loaded from an id already back (``paged_mqa_logits._page_tiles``). Only the order of the loads changes, so
+both must write the same bits: every such tiling of every configuration set runs both ways on the same inputs
+(page ids shuffled, so a tile that read another tile's page or scales would show) into NaN-poisoned outputs,
+unwritten columns included. The CPU tests run it under Triton's interpreter against float64
+(``tests/unit/kernels_sm120/test_tiling_candidates.py``) and check that the compiled loop keeps its cp.async
+(``test_aot.py``); here the compiled kernel runs.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+from kernels_sm120 import dispatch
+from tests.support.logits_inputs import fp8_case, logits_inputs
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+# rows -> lengths: one row, few rows (a long one beside short ones), many rows (0, partial pages, long)
+LENGTHS = {
+    "one row": [9000],
+    "one short row": [65],
+    "few rows": [9000, 0, 1, 63, 64, 65, 129, 2049],
+    "many rows": [0, 1, 63, 64, 65, 129, 1000, 2047, 9000] + [int(x) for x in torch.randint(1, 9000, (32,))],
+}
+
+
+def one_page_tilings(key_fp8: bool):
+    """(config set, batch) pairs whose tiling takes one page per tile: where ``ids_ahead`` applies."""
+    pairs = []
+    for name in sorted(dispatch.CONFIGS):
+        for batch, lens in LENGTHS.items():
+            cfg = dispatch.CONFIGS[name].logits_for(len(lens), key_fp8=key_fp8)
+            if cfg.interleaved or (key_fp8 and cfg.page_block == 0 and cfg.scales_ahead):
+                pairs.append((name, batch))
+    return pairs
+
+
+@pytest.mark.parametrize("key_fp8", [True, False], ids=["fp8", "bf16"])
+def test_some_tiling_takes_one_page_per_tile(key_fp8):
+    assert one_page_tilings(key_fp8), "no configuration set has a one-page tiling: the test below checks nothing"
+
+
+def logits(lens, cfg, key_fp8, ahead, dev):
+    """Every ``ids_ahead`` case of one batch from the same inputs: (outputs, lengths)."""
+    width = 4096 // 64 * 4
+    if key_fp8:
+        q, cache, w, seq, pt = fp8_case(lens, width, device=dev)
+        run = dispatch.paged_mqa_logits_fp8
+    else:
+        _k, q_exact, w, seq, pt, cache = logits_inputs(dev, lens, width)
+        q = q_exact.to(torch.bfloat16).unsqueeze(1)
+        run = dispatch.paged_mqa_logits_bf16
+    max_len = pt.shape[1] * 64
+    outs = []
+    for a in ahead:
+        out = torch.full((len(lens), max_len), float("nan"), device=dev)
+        run(q, cache, w, seq, pt, max_len, out=out, config=dataclasses.replace(cfg, ids_ahead=a))
+        outs.append(out)
+    return outs, max_len
+
+
+@pytest.mark.parametrize(
+    "key_fp8, name, batch",
+    [(True, *p) for p in one_page_tilings(True)] + [(False, *p) for p in one_page_tilings(False)],
+)
+def test_ids_two_ahead_match_one_ahead(key_fp8, name, batch):
+    torch.seed()
+    dev = torch.device("cuda")
+    lens = LENGTHS[batch]
+    cfg = dispatch.CONFIGS[name].logits_for(len(lens), key_fp8=key_fp8)
+    outs, max_len = logits(lens, cfg, key_fp8, (1, 2), dev)
+    torch.cuda.synchronize()
+    one, two = outs
+    written = torch.arange(max_len, device=dev)[None, :] < torch.tensor(lens, device=dev)[:, None]
+    assert not torch.isnan(one[written]).any(), "every column below a row's length must be written"
+    torch.testing.assert_close(two, one, rtol=0, atol=0, equal_nan=True)
