@@ -45,7 +45,8 @@ FEW_MIXED_LENS = (
 )
 FEW_MIXED_CANDIDATES = (
     "bf16 few: grid bn64 s4 pps2 min64 busy2",
-    "bf16 few: interleaved s2 pps4 (default, 2-8 rows)",
+    "bf16 few: interleaved s2 pps4 (2-8 rows until page ids two ahead)",
+    "bf16 few: interleaved s2 pps4, page ids two ahead (default, 1-8 rows)",
     "fp8 few: grid + scales ahead",
     "fp8 few: interleaved s3 pps4 (default)",
 )
@@ -81,29 +82,29 @@ def candidates() -> dict[str, tuple[str, str, object]]:
         "fp8 few: interleaved s3 pps2": ("few", "fp8", L(64, 4, 3, programs_per_sm=2, interleaved=True, fp8_mma=True)),
         # bf16, few rows
         "bf16 few: grid bn64 s4 pps2 min64 busy2": ("few", "bf16", few16),
-        "bf16 few: interleaved s2 pps4 (default, 2-8 rows), direct store": (
+        "bf16 few: interleaved s2 pps4, direct store": (
             "few",
             "bf16",
             _replace(bf16_few, direct_store=True),
         ),
-        "bf16 few: interleaved s4 pps2 (default, one row), direct store": (
+        "bf16 few: interleaved s4 pps2, direct store": (
             "few",
             "bf16",
             _replace(bf16_one, direct_store=True),
         ),
         "bf16 few: interleaved s3 pps4": ("few", "bf16", L(64, 4, 3, programs_per_sm=4, interleaved=True)),
-        "bf16 few: interleaved s4 pps2 (default, one row), page ids two ahead": (
+        "bf16 few: interleaved s4 pps2, page ids two ahead": (
             "few",
             "bf16",
             _replace(bf16_one, ids_ahead=2),
         ),
-        "bf16 few: interleaved s2 pps4 (default, 2-8 rows), page ids two ahead": (
+        "bf16 few: interleaved s2 pps4, page ids two ahead (default, 1-8 rows)": (
             "few",
             "bf16",
             _replace(bf16_few, ids_ahead=2),
         ),
-        "bf16 few: interleaved s4 pps2 (default, one row)": ("few", "bf16", bf16_one),
-        "bf16 few: interleaved s2 pps4 (default, 2-8 rows)": ("few", "bf16", bf16_few),
+        "bf16 few: interleaved s4 pps2 (one row until page ids two ahead)": ("few", "bf16", bf16_one),
+        "bf16 few: interleaved s2 pps4 (2-8 rows until page ids two ahead)": ("few", "bf16", bf16_few),
         "bf16 few: interleaved s3 pps2": ("few", "bf16", L(64, 4, 3, programs_per_sm=2, interleaved=True)),
         "bf16 few: interleaved s2 pps2": ("few", "bf16", L(64, 4, 2, programs_per_sm=2, interleaved=True)),
         "bf16 few: interleaved s4 pps1": ("few", "bf16", L(64, 4, 4, programs_per_sm=1, interleaved=True)),

@@ -171,7 +171,7 @@ def test_page_ids_two_ahead_keep_the_key_tiles_pipelined(arch, kernel):
 
     spec = next(s for s in aot.kernel_specs() if s.name == f"paged_mqa_logits_kernel{kernel}")
     cfgs = dispatch.CONFIGS[dispatch.arch_key((arch // 10, arch % 10))]
-    one, _, _ = aot.compile_kernel(spec, arch, cfgs)
+    one, _, _ = aot.compile_kernel(spec, arch, _with_decode(cfgs, ids_ahead=1))
     two, _, _ = aot.compile_kernel(spec, arch, _with_decode(cfgs, ids_ahead=2))
     assert two.asm["ptx"] != one.asm["ptx"], "ids_ahead did not reach the kernel"
     assert one.asm["ptx"].count("cp.async.cg") > 0
