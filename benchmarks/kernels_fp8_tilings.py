@@ -73,6 +73,7 @@ def candidates() -> dict[str, tuple[str, str, object]]:
         "fp8 few: interleaved s3 pps4 (default)": ("few", "fp8", fp8_few),
         "fp8 few: interleaved s3 pps4, direct store": ("few", "fp8", _replace(fp8_few, direct_store=True)),
         "fp8 few: interleaved s3 pps4, page ids two ahead": ("few", "fp8", _replace(fp8_few, ids_ahead=2)),
+        "fp8 few: interleaved s3 pps4, ids three ahead": ("few", "fp8", _replace(fp8_few, ids_ahead=3)),
         "fp8 few: interleaved s2 pps4, page ids two ahead": (
             "few",
             "fp8",
@@ -121,6 +122,12 @@ def candidates() -> dict[str, tuple[str, str, object]]:
             _replace(fp8_dec, page_block=0, direct_store=True),
         ),
         "fp8 decode: page tiles s4": ("decode", "fp8", _replace(fp8_dec, page_block=0, num_stages=4)),
+        "fp8 decode: page tiles s3, ids three ahead": ("decode", "fp8", _replace(fp8_dec, page_block=0, ids_ahead=3)),
+        "fp8 decode: page tiles s4, ids three ahead": (
+            "decode",
+            "fp8",
+            _replace(fp8_dec, page_block=0, num_stages=4, ids_ahead=3),
+        ),
         "fp8 decode: page tiles s3, page ids two ahead": (
             "decode",
             "fp8",

@@ -94,7 +94,8 @@ class LogitsConfig:
     # each tile's logits stored from the product's layout (no layout change through shared memory first; CUDA only)
     direct_store: bool = False
     # one page per tile (interleaved parts; fp8 keys with page_block 0 and scales ahead): each page id loaded this
-    # many tiles ahead (1 or 2); at 2 no tile's cp.async (nor, fp8, its scales' load) waits for an id just issued
+    # many tiles ahead (1 or 2); at 2 no tile's cp.async (nor, fp8, its scales' load) waits for an id just issued;
+    # 3 (fp8 keys only): ids three tiles ahead and each tile's scales two ahead
     ids_ahead: int = 1
 
 

@@ -311,6 +311,30 @@ def _page_tiles(
                 scale = scale_next
             else:
                 _logits_tile(k, q_t, w, out_row, t, valid, end, 1.0, DIRECT_STORE)
+    elif IDS_AHEAD == 3:
+        # fp8 keys (the launcher refuses others): ids three tiles ahead, scales two ahead. Both are handed on as new
+        # values each tile (the id's max, the scale's + 0.0: scales are never -0.0), as at IDS_AHEAD == 2.
+        p1 = first + stride
+        p2 = first + 2 * stride
+        page1 = tl.load(pt_row + p1, mask=p1 * PAGE < n_keys, other=0).to(tl.int64)
+        page2 = tl.load(pt_row + p2, mask=p2 * PAGE < n_keys, other=0).to(tl.int64)
+        t1 = p1 * PAGE + offs
+        scale1 = fp8_key_scales(k_ptr, stride_page, page1, t1, t1 < n_keys, D, PAGE)
+        for i in range(0, n_tiles):  # from 0: see _one_row
+            p = first + i * stride
+            t = p * PAGE + offs
+            valid = t < n_keys
+            k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
+            t2 = (p + 2 * stride) * PAGE + offs
+            scale2 = fp8_key_scales(k_ptr, stride_page, page2, t2, t2 < n_keys, D, PAGE)
+            p3 = p + 3 * stride
+            page3 = tl.load(pt_row + p3, mask=p3 * PAGE < n_keys, other=0).to(tl.int64)
+            _logits_tile(fp8_key_values(k, KEY_FP8), q_t, w, out_row, t, valid, end, scale, DIRECT_STORE)
+            scale = scale1 + 0.0
+            scale1 = scale2
+            page = tl.maximum(page1, 0)
+            page1 = tl.maximum(page2, 0)
+            page2 = page3
     else:
         p_next = first + stride
         page_next = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
@@ -1270,7 +1294,8 @@ def paged_mqa_logits(
     what ``tl.store`` writes, ``tests/gpu/test_logits_direct_store_gpu.py``, passed on an H100). Under Triton's
     interpreter (it runs no PTX) and in prefill's row groups, ``tl.store``.
     ``ids_ahead`` (1 or 2; one-page tiles: interleaved parts, or fp8 keys with ``scales_ahead`` and page_block
-    0): how many tiles ahead each page id is loaded (``_page_tiles``); other tilings ignore it.
+    0): how many tiles ahead each page id is loaded (``_page_tiles``); other tilings ignore it. 3 (fp8 keys only):
+    ids three tiles ahead and each tile's scales two ahead.
     """
     q, pages, weights, seq_lens, out = _checked_args(
         q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program, key_fp8
@@ -1298,8 +1323,8 @@ def paged_mqa_logits(
             f"(page_block > 0) or {INDEX_PAGE_SIZE}-key tiles, got key_fp8={key_fp8}, interleaved={interleaved}, "
             f"page_block={page_block}, block_n={block_n}, rows_per_program={rows_per_program}"
         )
-    if ids_ahead not in (1, 2):
-        raise ValueError(f"ids_ahead must be 1 or 2 (tiles), got {ids_ahead}")
+    if ids_ahead not in (1, 2, 3) or (ids_ahead == 3 and not key_fp8):
+        raise ValueError(f"ids_ahead must be 1 or 2 (tiles), or 3 with fp8 keys, got {ids_ahead} (key_fp8={key_fp8})")
     min_chunk = triton.cdiv(max(min_chunk, 0), block_n) * block_n  # parts start on tile boundaries
     groups = triton.cdiv(rows, rows_per_program)
     if interleaved:  # every part one page at a time: at most as many parts as the output has pages

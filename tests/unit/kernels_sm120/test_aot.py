@@ -177,3 +177,8 @@ def test_page_ids_two_ahead_keep_the_key_tiles_pipelined(arch, kernel):
     assert one.asm["ptx"].count("cp.async.cg") > 0
     assert two.asm["ptx"].count("cp.async.cg") == one.asm["ptx"].count("cp.async.cg")
     assert two.metadata.shared == one.metadata.shared
+    if "fp8" in kernel:  # ids three ahead, scales two ahead
+        three, _, _ = aot.compile_kernel(spec, arch, _with_decode(cfgs, ids_ahead=3))
+        assert three.asm["ptx"] != two.asm["ptx"], "ids_ahead=3 did not reach the kernel"
+        assert three.asm["ptx"].count("cp.async.cg") == one.asm["ptx"].count("cp.async.cg")
+        assert three.metadata.shared == one.metadata.shared

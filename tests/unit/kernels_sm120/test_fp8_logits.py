@@ -232,12 +232,20 @@ def test_scales_ahead_without_page_id_blocks_needs_whole_page_tiles(gen, tiling,
         dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, 64, config=cfg)
 
 
-@pytest.mark.parametrize("ids_ahead", [0, 3])
-def test_page_ids_ahead_other_than_one_or_two_tiles_are_refused_by_name(gen, ids_ahead):
+@pytest.mark.parametrize("ids_ahead", [0, 4])
+def test_page_ids_ahead_other_than_one_to_three_tiles_are_refused_by_name(gen, ids_ahead):
     q, cache, w, seq, pt = fp8_case([64], width=1, gen=gen)
     cfg = dataclasses.replace(dispatch.CONFIGS["sm90"].logits_fp8, ids_ahead=ids_ahead)
-    with pytest.raises(ValueError, match=f"ids_ahead must be 1 or 2 \\(tiles\\), got {ids_ahead}"):
+    with pytest.raises(ValueError, match=f"ids_ahead must be 1 or 2 \\(tiles\\), or 3 with fp8 keys, got {ids_ahead}"):
         dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, 64, config=cfg)
+
+
+def test_scales_two_ahead_are_refused_for_bf16_keys():
+    """ids_ahead=3 also carries each tile's fp8 scales two tiles ahead: bf16 keys have none."""
+    _k, q_exact, w, seq, pt, cache = logits_inputs.logits_inputs(torch.device("cpu"), [64], 1)
+    cfg = dataclasses.replace(dispatch.CONFIGS["sm90"].logits_one_row, ids_ahead=3)
+    with pytest.raises(ValueError, match="or 3 with fp8 keys, got 3 \\(key_fp8=False\\)"):
+        dispatch.paged_mqa_logits_bf16(q_exact.to(torch.bfloat16).unsqueeze(1), cache, w, seq, pt, 64, config=cfg)
 
 
 @pytest.mark.parametrize("arch", ["sm90", "sm120"])
