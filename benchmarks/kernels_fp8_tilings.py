@@ -64,8 +64,8 @@ def candidates() -> dict[str, tuple[str, str, object]]:
     few16 = L(64, 4, 4, programs_per_sm=2, max_chunk=8192, min_chunk=64, page_block=64, busy_per_sm=2)
     fp8_dec = _replace(dec8, num_stages=3, scales_ahead=True)  # the sm90 fp8 decode tiling before page tiles
     fp8_few = L(64, 4, 3, programs_per_sm=4, interleaved=True, fp8_mma=True)  # fp8: one to eight rows
-    bf16_few = L(64, 4, 2, programs_per_sm=4, interleaved=True)  # bf16: two to eight rows
-    bf16_one = L(64, 4, 4, programs_per_sm=2, interleaved=True)  # bf16: one row
+    bf16_few = L(64, 4, 2, programs_per_sm=4, interleaved=True)  # bf16: two to eight rows until ids two ahead
+    bf16_one = L(64, 4, 4, programs_per_sm=2, interleaved=True)  # bf16: one row until ids two ahead
     dec16 = L(128, 4, 3, programs_per_sm=2, max_chunk=8192, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True)
     return {
         # fp8, few rows

@@ -94,8 +94,8 @@ class LogitsConfig:
     # each tile's logits stored from the product's layout (no layout change through shared memory first; CUDA only)
     direct_store: bool = False
     # one page per tile (interleaved parts; fp8 keys with page_block 0 and scales ahead): each page id loaded this
-    # many tiles ahead (1 or 2); at 2 no tile's cp.async (nor, fp8, its scales' load) waits for an id just issued;
-    # 3 (fp8 keys only): ids three tiles ahead and each tile's scales two ahead
+    # many tiles ahead (1, 2, or 3 with fp8 keys); at 2 no tile's cp.async (nor, fp8, its scales' load) waits for an
+    # id just issued; at 3 each tile's fp8 scales are loaded two tiles ahead too
     ids_ahead: int = 1
 
 
@@ -165,15 +165,15 @@ _HOPPER_CLASS_LOGITS = LogitsConfig(
     busy_per_sm=2,
     item_grid=True,
 )
-# One to eight rows, bf16 keys: interleaved parts (part j takes the row's pages j, j + split, ...: its first page id
-# is read beside the row's length), 2 stages, 4 programs per SM, each page id two tiles ahead. The H200 calls of
-# NOTES.md ("One run of every kernel"): 2 x 8K 6.42 -> 5.48 us, 4 x 8K 8.04 -> 6.65, 8 x 8K 10.39 -> 8.94 (TileLang
-# fp8 8.46), 8 x 32K 23.0 -> 22.0, 8 x 64K 41.0 -> 40.0 against the (rows, split) grid with 64-key parts; a long row
-# beside short ones loses some (its parts are fixed on the host at 1 / rows of the programs): 1 x 64K + 7 x 2K 23.0
-# -> 25.4 us (TileLang fp8 34.4), 1 x 64K + 3 x 2K 16.7 -> 17.1. Ids two tiles ahead, one H100 sweep (NOTES.md, "Page
-# ids two tiles ahead"): 1.3-2.4% faster at every shape from 1 x 2K to 8 x 64K; one row too, where it is also 1-3%
-# faster than the one-row tiling until then (4 stages, 2 programs per SM: 1 x 2K 4.08 -> 4.04 us, 1 x 8K 4.93 ->
-# 4.89, 1 x 64K 10.90 -> 10.61).
+# One to eight rows, bf16 keys: interleaved parts (part j takes the row's pages j, j + split, ...: its first page id is
+# read beside the row's length), 2 stages, 4 programs per SM, each page id two tiles ahead. The H200 calls of NOTES.md
+# ("One run of every kernel"; ids one tile ahead then): 2 x 8K 6.42 -> 5.48 us, 4 x 8K 8.04 -> 6.65, 8 x 8K 10.39 ->
+# 8.94 (TileLang fp8 8.46), 8 x 32K 23.0 -> 22.0, 8 x 64K 41.0 -> 40.0 against the (rows, split) grid with 64-key parts;
+# a long row beside short ones loses some (its parts are fixed on the host at 1 / rows of the programs): 1 x 64K + 7 x
+# 2K 23.0 -> 25.4 us (TileLang fp8 34.4), 1 x 64K + 3 x 2K 16.7 -> 17.1. Ids two tiles ahead, one H100 sweep (NOTES.md,
+# "Page ids two tiles ahead"): 1.3-2.4% faster at all six of its shapes (one and eight rows); one row too, where it is
+# also 0.8-2.7% faster than the one-row tiling until then (4 stages, 2 programs per SM, chosen on the H200: 1 x 2K 4.08
+# -> 4.04 us, 1 x 8K 4.93 -> 4.89, 1 x 64K 10.90 -> 10.61). Not timed on the H200 or on sm100.
 _HOPPER_CLASS_FEW_ROWS = LogitsConfig(64, 4, 2, programs_per_sm=4, interleaved=True, ids_ahead=2)
 _HOPPER_CLASS_ONE_ROW = _HOPPER_CLASS_FEW_ROWS
 # fp8 keys (SGLang's stock pool): the product on fp8 tensor cores (wgmma QGMMA on sm90, mma.sync QMMA on

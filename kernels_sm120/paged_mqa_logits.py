@@ -312,6 +312,7 @@ def _page_tiles(
             else:
                 _logits_tile(k, q_t, w, out_row, t, valid, end, 1.0, DIRECT_STORE)
     elif IDS_AHEAD == 3:
+        tl.static_assert(KEY_FP8 > 0, "IDS_AHEAD 3 loads fp8 scales two tiles ahead: fp8 keys only")
         # fp8 keys (the launcher refuses others): ids three tiles ahead, scales two ahead. Both are handed on as new
         # values each tile (the id's max, the scale's + 0.0: scales are never -0.0), as at IDS_AHEAD == 2.
         p1 = first + stride
@@ -336,6 +337,7 @@ def _page_tiles(
             page1 = tl.maximum(page2, 0)
             page2 = page3
     else:
+        tl.static_assert(IDS_AHEAD == 2, "IDS_AHEAD: 1, 2 or 3 (3: fp8 keys only)")
         p_next = first + stride
         page_next = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
         for i in range(0, n_tiles):  # from 0: see _one_row
@@ -777,8 +779,8 @@ def _interleaved_part(
     length, so its id, q and the weights are loaded beside the length: the first key load waits for one
     round trip (length and id together), not for the length and then the ids. Page ids are read one
     tile ahead and carried (the pipeliner then keeps its key buffers, see ``_one_row_tiles``). A first
-    id read past the row's pages is never used: every key load is masked by the length. fp8 keys take
-    ``_page_tiles`` (scales one tile ahead too; ids two ahead with IDS_AHEAD == 2)."""
+    id read past the row's pages is never used: every key load is masked by the length. The loop is
+    ``_page_tiles`` (fp8 keys: scales one tile ahead too; ids further ahead with IDS_AHEAD 2 or 3)."""
     row64 = row.to(tl.int64)
     pt_row = page_table_ptr + row64 * stride_pt_row
     n_raw = tl.load(seq_lens_ptr + row)
@@ -1293,9 +1295,9 @@ def paged_mqa_logits(
     ``direct_store``: each tile's logits are stored from the product's layout (``store_logits``; bit for bit
     what ``tl.store`` writes, ``tests/gpu/test_logits_direct_store_gpu.py``, passed on an H100). Under Triton's
     interpreter (it runs no PTX) and in prefill's row groups, ``tl.store``.
-    ``ids_ahead`` (1 or 2; one-page tiles: interleaved parts, or fp8 keys with ``scales_ahead`` and page_block
-    0): how many tiles ahead each page id is loaded (``_page_tiles``); other tilings ignore it. 3 (fp8 keys only):
-    ids three tiles ahead and each tile's scales two ahead.
+    ``ids_ahead`` (1, 2, or 3 with fp8 keys; one-page tiles: interleaved parts, or fp8 keys with ``scales_ahead``
+    and page_block 0): how many tiles ahead each page id is loaded (``_page_tiles``); at 3 each tile's scales two
+    ahead too. Other tilings ignore it.
     """
     q, pages, weights, seq_lens, out = _checked_args(
         q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program, key_fp8

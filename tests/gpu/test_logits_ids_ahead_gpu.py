@@ -1,13 +1,13 @@
-"""Page ids two tiles ahead (``LogitsConfig.ids_ahead=2``) on a real GPU: the same bits as one tile ahead.
+"""Page ids two or three tiles ahead (``LogitsConfig.ids_ahead``) on a real GPU: the same bits as one tile ahead.
 
 The one-page tilings (interleaved parts, bf16 and fp8 keys; fp8's item grid with page tiles) load each tile's
 page id ahead of its key tile; with ``ids_ahead=2`` the id comes two tiles ahead and (fp8) each tile's scales
 are loaded from an id already back (``paged_mqa_logits._page_tiles``). Only the order of the loads changes, so
 both must write the same bits: every such tiling of every configuration set runs both ways on the same inputs
 (page ids shuffled, so a tile that read another tile's page or scales would show) into NaN-poisoned outputs,
-unwritten columns included. The CPU tests run it under Triton's interpreter against float64
-(``tests/unit/kernels_sm120/test_tiling_candidates.py``) and check that the compiled loop keeps its cp.async
-(``test_aot.py``); here the compiled kernel runs.
+unwritten columns included. fp8 keys run ``ids_ahead=3`` too (ids three tiles ahead, scales two ahead). The CPU
+tests run it under Triton's interpreter against float64 (``tests/unit/kernels_sm120/test_tiling_candidates.py``)
+and check that the compiled loop keeps its cp.async (``test_aot.py``); here the compiled kernel runs.
 """
 
 import dataclasses
@@ -71,7 +71,7 @@ def logits(lens, cfg, key_fp8, ahead, dev):
     "key_fp8, name, batch",
     [(True, *p) for p in one_page_tilings(True)] + [(False, *p) for p in one_page_tilings(False)],
 )
-def test_ids_two_ahead_match_one_ahead(key_fp8, name, batch):
+def test_ids_ahead_match_one_ahead(key_fp8, name, batch):
     torch.seed()
     dev = torch.device("cuda")
     lens = LENGTHS[batch]
