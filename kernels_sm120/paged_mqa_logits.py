@@ -289,7 +289,8 @@ def _page_tiles(
 
     IDS_AHEAD == 2: each id is loaded two tiles ahead. One tile ahead, the pipeliner issues the id's load right
     before the cp.async it addresses, so each tile waits a round trip there; two ahead, that id is back, and each
-    tile's scales are loaded from an id already back too (NOTES.md, "Page ids two tiles ahead")."""
+    tile's scales are loaded from an id already back too (NOTES.md, "Page ids two tiles ahead"). IDS_AHEAD == 3
+    (fp8 keys): ids three tiles ahead and each tile's scales two ahead (NOTES.md, "Ids three tiles ahead")."""
     offs = tl.arange(0, PAGE)
     d = tl.arange(0, D)
     t = first * PAGE + offs
