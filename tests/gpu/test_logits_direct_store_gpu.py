@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from kernels_sm120 import dispatch
-from tests.support.logits_inputs import fp8_case, logits_inputs
+from tests.support.logits_inputs import logits_of_tilings
 
 pytestmark = [
     pytest.mark.gpu,
@@ -69,15 +69,10 @@ def compiled_ptx() -> list[str]:
     return [k.asm["ptx"] for cache, *_ in paged_mqa_logits_kernel.device_caches.values() for k in cache.values()]
 
 
-def both_stores(run, cfg, lens, max_len, dev, product):
-    outs = []
-    for direct in (False, True):
-        out = torch.full((len(lens), max_len), float("nan"), device=dev)
-        run(dataclasses.replace(cfg, direct_store=direct), out)
-        outs.append(out)
+def both_stores(cfg, lens, key_fp8, dev, product):
+    tilings = [dataclasses.replace(cfg, direct_store=direct) for direct in (False, True)]
+    (plain, direct), written = logits_of_tilings(lens, tilings, key_fp8=key_fp8, device=dev)
     torch.cuda.synchronize()
-    plain, direct = outs
-    written = torch.arange(max_len, device=dev)[None, :] < torch.tensor(lens, device=dev)[:, None]
     assert not torch.isnan(plain[written]).any(), "every column below a row's length must be written"
     tensor_core = "mma.sync" if product == "mma.sync" else "wgmma"
     direct_builds = [ptx for ptx in compiled_ptx() if "@p st.global.b32" in ptx]
@@ -87,32 +82,11 @@ def both_stores(run, cfg, lens, max_len, dev, product):
     return plain, direct
 
 
+@pytest.mark.parametrize("key_fp8", [True, False], ids=["fp8", "bf16"])
 @pytest.mark.parametrize("batch", sorted(LENGTHS))
 @pytest.mark.parametrize("name", sorted(dispatch.CONFIGS))
-def test_fp8_direct_store_matches_tl_store(dev, name, batch, product):
+def test_direct_store_matches_tl_store(dev, name, batch, key_fp8, product):
     lens = LENGTHS[batch]
-    q, cache, w, seq, pt = fp8_case(lens, 4096 // 64 * 4, device=dev)
-    cfg = dispatch.CONFIGS[name].logits_for(len(lens), key_fp8=True)
-    max_len = pt.shape[1] * 64
-
-    def run(c, out):
-        dispatch.paged_mqa_logits_fp8(q, cache, w, seq, pt, max_len, out=out, config=c)
-
-    plain, direct = both_stores(run, cfg, lens, max_len, dev, product)
-    torch.testing.assert_close(direct, plain, rtol=0, atol=0, equal_nan=True)
-
-
-@pytest.mark.parametrize("batch", sorted(LENGTHS))
-@pytest.mark.parametrize("name", sorted(dispatch.CONFIGS))
-def test_bf16_direct_store_matches_tl_store(dev, name, batch, product):
-    lens = LENGTHS[batch]
-    _k, q_exact, w, seq, pt, cache = logits_inputs(dev, lens, 4096 // 64 * 4)
-    q = q_exact.to(torch.bfloat16).unsqueeze(1)
-    cfg = dispatch.CONFIGS[name].logits_for(len(lens))
-    max_len = pt.shape[1] * 64
-
-    def run(c, out):
-        dispatch.paged_mqa_logits_bf16(q, cache, w, seq, pt, max_len, out=out, config=c)
-
-    plain, direct = both_stores(run, cfg, lens, max_len, dev, product)
+    cfg = dispatch.CONFIGS[name].logits_for(len(lens), key_fp8=key_fp8)
+    plain, direct = both_stores(cfg, lens, key_fp8, dev, product)
     torch.testing.assert_close(direct, plain, rtol=0, atol=0, equal_nan=True)

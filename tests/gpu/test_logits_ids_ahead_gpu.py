@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from kernels_sm120 import dispatch
-from tests.support.logits_inputs import fp8_case, logits_inputs
+from tests.support.logits_inputs import logits_of_tilings
 
 pytestmark = [
     pytest.mark.gpu,
@@ -48,38 +48,18 @@ def test_some_tiling_takes_one_page_per_tile(key_fp8):
     assert one_page_tilings(key_fp8), "no configuration set has a one-page tiling: the test below checks nothing"
 
 
-def logits(lens, cfg, key_fp8, ahead, dev):
-    """Every ``ids_ahead`` case of one batch from the same inputs: (outputs, lengths)."""
-    width = 4096 // 64 * 4
-    if key_fp8:
-        q, cache, w, seq, pt = fp8_case(lens, width, device=dev)
-        run = dispatch.paged_mqa_logits_fp8
-    else:
-        _k, q_exact, w, seq, pt, cache = logits_inputs(dev, lens, width)
-        q = q_exact.to(torch.bfloat16).unsqueeze(1)
-        run = dispatch.paged_mqa_logits_bf16
-    max_len = pt.shape[1] * 64
-    outs = []
-    for a in ahead:
-        out = torch.full((len(lens), max_len), float("nan"), device=dev)
-        run(q, cache, w, seq, pt, max_len, out=out, config=dataclasses.replace(cfg, ids_ahead=a))
-        outs.append(out)
-    return outs, max_len
-
-
 @pytest.mark.parametrize(
     "key_fp8, name, batch",
     [(True, *p) for p in one_page_tilings(True)] + [(False, *p) for p in one_page_tilings(False)],
 )
 def test_ids_ahead_match_one_ahead(key_fp8, name, batch):
     torch.seed()
-    dev = torch.device("cuda")
     lens = LENGTHS[batch]
     cfg = dispatch.CONFIGS[name].logits_for(len(lens), key_fp8=key_fp8)
-    outs, max_len = logits(lens, cfg, key_fp8, (1, 2, 3) if key_fp8 else (1, 2), dev)
+    ahead = (1, 2, 3) if key_fp8 else (1, 2)
+    tilings = [dataclasses.replace(cfg, ids_ahead=a) for a in ahead]
+    (one, *others), written = logits_of_tilings(lens, tilings, key_fp8=key_fp8, device=torch.device("cuda"))
     torch.cuda.synchronize()
-    one, *ahead = outs
-    written = torch.arange(max_len, device=dev)[None, :] < torch.tensor(lens, device=dev)[:, None]
     assert not torch.isnan(one[written]).any(), "every column below a row's length must be written"
-    for out in ahead:
+    for out in others:
         torch.testing.assert_close(out, one, rtol=0, atol=0, equal_nan=True)

@@ -1,4 +1,5 @@
-"""Paged logits inputs for the GPU tests: SGLang's bf16 and fp8 index-K pages, page tables and queries."""
+"""Paged logits inputs for the GPU tests: SGLang's bf16 and fp8 index-K pages, page tables and queries; and our
+logits of one batch under several tilings, from the same inputs."""
 
 import torch
 
@@ -55,3 +56,26 @@ def fp8_case(lens, width, *, device="cpu", gen=None, shared=False, heads=64, spa
     q = (torch.randn(rows, 1, heads, 128, **rng) * 8).to(torch.float8_e4m3fn)
     w = torch.randn(rows, heads, **rng)
     return q, cache, w, torch.tensor(lens, dtype=torch.int32, device=device), pt
+
+
+def logits_of_tilings(lens, tilings, *, key_fp8, device, width=256):
+    """Our logits of one decode batch (row lengths ``lens``, a page table ``width`` pages wide) under each tiling of
+    ``tilings`` (``LogitsConfig``), from the same inputs, each into an output poisoned with NaN. Returns (the
+    outputs, the mask of the columns below each row's length)."""
+    from kernels_sm120 import dispatch
+
+    if key_fp8:
+        q, cache, w, seq, pt = fp8_case(lens, width, device=device)
+        run = dispatch.paged_mqa_logits_fp8
+    else:
+        _k, q_exact, w, seq, pt, cache = logits_inputs(device, lens, width)
+        q = q_exact.to(torch.bfloat16).unsqueeze(1)
+        run = dispatch.paged_mqa_logits_bf16
+    max_len = width * 64
+    outs = []
+    for cfg in tilings:
+        out = torch.full((len(lens), max_len), float("nan"), device=device)
+        run(q, cache, w, seq, pt, max_len, out=out, config=cfg)
+        outs.append(out)
+    written = torch.arange(max_len, device=device)[None, :] < seq.long()[:, None]
+    return outs, written
