@@ -67,6 +67,7 @@ def candidates() -> dict[str, tuple[str, str, object]]:
     bf16_few = L(64, 4, 2, programs_per_sm=4, interleaved=True)  # bf16: two to eight rows until ids two ahead
     bf16_one = L(64, 4, 4, programs_per_sm=2, interleaved=True)  # bf16: one row until ids two ahead
     dec16 = L(128, 4, 3, programs_per_sm=2, max_chunk=8192, min_chunk=256, page_block=64, busy_per_sm=2, item_grid=True)
+    bf16_page_tiles = _replace(dec16, block_n=64, busy_per_sm=3, min_chunk=128, page_block=0)
     return {
         # fp8, few rows
         "fp8 few: grid + scales ahead": ("few", "fp8", _replace(few8, scales_ahead=True)),
@@ -156,6 +157,29 @@ def candidates() -> dict[str, tuple[str, str, object]]:
             _replace(dec16, direct_store=True),
         ),
         "bf16 decode: pb256": ("bf16 decode", "bf16", _replace(dec16, page_block=256)),
+        # one page per tile with scalar page ids (fp8's decode tiling, ``_page_tiles``): 16 KiB key tiles, so three
+        # stages fit three programs per SM, two stages four
+        "bf16 decode: page tiles s3 busy3": ("bf16 decode", "bf16", bf16_page_tiles),
+        "bf16 decode: page tiles s3 busy3, page ids two ahead": (
+            "bf16 decode",
+            "bf16",
+            _replace(bf16_page_tiles, ids_ahead=2),
+        ),
+        "bf16 decode: page tiles s2 busy4, page ids two ahead": (
+            "bf16 decode",
+            "bf16",
+            _replace(bf16_page_tiles, num_stages=2, busy_per_sm=4, ids_ahead=2),
+        ),
+        "bf16 decode: page tiles s4 busy2, page ids two ahead": (
+            "bf16 decode",
+            "bf16",
+            _replace(bf16_page_tiles, num_stages=4, busy_per_sm=2, ids_ahead=2),
+        ),
+        "bf16 decode: interleaved s2 pps4, page ids two ahead": (
+            "bf16 decode",
+            "bf16",
+            _replace(bf16_few, ids_ahead=2),
+        ),
         "bf16 decode: bn64 s4 busy4 pb256": (
             "bf16 decode",
             "bf16",

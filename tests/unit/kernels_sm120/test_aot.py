@@ -157,12 +157,18 @@ def test_direct_store_reaches_every_decode_kernel(arch, kernel):
         assert direct.asm["ptx"].count("bar.sync") < plain.asm["ptx"].count("bar.sync")
 
 
+# bf16 keys on the item grid, one page per tile (a sweep candidate, ``benchmarks/kernels_fp8_tilings.py``)
+BF16_PAGE_TILES = dict(block_n=64, page_block=0, busy_per_sm=3, min_chunk=128)
+
+
 @pytest.mark.parametrize(
-    "arch, kernel",
-    [(90, "[few rows]")]
-    + [(a, k) for a in (90, 120) for k in ("[one row]", "[fp8]", "[fp8 few rows]", "[fp8 one row]")],
+    "arch, kernel, tiling",
+    [(90, "[few rows]", {})]
+    + [(a, k, {}) for a in (90, 120) for k in ("[one row]", "[fp8]", "[fp8 few rows]", "[fp8 one row]")]
+    + [(a, "", BF16_PAGE_TILES) for a in (90, 120)],
+    ids=lambda v: "bf16 page tiles" if v == BF16_PAGE_TILES else None,
 )
-def test_page_ids_two_ahead_keep_the_key_tiles_pipelined(arch, kernel):
+def test_page_ids_two_ahead_keep_the_key_tiles_pipelined(arch, kernel, tiling):
     """Page ids two tiles ahead (``ids_ahead=2``, the one-page tilings) reach the kernel and leave its key
     tiles streamed by cp.async into as many shared-memory buffers. Triton's pipeliner leaves a loop unpipelined
     when it carries a value on unchanged to the next iteration (a distance of two), which handing the id on
@@ -171,8 +177,8 @@ def test_page_ids_two_ahead_keep_the_key_tiles_pipelined(arch, kernel):
 
     spec = next(s for s in aot.kernel_specs() if s.name == f"paged_mqa_logits_kernel{kernel}")
     cfgs = dispatch.CONFIGS[dispatch.arch_key((arch // 10, arch % 10))]
-    one, _, _ = aot.compile_kernel(spec, arch, _with_decode(cfgs, ids_ahead=1))
-    two, _, _ = aot.compile_kernel(spec, arch, _with_decode(cfgs, ids_ahead=2))
+    one, _, _ = aot.compile_kernel(spec, arch, _with_decode(cfgs, ids_ahead=1, **tiling))
+    two, _, _ = aot.compile_kernel(spec, arch, _with_decode(cfgs, ids_ahead=2, **tiling))
     assert two.asm["ptx"] != one.asm["ptx"], "ids_ahead did not reach the kernel"
     assert one.asm["ptx"].count("cp.async.cg") > 0
     assert two.asm["ptx"].count("cp.async.cg") == one.asm["ptx"].count("cp.async.cg")
