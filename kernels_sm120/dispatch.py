@@ -93,9 +93,10 @@ class LogitsConfig:
     scales_ahead: bool = False
     # each tile's logits stored from the product's layout (no layout change through shared memory first; CUDA only)
     direct_store: bool = False
-    # one page per tile (interleaved parts; page_block 0 with 64-key tiles, fp8 keys only with scales ahead): each
-    # page id loaded this many tiles ahead (1, 2, or 3 with fp8 keys); at 2 no tile's cp.async (nor, fp8, its scales'
-    # load) waits for an id just issued; at 3 each tile's fp8 scales are loaded two tiles ahead too
+    # one page per tile (interleaved parts; one row per program, page_block 0, 64-key tiles, fp8 keys only with
+    # scales ahead): each page id loaded this many tiles ahead (1, 2, or 3 with fp8 keys); at 2 no tile's cp.async
+    # (nor, fp8, its scales' load) waits for an id just issued; at 3 each tile's fp8 scales are loaded two tiles
+    # ahead too
     ids_ahead: int = 1
 
 

@@ -499,7 +499,7 @@ def _one_row(
         pt_row = page_table_ptr + row64 * stride_pt_row
         if PAGE_BLOCK == 0 and BLOCK_N == PAGE and (SCALES_AHEAD or not KEY_FP8):
             # one page per tile (``start`` on a page boundary: BLOCK_N == PAGE, parts in whole tiles); fp8 keys only
-            # with their scales ahead (the launcher checks), bf16 keys whenever their tiles are whole pages
+            # with their scales ahead (loaded with the page's id), bf16 keys whenever their tiles are whole pages
             p_first = start // PAGE
             page = tl.load(pt_row + p_first).to(tl.int64)  # start < compute_end: the row's own page
             n_tiles = tl.cdiv(compute_end - start, PAGE)
@@ -979,7 +979,7 @@ def _grid_row_group(
                         KEY_FP8,
                         False,  # SCALES_AHEAD: one row per program only
                         False,  # DIRECT_STORE: decode only
-                        1,  # IDS_AHEAD: one page per tile only
+                        1,  # IDS_AHEAD: prefill's fallback keeps each id one tile ahead (not tuned)
                     )
 
 
@@ -1297,9 +1297,10 @@ def paged_mqa_logits(
     ``direct_store``: each tile's logits are stored from the product's layout (``store_logits``; bit for bit
     what ``tl.store`` writes, ``tests/gpu/test_logits_direct_store_gpu.py``, passed on an H100). Under Triton's
     interpreter (it runs no PTX) and in prefill's row groups, ``tl.store``.
-    ``ids_ahead`` (1, 2, or 3 with fp8 keys; one-page tiles: interleaved parts, fp8 keys with ``scales_ahead``
-    and page_block 0, or bf16 keys with page_block 0 and 64-key tiles): how many tiles ahead each page id is
-    loaded (``_page_tiles``); at 3 each tile's scales two ahead too. Other tilings ignore it.
+    ``ids_ahead`` (1, 2, or 3 with fp8 keys; one-page tiles: interleaved parts, or one row per program with
+    page_block 0 and 64-key tiles, fp8 keys only with ``scales_ahead``): how many tiles ahead each page id is
+    loaded (``_page_tiles``); at 3 each tile's scales two ahead too. Other tilings (prefill's row groups included)
+    ignore it.
     """
     q, pages, weights, seq_lens, out = _checked_args(
         q, index_k_cache, weights, seq_lens, page_table, max_seq_len, out, rows_per_program, key_fp8

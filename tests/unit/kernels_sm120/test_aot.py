@@ -157,8 +157,12 @@ def test_direct_store_reaches_every_decode_kernel(arch, kernel):
         assert direct.asm["ptx"].count("bar.sync") < plain.asm["ptx"].count("bar.sync")
 
 
+def _tiling_id(changes: dict) -> str:
+    return "bf16 page tiles" if changes == BF16_PAGE_TILES else "its own tiling"
+
+
 # bf16 keys on the item grid, one page per tile (a sweep candidate, ``benchmarks/kernels_fp8_tilings.py``)
-BF16_PAGE_TILES = dict(block_n=64, page_block=0, busy_per_sm=3, min_chunk=128)
+BF16_PAGE_TILES = dict(block_n=64, page_block=0, busy_per_sm=3, min_chunk=128, item_grid=True)
 
 
 @pytest.mark.parametrize(
@@ -166,7 +170,7 @@ BF16_PAGE_TILES = dict(block_n=64, page_block=0, busy_per_sm=3, min_chunk=128)
     [(90, "[few rows]", {})]
     + [(a, k, {}) for a in (90, 120) for k in ("[one row]", "[fp8]", "[fp8 few rows]", "[fp8 one row]")]
     + [(a, "", BF16_PAGE_TILES) for a in (90, 120)],
-    ids=lambda v: "bf16 page tiles" if v == BF16_PAGE_TILES else None,
+    ids=lambda v: (v or "[decode]") if isinstance(v, str) else _tiling_id(v) if isinstance(v, dict) else None,
 )
 def test_page_ids_two_ahead_keep_the_key_tiles_pipelined(arch, kernel, tiling):
     """Page ids two tiles ahead (``ids_ahead=2``, the one-page tilings) reach the kernel and leave its key
