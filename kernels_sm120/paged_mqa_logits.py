@@ -261,6 +261,22 @@ def _one_row_tiles(
 
 
 @triton.jit
+def _page_id(pt_row: tl.tensor, p: tl.tensor, n_keys: tl.tensor, PAGE: tl.constexpr) -> tl.tensor:
+    """The id of the row's page ``p`` (0 for a page past the row's keys: loaded ahead, never used)."""
+    return tl.load(pt_row + p, mask=p * PAGE < n_keys, other=0).to(tl.int64)
+
+
+@triton.jit
+def _page_keys(
+    k_ptr: tl.tensor, stride_page: tl.tensor, page: tl.tensor, valid: tl.tensor, D: tl.constexpr, PAGE: tl.constexpr
+) -> tl.tensor:
+    """One whole page's keys [PAGE, D] (rows past ``valid`` read as 0; fp8 pages: their value bytes)."""
+    offs = tl.arange(0, PAGE)
+    d = tl.arange(0, D)
+    return tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
+
+
+@triton.jit
 def _page_tiles(
     q_t: tl.tensor,
     w: tl.tensor,
@@ -292,7 +308,6 @@ def _page_tiles(
     tile's scales are loaded from an id already back too (NOTES.md, "Page ids two tiles ahead"). IDS_AHEAD == 3
     (fp8 keys): ids three tiles ahead and each tile's scales two ahead (NOTES.md, "Ids three tiles ahead")."""
     offs = tl.arange(0, PAGE)
-    d = tl.arange(0, D)
     t = first * PAGE + offs
     scale = 1.0
     if KEY_FP8:
@@ -302,10 +317,10 @@ def _page_tiles(
             p = first + i * stride
             t = p * PAGE + offs
             valid = t < n_keys
-            k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
+            k = _page_keys(k_ptr, stride_page, page, valid, D, PAGE)
             p_next = p + stride
             t_next = p_next * PAGE + offs
-            page = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
+            page = _page_id(pt_row, p_next, n_keys, PAGE)
             if KEY_FP8:
                 scale_next = fp8_key_scales(k_ptr, stride_page, page, t_next, t_next < n_keys, D, PAGE)
                 _logits_tile(fp8_key_values(k, KEY_FP8), q_t, w, out_row, t, valid, end, scale, DIRECT_STORE)
@@ -318,19 +333,19 @@ def _page_tiles(
         # values each tile (the id's max, the scale's + 0.0: scales are never -0.0), as at IDS_AHEAD == 2.
         p1 = first + stride
         p2 = first + 2 * stride
-        page1 = tl.load(pt_row + p1, mask=p1 * PAGE < n_keys, other=0).to(tl.int64)
-        page2 = tl.load(pt_row + p2, mask=p2 * PAGE < n_keys, other=0).to(tl.int64)
+        page1 = _page_id(pt_row, p1, n_keys, PAGE)
+        page2 = _page_id(pt_row, p2, n_keys, PAGE)
         t1 = p1 * PAGE + offs
         scale1 = fp8_key_scales(k_ptr, stride_page, page1, t1, t1 < n_keys, D, PAGE)
         for i in range(0, n_tiles):  # from 0: see _one_row
             p = first + i * stride
             t = p * PAGE + offs
             valid = t < n_keys
-            k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
+            k = _page_keys(k_ptr, stride_page, page, valid, D, PAGE)
             t2 = (p + 2 * stride) * PAGE + offs
             scale2 = fp8_key_scales(k_ptr, stride_page, page2, t2, t2 < n_keys, D, PAGE)
             p3 = p + 3 * stride
-            page3 = tl.load(pt_row + p3, mask=p3 * PAGE < n_keys, other=0).to(tl.int64)
+            page3 = _page_id(pt_row, p3, n_keys, PAGE)
             _logits_tile(fp8_key_values(k, KEY_FP8), q_t, w, out_row, t, valid, end, scale, DIRECT_STORE)
             scale = scale1 + 0.0
             scale1 = scale2
@@ -340,21 +355,21 @@ def _page_tiles(
     else:
         tl.static_assert(IDS_AHEAD == 2, "IDS_AHEAD: 1, 2 or 3 (3: fp8 keys only)")
         p_next = first + stride
-        page_next = tl.load(pt_row + p_next, mask=p_next * PAGE < n_keys, other=0).to(tl.int64)
+        page_next = _page_id(pt_row, p_next, n_keys, PAGE)
         for i in range(0, n_tiles):  # from 0: see _one_row
             p = first + i * stride
             t = p * PAGE + offs
             valid = t < n_keys
-            k = tl.load(k_ptr + page * stride_page + offs[:, None] * D + d[None, :], mask=valid[:, None], other=0)
+            k = _page_keys(k_ptr, stride_page, page, valid, D, PAGE)
             p_after = p + 2 * stride
             if KEY_FP8:
                 t_next = (p + stride) * PAGE + offs
                 scale_next = fp8_key_scales(k_ptr, stride_page, page_next, t_next, t_next < n_keys, D, PAGE)
-                page_after = tl.load(pt_row + p_after, mask=p_after * PAGE < n_keys, other=0).to(tl.int64)
+                page_after = _page_id(pt_row, p_after, n_keys, PAGE)
                 _logits_tile(fp8_key_values(k, KEY_FP8), q_t, w, out_row, t, valid, end, scale, DIRECT_STORE)
                 scale = scale_next
             else:
-                page_after = tl.load(pt_row + p_after, mask=p_after * PAGE < n_keys, other=0).to(tl.int64)
+                page_after = _page_id(pt_row, p_after, n_keys, PAGE)
                 _logits_tile(k, q_t, w, out_row, t, valid, end, 1.0, DIRECT_STORE)
             # An id carried on unchanged would be a loop-carried distance of two, and Triton's pipeliner leaves
             # such a loop unpipelined (no cp.async): the max (ids are >= 0) makes it a new value.
